@@ -1,0 +1,49 @@
+# Every third-party dependency, found once. scripts/install-deps.sh installs them.
+
+find_package(Threads REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(HDF5 REQUIRED COMPONENTS C)
+
+# zstd: prefer the CMake package, fall back to pkg-config (older distributions).
+find_package(zstd CONFIG QUIET)
+if(TARGET zstd::libzstd_shared)
+  add_library(fleet_zstd INTERFACE)
+  target_link_libraries(fleet_zstd INTERFACE zstd::libzstd_shared)
+else()
+  find_package(PkgConfig REQUIRED)
+  pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
+  add_library(fleet_zstd INTERFACE)
+  target_link_libraries(fleet_zstd INTERFACE PkgConfig::ZSTD)
+endif()
+
+add_library(fleet_hdf5 INTERFACE)
+target_include_directories(fleet_hdf5 SYSTEM INTERFACE ${HDF5_C_INCLUDE_DIRS} ${HDF5_INCLUDE_DIRS})
+target_link_libraries(fleet_hdf5 INTERFACE ${HDF5_C_LIBRARIES})
+target_compile_definitions(fleet_hdf5 INTERFACE ${HDF5_DEFINITIONS})
+
+set(FLEET_WITH_TORCH 0)
+set(FLEET_TORCH_VERSION "")
+if(WITH_TORCH)
+  find_package(Torch REQUIRED)
+  set(FLEET_WITH_TORCH 1)
+  if(DEFINED Torch_VERSION)
+    set(FLEET_TORCH_VERSION "${Torch_VERSION}")
+  endif()
+  # Torch's imported targets carry its ABI flag; nothing else to add globally.
+endif()
+
+if(BUILD_TESTING OR NOT DEFINED BUILD_TESTING)
+  find_package(GTest REQUIRED)
+  find_package(benchmark QUIET)
+endif()
+
+# Debian's interpreter with numpy/torch plus the project's virtual environment
+# (scripts/install-deps.sh makes it in .venv) for interop tests.
+set(FLEET_PYTHON "" CACHE FILEPATH "Python with numpy, safetensors, h5py, hdf5plugin for interop tests")
+if(NOT FLEET_PYTHON)
+  if(EXISTS "${CMAKE_SOURCE_DIR}/.venv/bin/python")
+    set(FLEET_PYTHON "${CMAKE_SOURCE_DIR}/.venv/bin/python" CACHE FILEPATH "" FORCE)
+  endif()
+endif()

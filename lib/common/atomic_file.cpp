@@ -1,0 +1,121 @@
+#include "common/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace fleet {
+
+namespace {
+
+ErrorContext context_for(const std::filesystem::path& path) { return {path.string(), "", std::nullopt}; }
+
+// The process umask, read without changing it for longer than an instant.
+mode_t current_umask() {
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  return mask;
+}
+
+void fsync_directory(const std::filesystem::path& dir) {
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;  // some filesystems refuse; the rename itself already happened
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+AtomicFileWriter::AtomicFileWriter(std::filesystem::path target) : target_(std::move(target)) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(target_, ec)) {
+    throw IoError("is a directory, cannot write a file there", context_for(target_));
+  }
+  std::filesystem::path dir = target_.parent_path();
+  if (!dir.empty() && !std::filesystem::is_directory(dir, ec)) {
+    throw IoError("output folder does not exist", context_for(target_));
+  }
+  std::string pattern = (dir / ("." + target_.filename().string() + ".tmp-XXXXXX")).string();
+  std::vector<char> buffer(pattern.begin(), pattern.end());
+  buffer.push_back('\0');
+  fd_ = ::mkostemp(buffer.data(), O_CLOEXEC);
+  if (fd_ < 0) throw IoError(errno_message("cannot create a temporary file", errno), context_for(target_));
+  temp_path_ = buffer.data();
+  // mkstemp makes 0600; give the result the permissions a plain create would.
+  ::fchmod(fd_, 0666 & ~current_umask());
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (!committed_) discard();
+}
+
+void AtomicFileWriter::discard() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  if (!temp_path_.empty()) ::unlink(temp_path_.c_str());
+}
+
+void AtomicFileWriter::write(std::span<const std::byte> bytes) {
+  if (fd_ < 0) throw IoError("internal: write after close", context_for(target_));
+  const std::byte* p = bytes.data();
+  std::size_t left = bytes.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd_, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw IoError(errno_message("cannot write", errno), context_for(target_));
+    }
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+}
+
+void AtomicFileWriter::write(std::string_view text) {
+  write(std::as_bytes(std::span<const char>(text.data(), text.size())));
+}
+
+void AtomicFileWriter::close_fd() {
+  if (fd_ >= 0 && ::close(fd_) != 0) {
+    fd_ = -1;
+    throw IoError(errno_message("cannot close", errno), context_for(target_));
+  }
+  fd_ = -1;
+}
+
+void AtomicFileWriter::commit() {
+  if (committed_) return;
+  if (fd_ < 0) {
+    // Someone else wrote the file by name; reopen it to flush it to disk.
+    fd_ = ::open(temp_path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) throw IoError(errno_message("cannot reopen temporary file", errno), context_for(target_));
+  }
+  if (::fsync(fd_) != 0) throw IoError(errno_message("cannot fsync", errno), context_for(target_));
+  close_fd();
+  if (::rename(temp_path_.c_str(), target_.c_str()) != 0) {
+    throw IoError(errno_message("cannot rename the temporary file into place", errno), context_for(target_));
+  }
+  committed_ = true;
+  fsync_directory(target_.parent_path());
+}
+
+void write_file_atomically(const std::filesystem::path& path, std::string_view contents) {
+  AtomicFileWriter writer(path);
+  writer.write(contents);
+  writer.commit();
+}
+
+void write_file_atomically(const std::filesystem::path& path,
+                           const std::function<void(AtomicFileWriter&)>& fill) {
+  AtomicFileWriter writer(path);
+  fill(writer);
+  writer.commit();
+}
+
+}  // namespace fleet

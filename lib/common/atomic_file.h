@@ -1,0 +1,56 @@
+// Atomic file output: write to a temporary file in the target's folder,
+// fsync, then rename over the target, so a crash or an error never leaves a
+// half-written result and never destroys the previous one.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <functional>
+#include <span>
+#include <string_view>
+
+namespace fleet {
+
+/// One pending atomic write. The temporary file is removed unless commit()
+/// succeeds, so an exception anywhere before commit leaves the target as it was.
+class AtomicFileWriter {
+ public:
+  /// Creates "<dir>/.<name>.tmp-XXXXXX" beside `target`; IoError when the
+  /// folder is missing or not writable, or the target is a directory.
+  explicit AtomicFileWriter(std::filesystem::path target);
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  /// Path of the temporary file, for libraries that open files by name
+  /// (HDF5): call close_fd() first, let them write, then commit().
+  const std::filesystem::path& temp_path() const { return temp_path_; }
+  /// The final path.
+  const std::filesystem::path& target() const { return target_; }
+
+  /// Appends bytes (retrying short writes); IoError on failure.
+  void write(std::span<const std::byte> bytes);
+  /// Appends text.
+  void write(std::string_view text);
+  /// Closes our descriptor so another library can write the temporary file by name.
+  void close_fd();
+  /// fsyncs the data, renames it over the target and fsyncs the folder.
+  void commit();
+
+ private:
+  void discard() noexcept;
+
+  std::filesystem::path target_;
+  std::filesystem::path temp_path_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+/// Writes `contents` to `path` atomically.
+void write_file_atomically(const std::filesystem::path& path, std::string_view contents);
+/// Lets `fill` write through the writer, then commits; any exception from
+/// `fill` discards the temporary file and leaves `path` untouched.
+void write_file_atomically(const std::filesystem::path& path,
+                           const std::function<void(AtomicFileWriter&)>& fill);
+
+}  // namespace fleet

@@ -1,0 +1,97 @@
+#include "common/cli.h"
+
+#include <iostream>
+
+#include "common/error.h"
+#include "fleet/config.h"
+
+namespace fleet {
+
+Tool::Tool(std::string name, std::string description)
+    : name_(std::move(name)), app_(std::make_unique<CLI::App>(std::move(description), name_)) {
+  app_->set_version_flag("--version", [this] { return version_text(); },
+                         "Print the version and build configuration, then exit");
+  app_->add_flag("-v,--verbose", log_options_.verbosity,
+                 "More log output (-v debug, -vv trace)");
+  app_->add_flag("-q,--quiet", log_options_.quiet, "Only warnings and errors; no progress bars");
+  app_->add_option("--log-level", log_options_.level,
+                   std::string("Log level: trace, debug, info, warn, error, critical, off "
+                               "(default info, or $") + kLogLevelEnvVar + ")");
+  app_->fallthrough();  // common flags may follow the subcommand
+}
+
+CLI::App* Tool::add_command(const std::string& name, const std::string& description,
+                            Action action) {
+  CLI::App* command = app_->add_subcommand(name, description);
+  actions_[command] = std::move(action);
+  return command;
+}
+
+void Tool::set_version_details(std::function<std::string()> details) {
+  version_details_ = std::move(details);
+}
+
+std::string Tool::version_text() const {
+  std::string text = name_ + " (gpufleet) " FLEET_VERSION "\n";
+  text += "build: " FLEET_BUILD_TYPE;
+  text += FLEET_WITH_CUDA ? ", CUDA " FLEET_CUDA_VERSION : ", without CUDA";
+  text += FLEET_WITH_TORCH ? ", libtorch " FLEET_TORCH_VERSION : ", without libtorch";
+  if (version_details_) {
+    std::string details = version_details_();
+    if (!details.empty()) text += "\n" + details;
+  }
+  return text;
+}
+
+namespace {
+
+// The deepest selected subcommand that has an action, or null.
+const CLI::App* selected_command(const CLI::App& app,
+                                 const std::map<const CLI::App*, Tool::Action>& actions) {
+  const CLI::App* found = nullptr;
+  for (const CLI::App* sub : app.get_subcommands()) {
+    if (actions.count(sub) != 0) found = sub;
+    if (const CLI::App* deeper = selected_command(*sub, actions)) found = deeper;
+  }
+  return found;
+}
+
+}  // namespace
+
+int Tool::run(int argc, char** argv) {
+  try {
+    app_->parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app_->exit(e);  // --help, --version
+    std::cerr << name_ << ": error: " << e.what() << "\n"
+              << "Run '" << name_ << " --help' for the usage.\n";
+    return static_cast<int>(ExitCode::kUsage);
+  }
+  try {
+    setup_logging(name_, log_options_);
+    const CLI::App* command = selected_command(*app_, actions_);
+    if (command == nullptr) {
+      std::cerr << app_->help();
+      if (actions_.empty()) {
+        std::cerr << name_ << ": error: this build has no subcommands yet\n";
+      } else {
+        std::cerr << name_ << ": error: a subcommand is required\n";
+      }
+      return static_cast<int>(ExitCode::kUsage);
+    }
+    return actions_.at(command)();
+  } catch (const std::bad_alloc&) {
+    std::cerr << name_ << ": error: out of memory\n";
+    return static_cast<int>(ExitCode::kFailure);
+  } catch (const std::exception& e) {
+    std::cerr << name_ << ": error: " << e.what() << "\n";
+    return static_cast<int>(exit_code_for(e));
+  }
+}
+
+CLI::Option* add_json_flag(CLI::App* command, bool* json) {
+  return command->add_flag("--json", *json,
+                           "Print the result as JSON on stdout (logs stay on stderr)");
+}
+
+}  // namespace fleet

@@ -1,0 +1,52 @@
+// Shared command-line scaffolding: every program is a Tool with the same
+// common flags, subcommands with actions, one error line and the exit codes.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "common/logging.h"
+
+namespace fleet {
+
+/// One program: `name subcommand [options]`, with --help, --version, -v, -q,
+/// --log-level defined once here.
+class Tool {
+ public:
+  /// Action of a subcommand; returns the exit code (usually 0) or throws.
+  using Action = std::function<int()>;
+
+  Tool(std::string name, std::string description);
+
+  /// The CLI11 application, for options that belong to the whole program.
+  CLI::App& app() { return *app_; }
+
+  /// Adds a subcommand and the action run after parsing and logging set-up.
+  CLI::App* add_command(const std::string& name, const std::string& description, Action action);
+
+  /// Extra lines printed by --version after the version (build and devices).
+  void set_version_details(std::function<std::string()> details);
+
+  /// Parses, sets up logging, runs the chosen action; maps every error to
+  /// one line on stderr ("name: error: ...") and an exit code.
+  int run(int argc, char** argv);
+
+  /// The text --version prints.
+  std::string version_text() const;
+
+ private:
+  std::string name_;
+  std::unique_ptr<CLI::App> app_;
+  LogOptions log_options_;
+  std::map<const CLI::App*, Action> actions_;
+  std::function<std::string()> version_details_;
+};
+
+/// Adds the `--json` flag (machine-readable result on stdout, logs on stderr).
+CLI::Option* add_json_flag(CLI::App* command, bool* json);
+
+}  // namespace fleet

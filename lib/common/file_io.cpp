@@ -1,0 +1,98 @@
+#include "common/file_io.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <utility>
+
+#include "common/error.h"
+
+namespace fleet {
+
+namespace {
+
+// Closes a descriptor when the scope ends.
+struct FdGuard {
+  int fd;
+  ~FdGuard() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+int open_regular_file(const std::filesystem::path& path, struct stat* st) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw IoError(errno_message("cannot open", errno), {path.string(), "", std::nullopt});
+  if (::fstat(fd, st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw IoError(errno_message("cannot stat", err), {path.string(), "", std::nullopt});
+  }
+  if (S_ISDIR(st->st_mode)) {
+    ::close(fd);
+    throw IoError("is a directory, expected a file", {path.string(), "", std::nullopt});
+  }
+  return fd;
+}
+
+}  // namespace
+
+std::string read_file(const std::filesystem::path& path) {
+  struct stat st {};
+  FdGuard guard{open_regular_file(path, &st)};
+  std::string out;
+  out.resize(static_cast<std::size_t>(st.st_size));
+  std::size_t done = 0;
+  for (;;) {
+    if (done == out.size()) out.resize(out.size() + 65536);  // file grew or is a pipe
+    const ssize_t n = ::read(guard.fd, out.data() + done, out.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw IoError(errno_message("cannot read", errno), {path.string(), "", std::nullopt});
+    }
+    if (n == 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  out.resize(done);
+  return out;
+}
+
+MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
+  struct stat st {};
+  FdGuard guard{open_regular_file(path, &st)};
+  size_ = static_cast<std::size_t>(st.st_size);
+  if (size_ == 0) return;
+  void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, guard.fd, 0);
+  if (p == MAP_FAILED) {
+    size_ = 0;
+    throw IoError(errno_message("cannot mmap", errno), {path.string(), "", std::nullopt});
+  }
+  data_ = static_cast<const std::byte*>(p);
+}
+
+MappedFile::~MappedFile() { release(); }
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : path_(std::move(other.path_)),
+      data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)) {}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this != &other) {
+    release();
+    path_ = std::move(other.path_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+void MappedFile::release() noexcept {
+  if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
+  data_ = nullptr;
+  size_ = 0;
+}
+
+}  // namespace fleet
