@@ -7,7 +7,6 @@ function(fleet_add_library name)
   target_include_directories(${name} PUBLIC
     "${PROJECT_SOURCE_DIR}/lib" "${PROJECT_BINARY_DIR}/generated")
   target_link_libraries(${name} PUBLIC ${ARG_DEPS} PRIVATE fleet_warnings ${ARG_PRIVATE_DEPS})
-  set_target_properties(${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
 endfunction()
 
 # fleet_add_torch_library(name SOURCES ... [DEPS ...]) — a library that includes
@@ -28,12 +27,12 @@ function(fleet_use_torch_pch target)
     # and GCC refuses a precompiled header built with different ones.
     target_link_libraries(fleet_torch_pch PUBLIC ${TORCH_LIBRARIES} PRIVATE fleet_warnings)
     target_precompile_headers(fleet_torch_pch PRIVATE <torch/torch.h>)
-    set_target_properties(fleet_torch_pch PROPERTIES POSITION_INDEPENDENT_CODE ON)
   endif()
   if(NOT target STREQUAL "fleet_torch_pch")
+    # REUSE_FROM needs identical code-generation flags, so no target of the
+    # project sets POSITION_INDEPENDENT_CODE (libraries and programs alike
+    # get the compiler's default).
     target_precompile_headers(${target} REUSE_FROM fleet_torch_pch)
-    # REUSE_FROM needs identical flags; PIC matches because every target sets it.
-    set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE ON)
   endif()
 endfunction()
 
@@ -45,7 +44,7 @@ function(fleet_add_cuda_library name)
   target_include_directories(${name} PUBLIC
     "${PROJECT_SOURCE_DIR}/lib" "${PROJECT_BINARY_DIR}/generated")
   target_link_libraries(${name} PUBLIC ${ARG_DEPS} CUDA::cudart)
-  set_target_properties(${name} PROPERTIES POSITION_INDEPENDENT_CODE ON CUDA_SEPARABLE_COMPILATION OFF)
+  set_target_properties(${name} PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
 endfunction()
 
 # fleet_add_tool(name SOURCES ... DEPS ...) — one program under apps/.

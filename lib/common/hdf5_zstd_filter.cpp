@@ -80,8 +80,17 @@ size_t zstd_filter(unsigned int flags, size_t cd_nelmts, const unsigned int cd_v
   const size_t bound = ZSTD_compressBound(nbytes);
   void* out = H5allocate_memory(bound, false);
   if (out == nullptr) return 0;
-  const size_t written = ZSTD_compress(out, bound, *buf, nbytes, level);
-  if (ZSTD_isError(written)) {
+  // A content checksum (part of the standard frame format, so every reader
+  // accepts it) turns silent corruption of a chunk into a read error.
+  ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  size_t written = cctx == nullptr ? static_cast<size_t>(-1) : 0;
+  if (cctx != nullptr) {
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+    written = ZSTD_compress2(cctx, out, bound, *buf, nbytes);
+    ZSTD_freeCCtx(cctx);
+  }
+  if (cctx == nullptr || ZSTD_isError(written)) {
     H5free_memory(out);
     return 0;
   }

@@ -132,16 +132,22 @@ std::uint64_t JsonValue::as_uint64() const {
   return static_cast<std::uint64_t>(v);
 }
 
+std::string json_error_text(const nlohmann::json::exception& e) {
+  // nlohmann prefixes "[json.exception.parse_error.101] "; keep the human part.
+  std::string message = e.what();
+  if (auto pos = message.find("] "); pos != std::string::npos) message.erase(0, pos + 2);
+  return message;
+}
+
 JsonDocument parse_json(std::string_view text, const std::string& name) {
   try {
     return JsonDocument(nlohmann::json::parse(text), name);
   } catch (const nlohmann::json::parse_error& e) {
-    // nlohmann prefixes "[json.exception.parse_error.101] "; keep the human part.
-    std::string message = e.what();
-    if (auto pos = message.find("] "); pos != std::string::npos) message.erase(0, pos + 2);
     ErrorContext context{name, "", std::nullopt};
     if (e.byte > 0) context.offset = e.byte - 1;  // nlohmann counts from 1
-    throw InputError("malformed JSON: " + message, context);
+    throw InputError("malformed JSON: " + json_error_text(e), context);
+  } catch (const nlohmann::json::exception& e) {  // out_of_range: a number too large
+    throw InputError("malformed JSON: " + json_error_text(e), {name, "", std::nullopt});
   }
 }
 

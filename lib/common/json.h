@@ -110,6 +110,8 @@ JsonDocument parse_json(std::string_view text, const std::string& name);
 JsonDocument load_json_file(const std::filesystem::path& path);
 /// Writes JSON atomically (indent < 0: compact), ending with a newline.
 void write_json_file(const std::filesystem::path& path, const nlohmann::json& json, int indent = 2);
+/// nlohmann's message without its "[json.exception...]" prefix.
+std::string json_error_text(const nlohmann::json::exception& e);
 /// Escapes one key for use in a JSON pointer (RFC 6901: ~ -> ~0, / -> ~1).
 std::string json_pointer_escape(std::string_view key);
 

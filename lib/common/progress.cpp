@@ -115,7 +115,12 @@ void Progress::maybe_report(bool force) {
     std::fprintf(stderr, "\r%s\033[K", line.c_str());
     std::fflush(stderr);
   } else {
-    spdlog::info("{}", render_progress_line(state()));
+    const std::string line = render_progress_line(state());
+    if (sink_) {
+      sink_(line);
+    } else {
+      spdlog::info("{}", line);
+    }
   }
 }
 

@@ -56,6 +56,8 @@ class Progress {
   void set_log_interval(std::chrono::milliseconds interval) { log_interval_ = interval; }
   /// Replaces the clock (tests).
   void set_clock(std::function<Clock::time_point()> clock);
+  /// Replaces where log lines go (default: spdlog info).
+  void set_sink(std::function<void(const std::string&)> sink) { sink_ = std::move(sink); }
 
  private:
   void maybe_report(bool force);
@@ -68,6 +70,7 @@ class Progress {
   ProgressStyle style_;
   bool finished_ = false;
   std::function<Clock::time_point()> clock_;
+  std::function<void(const std::string&)> sink_;
   Clock::time_point start_;
   Clock::time_point last_report_;
   std::chrono::milliseconds log_interval_{10000};

@@ -157,9 +157,9 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::byte> file, cons
   try {
     header = nlohmann::json::parse(text, text + header_len, on_event);
   } catch (const nlohmann::json::parse_error& e) {
-    std::string message = e.what();
-    if (auto pos = message.find("] "); pos != std::string::npos) message.erase(0, pos + 2);
-    fail(file_name, "", "header is not valid JSON: " + message, 8 + (e.byte > 0 ? e.byte - 1 : 0));
+    fail(file_name, "", "header is not valid JSON: " + json_error_text(e), 8 + (e.byte > 0 ? e.byte - 1 : 0));
+  } catch (const nlohmann::json::exception& e) {  // out_of_range: a number too large
+    fail(file_name, "", "header is not valid JSON: " + json_error_text(e));
   }
   if (!header.is_object()) fail(file_name, "", "header must be a JSON object, got " + std::string(header.type_name()));
 

@@ -1,0 +1,96 @@
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "common/file_io.h"
+#include "test_util.h"
+
+namespace fleet {
+namespace {
+
+TEST(AtomicFile, WritesAndReplaces) {
+  testing::TempDir dir;
+  write_file_atomically(dir / "out.txt", "first");
+  EXPECT_EQ(read_file(dir / "out.txt"), "first");
+  write_file_atomically(dir / "out.txt", "second, longer");
+  EXPECT_EQ(read_file(dir / "out.txt"), "second, longer");
+  EXPECT_EQ(testing::list_dir(dir.path()), std::vector<std::string>{"out.txt"});
+}
+
+TEST(AtomicFile, FailureMidwayKeepsThePreviousFileAndLeavesNoTemporary) {
+  testing::TempDir dir;
+  write_file_atomically(dir / "result.json", "previous result");
+  EXPECT_THROW(write_file_atomically(dir / "result.json",
+                                     [](AtomicFileWriter& w) {
+                                       w.write(std::string(1 << 20, 'x'));  // a megabyte already written
+                                       throw RuntimeFailure("simulated failure while writing");
+                                     }),
+               RuntimeFailure);
+  EXPECT_EQ(read_file(dir / "result.json"), "previous result");
+  EXPECT_EQ(testing::list_dir(dir.path()), std::vector<std::string>{"result.json"});
+}
+
+TEST(AtomicFile, TemporaryFileLivesBesideTheTargetUntilCommit) {
+  testing::TempDir dir;
+  {
+    AtomicFileWriter w(dir / "a.bin");
+    EXPECT_EQ(w.temp_path().parent_path(), dir.path());
+    w.write("partial");
+    EXPECT_TRUE(std::filesystem::exists(w.temp_path()));
+    EXPECT_FALSE(std::filesystem::exists(dir / "a.bin"));
+  }  // destroyed without commit
+  EXPECT_TRUE(testing::list_dir(dir.path()).empty());
+}
+
+TEST(AtomicFile, CommitAfterAnotherLibraryWroteByName) {
+  testing::TempDir dir;
+  AtomicFileWriter w(dir / "lib.out");
+  w.close_fd();
+  FILE* f = std::fopen(w.temp_path().c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs("written by name", f);
+  std::fclose(f);
+  w.commit();
+  EXPECT_EQ(read_file(dir / "lib.out"), "written by name");
+}
+
+TEST(AtomicFile, ResultHasUmaskPermissions) {
+  testing::TempDir dir;
+  const mode_t old = ::umask(022);
+  write_file_atomically(dir / "p", "x");
+  ::umask(old);
+  struct stat st {};
+  ASSERT_EQ(::stat((dir / "p").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+}
+
+TEST(AtomicFile, ClearErrorsForImpossibleTargets) {
+  testing::TempDir dir;
+  std::filesystem::create_directory(dir / "sub");
+  try {
+    write_file_atomically(dir / "sub", "x");
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos);
+  }
+  EXPECT_THROW(write_file_atomically(dir / "missing" / "f.txt", "x"), IoError);
+  EXPECT_TRUE(std::filesystem::is_directory(dir / "sub"));
+}
+
+TEST(FileIo, MapsAndReads) {
+  testing::TempDir dir;
+  write_file_atomically(dir / "m", "hello");
+  MappedFile map(dir / "m");
+  ASSERT_EQ(map.size(), 5u);
+  EXPECT_EQ(static_cast<char>(map.bytes()[4]), 'o');
+  MappedFile moved = std::move(map);
+  EXPECT_EQ(moved.size(), 5u);
+  write_file_atomically(dir / "empty", "");
+  EXPECT_EQ(MappedFile(dir / "empty").size(), 0u);
+  EXPECT_THROW(MappedFile(dir / "absent"), IoError);
+}
+
+}  // namespace
+}  // namespace fleet
