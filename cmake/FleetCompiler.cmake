@@ -21,7 +21,7 @@ target_compile_options(fleet_warnings INTERFACE
 
 if(SANITIZE)
   set(_fleet_san "-fsanitize=${SANITIZE}" -fno-omit-frame-pointer -fno-sanitize-recover=all)
-  add_compile_options($<$<COMPILE_LANGUAGE:C,CXX>:${_fleet_san}>)
+  add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:${_fleet_san}>")
   add_link_options(${_fleet_san})
   message(STATUS "Sanitizers: ${SANITIZE}")
 endif()
