@@ -1,9 +1,42 @@
-// orion-run: Collocate a latency-critical job with best-effort jobs on one GPU under Orion's kernel scheduling.
+// orion-run: collocate a latency-critical job with best-effort jobs on one GPU under Orion's kernel scheduling.
 #include "common/cli.h"
 #include "devices/device_info.h"
+#include "orion/commands.h"
 
 int main(int argc, char** argv) {
-  fleet::Tool tool("orion-run", "Collocate a latency-critical job with best-effort jobs on one GPU under Orion's kernel scheduling.");
+  fleet::Tool tool("orion-run",
+                   "Collocate a latency-critical job with best-effort jobs on one GPU under Orion's kernel scheduling.");
   tool.set_version_details(fleet::devices::version_details);
+
+  fleet::orion::SimulateOptions sim;
+  std::string trace, csv, latencies;
+  std::uint64_t seed = 0;
+  std::int64_t requests = 0;
+  CLI::App* simulate = tool.add_command(
+      "simulate", "Simulate a workload on a GPU model under a policy and compare with dedicated GPUs", [&] {
+        if (!trace.empty()) sim.trace = trace;
+        if (!csv.empty()) sim.csv = csv;
+        if (!latencies.empty()) sim.latencies_csv = latencies;
+        if (seed != 0) sim.seed = seed;
+        if (requests != 0) sim.requests = requests;
+        return fleet::orion::run_simulate(sim);
+      });
+  simulate->add_option("-w,--workload", sim.workload, "Workload JSON (ours, or Orion's config list)")->required();
+  simulate->add_option("-p,--policy", sim.policy,
+                       "orion, temporal, streams, mps, reef, tick-tock, dedicated, or all (one table)")
+      ->capture_default_str();
+  simulate->add_option("--profiles", sim.profile_dirs, "Folders to look for kernel profiles in (repeatable)");
+  simulate->add_option("--trace", trace, "Write a Chrome/Perfetto timeline of the (first) policy's run");
+  simulate->add_option("--csv", csv, "Write the comparison table as CSV");
+  simulate->add_option("--latencies", latencies, "Write every measured latency as CSV (for CDF plots)");
+  simulate->add_option("--seed", seed, "Override the workload's random seed (arrivals)");
+  simulate->add_option("--requests", requests, "Override the request count of bounded clients");
+  simulate->add_option("--dur-threshold", sim.dur_threshold,
+                       "orion: outstanding best-effort work cap, as a fraction of the HP request latency")
+      ->capture_default_str();
+  simulate->add_option("--sm-threshold", sim.sm_threshold,
+                       "orion: largest SM need of a best-effort kernel during HP requests (-1: Orion's default)")
+      ->capture_default_str();
+  fleet::add_json_flag(simulate, &sim.json);
   return tool.run(argc, argv);
 }

@@ -1,0 +1,129 @@
+#include "orion/commands.h"
+
+#include <algorithm>
+#include <iostream>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "common/chrome_trace.h"
+#include "common/error.h"
+#include "common/file_io.h"
+#include "common/json.h"
+#include "common/stats.h"
+#include "orion/ncu_import.h"
+#include "orion/report.h"
+#include "orion/simulator.h"
+
+namespace fleet::orion {
+
+int run_simulate(const SimulateOptions& options) {
+  Workload workload = load_workload(options.workload, options.profile_dirs);
+  if (options.seed) workload.seed = *options.seed;
+  if (options.requests) {
+    if (*options.requests <= 0) throw UsageError("--requests must be positive");
+    for (ClientSpec& c : workload.clients) {
+      if (c.requests > 0) {
+        c.requests = *options.requests;
+        c.warmup = std::min(c.warmup, c.requests / 2);
+      }
+    }
+  }
+  if (!(options.dur_threshold > 0 && options.dur_threshold < 1)) throw UsageError("--dur-threshold must be in (0, 1)");
+
+  std::vector<std::string> policies;
+  if (options.policy == "all") {
+    const bool all_training = std::all_of(workload.clients.begin(), workload.clients.end(),
+                                          [](const ClientSpec& c) { return c.training; });
+    for (const std::string& p : policy_names()) {
+      if (p == "dedicated" || (p == "tick-tock" && !all_training)) continue;  // tick-tock needs training jobs only
+      policies.push_back(p);
+    }
+  } else {
+    make_policy(options.policy == "dedicated" ? "streams" : options.policy, workload);  // validates the name
+    if (options.policy != "dedicated") policies.push_back(options.policy);
+  }
+
+  SimOptions sim;
+  sim.policy.dur_threshold_fraction = options.dur_threshold;
+  sim.policy.sm_threshold = options.sm_threshold;
+  spdlog::info("simulating {} client(s) on {} from {}", workload.clients.size(), workload.device.name, workload.source);
+  const SimResult dedicated = simulate(workload, "dedicated", sim);
+  std::vector<SimResult> results;
+  ChromeTrace trace;
+  for (std::size_t i = 0; i < policies.size(); ++i) {
+    const bool traced = options.trace && i == 0;
+    results.push_back(simulate(workload, policies[i], sim, traced ? &trace : nullptr));
+    spdlog::info("policy {}: {:.1f} s simulated, {} kernels", policies[i], results.back().simulated_s,
+                 results.back().kernels);
+  }
+  std::vector<SimResult> table = {dedicated};
+  table.insert(table.end(), results.begin(), results.end());
+  const auto rows = compare_to_dedicated(table, dedicated);
+
+  if (options.trace) {
+    if (results.empty()) throw UsageError("--trace needs a policy other than 'dedicated'");
+    trace.write(*options.trace);
+    spdlog::info("wrote timeline of policy {} to {}", results.front().policy, options.trace->string());
+  }
+  if (options.csv) write_comparison_csv(*options.csv, rows);
+  if (options.latencies_csv) write_latencies_csv(*options.latencies_csv, table);
+  if (options.json) {
+    nlohmann::json out = comparison_to_json(rows);
+    out["device"] = workload.device.name;
+    out["workload"] = workload.source;
+    out["seed"] = workload.seed;
+    std::cout << out.dump(2) << "\n";
+  } else {
+    std::cout << format_comparison_table(rows);
+  }
+  return 0;
+}
+
+int run_import_ncu(const ImportNcuOptions& options) {
+  const DeviceSpec& device = device_by_name(options.device);
+  const KernelProfile profile = import_ncu_csv(read_file(options.input), options.input.string(), device);
+  write_kernel_profile(options.output, profile);
+  spdlog::info("imported {} kernels ({:.3f} ms) from {} into {}", profile.kernels.size(),
+               profile.total_duration_ns() / 1e6, options.input.string(), options.output.string());
+  return 0;
+}
+
+int run_summarize(const SummarizeOptions& options) {
+  const KernelProfile profile = read_kernel_profile(options.profile);
+  const double total_ns = profile.total_duration_ns();
+  double by_class[3] = {0, 0, 0};
+  int count_by_class[3] = {0, 0, 0};
+  std::vector<double> sms;
+  for (const KernelRecord& k : profile.kernels) {
+    const int c = static_cast<int>(k.profile) + 1;
+    by_class[c] += k.duration_ns;
+    ++count_by_class[c];
+    sms.push_back(static_cast<double>(k.sm_usage));
+  }
+  const Summary sm = summarize(sms);
+  const char* names[3] = {"unknown", "memory", "compute"};
+  if (options.json) {
+    nlohmann::json out = {{"profile", options.profile.string()}, {"kernels", profile.kernels.size()},
+                          {"total_ms", total_ns / 1e6}};
+    for (int c = 0; c < 3; ++c) {
+      out["classes"][names[c]] = {{"kernels", count_by_class[c]}, {"ms", by_class[c] / 1e6},
+                                  {"fraction", total_ns > 0 ? by_class[c] / total_ns : 0}};
+    }
+    out["sm_usage"] = {{"min", sm.min}, {"p50", sm.p50}, {"p90", sm.p90}, {"p99", sm.p99}, {"max", sm.max}, {"mean", sm.mean}};
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << fmt::format("profile:     {}\nkernels:     {}\ntotal time:  {:.3f} ms\n", options.profile.string(),
+                           profile.kernels.size(), total_ns / 1e6);
+  std::cout << "time per class:\n";
+  for (int c : {2, 1, 0}) {
+    std::cout << fmt::format("  {:<8} {:>6} kernels {:>10.3f} ms {:>6.1f}%\n", names[c], count_by_class[c],
+                             by_class[c] / 1e6, total_ns > 0 ? 100.0 * by_class[c] / total_ns : 0.0);
+  }
+  std::cout << fmt::format("SMs needed:  min {:.0f}, p50 {:.0f}, p90 {:.0f}, p99 {:.0f}, max {:.0f}, mean {:.1f}\n", sm.min,
+                           sm.p50, sm.p90, sm.p99, sm.max, sm.mean);
+  return 0;
+}
+
+}  // namespace fleet::orion

@@ -1,0 +1,49 @@
+// Entry points of orion-profile and orion-run: each takes its options,
+// does the work, prints to stdout and returns the exit code.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fleet::orion {
+
+/// Options of `orion-run simulate`.
+struct SimulateOptions {
+  std::filesystem::path workload;
+  std::string policy = "orion";                 ///< a policy name or "all"
+  std::vector<std::filesystem::path> profile_dirs;
+  std::optional<std::filesystem::path> trace;   ///< Chrome trace of the (first non-dedicated) run
+  std::optional<std::filesystem::path> csv;     ///< comparison table as CSV
+  std::optional<std::filesystem::path> latencies_csv;
+  std::optional<std::uint64_t> seed;
+  std::optional<std::int64_t> requests;         ///< overrides the HP client's request count
+  double dur_threshold = 0.025;
+  int sm_threshold = -1;
+  bool json = false;
+};
+
+/// Runs the simulation(s) and prints the comparison with the dedicated baseline.
+int run_simulate(const SimulateOptions& options);
+
+/// Options of `orion-profile import-ncu`.
+struct ImportNcuOptions {
+  std::filesystem::path input;
+  std::string device = "v100";
+  std::filesystem::path output;
+};
+
+/// Converts an Nsight Compute CSV export to our profile CSV.
+int run_import_ncu(const ImportNcuOptions& options);
+
+/// Options of `orion-profile summarize`.
+struct SummarizeOptions {
+  std::filesystem::path profile;
+  bool json = false;
+};
+
+/// Prints kernel count, total time, time per class and the SM-need distribution.
+int run_summarize(const SummarizeOptions& options);
+
+}  // namespace fleet::orion

@@ -1,0 +1,104 @@
+#include "orion/kernel_profile.h"
+
+#include <cmath>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "common/atomic_file.h"
+#include "common/csv.h"
+#include "common/error.h"
+
+namespace fleet::orion {
+
+const char* kernel_class_name(KernelClass c) {
+  switch (c) {
+    case KernelClass::kCompute: return "compute";
+    case KernelClass::kMemory: return "memory";
+    case KernelClass::kUnknown: return "unknown";
+  }
+  return "?";
+}
+
+double KernelProfile::total_duration_ns() const {
+  double total = 0;
+  for (const auto& k : kernels) total += k.duration_ns;
+  return total;
+}
+
+KernelProfile read_kernel_profile(const std::filesystem::path& path) {
+  const CsvTable table = CsvTable::read(path);
+  const std::size_t name = table.require_column("Name");
+  const std::size_t profile = table.require_column("Profile");
+  const std::size_t footprint = table.require_column("Memory_footprint");
+  const std::size_t sms = table.require_column("SM_usage");
+  const std::size_t duration = table.require_column("Duration");
+  auto optional = [&](const char* column) { return table.column(column); };
+  const auto grid = optional("Grid"), block = optional("Block"), regs = optional("Registers");
+  const auto static_smem = optional("Static_shmem"), dynamic_smem = optional("Dynamic_shmem");
+  const auto flops = optional("FLOPs"), dram = optional("DRAM_bytes");
+
+  KernelProfile out;
+  out.source = path.string();
+  out.kernels.reserve(table.rows());
+  for (std::size_t r = 0; r < table.rows(); ++r) {
+    KernelRecord k;
+    k.name = table.at(r, name);
+    const long long cls = table.integer(r, profile);
+    if (cls < -1 || cls > 1) table.fail(r, profile, "profile must be 1 (compute), 0 (memory) or -1 (unknown)");
+    k.profile = static_cast<KernelClass>(cls);
+    k.memory_footprint = table.integer(r, footprint);
+    k.sm_usage = table.integer(r, sms);
+    if (k.sm_usage < 0) table.fail(r, sms, "SM usage cannot be negative");
+    k.duration_ns = table.number(r, duration);
+    if (k.duration_ns < 0) table.fail(r, duration, "duration cannot be negative");
+    auto int_or_zero = [&](const std::optional<std::size_t>& c) -> long long {
+      if (!c || table.at(r, *c).empty()) return 0;
+      const long long v = table.integer(r, *c);
+      if (v < 0) table.fail(r, *c, "cannot be negative");
+      return v;
+    };
+    auto num_or_unknown = [&](const std::optional<std::size_t>& c) -> double {
+      return (!c || table.at(r, *c).empty()) ? -1.0 : table.number(r, *c);
+    };
+    k.grid_blocks = int_or_zero(grid);
+    k.threads_per_block = static_cast<int>(int_or_zero(block));
+    k.registers_per_thread = static_cast<int>(int_or_zero(regs));
+    k.static_shared_bytes = int_or_zero(static_smem);
+    k.dynamic_shared_bytes = int_or_zero(dynamic_smem);
+    k.flops = num_or_unknown(flops);
+    k.dram_bytes = num_or_unknown(dram);
+    out.kernels.push_back(std::move(k));
+  }
+  return out;
+}
+
+void write_kernel_profile(const std::filesystem::path& path, const KernelProfile& profile) {
+  std::ostringstream out;
+  out << "Name,Profile,Memory_footprint,SM_usage,Duration,Grid,Block,Registers,Static_shmem,Dynamic_shmem,FLOPs,"
+         "DRAM_bytes\n";
+  auto opt_int = [](std::int64_t v) { return v > 0 ? std::to_string(v) : std::string(); };
+  auto opt_num = [](double v) { return v >= 0 ? fmt::format("{}", v) : std::string(); };
+  for (const KernelRecord& k : profile.kernels) {
+    out << csv_escape(k.name) << ',' << static_cast<int>(k.profile) << ',' << k.memory_footprint << ',' << k.sm_usage
+        << ',' << fmt::format("{}", k.duration_ns) << ',' << opt_int(k.grid_blocks) << ','
+        << opt_int(k.threads_per_block) << ',' << opt_int(k.registers_per_thread) << ','
+        << opt_int(k.static_shared_bytes) << ',' << opt_int(k.dynamic_shared_bytes) << ',' << opt_num(k.flops) << ','
+        << opt_num(k.dram_bytes) << '\n';
+  }
+  write_file_atomically(path, out.str());
+}
+
+KernelClass classify_by_roofline(double flops, double dram_bytes, const DeviceSpec& device) {
+  if (flops < 0 || dram_bytes < 0) return KernelClass::kUnknown;
+  if (dram_bytes == 0) return flops > 0 ? KernelClass::kCompute : KernelClass::kUnknown;
+  return flops / dram_bytes >= device.ridge_point() ? KernelClass::kCompute : KernelClass::kMemory;
+}
+
+KernelClass classify_by_utilization(double sm_pct, double dram_pct, double min_pct) {
+  if (std::isnan(sm_pct) || std::isnan(dram_pct)) return KernelClass::kUnknown;
+  if (sm_pct < min_pct && dram_pct < min_pct) return KernelClass::kUnknown;
+  return sm_pct >= dram_pct ? KernelClass::kCompute : KernelClass::kMemory;
+}
+
+}  // namespace fleet::orion

@@ -1,0 +1,132 @@
+#include <algorithm>
+#include <array>
+
+#include "common/error.h"
+#include "orion/policy.h"
+
+namespace fleet::orion {
+
+namespace {
+
+bool complementary(KernelClass a, KernelClass b) {
+  return a == KernelClass::kUnknown || b == KernelClass::kUnknown || a != b;
+}
+
+// Orion: HP kernels at once; a BE kernel while an HP request is in flight only
+// if its SM need is under the threshold and its class complements the running
+// HP kernel's; outstanding BE work stays under DUR_THRESHOLD.
+class OrionPolicy : public Policy {
+ public:
+  OrionPolicy(const Workload& w, const PolicyOptions& o) : options_(o) {
+    sm_threshold_ = o.sm_threshold;
+    if (sm_threshold_ < 0) {
+      // Orion's choice: the whole GPU when the HP client serves inference,
+      // half the largest BE kernel's need when it trains.
+      bool hp_training = false;
+      std::int64_t be_max = 0;
+      for (const ClientSpec& c : w.clients) {
+        if (c.high_priority) hp_training = c.training;
+        if (!c.high_priority) {
+          for (const SimKernel& k : c.kernels) be_max = std::max(be_max, k.sm_usage);
+        }
+      }
+      sm_threshold_ = hp_training ? static_cast<int>(std::max<std::int64_t>(1, be_max / 2)) : w.device.sm_count;
+    }
+  }
+  std::string_view name() const override { return "orion"; }
+  bool admit(const SchedulerView& v, int client, std::size_t, std::size_t, const SimKernel& k) override {
+    if (client == v.hp_client) return true;
+    // Outstanding BE work stays under DUR_THRESHOLD at all times (as in
+    // Orion's scheduler), so an HP request arriving while the GPU runs BE
+    // work waits for at most that much; a longer kernel goes alone.
+    const double cap = options_.dur_threshold_fraction * v.hp_request_solo_us;
+    if (v.be_outstanding_kernels > 0 && v.be_outstanding_us + k.duration_us > cap) return false;
+    if (!v.hp_request_active) return true;
+    if (k.sm_usage > sm_threshold_) return false;
+    return v.hp_current == nullptr || v.hp_current_done || complementary(v.hp_current->cls, k.cls);
+  }
+
+ private:
+  PolicyOptions options_;
+  int sm_threshold_ = 0;
+};
+
+// Everything released at once, HP on a high-priority stream.
+class StreamsPolicy : public Policy {
+ public:
+  std::string_view name() const override { return "streams"; }
+  bool admit(const SchedulerView&, int, std::size_t, std::size_t, const SimKernel&) override { return true; }
+};
+
+// MPS-like free-for-all: everything at once, no stream priorities.
+class MpsPolicy : public StreamsPolicy {
+ public:
+  std::string_view name() const override { return "mps"; }
+  bool priority_streams() const override { return false; }
+};
+
+// Temporal sharing: one request or iteration owns the GPU at a time.
+class TemporalPolicy : public StreamsPolicy {
+ public:
+  std::string_view name() const override { return "temporal"; }
+  bool exclusive_requests() const override { return true; }
+};
+
+// REEF-like: during an HP request a BE kernel runs beside the HP kernel only
+// if it is no longer and needs no more SMs than that HP kernel.
+class ReefPolicy : public Policy {
+ public:
+  std::string_view name() const override { return "reef"; }
+  bool admit(const SchedulerView& v, int client, std::size_t, std::size_t, const SimKernel& k) override {
+    if (client == v.hp_client || !v.hp_request_active) return true;
+    if (v.hp_current == nullptr || v.hp_current_done) return false;
+    return k.duration_us <= v.hp_current->duration_us && k.sm_usage <= v.hp_current->sm_usage;
+  }
+};
+
+// Tick-Tock for training jobs: an iteration is a forward half then a backward
+// half, and no two jobs run the same half at once, so one job's forward
+// overlaps another's backward.
+class TickTockPolicy : public Policy {
+ public:
+  std::string_view name() const override { return "tick-tock"; }
+  bool admit(const SchedulerView&, int client, std::size_t index, std::size_t count, const SimKernel&) override {
+    const int phase = index < count / 2 ? 0 : 1;
+    if (owner_[phase] == -1) owner_[phase] = client;
+    return owner_[phase] == client;
+  }
+  void on_complete(int client, std::size_t index, std::size_t count) override {
+    const bool end_of_forward = index + 1 == count / 2;
+    const bool end_of_backward = index + 1 == count;
+    if (end_of_forward && owner_[0] == client) owner_[0] = -1;
+    if (end_of_backward && owner_[1] == client) owner_[1] = -1;
+  }
+
+ private:
+  std::array<int, 2> owner_{-1, -1};
+};
+
+}  // namespace
+
+const std::vector<std::string>& policy_names() {
+  static const std::vector<std::string> names = {"dedicated", "temporal", "streams", "mps", "reef", "tick-tock", "orion"};
+  return names;
+}
+
+std::unique_ptr<Policy> make_policy(std::string_view name, const Workload& workload, const PolicyOptions& options) {
+  if (name == "orion") return std::make_unique<OrionPolicy>(workload, options);
+  if (name == "streams") return std::make_unique<StreamsPolicy>();
+  if (name == "mps") return std::make_unique<MpsPolicy>();
+  if (name == "temporal") return std::make_unique<TemporalPolicy>();
+  if (name == "reef") return std::make_unique<ReefPolicy>();
+  if (name == "tick-tock") {
+    for (const ClientSpec& c : workload.clients) {
+      if (!c.training) throw InputError("tick-tock interleaves training jobs; client '" + c.name + "' is inference");
+    }
+    return std::make_unique<TickTockPolicy>();
+  }
+  throw InputError("unknown policy '" + std::string(name) +
+                   "' (orion, temporal, streams, mps, reef, tick-tock, dedicated, all)");
+}
+
+}  // namespace fleet::orion

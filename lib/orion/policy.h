@@ -1,0 +1,55 @@
+// Scheduling policies behind one interface, shared by the simulator and the
+// live scheduler: each decides, kernel by kernel, when a client's next
+// launched kernel may be released to the GPU.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "orion/workload.h"
+
+namespace fleet::orion {
+
+/// What a policy may look at when deciding. Filled by the scheduler.
+struct SchedulerView {
+  int device_sms = 0;
+  int hp_client = -1;                       ///< index of the high-priority client, -1 if none
+  bool hp_request_active = false;           ///< an HP request/iteration has arrived and not finished
+  const SimKernel* hp_current = nullptr;    ///< HP kernel most recently released (null before its first)
+  bool hp_current_done = true;              ///< that kernel has completed
+  double be_outstanding_us = 0;             ///< solo duration of released, unfinished BE kernels
+  int be_outstanding_kernels = 0;
+  double hp_request_solo_us = 0;            ///< solo latency of one HP request (sum of its kernels)
+};
+
+/// Tunables of the policies (defaults follow Orion's code and paper).
+struct PolicyOptions {
+  double dur_threshold_fraction = 0.025;  ///< orion: outstanding BE work cap, fraction of the HP request latency
+  int sm_threshold = -1;                  ///< orion: max SM need of a BE kernel during HP requests (-1: auto)
+};
+
+/// The decision interface.
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  /// Short name ("orion", "mps", ...).
+  virtual std::string_view name() const = 0;
+  /// May `client`'s kernel number `index` (of `count` in its request) go to the GPU now?
+  virtual bool admit(const SchedulerView& view, int client, std::size_t index, std::size_t count,
+                     const SimKernel& kernel) = 0;
+  /// A released kernel finished.
+  virtual void on_complete(int client, std::size_t index, std::size_t count) {}
+  /// True: one request/iteration at a time on the whole GPU (temporal sharing).
+  virtual bool exclusive_requests() const { return false; }
+  /// True: the HP client's stream has priority when SMs are handed out.
+  virtual bool priority_streams() const { return true; }
+};
+
+/// Names accepted by make_policy, in table order ("dedicated" is a run mode, listed too).
+const std::vector<std::string>& policy_names();
+/// Creates a policy: orion, temporal, streams, mps, reef, tick-tock. InputError otherwise.
+std::unique_ptr<Policy> make_policy(std::string_view name, const Workload& workload, const PolicyOptions& options = {});
+
+}  // namespace fleet::orion

@@ -1,0 +1,100 @@
+#include "orion/report.h"
+
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "common/atomic_file.h"
+#include "common/csv.h"
+
+namespace fleet::orion {
+
+std::vector<ComparisonRow> compare_to_dedicated(const std::vector<SimResult>& results, const SimResult& dedicated) {
+  std::vector<ComparisonRow> rows;
+  for (const SimResult& r : results) {
+    for (std::size_t i = 0; i < r.clients.size(); ++i) {
+      const ClientResult& c = r.clients[i];
+      const ClientResult& d = dedicated.clients.at(i);
+      ComparisonRow row;
+      row.policy = r.policy;
+      row.client = c.name;
+      row.high_priority = c.high_priority;
+      row.training = c.training;
+      row.completed = c.completed;
+      row.p50_ms = c.p50_ms;
+      row.p95_ms = c.p95_ms;
+      row.p99_ms = c.p99_ms;
+      row.mean_ms = c.mean_ms;
+      row.throughput_per_s = c.throughput_per_s;
+      row.p99_vs_dedicated = d.p99_ms > 0 ? c.p99_ms / d.p99_ms : 0;
+      row.throughput_vs_dedicated = d.throughput_per_s > 0 ? c.throughput_per_s / d.throughput_per_s : 0;
+      row.busy_fraction = r.busy_fraction;
+      row.sm_utilization = r.sm_utilization;
+      rows.push_back(row);
+    }
+  }
+  return rows;
+}
+
+std::string format_comparison_table(const std::vector<ComparisonRow>& rows) {
+  std::ostringstream out;
+  out << fmt::format("{:<10} {:<22} {:<5} {:>7} {:>9} {:>9} {:>9} {:>8} {:>10} {:>8} {:>6}\n", "policy", "client", "role",
+                     "done", "p50 ms", "p95 ms", "p99 ms", "p99/ded", "thru /s", "thru/ded", "busy%");
+  std::string last_policy;
+  for (const ComparisonRow& r : rows) {
+    if (!last_policy.empty() && r.policy != last_policy) out << "\n";
+    last_policy = r.policy;
+    out << fmt::format("{:<10} {:<22} {:<5} {:>7} {:>9.2f} {:>9.2f} {:>9.2f} {:>8.2f} {:>10.2f} {:>8.2f} {:>6.1f}\n",
+                       r.policy, r.client.substr(0, 22), r.high_priority ? "HP" : "BE", r.completed, r.p50_ms, r.p95_ms,
+                       r.p99_ms, r.p99_vs_dedicated, r.throughput_per_s, r.throughput_vs_dedicated,
+                       100.0 * r.busy_fraction);
+  }
+  return out.str();
+}
+
+nlohmann::json comparison_to_json(const std::vector<ComparisonRow>& rows) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const ComparisonRow& r : rows) {
+    out.push_back({{"policy", r.policy}, {"client", r.client}, {"role", r.high_priority ? "high" : "best-effort"},
+                   {"kind", r.training ? "training" : "inference"}, {"completed", r.completed}, {"p50_ms", r.p50_ms},
+                   {"p95_ms", r.p95_ms}, {"p99_ms", r.p99_ms}, {"mean_ms", r.mean_ms},
+                   {"throughput_per_s", r.throughput_per_s}, {"p99_vs_dedicated", r.p99_vs_dedicated},
+                   {"throughput_vs_dedicated", r.throughput_vs_dedicated}, {"gpu_busy_fraction", r.busy_fraction},
+                   {"sm_utilization", r.sm_utilization}});
+  }
+  return {{"rows", out}};
+}
+
+void write_comparison_csv(const std::filesystem::path& path, const std::vector<ComparisonRow>& rows) {
+  std::ostringstream out;
+  out << "policy,client,role,kind,completed,p50_ms,p95_ms,p99_ms,mean_ms,throughput_per_s,p99_vs_dedicated,"
+         "throughput_vs_dedicated,gpu_busy_fraction,sm_utilization\n";
+  for (const ComparisonRow& r : rows) {
+    out << csv_escape(r.policy) << ',' << csv_escape(r.client) << ',' << (r.high_priority ? "high" : "best-effort") << ','
+        << (r.training ? "training" : "inference") << ',' << r.completed << ','
+        << fmt::format("{},{},{},{},{},{},{},{},{}\n", r.p50_ms, r.p95_ms, r.p99_ms, r.mean_ms, r.throughput_per_s,
+                       r.p99_vs_dedicated, r.throughput_vs_dedicated, r.busy_fraction, r.sm_utilization);
+  }
+  write_file_atomically(path, out.str());
+}
+
+void write_latencies_csv(const std::filesystem::path& path, const std::vector<SimResult>& results) {
+  write_file_atomically(path, [&](AtomicFileWriter& file) {
+    file.write("policy,client,request,latency_ms\n");
+    std::string buffer;
+    for (const SimResult& r : results) {
+      for (const ClientResult& c : r.clients) {
+        for (std::size_t i = 0; i < c.latencies_ms.size(); ++i) {
+          buffer += fmt::format("{},{},{},{}\n", csv_escape(r.policy), csv_escape(c.name), i, c.latencies_ms[i]);
+          if (buffer.size() > (1 << 20)) {
+            file.write(buffer);
+            buffer.clear();
+          }
+        }
+      }
+    }
+    file.write(buffer);
+  });
+}
+
+}  // namespace fleet::orion

@@ -1,0 +1,41 @@
+// Reports of simulations: per policy and client, latency percentiles and
+// throughput next to the dedicated-GPU baseline; as a table, JSON and CSV.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "orion/simulator.h"
+
+namespace fleet::orion {
+
+/// One row: a client under one policy, compared with its dedicated run.
+struct ComparisonRow {
+  std::string policy;
+  std::string client;
+  bool high_priority = false;
+  bool training = false;
+  std::int64_t completed = 0;
+  double p50_ms = 0, p95_ms = 0, p99_ms = 0, mean_ms = 0;
+  double throughput_per_s = 0;
+  double p99_vs_dedicated = 0;         ///< p99 / dedicated p99
+  double throughput_vs_dedicated = 0;  ///< throughput / dedicated throughput
+  double busy_fraction = 0;            ///< GPU time with work, for the policy's run
+  double sm_utilization = 0;
+};
+
+/// Rows for every client of every result, relative to `dedicated`.
+std::vector<ComparisonRow> compare_to_dedicated(const std::vector<SimResult>& results, const SimResult& dedicated);
+/// Fixed-width table for a terminal.
+std::string format_comparison_table(const std::vector<ComparisonRow>& rows);
+/// {"rows": [...]} for --json.
+nlohmann::json comparison_to_json(const std::vector<ComparisonRow>& rows);
+/// CSV, one row per policy and client.
+void write_comparison_csv(const std::filesystem::path& path, const std::vector<ComparisonRow>& rows);
+/// CSV of every measured latency: policy,client,request,latency_ms (for CDF plots).
+void write_latencies_csv(const std::filesystem::path& path, const std::vector<SimResult>& results);
+
+}  // namespace fleet::orion

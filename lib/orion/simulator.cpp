@@ -1,0 +1,410 @@
+#include "orion/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "common/error.h"
+#include "common/stats.h"
+
+namespace fleet::orion {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kEps = 1e-9;
+
+int class_index(KernelClass c) { return static_cast<int>(c) + 1; }
+
+struct RunningKernel {
+  int client;
+  std::size_t index;
+  const SimKernel* kernel;
+  double remaining_us;  // solo-time units left
+  int sms;
+  double speed = 1;
+  double start_us;
+};
+
+struct ClientRun {
+  const ClientSpec* spec = nullptr;
+  std::vector<double> arrivals_us;  // open loop
+  std::size_t next_arrival = 0;
+  std::int64_t requests_started = 0;
+  // Current request.
+  const std::vector<SimKernel>* kernels = nullptr;
+  bool active = false;
+  double request_arrival_us = 0;
+  std::size_t launched = 0, released = 0, started = 0, completed = 0;
+  double next_launch_us = 0;
+  bool on_gpu = false;
+  // Results.
+  std::int64_t done = 0;
+  double measure_start_us = -1;
+  std::vector<double> latencies_ms;
+  double last_done_us = 0;
+
+  bool limit_reached() const { return spec->requests > 0 && requests_started >= spec->requests; }
+  bool finished() const { return spec->requests > 0 && done >= spec->requests; }
+  std::size_t count() const { return kernels->size(); }
+};
+
+class Simulation {
+ public:
+  Simulation(const Workload& w, Policy& policy, const SimOptions& options, ChromeTrace* trace)
+      : w_(w), policy_(policy), options_(options), trace_(trace), sms_(w.device.sm_count) {
+    clients_.resize(w.clients.size());
+    for (std::size_t i = 0; i < w.clients.size(); ++i) {
+      ClientRun& c = clients_[i];
+      c.spec = &w.clients[i];
+      if (c.spec->high_priority) {
+        view_.hp_client = static_cast<int>(i);
+        for (const SimKernel& k : c.spec->kernels) view_.hp_request_solo_us += k.duration_us;
+      }
+      if (c.spec->arrivals.kind != ArrivalKind::kClosedLoop) {
+        const std::int64_t n = c.spec->requests > 0 ? c.spec->requests : open_loop_horizon(*c.spec);
+        for (double t : generate_arrivals(c.spec->arrivals, n, w.seed + 7919 * c.spec->arrival_stream)) c.arrivals_us.push_back(t * 1e6);
+      }
+    }
+    view_.device_sms = sms_;
+    capacity_ = static_cast<int>(std::floor(options.model.coresidence * sms_));
+    dispatch_order_.resize(clients_.size());
+    for (std::size_t i = 0; i < clients_.size(); ++i) dispatch_order_[i] = static_cast<int>(i);
+    if (policy_.priority_streams() && view_.hp_client >= 0) {
+      std::stable_partition(dispatch_order_.begin(), dispatch_order_.end(), [&](int c) { return c == view_.hp_client; });
+    }
+    if (trace_ != nullptr) {
+      trace_->set_process_name(1, std::string("GPU (") + w.device.name + ", policy " + std::string(policy.name()) + ")");
+      for (std::size_t i = 0; i < clients_.size(); ++i) {
+        const ClientSpec& s = *clients_[i].spec;
+        trace_->set_thread_name(1, static_cast<int>(2 * i), s.name + (s.high_priority ? " [HP] kernels" : " [BE] kernels"),
+                                static_cast<int>(2 * i));
+        trace_->set_thread_name(1, static_cast<int>(2 * i + 1), s.name + " requests", static_cast<int>(2 * i + 1));
+      }
+    }
+  }
+
+  SimResult run() {
+    for (int i : dispatch_order_) try_start_request(i);
+    while (!done()) {
+      schedule();
+      update_speeds();
+      trace_sm_counter();
+      const double next = next_event();
+      if (next == kInf) {
+        if (done()) break;
+        throw RuntimeFailure("simulation stalled under policy '" + std::string(policy_.name()) +
+                             "': work is waiting but nothing can run");
+      }
+      advance(next);
+      complete_finished();
+      for (int i : dispatch_order_) try_start_request(i);
+    }
+    return result();
+  }
+
+ private:
+  // Open-loop clients without a request count run until the others finish;
+  // generate generously (they are drawn lazily only up to the end time).
+  std::int64_t open_loop_horizon(const ClientSpec& s) const {
+    const double horizon_s = w_.max_duration_s > 0 ? w_.max_duration_s : 3600.0;
+    return static_cast<std::int64_t>(std::ceil(horizon_s * s.arrivals.rate_per_s * 1.2)) + 16;
+  }
+
+  bool done() const {
+    if (w_.max_duration_s > 0 && now_ >= w_.max_duration_s * 1e6) return true;
+    bool any_bounded = false;
+    for (const ClientRun& c : clients_) {
+      if (c.spec->requests > 0) {
+        any_bounded = true;
+        if (!c.finished()) return false;
+      }
+    }
+    return any_bounded;
+  }
+
+  bool gpu_owned_by_other(int client) const {
+    if (!policy_.exclusive_requests()) return false;
+    for (std::size_t i = 0; i < clients_.size(); ++i) {
+      if (static_cast<int>(i) != client && clients_[i].active) return true;
+    }
+    return false;
+  }
+
+  void try_start_request(int i) {
+    ClientRun& c = clients_[i];
+    if (c.active || c.limit_reached()) return;
+    double arrival = now_;
+    if (c.spec->arrivals.kind != ArrivalKind::kClosedLoop) {
+      if (c.next_arrival >= c.arrivals_us.size() || c.arrivals_us[c.next_arrival] > now_ + kEps) return;
+      arrival = c.arrivals_us[c.next_arrival];
+    }
+    if (gpu_owned_by_other(i)) {
+      // Temporal sharing: the HP client goes first when the GPU frees up.
+      return;
+    }
+    if (c.spec->arrivals.kind != ArrivalKind::kClosedLoop) ++c.next_arrival;
+    c.active = true;
+    c.request_arrival_us = arrival;
+    c.kernels = (c.requests_started == 0 && !c.spec->first_kernels.empty()) ? &c.spec->first_kernels : &c.spec->kernels;
+    c.launched = c.released = c.started = c.completed = 0;
+    c.next_launch_us = now_ + w_.launch_overhead_us;
+    ++c.requests_started;
+    if (i == view_.hp_client) {
+      view_.hp_request_active = true;
+      view_.hp_current = nullptr;
+      view_.hp_current_done = true;
+    }
+    if (c.measure_start_us < 0 && c.requests_started > c.spec->warmup) c.measure_start_us = arrival;
+  }
+
+  void schedule() {
+    // CPU launches that are due.
+    for (ClientRun& c : clients_) {
+      while (c.active && c.launched < c.count() && c.next_launch_us <= now_ + kEps) {
+        ++c.launched;
+        c.next_launch_us += w_.launch_overhead_us;
+      }
+    }
+    // Policy admission, HP first.
+    for (int i : dispatch_order_) {
+      ClientRun& c = clients_[i];
+      while (c.active && c.released < c.launched) {
+        const SimKernel& k = (*c.kernels)[c.released];
+        if (!policy_.admit(view_, i, c.released, c.count(), k)) break;
+        ++c.released;
+        if (i == view_.hp_client) {
+          view_.hp_current = &k;
+          view_.hp_current_done = false;
+        } else {
+          view_.be_outstanding_us += k.duration_us;
+          ++view_.be_outstanding_kernels;
+        }
+      }
+    }
+    // Block dispatch: grow partially placed kernels, then start stream heads.
+    int used = 0;
+    for (const RunningKernel& r : running_) used += r.sms;
+    for (int i : dispatch_order_) {
+      for (RunningKernel& r : running_) {
+        if (r.client == i && r.sms < r.kernel->sm_need && used < capacity_) {
+          const int extra = std::min(r.kernel->sm_need - r.sms, capacity_ - used);
+          r.sms += extra;
+          used += extra;
+        }
+      }
+      ClientRun& c = clients_[i];
+      if (c.active && !c.on_gpu && c.started < c.released && used < capacity_) {
+        const SimKernel& k = (*c.kernels)[c.started];
+        const int sms = std::min(k.sm_need, capacity_ - used);
+        running_.push_back(RunningKernel{i, c.started, &k, k.duration_us, sms, 1.0, now_});
+        used += sms;
+        ++c.started;
+        c.on_gpu = true;
+      }
+    }
+  }
+
+  // A counter track of SMs held, drawn by Perfetto under the kernel rows.
+  void trace_sm_counter() {
+    if (trace_ == nullptr || kernels_ > options_.trace_kernel_limit) return;
+    int held = 0;
+    for (const RunningKernel& r : running_) held += r.sms;
+    if (held != last_traced_sms_) {
+      trace_->add_counter(1, "SMs held", now_, "sms", held);
+      last_traced_sms_ = held;
+    }
+  }
+
+  void update_speeds() {
+    scratch_.clear();
+    for (const RunningKernel& r : running_) scratch_.emplace_back(r.kernel, r.sms);
+    contention_speeds(scratch_, sms_, options_.model, speeds_);
+    for (std::size_t j = 0; j < running_.size(); ++j) running_[j].speed = speeds_[j];
+  }
+
+  double next_event() const {
+    double t = kInf;
+    for (const RunningKernel& r : running_) t = std::min(t, now_ + r.remaining_us / r.speed);
+    for (std::size_t i = 0; i < clients_.size(); ++i) {
+      const ClientRun& c = clients_[i];
+      if (c.active && c.launched < c.count()) t = std::min(t, c.next_launch_us);
+      // A client kept off the GPU by temporal sharing retries when a request ends.
+      if (!c.active && !c.limit_reached() && c.spec->arrivals.kind != ArrivalKind::kClosedLoop &&
+          c.next_arrival < c.arrivals_us.size() && !gpu_owned_by_other(static_cast<int>(i))) {
+        t = std::min(t, std::max(now_, c.arrivals_us[c.next_arrival]));
+      }
+    }
+    if (w_.max_duration_s > 0) t = std::min(t, std::max(now_, w_.max_duration_s * 1e6));
+    return t;
+  }
+
+  void advance(double t) {
+    const double dt = t - now_;
+    if (dt >= 0) {
+      int held = 0;
+      for (RunningKernel& r : running_) {
+        // A kernel whose finish time is t ends exactly there, whatever the
+        // rounding of remaining / speed (at large t, now + tiny == now).
+        r.remaining_us = now_ + r.remaining_us / r.speed <= t ? 0.0 : r.remaining_us - dt * r.speed;
+        held += r.sms;
+      }
+      if (!running_.empty() && dt > 0) {
+        busy_us_ += dt;
+        sm_us_ += dt * std::min(1.0, static_cast<double>(held) / sms_);
+      }
+    }
+    now_ = t;
+  }
+
+  void complete_finished() {
+    for (std::size_t j = 0; j < running_.size();) {
+      RunningKernel& r = running_[j];
+      if (r.remaining_us > 0) {
+        ++j;
+        continue;
+      }
+      ClientRun& c = clients_[r.client];
+      ++kernels_;
+      if (trace_ != nullptr && kernels_ <= options_.trace_kernel_limit) {
+        trace_->add_complete(1, 2 * r.client, "k" + std::to_string(r.index), kernel_class_name(r.kernel->cls), r.start_us,
+                             now_ - r.start_us, {{"sms", r.sms}, {"solo_us", r.kernel->duration_us}});
+      }
+      if (r.client == view_.hp_client) {
+        if (view_.hp_current == r.kernel) view_.hp_current_done = true;
+      } else {
+        view_.be_outstanding_us = std::max(0.0, view_.be_outstanding_us - r.kernel->duration_us);
+        --view_.be_outstanding_kernels;
+      }
+      c.on_gpu = false;
+      ++c.completed;
+      policy_.on_complete(r.client, r.index, c.count());
+      if (c.completed == c.count()) finish_request(r.client);
+      running_[j] = running_.back();
+      running_.pop_back();
+    }
+  }
+
+  void finish_request(int i) {
+    ClientRun& c = clients_[i];
+    c.active = false;
+    ++c.done;
+    c.last_done_us = now_;
+    if (i == view_.hp_client) view_.hp_request_active = false;
+    if (c.done > c.spec->warmup) c.latencies_ms.push_back((now_ - c.request_arrival_us) / 1000.0);
+    if (trace_ != nullptr && kernels_ <= options_.trace_kernel_limit) {
+      trace_->add_complete(1, 2 * i + 1, (c.spec->training ? "iteration " : "request ") + std::to_string(c.done),
+                           "request", c.request_arrival_us, now_ - c.request_arrival_us);
+    }
+  }
+
+  SimResult result() const {
+    SimResult out;
+    out.policy = std::string(policy_.name());
+    out.simulated_s = now_ / 1e6;
+    out.busy_fraction = now_ > 0 ? busy_us_ / now_ : 0;
+    out.sm_utilization = now_ > 0 ? sm_us_ / now_ : 0;
+    out.kernels = kernels_;
+    for (const ClientRun& c : clients_) {
+      ClientResult r;
+      r.name = c.spec->name;
+      r.high_priority = c.spec->high_priority;
+      r.training = c.spec->training;
+      r.latencies_ms = c.latencies_ms;
+      r.completed = static_cast<std::int64_t>(c.latencies_ms.size());
+      // Closed loops are measured to the end of their last iteration; open
+      // loops over the time their requests span.
+      const double end = c.spec->arrivals.kind == ArrivalKind::kClosedLoop ? c.last_done_us : std::max(now_, c.last_done_us);
+      const double window_us = c.measure_start_us >= 0 ? end - c.measure_start_us : 0;
+      r.throughput_per_s = window_us > 0 ? r.completed / (window_us / 1e6) : 0;
+      if (!r.latencies_ms.empty()) {
+        const Summary s = summarize(r.latencies_ms);
+        r.mean_ms = s.mean;
+        r.p50_ms = s.p50;
+        r.p95_ms = s.p95;
+        r.p99_ms = s.p99;
+      }
+      out.clients.push_back(std::move(r));
+    }
+    return out;
+  }
+
+  const Workload& w_;
+  Policy& policy_;
+  const SimOptions& options_;
+  ChromeTrace* trace_;
+  int sms_;
+  int capacity_ = 0;
+  double now_ = 0;
+  double busy_us_ = 0, sm_us_ = 0;
+  std::uint64_t kernels_ = 0;
+  int last_traced_sms_ = -1;
+  std::vector<ClientRun> clients_;
+  std::vector<RunningKernel> running_;
+  std::vector<int> dispatch_order_;
+  SchedulerView view_;
+  std::vector<std::pair<const SimKernel*, int>> scratch_;
+  std::vector<double> speeds_;
+};
+
+}  // namespace
+
+void contention_speeds(const std::vector<std::pair<const SimKernel*, int>>& running, int device_sms,
+                       const ContentionModel& model, std::vector<double>& speeds) {
+  double compute = 0, memory = 0;
+  int per_class[3] = {0, 0, 0};
+  for (const auto& [k, sms] : running) {
+    const double share = static_cast<double>(sms) / device_sms;
+    compute += share * model.compute_use[class_index(k->cls)];
+    memory += share * model.memory_use[class_index(k->cls)];
+    ++per_class[class_index(k->cls)];
+  }
+  const double oversubscription = std::max({1.0, compute, memory});
+  speeds.clear();
+  for (const auto& [k, sms] : running) {
+    const double placed = static_cast<double>(sms) / k->sm_need;  // fewer SMs than needed: slower
+    const int neighbours = k->cls == KernelClass::kUnknown ? 0 : per_class[class_index(k->cls)] - 1;
+    speeds.push_back(placed / oversubscription / (1.0 + model.same_class_penalty * neighbours));
+  }
+}
+
+SimResult simulate(const Workload& workload, std::string_view policy_name, const SimOptions& options, ChromeTrace* trace) {
+  if (policy_name != "dedicated") {
+    auto policy = make_policy(policy_name, workload, options.policy);
+    return Simulation(workload, *policy, options, trace).run();
+  }
+  // Dedicated: every client alone on its own GPU. Clients that run "until the
+  // others are done" get the HP client's dedicated run time (or the
+  // workload's time limit) as their horizon.
+  SimResult out;
+  out.policy = "dedicated";
+  auto streams = make_policy("streams", workload, options.policy);
+  double horizon_s = workload.max_duration_s;
+  std::vector<std::size_t> order(workload.clients.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_partition(order.begin(), order.end(), [&](std::size_t i) { return workload.clients[i].requests > 0; });
+  out.clients.resize(workload.clients.size());
+  double busy = 0, sm = 0;
+  for (std::size_t i : order) {
+    Workload alone = workload;
+    alone.clients = {workload.clients[i]};
+    alone.clients[0].high_priority = false;
+    if (alone.clients[0].requests == 0) {
+      if (!(horizon_s > 0)) throw InputError("dedicated run of '" + alone.clients[0].name + "' has no bound");
+      alone.max_duration_s = horizon_s;
+    }
+    SimResult r = Simulation(alone, *streams, options, nullptr).run();
+    if (workload.clients[i].requests > 0) horizon_s = std::max(horizon_s, r.simulated_s);
+    out.clients[i] = std::move(r.clients[0]);
+    out.clients[i].high_priority = workload.clients[i].high_priority;
+    out.simulated_s = std::max(out.simulated_s, r.simulated_s);
+    out.kernels += r.kernels;
+    busy += r.busy_fraction;
+    sm += r.sm_utilization;
+  }
+  out.busy_fraction = busy / static_cast<double>(order.size());
+  out.sm_utilization = sm / static_cast<double>(order.size());
+  return out;
+}
+
+}  // namespace fleet::orion

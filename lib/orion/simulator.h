@@ -1,0 +1,74 @@
+// Discrete-event simulator of one GPU shared by several clients under a
+// scheduling policy. The model (docs/orion-simulator.md):
+//  - each client is one in-order stream; a request/iteration's kernels are
+//    launched by the CPU one per launch_overhead_us, released to the GPU
+//    when the policy admits them, and start when their predecessor finished
+//    and SMs are free;
+//  - SMs are handed out at dispatch (HP stream first when the policy uses
+//    stream priorities), never taken back; blocks of up to `coresidence`
+//    kernels may share the SMs;
+//  - running kernels share the device's compute and memory bandwidth in
+//    proportion to their demand (a class-dependent fraction scaled by the
+//    share of SMs they hold); same-class neighbours add a small interference.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/chrome_trace.h"
+#include "orion/policy.h"
+#include "orion/workload.h"
+
+namespace fleet::orion {
+
+/// Contention model constants (calibrated against Orion's kernel-pair measurements).
+struct ContentionModel {
+  // Fraction of the device's compute / memory bandwidth a kernel uses at full
+  // speed on all SMs, indexed by class: unknown, memory, compute.
+  double compute_use[3] = {0.6, 0.2, 1.0};
+  double memory_use[3] = {0.6, 0.93, 0.3};
+  double same_class_penalty = 0.015;  ///< slowdown per other running kernel of the same known class
+  double coresidence = 2.0;           ///< SM capacity in units of the device's SMs
+};
+
+/// Options of one simulation.
+struct SimOptions {
+  PolicyOptions policy;
+  ContentionModel model;
+  std::size_t trace_kernel_limit = 20000;  ///< kernels recorded in a trace (the first ones)
+};
+
+/// Per-client outcome.
+struct ClientResult {
+  std::string name;
+  bool high_priority = false;
+  bool training = false;
+  std::int64_t completed = 0;        ///< measured requests/iterations (after warm-up)
+  double throughput_per_s = 0;       ///< measured requests/iterations per second
+  double mean_ms = 0, p50_ms = 0, p95_ms = 0, p99_ms = 0;  ///< latency (iteration time for training)
+  std::vector<double> latencies_ms;  ///< measured latencies, in completion order
+};
+
+/// Outcome of one simulation.
+struct SimResult {
+  std::string policy;
+  std::vector<ClientResult> clients;
+  double simulated_s = 0;        ///< simulated time
+  double busy_fraction = 0;      ///< time with at least one kernel running
+  double sm_utilization = 0;     ///< time-average of min(1, SMs held / SMs)
+  std::uint64_t kernels = 0;     ///< kernels simulated
+};
+
+/// Runs `workload` under `policy` ("dedicated" runs each client alone).
+/// Records a timeline into `trace` when given. RuntimeFailure if the policy stalls.
+SimResult simulate(const Workload& workload, std::string_view policy, const SimOptions& options = {},
+                   ChromeTrace* trace = nullptr);
+
+/// Speed (fraction of solo speed) of each of `running` kernels (kernel, SMs
+/// held) under the model, written to `speeds`; exposed for tests.
+void contention_speeds(const std::vector<std::pair<const SimKernel*, int>>& running, int device_sms,
+                       const ContentionModel& model, std::vector<double>& speeds);
+
+}  // namespace fleet::orion

@@ -1,0 +1,209 @@
+#include "orion/workload.h"
+
+#include <algorithm>
+#include <random>
+
+#include "common/error.h"
+#include "common/json.h"
+
+namespace fleet::orion {
+
+std::vector<SimKernel> to_sim_kernels(const KernelProfile& profile, const DeviceSpec& device) {
+  std::vector<SimKernel> out;
+  out.reserve(profile.kernels.size());
+  for (const KernelRecord& k : profile.kernels) {
+    SimKernel s;
+    s.duration_us = k.duration_ns / 1000.0;
+    s.sm_usage = k.sm_usage;
+    s.sm_need = static_cast<int>(std::clamp<std::int64_t>(k.sm_usage, 1, device.sm_count));
+    s.cls = k.profile;
+    out.push_back(s);
+  }
+  return out;
+}
+
+namespace {
+
+std::filesystem::path resolve_profile(const std::string& name, const std::filesystem::path& workload_dir,
+                                      const std::vector<std::filesystem::path>& dirs, const JsonValue& where) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> candidates;
+  auto add = [&](const fs::path& p) {
+    candidates.push_back(p);
+    if (p.extension() != ".csv") candidates.push_back(fs::path(p.string() + ".csv"));
+  };
+  const fs::path given(name);
+  for (const fs::path& dir : dirs) add(dir / given.filename());
+  if (given.is_absolute()) add(given);
+  add(workload_dir / given);
+  add(workload_dir / given.filename());
+  std::error_code ec;
+  for (const fs::path& c : candidates) {
+    if (fs::is_regular_file(c, ec)) return c;
+  }
+  where.fail("kernel profile '" + name + "' not found (looked in --profiles folders and beside the workload)");
+}
+
+ArrivalSpec parse_arrivals(const JsonValue& v, const std::filesystem::path& dir) {
+  v.reject_unknown_keys({"type", "rate", "file", "gaps"});
+  ArrivalSpec a;
+  const std::string type = v.get<std::string>("type");
+  if (type == "closed") {
+    a.kind = ArrivalKind::kClosedLoop;
+  } else if (type == "poisson" || type == "uniform") {
+    a.kind = type == "poisson" ? ArrivalKind::kPoisson : ArrivalKind::kUniform;
+    a.rate_per_s = v.get<double>("rate");
+    if (!(a.rate_per_s > 0)) v.at("rate").fail("rate must be positive (requests per second)");
+  } else if (type == "trace") {
+    a.kind = ArrivalKind::kTrace;
+    if (auto gaps = v.find("gaps")) {
+      a.trace_gaps_s = gaps->as<std::vector<double>>();
+    } else {
+      const auto file = v.get<std::string>("file");
+      const std::filesystem::path p = std::filesystem::path(file).is_absolute() ? std::filesystem::path(file) : dir / file;
+      a.trace_gaps_s = load_json_file(p).root().as<std::vector<double>>();
+    }
+    if (a.trace_gaps_s.empty()) v.fail("arrival trace is empty");
+    for (double g : a.trace_gaps_s) {
+      if (!(g >= 0)) v.fail("arrival gaps must be non-negative");
+    }
+  } else {
+    v.at("type").fail("unknown arrival type '" + type + "' (closed, poisson, uniform, trace)");
+  }
+  return a;
+}
+
+Workload load_native(const JsonValue& root, const std::filesystem::path& dir,
+                     const std::vector<std::filesystem::path>& profile_dirs) {
+  root.reject_unknown_keys({"format", "version", "device", "seed", "launch_overhead_us", "max_duration_s", "clients"});
+  if (root.get<std::int64_t>("version") != 1) root.at("version").fail("unsupported version (this build reads 1)");
+  Workload w;
+  try {
+    w.device = device_by_name(root.get<std::string>("device"));
+  } catch (const InputError& e) {
+    root.at("device").fail(e.message());
+  }
+  w.seed = root.get_or<std::uint64_t>("seed", 1);
+  w.launch_overhead_us = root.get_or<double>("launch_overhead_us", 5.0);
+  if (w.launch_overhead_us < 0) root.at("launch_overhead_us").fail("must be non-negative");
+  w.max_duration_s = root.get_or<double>("max_duration_s", 0.0);
+  for (const JsonValue& c : root.at("clients").elements()) {
+    c.reject_unknown_keys({"name", "profile", "first_profile", "priority", "kind", "arrivals", "requests", "warmup"});
+    ClientSpec s;
+    s.name = c.get<std::string>("name");
+    const std::string priority = c.get<std::string>("priority");
+    if (priority != "high" && priority != "best-effort") c.at("priority").fail("priority must be 'high' or 'best-effort'");
+    s.high_priority = priority == "high";
+    const std::string kind = c.get<std::string>("kind");
+    if (kind != "inference" && kind != "training") c.at("kind").fail("kind must be 'inference' or 'training'");
+    s.training = kind == "training";
+    const auto profile = resolve_profile(c.get<std::string>("profile"), dir, profile_dirs, c.at("profile"));
+    s.profile_path = profile.string();
+    s.kernels = to_sim_kernels(read_kernel_profile(profile), w.device);
+    if (auto first = c.find("first_profile")) {
+      s.first_kernels = to_sim_kernels(read_kernel_profile(resolve_profile(first->as<std::string>(), dir, profile_dirs, *first)),
+                                       w.device);
+    }
+    s.arrivals = parse_arrivals(c.at("arrivals"), dir);
+    s.requests = c.get_or<std::int64_t>("requests", 0);
+    s.warmup = c.get_or<std::int64_t>("warmup", 0);
+    if (s.requests < 0 || s.warmup < 0) c.fail("requests and warmup must be non-negative");
+    if (s.requests > 0 && s.warmup >= s.requests) c.at("warmup").fail("warmup must be smaller than requests");
+    w.clients.push_back(std::move(s));
+  }
+  return w;
+}
+
+// Orion's configs: [{arch, kernel_file, additional_kernel_file?, num_kernels,
+// num_iters, args: {model_name, batchsize, rps, uniform, dummy_data, train}}],
+// the last client being the high-priority one; all on a V100.
+Workload load_orion_config(const JsonValue& root, const std::filesystem::path& dir,
+                           const std::vector<std::filesystem::path>& profile_dirs) {
+  Workload w;
+  w.device = device_by_name("v100");
+  const auto clients = root.elements();
+  if (clients.empty()) root.fail("workload has no clients");
+  for (std::size_t i = 0; i < clients.size(); ++i) {
+    const JsonValue& c = clients[i];
+    ClientSpec s;
+    const JsonValue args = c.at("args");
+    s.name = c.get_or<std::string>("arch", "client") + "-" + std::to_string(i);
+    s.high_priority = i + 1 == clients.size() && clients.size() > 1;
+    s.training = args.get_or<bool>("train", false);
+    const bool has_additional = c.has("additional_kernel_file");
+    // Orion profiles a training iteration twice: kernel_file for the first
+    // iteration and additional_kernel_file for the steady state.
+    const auto main_file = resolve_profile(c.get<std::string>(has_additional ? "additional_kernel_file" : "kernel_file"),
+                                           dir, profile_dirs, c.at(has_additional ? "additional_kernel_file" : "kernel_file"));
+    s.profile_path = main_file.string();
+    s.kernels = to_sim_kernels(read_kernel_profile(main_file), w.device);
+    if (has_additional) {
+      s.first_kernels = to_sim_kernels(
+          read_kernel_profile(resolve_profile(c.get<std::string>("kernel_file"), dir, profile_dirs, c.at("kernel_file"))),
+          w.device);
+    }
+    const double rps = args.get_or<double>("rps", 0.0);
+    if (rps > 0) {
+      s.arrivals.kind = args.get_or<bool>("uniform", false) ? ArrivalKind::kUniform : ArrivalKind::kPoisson;
+      s.arrivals.rate_per_s = rps;
+    }
+    // Orion runs each client for num_iters; we run the high-priority client
+    // for that many requests and let the others run until it is done.
+    s.requests = s.high_priority || clients.size() == 1 ? c.get_or<std::int64_t>("num_iters", 1000) : 0;
+    s.warmup = s.requests > 20 ? 10 : 0;
+    w.clients.push_back(std::move(s));
+  }
+  return w;
+}
+
+}  // namespace
+
+Workload load_workload(const std::filesystem::path& path, const std::vector<std::filesystem::path>& profile_dirs) {
+  const JsonDocument doc = load_json_file(path);
+  const std::filesystem::path dir = path.parent_path();
+  Workload w;
+  if (doc.root().is_array()) {
+    w = load_orion_config(doc.root(), dir, profile_dirs);
+  } else {
+    const std::string format = doc.root().get<std::string>("format");
+    if (format != "gpufleet-orion-workload") doc.root().at("format").fail("expected format 'gpufleet-orion-workload'");
+    w = load_native(doc.root(), dir, profile_dirs);
+  }
+  w.source = path.string();
+  for (std::size_t i = 0; i < w.clients.size(); ++i) w.clients[i].arrival_stream = i;
+  if (w.clients.empty()) doc.root().fail("workload has no clients");
+  int high = 0;
+  for (const ClientSpec& c : w.clients) {
+    high += c.high_priority ? 1 : 0;
+    if (c.kernels.empty()) throw InputError("client '" + c.name + "' has an empty kernel profile", {path.string(), "", std::nullopt});
+  }
+  if (high > 1) throw InputError("at most one client may have high priority", {path.string(), "/clients", std::nullopt});
+  bool bounded = w.max_duration_s > 0;
+  for (const ClientSpec& c : w.clients) bounded = bounded || c.requests > 0;
+  if (!bounded) {
+    throw InputError("nothing bounds the run: give some client 'requests' or set 'max_duration_s'",
+                     {path.string(), "", std::nullopt});
+  }
+  return w;
+}
+
+std::vector<double> generate_arrivals(const ArrivalSpec& spec, std::int64_t count, std::uint64_t seed) {
+  std::vector<double> out;
+  if (spec.kind == ArrivalKind::kClosedLoop || count <= 0) return out;
+  out.reserve(static_cast<std::size_t>(count));
+  std::mt19937_64 rng(seed);
+  std::exponential_distribution<double> exponential(spec.rate_per_s > 0 ? spec.rate_per_s : 1.0);
+  double t = 0;
+  for (std::int64_t i = 0; i < count; ++i) {
+    switch (spec.kind) {
+      case ArrivalKind::kPoisson: t += exponential(rng); break;
+      case ArrivalKind::kUniform: t += 1.0 / spec.rate_per_s; break;
+      case ArrivalKind::kTrace: t += spec.trace_gaps_s[static_cast<std::size_t>(i) % spec.trace_gaps_s.size()]; break;
+      case ArrivalKind::kClosedLoop: break;
+    }
+    out.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace fleet::orion

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Usage: check_orion_tools.sh BIN_DIR SOURCE_DIR — orion-profile and orion-run
+# end to end on the examples: outputs, exit codes, and bad input that leaves
+# earlier outputs untouched.
+set -u
+bin=$1 src=$2
+ex="$src/examples/orion"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+expect_rc() { local want=$1; shift; "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?; [ $rc -eq "$want" ] || fail "$* exited $rc, expected $want: $(cat "$tmp/err")"; }
+
+# summarize: Orion's own profile, text and JSON.
+expect_rc 0 "$bin/orion-profile" summarize "$ex/profiles/resnet50_4_fwd.csv"
+grep -q "^kernels: *175$" "$tmp/out" || fail "summarize kernel count: $(cat "$tmp/out")"
+expect_rc 0 "$bin/orion-profile" summarize --json "$ex/profiles/resnet50_4_fwd.csv"
+grep -q '"kernels": 175' "$tmp/out" || fail "summarize --json"
+
+# import-ncu: both pages, then the result reads back.
+expect_rc 0 "$bin/orion-profile" import-ncu "$ex/ncu_sample_raw.csv" --device a100-40 -o "$tmp/raw.csv"
+expect_rc 0 "$bin/orion-profile" summarize "$tmp/raw.csv"
+grep -q "^kernels: *2$" "$tmp/out" || fail "imported raw page"
+expect_rc 0 "$bin/orion-profile" import-ncu "$ex/ncu_sample_details.csv" --device v100 -o "$tmp/details.csv"
+head -n2 "$tmp/details.csv" | tail -n1 | grep -q "^conv_kernel,1,0,54,1250000," || fail "details import row: $(head -n2 "$tmp/details.csv")"
+
+# Bad input: one error line, exit 2, the earlier output untouched.
+cp "$tmp/raw.csv" "$tmp/raw.before"
+printf 'ID,Kernel Name,Metric Name,Metric Unit,Metric Value\n0,k,Duration,fortnight,3\n' > "$tmp/bad.csv"
+expect_rc 2 "$bin/orion-profile" import-ncu "$tmp/bad.csv" --device a100-40 -o "$tmp/raw.csv"
+grep -q "^orion-profile: error: .*unknown unit 'fortnight'" "$tmp/err" || fail "bad unit message: $(cat "$tmp/err")"
+[ "$(wc -l < "$tmp/err")" -eq 1 ] || fail "more than one error line: $(cat "$tmp/err")"
+cmp -s "$tmp/raw.csv" "$tmp/raw.before" || fail "a failed import changed the earlier output"
+expect_rc 2 "$bin/orion-profile" import-ncu "$ex/ncu_sample_raw.csv" --device tpu -o "$tmp/x.csv"
+grep -q "unknown device 'tpu'" "$tmp/err" || fail "unknown device message"
+expect_rc 1 "$bin/orion-profile" summarize "$tmp/absent.csv"
+
+# simulate: one policy with every output, then the whole table as JSON.
+expect_rc 0 "$bin/orion-run" simulate -w "$ex/rnet50_inf_train.json" -p orion --requests 150 \
+  --trace "$tmp/trace.json" --csv "$tmp/table.csv" --latencies "$tmp/lat.csv"
+grep -q "^orion " "$tmp/out" || fail "simulate table: $(cat "$tmp/out")"
+head -c 15 "$tmp/trace.json" | grep -q '{"displayTimeU\|{"traceEvents"' || fail "trace is not a trace"
+[ "$(wc -l < "$tmp/table.csv")" -eq 5 ] || fail "comparison CSV rows: $(cat "$tmp/table.csv")"
+grep -q "^orion,resnet50-inf-b4,high,inference," "$tmp/table.csv" || fail "comparison CSV content"
+expect_rc 0 "$bin/orion-run" simulate -w "$ex/rnet50_inf_train.json" -p all --requests 100 --json
+grep -q '"policy": "mps"' "$tmp/out" || fail "--policy all --json lacks mps"
+grep -q '"policy": "tick-tock"' "$tmp/out" && fail "tick-tock listed for an inference workload"
+expect_rc 0 "$bin/orion-run" simulate -w "$ex/fig7_rnet_rnet.json" --profiles "$ex/profiles" -p orion --requests 100
+
+expect_rc 2 "$bin/orion-run" simulate -w "$ex/rnet50_inf_train.json" -p fifo
+grep -q "^orion-run: error: unknown policy 'fifo'" "$tmp/err" || fail "unknown policy message"
+echo '{"format": "gpufleet-orion-workload", "version": 1, "device": "v100", "clients": [' > "$tmp/bad.json"
+expect_rc 2 "$bin/orion-run" simulate -w "$tmp/bad.json"
+grep -q "malformed JSON" "$tmp/err" || fail "malformed workload message: $(cat "$tmp/err")"
+expect_rc 2 "$bin/orion-run" simulate -w "$ex/rnet50_inf_train.json" -p tick-tock
+expect_rc 2 "$bin/orion-run" simulate
+echo "ok: orion-profile and orion-run"

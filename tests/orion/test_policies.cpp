@@ -1,0 +1,111 @@
+// Each policy's admission decisions on constructed situations.
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "orion/policy.h"
+#include "sim_fixtures.h"
+
+namespace fleet::orion {
+namespace {
+
+using testing::kernel;
+
+struct PolicyFixture : ::testing::Test {
+  SimKernel hp_conv = kernel(500, 98, KernelClass::kCompute);
+  SimKernel be_small_memory = kernel(50, 20, KernelClass::kMemory);
+  SimKernel be_small_compute = kernel(50, 20, KernelClass::kCompute);
+  SimKernel be_big_memory = kernel(50, 392, KernelClass::kMemory);
+  SimKernel be_unknown = kernel(50, 20, KernelClass::kUnknown);
+  Workload w = testing::workload({testing::client("be", {be_small_memory}, false, true, 0),
+                                  testing::client("hp", {hp_conv}, true, false, 10, 10)});
+
+  SchedulerView hp_running() const {
+    SchedulerView v;
+    v.device_sms = 80;
+    v.hp_client = 1;
+    v.hp_request_active = true;
+    v.hp_current = &hp_conv;
+    v.hp_current_done = false;
+    v.hp_request_solo_us = 6400;  // DUR_THRESHOLD = 160 us
+    return v;
+  }
+};
+
+TEST_F(PolicyFixture, OrionAdmitsComplementarySmallKernelsDuringHpRequests) {
+  auto orion = make_policy("orion", w);
+  SchedulerView v = hp_running();
+  EXPECT_TRUE(orion->admit(v, 1, 0, 1, hp_conv));                 // HP always
+  EXPECT_TRUE(orion->admit(v, 0, 0, 1, be_small_memory));         // memory beside compute
+  EXPECT_FALSE(orion->admit(v, 0, 0, 1, be_small_compute));       // same class
+  EXPECT_TRUE(orion->admit(v, 0, 0, 1, be_unknown));              // unknown pairs with anything
+  EXPECT_FALSE(orion->admit(v, 0, 0, 1, be_big_memory));          // 392 SMs > threshold (80 for HP inference)
+  v.hp_current_done = true;                                       // between HP kernels
+  EXPECT_TRUE(orion->admit(v, 0, 0, 1, be_small_compute));
+  v.hp_request_active = false;                                    // no HP request: anything
+  EXPECT_TRUE(orion->admit(v, 0, 0, 1, be_big_memory));
+}
+
+TEST_F(PolicyFixture, OrionCapsOutstandingBestEffortWork) {
+  auto orion = make_policy("orion", w);
+  SchedulerView v = hp_running();
+  v.be_outstanding_kernels = 2;
+  v.be_outstanding_us = 100;
+  EXPECT_TRUE(orion->admit(v, 0, 0, 1, be_small_memory));  // 150 <= 160
+  v.be_outstanding_us = 120;
+  EXPECT_FALSE(orion->admit(v, 0, 0, 1, be_small_memory));  // 170 > 160
+  v.hp_request_active = false;
+  EXPECT_FALSE(orion->admit(v, 0, 0, 1, be_small_memory));  // the cap holds between requests too
+  v.be_outstanding_kernels = 0;
+  v.be_outstanding_us = 0;
+  EXPECT_TRUE(orion->admit(v, 0, 0, 1, kernel(900, 10, KernelClass::kMemory)));  // a long kernel may go alone
+}
+
+TEST_F(PolicyFixture, OrionSmThresholdOption) {
+  PolicyOptions options;
+  options.sm_threshold = 10;
+  auto orion = make_policy("orion", w, options);
+  EXPECT_FALSE(orion->admit(hp_running(), 0, 0, 1, be_small_memory));  // 20 SMs > 10
+}
+
+TEST_F(PolicyFixture, ReefAdmitsOnlyShorterAndSmallerKernels) {
+  auto reef = make_policy("reef", w);
+  SchedulerView v = hp_running();
+  EXPECT_TRUE(reef->admit(v, 0, 0, 1, be_small_compute));                        // 50 us <= 500, 20 <= 98 SMs
+  EXPECT_FALSE(reef->admit(v, 0, 0, 1, kernel(600, 20, KernelClass::kMemory)));  // longer
+  EXPECT_FALSE(reef->admit(v, 0, 0, 1, be_big_memory));                          // larger
+  v.hp_current_done = true;
+  EXPECT_FALSE(reef->admit(v, 0, 0, 1, be_small_compute));  // no HP kernel to hide behind
+  v.hp_request_active = false;
+  EXPECT_TRUE(reef->admit(v, 0, 0, 1, be_big_memory));
+}
+
+TEST_F(PolicyFixture, BaselinesAdmitEverything) {
+  for (const char* name : {"streams", "mps", "temporal"}) {
+    auto p = make_policy(name, w);
+    EXPECT_TRUE(p->admit(hp_running(), 0, 0, 1, be_big_memory)) << name;
+  }
+  EXPECT_TRUE(make_policy("streams", w)->priority_streams());
+  EXPECT_FALSE(make_policy("mps", w)->priority_streams());
+  EXPECT_TRUE(make_policy("temporal", w)->exclusive_requests());
+  EXPECT_THROW(make_policy("fifo", w), InputError);
+}
+
+TEST(TickTock, JobsNeverRunTheSameHalfAtOnce) {
+  const SimKernel k = kernel(10, 10, KernelClass::kCompute);
+  Workload w = testing::workload({testing::client("a", {k, k, k, k}, false, true, 5),
+                                  testing::client("b", {k, k, k, k}, false, true, 5)});
+  auto tt = make_policy("tick-tock", w);
+  SchedulerView v;
+  EXPECT_TRUE(tt->admit(v, 0, 0, 4, k));   // a takes the forward half
+  EXPECT_FALSE(tt->admit(v, 1, 0, 4, k));  // b must wait for it
+  EXPECT_TRUE(tt->admit(v, 0, 1, 4, k));
+  tt->on_complete(0, 1, 4);                // a finished its forward half
+  EXPECT_TRUE(tt->admit(v, 1, 0, 4, k));   // b's forward beside...
+  EXPECT_TRUE(tt->admit(v, 0, 2, 4, k));   // ...a's backward
+  EXPECT_FALSE(tt->admit(v, 1, 2, 4, k));  // not both backward
+  Workload mixed = testing::workload({testing::client("a", {k}, false, true, 5), testing::client("i", {k}, true, false, 5)});
+  EXPECT_THROW(make_policy("tick-tock", mixed), InputError);
+}
+
+}  // namespace
+}  // namespace fleet::orion

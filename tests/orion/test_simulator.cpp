@@ -1,0 +1,199 @@
+// Simulator invariants, calibration against Orion's kernel-pair measurements,
+// workload loading, and the Orion target on the reference workload.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "common/atomic_file.h"
+#include "common/chrome_trace.h"
+#include "common/error.h"
+#include "orion/simulator.h"
+#include "sim_fixtures.h"
+#include "test_util.h"
+
+namespace fleet::orion {
+namespace {
+
+using testing::client;
+using testing::kernel;
+
+const std::filesystem::path kExamples = std::filesystem::path(FLEET_SOURCE_DIR) / "examples" / "orion";
+
+TEST(Simulator, LoneKernelTakesItsProfiledTime) {
+  Workload w = testing::workload({client("solo", {kernel(123, 40, KernelClass::kCompute)}, false, false, 1)});
+  EXPECT_DOUBLE_EQ(simulate(w, "streams").clients[0].latencies_ms.at(0), 0.123);
+  w.launch_overhead_us = 5;
+  EXPECT_NEAR(simulate(w, "orion").clients[0].latencies_ms.at(0), 0.128, 1e-12);
+}
+
+TEST(Simulator, InOrderKernelsOfOneClientAddUp) {
+  Workload w = testing::workload({client("seq",
+                                         {kernel(10, 80, KernelClass::kCompute), kernel(20, 5, KernelClass::kMemory),
+                                          kernel(30, 500, KernelClass::kUnknown)},
+                                         false, false, 3)});
+  const SimResult r = simulate(w, "mps");
+  ASSERT_EQ(r.clients[0].latencies_ms.size(), 3u);
+  for (double l : r.clients[0].latencies_ms) EXPECT_NEAR(l, 0.060, 1e-12);
+  EXPECT_EQ(r.kernels, 9u);
+}
+
+TEST(Simulator, HighPriorityAloneEqualsDedicated) {
+  const KernelProfile profile = read_kernel_profile(kExamples / "profiles" / "resnet50_4_fwd.csv");
+  Workload w = testing::workload({client("hp", {}, true, false, 300, 20)});
+  w.clients[0].kernels = to_sim_kernels(profile, w.device);
+  const SimResult dedicated = simulate(w, "dedicated");
+  for (const char* policy : {"orion", "streams", "mps", "reef", "temporal"}) {
+    EXPECT_EQ(simulate(w, policy).clients[0].latencies_ms, dedicated.clients[0].latencies_ms) << policy;
+  }
+}
+
+TEST(Simulator, SameSeedSameResultOtherSeedOtherArrivals) {
+  Workload w = testing::workload({client("be", {kernel(200, 80, KernelClass::kCompute)}, false, true, 0),
+                                  client("hp", {kernel(300, 60, KernelClass::kMemory), kernel(100, 80, KernelClass::kCompute)},
+                                         true, false, 200, 500)},
+                                 7);
+  const SimResult a = simulate(w, "orion"), b = simulate(w, "orion");
+  EXPECT_EQ(a.clients[1].latencies_ms, b.clients[1].latencies_ms);
+  EXPECT_EQ(a.clients[0].completed, b.clients[0].completed);
+  w.seed = 8;
+  EXPECT_NE(simulate(w, "orion").clients[1].latencies_ms, a.clients[1].latencies_ms);
+}
+
+TEST(Simulator, StreamsStayInOrderAndNothingExceedsTheSms) {
+  Workload w = testing::workload({client("a", {kernel(50, 392, KernelClass::kCompute), kernel(20, 10, KernelClass::kMemory)},
+                                         false, true, 40),
+                                  client("b", {kernel(30, 120, KernelClass::kMemory), kernel(40, 60, KernelClass::kCompute)},
+                                         false, true, 40),
+                                  client("c", {kernel(25, 80, KernelClass::kUnknown)}, false, true, 40)});
+  ChromeTrace trace;
+  simulate(w, "mps", {}, &trace);
+  std::map<int, double> last_end;
+  int counters = 0;
+  const nlohmann::json events = trace.to_json()["traceEvents"];
+  for (const auto& e : events) {
+    if (e["ph"] == "C") {  // SMs held by all running kernels together
+      EXPECT_LE(e["args"]["sms"].get<int>(), 160) << "more than two kernels' blocks per SM";
+      ++counters;
+    }
+    if (e["ph"] != "X" || e["cat"] == "request") continue;
+    const int tid = e["tid"];
+    const double start = e["ts"], end = start + e["dur"].get<double>();
+    EXPECT_LE(e["args"]["sms"].get<int>(), 80);
+    EXPECT_GE(start, last_end[tid] - 1e-9) << "stream " << tid << " overlaps itself";
+    last_end[tid] = end;
+  }
+  EXPECT_GT(counters, 10);
+  EXPECT_EQ(last_end.size(), 3u);
+}
+
+// Orion's measurements on a V100 (kernel pairs in two streams vs one after the
+// other): Conv2d+BatchNorm2d 1.52 vs 2.15 ms, Conv2d+Conv2d 2.63 vs 2.59 ms,
+// BatchNorm2d+BatchNorm2d 1.65 vs 1.78 ms. Solo times follow from the
+// sequential numbers: Conv 1.295 ms, BN 0.89 ms.
+double pair_makespan_ms(const SimKernel& a, const SimKernel& b) {
+  Workload w = testing::workload({client("a", {a}, false, false, 1), client("b", {b}, false, false, 1)});
+  return simulate(w, "mps").simulated_s * 1e3;
+}
+
+TEST(Simulator, CalibratedToOrionsKernelPairs) {
+  const SimKernel conv = kernel(1295, 80, KernelClass::kCompute);
+  const SimKernel bn = kernel(890, 80, KernelClass::kMemory);
+  EXPECT_NEAR(pair_makespan_ms(conv, bn), 1.52, 0.152);
+  EXPECT_NEAR(pair_makespan_ms(conv, conv), 2.63, 0.263);
+  EXPECT_NEAR(pair_makespan_ms(bn, bn), 1.65, 0.165);
+  // The shape that matters: a compute+memory pair overlaps well, same-class pairs barely.
+  EXPECT_LT(pair_makespan_ms(conv, bn) / (1.295 + 0.89), 0.75);
+  EXPECT_GT(pair_makespan_ms(conv, conv) / (2 * 1.295), 0.97);
+}
+
+TEST(Simulator, ContentionSpeedsFollowTheModel) {
+  const SimKernel conv = kernel(1000, 80, KernelClass::kCompute), bn = kernel(1000, 80, KernelClass::kMemory);
+  std::vector<double> speeds;
+  contention_speeds({{&conv, 80}}, 80, {}, speeds);
+  EXPECT_DOUBLE_EQ(speeds[0], 1.0);
+  contention_speeds({{&conv, 40}}, 80, {}, speeds);
+  EXPECT_DOUBLE_EQ(speeds[0], 0.5);  // half the SMs it needs
+  contention_speeds({{&conv, 80}, {&conv, 80}}, 80, {}, speeds);
+  EXPECT_NEAR(speeds[0], 0.5 / 1.015, 1e-12);
+  contention_speeds({{&conv, 80}, {&bn, 8}}, 80, {}, speeds);
+  EXPECT_NEAR(speeds[0], 1 / 1.02, 1e-12);  // a small memory kernel costs the compute kernel 2%
+}
+
+TEST(Simulator, OrionMeetsItsTargetOnTheReferenceWorkload) {
+  Workload w = load_workload(kExamples / "rnet50_inf_train.json");
+  for (ClientSpec& c : w.clients) {
+    if (c.requests > 0) c.requests = 600;
+  }
+  const SimResult dedicated = simulate(w, "dedicated");
+  const SimResult orion = simulate(w, "orion");
+  const SimResult mps = simulate(w, "mps");
+  const SimResult temporal = simulate(w, "temporal");
+  const std::size_t hp = 1, be = 0;
+  ASSERT_TRUE(w.clients[hp].high_priority);
+  EXPECT_LE(orion.clients[hp].p99_ms, 1.15 * dedicated.clients[hp].p99_ms);
+  EXPECT_GE(orion.clients[be].throughput_per_s, 0.70 * dedicated.clients[be].throughput_per_s);
+  EXPECT_GT(mps.clients[hp].p99_ms, orion.clients[hp].p99_ms);
+  EXPECT_GT(temporal.clients[hp].p99_ms, 3 * dedicated.clients[hp].p99_ms);
+  EXPECT_GT(orion.busy_fraction, dedicated.busy_fraction);
+}
+
+TEST(Workload, ReadsOrionsConfigs) {
+  const Workload w = load_workload(kExamples / "fig7_rnet_rnet.json", {kExamples / "profiles"});
+  ASSERT_EQ(w.clients.size(), 2u);
+  EXPECT_EQ(w.device.name, "v100-16");
+  EXPECT_FALSE(w.clients[0].high_priority);
+  EXPECT_TRUE(w.clients[0].training);
+  EXPECT_EQ(w.clients[0].kernels.size(), 946u);       // resnet50_32_fb1
+  EXPECT_EQ(w.clients[0].first_kernels.size(), 624u); // resnet50_32_fb0
+  EXPECT_TRUE(w.clients[1].high_priority);
+  EXPECT_EQ(w.clients[1].arrivals.kind, ArrivalKind::kPoisson);
+  EXPECT_DOUBLE_EQ(w.clients[1].arrivals.rate_per_s, 15);
+  EXPECT_EQ(w.clients[1].requests, 9200);
+}
+
+TEST(Workload, ArrivalProcesses) {
+  ArrivalSpec poisson{ArrivalKind::kPoisson, 100, {}};
+  const auto a = generate_arrivals(poisson, 20000, 3);
+  EXPECT_NEAR(a.back() / 20000, 0.01, 0.0005);  // mean gap 1 / rate
+  EXPECT_EQ(a, generate_arrivals(poisson, 20000, 3));
+  const auto u = generate_arrivals({ArrivalKind::kUniform, 4, {}}, 3, 1);
+  EXPECT_EQ(u, (std::vector<double>{0.25, 0.5, 0.75}));
+  const auto t = generate_arrivals({ArrivalKind::kTrace, 0, {0.1, 0.3}}, 3, 1);
+  EXPECT_NEAR(t[2], 0.5, 1e-12);
+  EXPECT_TRUE(generate_arrivals({}, 10, 1).empty());
+}
+
+TEST(Workload, BadWorkloadsNameTheField) {
+  fleet::testing::TempDir dir;
+  std::filesystem::copy_file(kExamples / "profiles" / "resnet50_4_fwd.csv", dir / "p.csv");
+  auto error_for = [&](const std::string& clients, const std::string& device = "v100") {
+    write_file_atomically(dir / "w.json", R"({"format": "gpufleet-orion-workload", "version": 1, "device": ")" + device +
+                                              R"(", "clients": )" + clients + "}");
+    try {
+      load_workload(dir / "w.json");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string good =
+      R"({"name": "x", "profile": "p.csv", "priority": "high", "kind": "inference", "arrivals": {"type": "poisson", "rate": 5}, "requests": 10})";
+  EXPECT_EQ(error_for("[" + good + "]"), "no error");
+  EXPECT_NE(error_for("[" + good + "]", "tpu").find("/device: unknown device 'tpu'"), std::string::npos);
+  std::string bad = good;
+  bad.replace(bad.find("\"high\""), 6, "\"urgent\"");
+  EXPECT_NE(error_for("[" + bad + "]").find("/clients/0/priority: priority must be"), std::string::npos);
+  bad = good;
+  bad.replace(bad.find("p.csv"), 5, "missing.csv");
+  EXPECT_NE(error_for("[" + bad + "]").find("kernel profile 'missing.csv' not found"), std::string::npos);
+  bad = good;
+  bad.replace(bad.find("\"rate\": 5"), 9, "\"rate\": -5");
+  EXPECT_NE(error_for("[" + bad + "]").find("/clients/0/arrivals/rate: rate must be positive"), std::string::npos);
+  EXPECT_NE(error_for("[" + good + ", " + good + "]").find("at most one client may have high priority"), std::string::npos);
+  bad = good;
+  bad.replace(bad.find("\"requests\": 10"), 14, "\"requestz\": 10");
+  EXPECT_NE(error_for("[" + bad + "]").find("unknown field 'requestz'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fleet::orion
