@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the toolkit (installing what it needs) and runs the main job of each
 # program on the built-in examples. Programs whose subcommands have not landed
-# yet show their version, build configuration and shared flags instead.
+# yet show their version and build configuration instead.
 #
 #   scripts/demo.sh            FLEET_BUILD_DIR=dir to use another build folder
 set -euo pipefail
@@ -15,20 +15,31 @@ command -v ninja >/dev/null && generator=(-G Ninja)
 [ -f "$build/CMakeCache.txt" ] || cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j "${FLEET_JOBS:-2}" >/dev/null
 bin="$root/$build/bin"
+out="$root/$build/demo"
+mkdir -p "$out"
 
-for tool in sailor-plan sailor-run dz-compress dz-serve orion-profile orion-run; do
+echo
+echo "=== orion-profile: Orion's ResNet50 training-iteration profile (V100)"
+"$bin/orion-profile" summarize examples/orion/profiles/resnet50_32_fb1.csv
+echo
+echo "=== orion-profile: an Nsight Compute export -> profile (SM need from occupancy on an A100)"
+"$bin/orion-profile" -q import-ncu examples/orion/ncu_sample_raw.csv --device a100-40 -o "$out/ncu_profile.csv"
+cat "$out/ncu_profile.csv"
+echo
+echo "=== orion-run: ResNet50 inference (HP, 15 rps) + ResNet50 training (BE) on one V100, every policy"
+"$bin/orion-run" -q simulate -w examples/orion/rnet50_inf_train.json -p all \
+  --csv "$out/orion_table.csv" --latencies "$out/orion_latencies.csv"
+/usr/bin/python3 scripts/plot/orion_results.py --table "$out/orion_table.csv" \
+  --latencies "$out/orion_latencies.csv" -o "$out/orion.png"
+"$bin/orion-run" -q simulate -w examples/orion/rnet50_inf_train.json -p orion --requests 200 \
+  --trace "$out/orion_trace.json" >/dev/null
+echo "timeline of the orion policy: $out/orion_trace.json (open in ui.perfetto.dev)"
+
+for tool in sailor-plan sailor-run dz-compress dz-serve; do
   echo
-  echo "=== $tool"
+  echo "=== $tool (subcommands not in this build yet)"
   "$bin/$tool" --version
-  # The first line of --help says what the program is for.
   "$bin/$tool" --help | head -n 1
-  subcommands=$("$bin/$tool" --help | sed -n '/^Subcommands:/,$p' | tail -n +2)
-  if [ -n "$subcommands" ]; then
-    echo "subcommands:"
-    echo "$subcommands"
-  else
-    echo "subcommands: none in this build yet"
-  fi
 done
 echo
-echo "demo: done (binaries are in $build/bin)"
+echo "demo: done (binaries in $build/bin, outputs in $build/demo)"

@@ -33,10 +33,14 @@ int run_simulate(const SimulateOptions& options) {
 
   std::vector<std::string> policies;
   if (options.policy == "all") {
-    const bool all_training = std::all_of(workload.clients.begin(), workload.clients.end(),
-                                          [](const ClientSpec& c) { return c.training; });
     for (const std::string& p : policy_names()) {
-      if (p == "dedicated" || (p == "tick-tock" && !all_training)) continue;  // tick-tock needs training jobs only
+      if (p == "dedicated") continue;
+      try {
+        make_policy(p, workload);  // skips those that do not apply (tick-tock: training only; orion, reef: need HP)
+      } catch (const InputError& e) {
+        spdlog::info("skipping policy {}: {}", p, e.message());
+        continue;
+      }
       policies.push_back(p);
     }
   } else {

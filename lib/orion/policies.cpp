@@ -114,6 +114,11 @@ const std::vector<std::string>& policy_names() {
 }
 
 std::unique_ptr<Policy> make_policy(std::string_view name, const Workload& workload, const PolicyOptions& options) {
+  const bool has_hp = std::any_of(workload.clients.begin(), workload.clients.end(),
+                                  [](const ClientSpec& c) { return c.high_priority; });
+  if ((name == "orion" || name == "reef") && !has_hp) {
+    throw InputError("policy '" + std::string(name) + "' protects a high-priority client; the workload has none");
+  }
   if (name == "orion") return std::make_unique<OrionPolicy>(workload, options);
   if (name == "streams") return std::make_unique<StreamsPolicy>();
   if (name == "mps") return std::make_unique<MpsPolicy>();

@@ -85,7 +85,7 @@ class Simulation {
   }
 
   SimResult run() {
-    for (int i : dispatch_order_) try_start_request(i);
+    start_requests();
     while (!done()) {
       schedule();
       update_speeds();
@@ -98,7 +98,7 @@ class Simulation {
       }
       advance(next);
       complete_finished();
-      for (int i : dispatch_order_) try_start_request(i);
+      start_requests();
     }
     return result();
   }
@@ -131,17 +131,33 @@ class Simulation {
     return false;
   }
 
-  void try_start_request(int i) {
+  void start_requests() {
+    const std::vector<int> order = dispatch_order_;
+    for (int i : order) {
+      if (try_start_request(i) && policy_.exclusive_requests()) served_best_effort(i);
+    }
+  }
+
+  // Best-effort clients take turns: the one just served goes to the back.
+  void served_best_effort(int client) {
+    if (client == view_.hp_client && policy_.priority_streams()) return;
+    auto first = dispatch_order_.begin();
+    if (policy_.priority_streams() && view_.hp_client >= 0) ++first;
+    auto it = std::find(first, dispatch_order_.end(), client);
+    if (it != dispatch_order_.end()) std::rotate(first, it + 1, dispatch_order_.end());
+  }
+
+  bool try_start_request(int i) {
     ClientRun& c = clients_[i];
-    if (c.active || c.limit_reached()) return;
+    if (c.active || c.limit_reached()) return false;
     double arrival = now_;
     if (c.spec->arrivals.kind != ArrivalKind::kClosedLoop) {
-      if (c.next_arrival >= c.arrivals_us.size() || c.arrivals_us[c.next_arrival] > now_ + kEps) return;
+      if (c.next_arrival >= c.arrivals_us.size() || c.arrivals_us[c.next_arrival] > now_ + kEps) return false;
       arrival = c.arrivals_us[c.next_arrival];
     }
     if (gpu_owned_by_other(i)) {
       // Temporal sharing: the HP client goes first when the GPU frees up.
-      return;
+      return false;
     }
     if (c.spec->arrivals.kind != ArrivalKind::kClosedLoop) ++c.next_arrival;
     c.active = true;
@@ -156,6 +172,7 @@ class Simulation {
       view_.hp_current_done = true;
     }
     if (c.measure_start_us < 0 && c.requests_started > c.spec->warmup) c.measure_start_us = arrival;
+    return true;
   }
 
   void schedule() {
@@ -166,7 +183,8 @@ class Simulation {
         c.next_launch_us += w_.launch_overhead_us;
       }
     }
-    // Policy admission, HP first.
+    // Policy admission, HP first, best-effort clients in turn.
+    int served = -1;
     for (int i : dispatch_order_) {
       ClientRun& c = clients_[i];
       while (c.active && c.released < c.launched) {
@@ -179,9 +197,11 @@ class Simulation {
         } else {
           view_.be_outstanding_us += k.duration_us;
           ++view_.be_outstanding_kernels;
+          served = i;
         }
       }
     }
+    if (served >= 0) served_best_effort(served);
     // Block dispatch: grow partially placed kernels, then start stream heads.
     int used = 0;
     for (const RunningKernel& r : running_) used += r.sms;

@@ -24,13 +24,17 @@ std::vector<SimKernel> to_sim_kernels(const KernelProfile& profile, const Device
 
 namespace {
 
-std::filesystem::path resolve_profile(const std::string& name, const std::filesystem::path& workload_dir,
-                                      const std::vector<std::filesystem::path>& dirs, const JsonValue& where) {
+// Finds an input named in a workload: in the given folders by file name, as
+// given, or beside the workload; `extension` is added when missing (Orion
+// writes profile paths without ".csv").
+std::filesystem::path resolve_profile_like(const std::string& name, const std::filesystem::path& workload_dir,
+                                           const std::vector<std::filesystem::path>& dirs, const JsonValue& where,
+                                           const std::string& extension) {
   namespace fs = std::filesystem;
   std::vector<fs::path> candidates;
   auto add = [&](const fs::path& p) {
     candidates.push_back(p);
-    if (p.extension() != ".csv") candidates.push_back(fs::path(p.string() + ".csv"));
+    if (p.extension() != extension) candidates.push_back(fs::path(p.string() + extension));
   };
   const fs::path given(name);
   for (const fs::path& dir : dirs) add(dir / given.filename());
@@ -41,7 +45,13 @@ std::filesystem::path resolve_profile(const std::string& name, const std::filesy
   for (const fs::path& c : candidates) {
     if (fs::is_regular_file(c, ec)) return c;
   }
-  where.fail("kernel profile '" + name + "' not found (looked in --profiles folders and beside the workload)");
+  where.fail((extension == ".csv" ? "kernel profile '" : "file '") + name +
+             "' not found (looked in --profiles folders and beside the workload)");
+}
+
+std::filesystem::path resolve_profile(const std::string& name, const std::filesystem::path& workload_dir,
+                                      const std::vector<std::filesystem::path>& dirs, const JsonValue& where) {
+  return resolve_profile_like(name, workload_dir, dirs, where, ".csv");
 }
 
 ArrivalSpec parse_arrivals(const JsonValue& v, const std::filesystem::path& dir) {
@@ -143,7 +153,15 @@ Workload load_orion_config(const JsonValue& root, const std::filesystem::path& d
           w.device);
     }
     const double rps = args.get_or<double>("rps", 0.0);
-    if (rps > 0) {
+    if (auto input = args.find("input_file")) {
+      // A trace of inter-arrival gaps (JSON list of seconds), found like the profiles.
+      s.arrivals.kind = ArrivalKind::kTrace;
+      s.arrivals.trace_gaps_s =
+          load_json_file(resolve_profile_like(input->as<std::string>(), dir, profile_dirs, *input, ".json"))
+              .root()
+              .as<std::vector<double>>();
+      if (s.arrivals.trace_gaps_s.empty()) input->fail("arrival trace is empty");
+    } else if (rps > 0) {
       s.arrivals.kind = args.get_or<bool>("uniform", false) ? ArrivalKind::kUniform : ArrivalKind::kPoisson;
       s.arrivals.rate_per_s = rps;
     }

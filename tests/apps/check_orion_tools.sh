@@ -41,6 +41,11 @@ grep -q "^orion " "$tmp/out" || fail "simulate table: $(cat "$tmp/out")"
 head -c 15 "$tmp/trace.json" | grep -q '{"displayTimeU\|{"traceEvents"' || fail "trace is not a trace"
 [ "$(wc -l < "$tmp/table.csv")" -eq 5 ] || fail "comparison CSV rows: $(cat "$tmp/table.csv")"
 grep -q "^orion,resnet50-inf-b4,high,inference," "$tmp/table.csv" || fail "comparison CSV content"
+if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+  expect_rc 0 "$src/scripts/plot/orion_results.py" --table "$tmp/table.csv" --latencies "$tmp/lat.csv" -o "$tmp/plot.png"
+  head -c 8 "$tmp/plot.png" | grep -q "PNG" || fail "plot is not a PNG"
+  expect_rc 1 "$src/scripts/plot/orion_results.py" --table "$tmp/lat.csv" --latencies "$tmp/lat.csv" -o "$tmp/p2.png"
+fi
 expect_rc 0 "$bin/orion-run" simulate -w "$ex/rnet50_inf_train.json" -p all --requests 100 --json
 grep -q '"policy": "mps"' "$tmp/out" || fail "--policy all --json lacks mps"
 grep -q '"policy": "tick-tock"' "$tmp/out" && fail "tick-tock listed for an inference workload"

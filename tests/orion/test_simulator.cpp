@@ -20,10 +20,12 @@ using testing::kernel;
 const std::filesystem::path kExamples = std::filesystem::path(FLEET_SOURCE_DIR) / "examples" / "orion";
 
 TEST(Simulator, LoneKernelTakesItsProfiledTime) {
-  Workload w = testing::workload({client("solo", {kernel(123, 40, KernelClass::kCompute)}, false, false, 1)});
+  Workload w = testing::workload({client("solo", {kernel(123, 40, KernelClass::kCompute)}, true, false, 1)});
   EXPECT_DOUBLE_EQ(simulate(w, "streams").clients[0].latencies_ms.at(0), 0.123);
   w.launch_overhead_us = 5;
   EXPECT_NEAR(simulate(w, "orion").clients[0].latencies_ms.at(0), 0.128, 1e-12);
+  w.clients[0].high_priority = false;
+  EXPECT_THROW(simulate(w, "orion"), InputError);  // orion protects an HP client; there is none
 }
 
 TEST(Simulator, InOrderKernelsOfOneClientAddUp) {
@@ -93,6 +95,15 @@ TEST(Simulator, StreamsStayInOrderAndNothingExceedsTheSms) {
 double pair_makespan_ms(const SimKernel& a, const SimKernel& b) {
   Workload w = testing::workload({client("a", {a}, false, false, 1), client("b", {b}, false, false, 1)});
   return simulate(w, "mps").simulated_s * 1e3;
+}
+
+TEST(Simulator, BestEffortClientsTakeTurns) {
+  // Two closed-loop jobs under temporal sharing: neither starves the other.
+  Workload w = testing::workload({client("a", {kernel(100, 80, KernelClass::kCompute)}, false, true, 50),
+                                  client("b", {kernel(100, 80, KernelClass::kCompute)}, false, true, 0)});
+  const SimResult r = simulate(w, "temporal");
+  EXPECT_NEAR(static_cast<double>(r.clients[1].completed), 50.0, 1.0);
+  EXPECT_NEAR(r.clients[0].throughput_per_s, r.clients[1].throughput_per_s, 0.05 * r.clients[0].throughput_per_s);
 }
 
 TEST(Simulator, CalibratedToOrionsKernelPairs) {
