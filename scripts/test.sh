@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs dependencies, configures, builds and runs every CPU test with
-# CTest, then the lib/common tests again under AddressSanitizer + UBSan.
+# CTest, then the tests of everything that builds without libtorch (common,
+# orion, the programs, interop) again under AddressSanitizer + UBSan.
 # Exits non-zero on any failure.
 #
 #   scripts/test.sh                 everything
@@ -28,11 +29,11 @@ echo "== test"
 
 if [ "${FLEET_SKIP_SANITIZERS:-0}" != 1 ]; then
   san="$build-asan"
-  echo "== AddressSanitizer + UBSan: lib/common tests ($san)"
+  echo "== AddressSanitizer + UBSan: tests without libtorch ($san)"
   [ -f "$san/CMakeCache.txt" ] || cmake -S . -B "$san" "${generator[@]}" -DCMAKE_BUILD_TYPE=Debug \
       -DSANITIZE=address,undefined -DWITH_TORCH=OFF -DWITH_CUDA=OFF
-  cmake --build "$san" -j "$jobs" --target test_common interop_helper
+  cmake --build "$san" -j "$jobs"
   (cd "$san" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-      ctest --output-on-failure -j "$jobs" -L 'common|interop')
+      ctest --output-on-failure -j "$jobs" -L 'common|orion|apps|interop')
 fi
 echo "== all tests passed"

@@ -26,37 +26,28 @@ DeviceSpec make_volta() {
   return d;
 }
 
-DeviceSpec make_ampere(const std::string& name, const std::string& description, double bandwidth,
-                       std::uint64_t memory) {
-  DeviceSpec d;
-  d.name = name;
-  d.description = description;
-  d.compute_capability = 80;
-  d.sm_count = 108;
-  d.shared_memory_per_sm = 164 * 1024;
-  d.max_shared_memory_per_block = 163 * 1024;
-  d.shared_memory_alloc_unit = 128;
-  d.reserved_shared_memory_per_block = 1024;
-  d.peak_fp32_flops = 19.5e12;
-  d.peak_tensor_flops = 312e12;
-  d.memory_bandwidth = bandwidth;
-  d.memory_bytes = memory;
-  return d;
-}
+// Ampere (sm_80) and Hopper (sm_90) share the per-SM thread, warp, block and
+// register limits and the 1 KiB per-block shared-memory reservation.
+struct SmLayout {
+  int compute_capability, sm_count, shared_per_sm_kib, max_shared_per_block_kib;
+  double fp32, tensor;
+};
+constexpr SmLayout kAmpere{80, 108, 164, 163, 19.5e12, 312e12};
+constexpr SmLayout kHopper{90, 132, 228, 227, 66.9e12, 989e12};
 
-DeviceSpec make_hopper(const std::string& name, const std::string& description, double bandwidth,
+DeviceSpec make_modern(const SmLayout& sm, const std::string& name, const std::string& description, double bandwidth,
                        std::uint64_t memory) {
   DeviceSpec d;
   d.name = name;
   d.description = description;
-  d.compute_capability = 90;
-  d.sm_count = 132;
-  d.shared_memory_per_sm = 228 * 1024;
-  d.max_shared_memory_per_block = 227 * 1024;
+  d.compute_capability = sm.compute_capability;
+  d.sm_count = sm.sm_count;
+  d.shared_memory_per_sm = sm.shared_per_sm_kib * 1024;
+  d.max_shared_memory_per_block = sm.max_shared_per_block_kib * 1024;
   d.shared_memory_alloc_unit = 128;
   d.reserved_shared_memory_per_block = 1024;
-  d.peak_fp32_flops = 66.9e12;
-  d.peak_tensor_flops = 989e12;
+  d.peak_fp32_flops = sm.fp32;
+  d.peak_tensor_flops = sm.tensor;
   d.memory_bandwidth = bandwidth;
   d.memory_bytes = memory;
   return d;
@@ -73,10 +64,10 @@ std::string lower(std::string_view s) {
 const std::vector<DeviceSpec>& known_devices() {
   static const std::vector<DeviceSpec> devices = {
       make_volta(),
-      make_ampere("a100-40", "NVIDIA A100-SXM4-40GB", 1555e9, 40ull << 30),
-      make_ampere("a100-80", "NVIDIA A100-SXM4-80GB", 2039e9, 80ull << 30),
-      make_hopper("h100", "NVIDIA H100 SXM5 80GB", 3.35e12, 80ull << 30),
-      make_hopper("h200", "NVIDIA H200 SXM 141GB", 4.8e12, 141ull << 30),
+      make_modern(kAmpere, "a100-40", "NVIDIA A100-SXM4-40GB", 1555e9, 40ull << 30),
+      make_modern(kAmpere, "a100-80", "NVIDIA A100-SXM4-80GB", 2039e9, 80ull << 30),
+      make_modern(kHopper, "h100", "NVIDIA H100 SXM5 80GB", 3.35e12, 80ull << 30),
+      make_modern(kHopper, "h200", "NVIDIA H200 SXM 141GB", 4.8e12, 141ull << 30),
   };
   return devices;
 }

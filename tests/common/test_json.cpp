@@ -8,14 +8,7 @@
 namespace fleet {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using testing::error_of;
 
 const char* kPlan = R"({"stages": [{"layers": [0, 12], "gpu": "A100-40", "tp": 4},
                                    {"layers": [12, 26], "gpu": "V100-16", "tp": 2.0}],

@@ -9,11 +9,14 @@
 #include "common/half.h"
 #include "common/json.h"
 #include "common/safetensors.h"
+#include "dtype_samples.h"
 #include "safetensors_fixtures.h"
 #include "test_util.h"
 
 namespace fleet {
 namespace {
+
+using testing::error_of;
 
 using testing::raw_safetensors;
 
@@ -21,36 +24,12 @@ using testing::raw_safetensors;
 std::vector<std::byte> sample_bytes(DType dtype, std::size_t n) {
   std::vector<std::byte> out(n * dtype_size(dtype));
   for (std::size_t i = 0; i < n; ++i) {
-    const double v = static_cast<double>(i % 7) - (dtype_is_float(dtype) || dtype == DType::kI8 ? 3.0 : 0.0);
-    std::byte* p = out.data() + i * dtype_size(dtype);
-    auto put = [p](auto x) { std::memcpy(p, &x, sizeof(x)); };
-    switch (dtype) {
-      case DType::kF64: put(v); break;
-      case DType::kF32: put(static_cast<float>(v)); break;
-      case DType::kF16: put(float_to_f16(static_cast<float>(v))); break;
-      case DType::kBF16: put(float_to_bf16(static_cast<float>(v))); break;
-      case DType::kF8E4M3: case DType::kF8E5M2: put(static_cast<std::uint8_t>(i)); break;
-      case DType::kI64: put(static_cast<std::int64_t>(v)); break;
-      case DType::kI32: put(static_cast<std::int32_t>(v)); break;
-      case DType::kI16: put(static_cast<std::int16_t>(v)); break;
-      case DType::kI8: put(static_cast<std::int8_t>(v)); break;
-      case DType::kU64: put(static_cast<std::uint64_t>(v)); break;
-      case DType::kU32: put(static_cast<std::uint32_t>(v)); break;
-      case DType::kU16: put(static_cast<std::uint16_t>(v)); break;
-      case DType::kU8: put(static_cast<std::uint8_t>(v)); break;
-      case DType::kBool: put(static_cast<std::uint8_t>(i % 2)); break;
-    }
+    double v = static_cast<double>(i % 7) - (dtype_is_float(dtype) || dtype == DType::kI8 ? 3.0 : 0.0);
+    if (dtype == DType::kBool) v = static_cast<double>(i % 2);
+    if (dtype == DType::kF8E4M3 || dtype == DType::kF8E5M2) v = static_cast<double>(i % 256);
+    testing::store_as(dtype, v, out.data() + i * dtype_size(dtype));
   }
   return out;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 TEST(Safetensors, RoundTripEveryDtypeWithMetadata) {

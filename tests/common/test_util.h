@@ -6,11 +6,24 @@
 #include <cstddef>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "common/error.h"
+
 namespace fleet::testing {
+
+/// The message of the InputError `f` throws, or "no error".
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
 
 /// A fresh folder under the system temp dir, removed with its contents at the end.
 class TempDir {

@@ -4,16 +4,15 @@
 //   interop_helper write-safetensors OUT    tensors of every dtype, values from expected_value()
 //   interop_helper write-h5 OUT              the same tensors plus attributes, zstd-compressed
 //   interop_helper dump FILE                 JSON {tensors: {name: {dtype, shape, values}}, attributes/metadata}
-#include <cstring>
 #include <iostream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "common/dtype.h"
-#include "common/half.h"
 #include "common/hdf5_store.h"
 #include "common/safetensors.h"
+#include "dtype_samples.h"
 
 namespace {
 
@@ -31,24 +30,7 @@ double expected_value(DType dtype, std::size_t i) {
 std::vector<std::byte> encode(DType dtype, std::size_t n) {
   std::vector<std::byte> out(n * fleet::dtype_size(dtype));
   for (std::size_t i = 0; i < n; ++i) {
-    const double v = expected_value(dtype, i);
-    std::byte* p = out.data() + i * fleet::dtype_size(dtype);
-    auto put = [p](auto x) { std::memcpy(p, &x, sizeof(x)); };
-    switch (dtype) {
-      case DType::kF64: put(v); break;
-      case DType::kF32: put(static_cast<float>(v)); break;
-      case DType::kF16: put(fleet::float_to_f16(static_cast<float>(v))); break;
-      case DType::kBF16: put(fleet::float_to_bf16(static_cast<float>(v))); break;
-      case DType::kI64: put(static_cast<std::int64_t>(v)); break;
-      case DType::kI32: put(static_cast<std::int32_t>(v)); break;
-      case DType::kI16: put(static_cast<std::int16_t>(v)); break;
-      case DType::kI8: put(static_cast<std::int8_t>(v)); break;
-      case DType::kU64: put(static_cast<std::uint64_t>(v)); break;
-      case DType::kU32: put(static_cast<std::uint32_t>(v)); break;
-      case DType::kU16: put(static_cast<std::uint16_t>(v)); break;
-      case DType::kU8: case DType::kBool: put(static_cast<std::uint8_t>(v)); break;
-      default: break;
-    }
+    fleet::testing::store_as(dtype, expected_value(dtype, i), out.data() + i * fleet::dtype_size(dtype));
   }
   return out;
 }
