@@ -19,6 +19,15 @@ out="$root/$build/demo"
 mkdir -p "$out"
 
 echo
+echo "=== sailor-plan: OPT-350 on an A100-40 stage + a V100-16 stage over two zones"
+"$bin/sailor-plan" simulate -i examples/sailor/opt-350 -p examples/sailor/plans/opt350_a100_v100_two_zones.json \
+  --trace "$out/sailor_iteration.json"
+echo "timeline of one iteration: $out/sailor_iteration.json (open in ui.perfetto.dev)"
+echo
+echo "=== sailor-plan: the measured GH200 configuration PP2 x TP4 (measured 0.651 s/iter, 25.5 GiB)"
+"$bin/sailor-plan" simulate -i examples/sailor/opt-350 -p examples/sailor/plans/opt350_gh200_pp2.json | tail -n 3
+
+echo
 echo "=== orion-profile: Orion's ResNet50 training-iteration profile (V100)"
 "$bin/orion-profile" summarize examples/orion/profiles/resnet50_32_fb1.csv
 echo
@@ -35,7 +44,7 @@ echo "=== orion-run: ResNet50 inference (HP, 15 rps) + ResNet50 training (BE) on
   --trace "$out/orion_trace.json" >/dev/null
 echo "timeline of the orion policy: $out/orion_trace.json (open in ui.perfetto.dev)"
 
-for tool in sailor-plan sailor-run dz-compress dz-serve; do
+for tool in sailor-run dz-compress dz-serve; do
   echo
   echo "=== $tool (subcommands not in this build yet)"
   "$bin/$tool" --version

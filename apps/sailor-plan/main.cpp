@@ -1,9 +1,56 @@
-// sailor-plan: Plan distributed training on heterogeneous, multi-zone GPU pools: simulate a plan's time, memory and cost, and search for the best one.
+// sailor-plan: plan distributed training on heterogeneous, multi-zone GPU pools.
 #include "common/cli.h"
 #include "devices/device_info.h"
+#include "sailor/commands.h"
+
+namespace {
+
+// The four planner inputs, by folder or one by one.
+void add_input_options(CLI::App* command, fleet::sailor::InputPaths& paths) {
+  command->add_option("-i,--inputs", paths.inputs, "Folder with model.json, profile.json, cluster.json, job.json");
+  command->add_option("--model", paths.model, "Model JSON (default: INPUTS/model.json)");
+  command->add_option("--profile", paths.profile, "Profile JSON (default: INPUTS/profile.json)");
+  command->add_option("--cluster", paths.cluster, "Cluster JSON (default: INPUTS/cluster.json)");
+  command->add_option("--job", paths.job, "Job JSON (default: INPUTS/job.json)");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  fleet::Tool tool("sailor-plan", "Plan distributed training on heterogeneous, multi-zone GPU pools: simulate a plan's time, memory and cost, and search for the best one.");
+  fleet::Tool tool("sailor-plan",
+                   "Plan distributed training on heterogeneous, multi-zone GPU pools: simulate a plan's time, memory "
+                   "and cost, and search for the best one.");
   tool.set_version_details(fleet::devices::version_details);
+
+  fleet::sailor::ImportCommand import;
+  CLI::App* imp = tool.add_command("import-sailor", "Convert the original SAILOR inputs into planner inputs",
+                                   [&] { return fleet::sailor::run_import(import); });
+  imp->add_option("source", import.source, "SAILOR data folder (profiles/, providers/, configs/, llm_info.json)")
+      ->required();
+  imp->add_option("-m,--model-name", import.model, "Model to convert, e.g. OPT-350, GPT-Neo-2.7")->required();
+  imp->add_option("-o,--output", import.output_dir, "Folder to write model/profile/cluster/job.json into")->required();
+  imp->add_option("--price", import.prices, "GPU=USD per GPU-hour (repeatable; defaults: A100-40 3.67, V100-16 2.80, GH-96 11.06)");
+  imp->add_option("--quota", import.quotas, "GPU@ZONE=N extra GPUs available (repeatable)");
+  imp->add_option("--global-batch", import.global_batch, "Global batch (default: the model's training config)");
+  imp->add_option("--seq-len", import.sequence_length, "Sequence length (default: the model's training config)");
+
+  fleet::sailor::SimulateCommand sim;
+  std::string trace;
+  CLI::App* simulate = tool.add_command("simulate", "Predict a plan's iteration time, memory per GPU and cost", [&] {
+    if (!trace.empty()) sim.trace = trace;
+    return fleet::sailor::run_simulate(sim);
+  });
+  add_input_options(simulate, sim.paths);
+  simulate->add_option("-p,--plan", sim.plan, "Plan JSON (ours, or SAILOR's pipeline_list layout)")->required();
+  simulate->add_option("--trace", trace, "Write a Chrome/Perfetto timeline of one simulated iteration");
+  fleet::add_json_flag(simulate, &sim.json);
+
+  fleet::sailor::ExportCommand exp;
+  CLI::App* export_cmd = tool.add_command("export", "Write a plan in SAILOR's layout (or ours, with predictions)",
+                                          [&] { return fleet::sailor::run_export(exp); });
+  add_input_options(export_cmd, exp.paths);
+  export_cmd->add_option("-p,--plan", exp.plan, "Plan JSON")->required();
+  export_cmd->add_option("--format", exp.format, "sailor or gpufleet")->capture_default_str();
+  export_cmd->add_option("-o,--output", exp.output, "File to write")->required();
   return tool.run(argc, argv);
 }

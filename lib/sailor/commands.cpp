@@ -1,0 +1,158 @@
+#include "sailor/commands.h"
+
+#include <iostream>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "common/error.h"
+#include "common/json.h"
+#include "sailor/estimator.h"
+#include "sailor/import_sailor.h"
+#include "sailor/plan.h"
+
+namespace fleet::sailor {
+
+std::filesystem::path InputPaths::resolve(const std::filesystem::path& explicit_path, const char* name) const {
+  if (!explicit_path.empty()) return explicit_path;
+  if (inputs.empty()) throw UsageError(std::string("give --inputs DIR or --") + name);
+  return inputs / (std::string(name) + ".json");
+}
+
+namespace {
+
+PlannerInputs load_inputs(const InputPaths& p) {
+  PlannerInputs in;
+  in.model = load_model_spec(p.resolve(p.model, "model"));
+  in.profiles = load_profile_set(p.resolve(p.profile, "profile"));
+  in.cluster = load_cluster_spec(p.resolve(p.cluster, "cluster"));
+  in.job = load_job_spec(p.resolve(p.job, "job"));
+  if (in.profiles.model != in.model.name) {
+    throw InputError("profile is for model '" + in.profiles.model + "' but the model is '" + in.model.name + "'");
+  }
+  if (in.job.model != in.model.name) {
+    throw InputError("job is for model '" + in.job.model + "' but the model is '" + in.model.name + "'");
+  }
+  return in;
+}
+
+Plan load_valid_plan(const std::filesystem::path& path, const PlannerInputs& in) {
+  Plan plan = load_plan(path, in.job);
+  try {
+    validate_plan(plan, in.model, in.cluster);
+  } catch (const InputError& e) {
+    throw InputError(e.message(), {path.string(), e.context().field, std::nullopt});
+  }
+  pack_nodes(plan, in.cluster);
+  return plan;
+}
+
+std::string gib(double bytes) { return fmt::format("{:.2f}", bytes / (1024.0 * 1024.0 * 1024.0)); }
+
+std::pair<std::string, double> split_assignment(const std::string& text, const char* what) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) throw UsageError(std::string(what) + " must look like NAME=VALUE, got '" + text + "'");
+  try {
+    return {text.substr(0, eq), std::stod(text.substr(eq + 1))};
+  } catch (const std::exception&) {
+    throw UsageError(std::string(what) + ": '" + text.substr(eq + 1) + "' is not a number");
+  }
+}
+
+}  // namespace
+
+int run_import(const ImportCommand& c) {
+  ImportOptions opt;
+  opt.source = c.source;
+  opt.model = c.model;
+  opt.global_batch = c.global_batch;
+  opt.sequence_length = c.sequence_length;
+  for (const std::string& p : c.prices) {
+    const auto [gpu, usd] = split_assignment(p, "--price");
+    if (usd < 0) throw UsageError("--price " + gpu + " cannot be negative");
+    opt.prices[gpu] = usd;
+  }
+  for (const std::string& q : c.quotas) {
+    const auto [key, n] = split_assignment(q, "--quota");
+    const auto at = key.find('@');
+    if (at == std::string::npos) throw UsageError("--quota must look like GPU@ZONE=N, got '" + q + "'");
+    opt.extra_quotas[key.substr(0, at)][key.substr(at + 1)] = static_cast<int>(n);
+  }
+  const ImportedInputs in = import_sailor(opt);
+  std::error_code ec;
+  if (!std::filesystem::is_directory(c.output_dir, ec)) {
+    std::filesystem::create_directories(c.output_dir, ec);
+    if (ec) throw IoError("cannot create folder: " + ec.message(), {c.output_dir.string(), "", std::nullopt});
+  }
+  write_json_file(c.output_dir / "model.json", to_json(in.model));
+  write_json_file(c.output_dir / "profile.json", to_json(in.profiles));
+  write_json_file(c.output_dir / "cluster.json", to_json(in.cluster));
+  write_json_file(c.output_dir / "job.json", to_json(in.job));
+  int gpus = 0;
+  for (const auto& [gpu, zones] : in.cluster.quotas) {
+    for (const auto& [zone, n] : zones) gpus += n;
+  }
+  spdlog::info("imported {} ({} layers, profiles for {} GPU types), a cluster of {} GPUs in {} zones into {}",
+               in.model.name, in.model.layers.size(), in.profiles.gpus.size(), gpus, in.cluster.zone_region.size(),
+               c.output_dir.string());
+  return 0;
+}
+
+int run_simulate(const SimulateCommand& c) {
+  const PlannerInputs in = load_inputs(c.paths);
+  const Plan plan = load_valid_plan(c.plan, in);
+  const Estimate est = estimate_plan(plan, in);
+  if (c.trace) {
+    ChromeTrace trace;
+    trace_plan(plan, est, trace);
+    trace.write(*c.trace);
+  }
+  if (c.json) {
+    std::cout << estimate_to_json(plan, est).dump(2) << "\n";
+    return 0;
+  }
+  std::cout << fmt::format("plan: {} stages x {} data-parallel, micro-batch {}, global batch {}, {} micro-batches, {} GPUs\n",
+                           plan.stages.size(), plan.dp(), plan.mbs, plan.global_batch, est.microbatches, plan.gpus());
+  std::cout << fmt::format("{:<5} {:>9} {:>3} {:<16} {:>10} {:>9} {:>10} {:>9} {:>9} {:>9} {:>5}\n", "stage", "layers",
+                           "tp", "replicas", "fwd+bwd s", "send s", "allred s", "update s", "mem GiB", "cap GiB", "fits");
+  for (std::size_t i = 0; i < plan.stages.size(); ++i) {
+    const Stage& s = plan.stages[i];
+    const StageEstimate& se = est.stages[i];
+    std::size_t worst = 0;
+    for (std::size_t r = 0; r < se.memory.size(); ++r) {
+      if (se.memory[r].total() / se.capacity[r] > se.memory[worst].total() / se.capacity[worst]) worst = r;
+    }
+    std::map<std::string, int> kinds;
+    for (const Replica& r : s.replicas) ++kinds[r.gpu];
+    std::string replicas;
+    for (const auto& [gpu, n] : kinds) replicas += (replicas.empty() ? "" : "+") + std::to_string(n) + "x" + gpu;
+    std::cout << fmt::format("{:<5} {:>9} {:>3} {:<16} {:>10.4f} {:>9.4f} {:>10.4f} {:>9.4f} {:>9} {:>9} {:>5}\n", i,
+                             fmt::format("{}-{}", s.first_layer, s.last_layer - 1), s.tp, replicas, se.compute_s,
+                             se.send_s, se.allreduce_s, se.update_s, gib(se.memory[worst].total()),
+                             gib(se.capacity[worst]), se.memory[worst].total() <= se.capacity[worst] ? "yes" : "NO");
+  }
+  std::cout << fmt::format("iteration: {:.4f} s ({:.3f} iterations/s, {:.1f} samples/s)\n", est.iteration_s,
+                           est.iterations_per_s, est.iterations_per_s * plan.global_batch);
+  std::cout << fmt::format("cost: ${:.5f} per iteration (compute ${:.5f}, egress ${:.5f})\n", est.usd_per_iteration(),
+                           est.compute_usd, est.egress_usd);
+  std::cout << fmt::format("memory: peak {} GiB per GPU; {}\n", gib(est.peak_memory_bytes),
+                           est.fits ? "every GPU fits" : "SOME GPUs DO NOT FIT");
+  return 0;
+}
+
+int run_export(const ExportCommand& c) {
+  const PlannerInputs in = load_inputs(c.paths);
+  const Plan plan = load_valid_plan(c.plan, in);
+  if (c.format == "sailor") {
+    write_json_file(c.output, plan_to_sailor_json(plan, in.cluster));
+  } else if (c.format == "gpufleet") {
+    nlohmann::json out = plan_to_json(plan);
+    out["predictions"] = estimate_to_json(plan, estimate_plan(plan, in));
+    write_json_file(c.output, out);
+  } else {
+    throw UsageError("unknown --format '" + c.format + "' (sailor or gpufleet)");
+  }
+  return 0;
+}
+
+}  // namespace fleet::sailor

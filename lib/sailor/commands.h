@@ -1,0 +1,51 @@
+// Entry points of sailor-plan's subcommands.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fleet::sailor {
+
+/// Where the four inputs are: a folder with model.json, profile.json,
+/// cluster.json and job.json, each replaceable by its own path.
+struct InputPaths {
+  std::filesystem::path inputs;
+  std::filesystem::path model, profile, cluster, job;
+  /// The path of one input: the explicit one, else `inputs`/`name`.
+  std::filesystem::path resolve(const std::filesystem::path& explicit_path, const char* name) const;
+};
+
+/// Options of `sailor-plan import-sailor`.
+struct ImportCommand {
+  std::filesystem::path source;
+  std::string model;
+  std::filesystem::path output_dir;
+  std::vector<std::string> prices;   ///< GPU=USD
+  std::vector<std::string> quotas;   ///< GPU@ZONE=N
+  int global_batch = 0;
+  int sequence_length = 0;
+};
+int run_import(const ImportCommand& options);
+
+/// Options of `sailor-plan simulate`.
+struct SimulateCommand {
+  InputPaths paths;
+  std::filesystem::path plan;
+  std::optional<std::filesystem::path> trace;
+  bool json = false;
+};
+int run_simulate(const SimulateCommand& options);
+
+/// Options of `sailor-plan export`.
+struct ExportCommand {
+  InputPaths paths;
+  std::filesystem::path plan;
+  std::string format = "sailor";
+  std::filesystem::path output;
+};
+int run_export(const ExportCommand& options);
+
+}  // namespace fleet::sailor

@@ -1,0 +1,262 @@
+#include "sailor/estimator.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/error.h"
+
+namespace fleet::sailor {
+
+Calibration default_calibration() {
+  // Least-squares fit (relative error) to the three GH200 measurements in
+  // docs/sailor-model.md; the memory constants are the defaults of Calibration.
+  Calibration c;
+  c.compute_scale = 0.776;
+  c.iteration_overhead_s = 0.196;
+  return c;
+}
+
+namespace {
+
+LinkClass link_of(const Replica& a, const Replica& b, const ClusterSpec& cluster) {
+  if (a.gpu == b.gpu && a.zone == b.zone && a.node >= 0 && a.node == b.node) return LinkClass::kSameNode;
+  return cluster.link_between(a.zone, b.zone);
+}
+
+double egress_price(LinkClass link, const ClusterSpec& cluster) {
+  auto it = cluster.egress_per_gb.find(link);
+  return it == cluster.egress_per_gb.end() ? 0.0 : it->second;
+}
+
+}  // namespace
+
+Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
+  const Calibration& cal = in.calibration;
+  const int stages = static_cast<int>(plan.stages.size());
+  const int dp = plan.dp();
+  const int mbs = plan.mbs;
+  Estimate est;
+  est.microbatches = static_cast<int>(std::ceil(static_cast<double>(plan.global_batch) / (mbs * dp)));
+  const int nb = est.microbatches;
+  const double wire = in.job.wire_bytes();
+  const bool fp32 = in.job.precision == "fp32";
+  const double weight_b = fp32 ? 4 : cal.weight_bytes_per_param;
+  const double grad_b = fp32 ? 4 : cal.gradient_bytes_per_param;
+  double egress_bytes_usd = 0;
+
+  for (int i = 0; i < stages; ++i) {
+    const Stage& s = plan.stages[static_cast<std::size_t>(i)];
+    StageEstimate se;
+    for (const Replica& r : s.replicas) {
+      double f = 0, b = 0, u = 0;
+      for (int l = s.first_layer; l < s.last_layer; ++l) {
+        const LayerTimes& t = in.profiles.at(r.gpu, mbs, s.tp, l);
+        f += t[0];
+        b += t[1];
+        u += t[2];
+      }
+      f *= cal.compute_scale;
+      b *= cal.compute_scale;
+      u *= cal.compute_scale;
+      if (f + b > se.compute_s) {
+        se.compute_s = f + b;
+        se.forward_s = f;
+        se.backward_s = b;
+      }
+      se.update_s = std::max(se.update_s, u);
+    }
+
+    // Activations to the next stage and gradients back, replica r to replica r.
+    if (i + 1 < stages) {
+      const Stage& next = plan.stages[static_cast<std::size_t>(i + 1)];
+      const double message = in.model.act_output(s.last_layer - 1, s.tp) * mbs * wire;
+      for (int r = 0; r < dp; ++r) {
+        const Replica& a = s.replicas[static_cast<std::size_t>(r)];
+        const Replica& b = next.replicas[static_cast<std::size_t>(r)];
+        const LinkClass link = link_of(a, b, in.cluster);
+        const double one_way = message / in.cluster.fit(link, a.gpu, b.gpu).bytes_per_s(message);
+        se.send_s = std::max(se.send_s, 2 * one_way);
+        if (link == LinkClass::kCrossZone || link == LinkClass::kCrossRegion) {
+          egress_bytes_usd += 2 * message * nb / 1e9 * egress_price(link, in.cluster);
+        }
+      }
+    }
+
+    // Ring all-reduce of this stage's gradients across its replicas.
+    const double params = in.model.params(s.first_layer, s.last_layer, s.tp);
+    if (dp > 1) {
+      const double grad_bytes = params * wire;
+      const double per_link = 2.0 * (dp - 1) / dp * grad_bytes;
+      double slowest = 0;
+      for (int r = 0; r < dp; ++r) {
+        const Replica& a = s.replicas[static_cast<std::size_t>(r)];
+        const Replica& b = s.replicas[static_cast<std::size_t>((r + 1) % dp)];
+        const LinkClass link = link_of(a, b, in.cluster);
+        const double bw = in.cluster.fit(link, a.gpu, b.gpu).bytes_per_s(std::min(cal.allreduce_bucket_bytes, grad_bytes));
+        slowest = std::max(slowest, per_link / bw);
+        if (link == LinkClass::kCrossZone || link == LinkClass::kCrossRegion) {
+          egress_bytes_usd += per_link * s.tp / 1e9 * egress_price(link, in.cluster);
+        }
+      }
+      se.allreduce_s = slowest;
+      // Buckets are reduced while the last micro-batch's backward runs.
+      se.allreduce_exposed_s = std::max(0.0, slowest - se.backward_s);
+    }
+
+    // Memory of one GPU: states of its parameter shard, activations of the
+    // micro-batches 1F1B keeps in flight on this stage, runtime overhead.
+    se.in_flight = std::min(stages - i, nb);
+    const double act = in.model.act_memory(s.first_layer, s.last_layer, s.tp) * mbs * se.in_flight *
+                       cal.activation_bytes_per_float;
+    for (const Replica& r : s.replicas) {
+      MemoryBreakdown m;
+      m.weights = params * weight_b;
+      m.gradients = params * grad_b;
+      m.optimizer = params * cal.optimizer_bytes_per_param;
+      m.framework_copies = cal.framework_copy_factor * (m.weights + m.gradients + m.optimizer);
+      m.activations = act;
+      m.overhead = cal.runtime_overhead_bytes;
+      const double capacity = in.cluster.gpu_types.at(r.gpu).memory_bytes;
+      est.fits = est.fits && m.total() <= capacity;
+      est.peak_memory_bytes = std::max(est.peak_memory_bytes, m.total());
+      se.memory.push_back(m);
+      se.capacity.push_back(capacity);
+    }
+    est.stages.push_back(std::move(se));
+  }
+
+  // 1F1B: the slowest stage (compute + its sends) paces the steady state;
+  // fill and drain add one pass through every stage; the exposed all-reduce
+  // and the optimizer step follow.
+  double bottleneck = 0, sum = 0, exposed = 0, update = 0;
+  for (const StageEstimate& se : est.stages) {
+    bottleneck = std::max(bottleneck, se.compute_s + se.send_s);
+    sum += se.compute_s + se.send_s;
+    exposed = std::max(exposed, se.allreduce_exposed_s);
+    update = std::max(update, se.update_s);
+  }
+  est.iteration_s = (nb - 1) * bottleneck + sum + exposed + update + cal.iteration_overhead_s;
+  est.iterations_per_s = 1.0 / est.iteration_s;
+  for (const Stage& s : plan.stages) {
+    for (const Replica& r : s.replicas) {
+      est.compute_usd += s.tp * in.cluster.gpu_types.at(r.gpu).price_per_hour / 3600.0 * est.iteration_s;
+    }
+  }
+  est.egress_usd = egress_bytes_usd;
+  return est;
+}
+
+void trace_plan(const Plan& plan, const Estimate& est, ChromeTrace& trace) {
+  const int stages = static_cast<int>(plan.stages.size());
+  const int nb = est.microbatches;
+  trace.set_process_name(1, "one training iteration (simulated, 1F1B)");
+  // Per stage the op order of 1F1B: warm-up forwards, then forward/backward
+  // pairs, then the remaining backwards.
+  struct Op {
+    bool forward;
+    int mb;
+  };
+  std::vector<std::vector<Op>> order(static_cast<std::size_t>(stages));
+  for (int i = 0; i < stages; ++i) {
+    const int warmup = std::min(stages - i - 1, nb);
+    auto& ops = order[static_cast<std::size_t>(i)];
+    for (int j = 0; j < warmup; ++j) ops.push_back({true, j});
+    for (int j = 0; j < nb - warmup; ++j) {
+      ops.push_back({true, warmup + j});
+      ops.push_back({false, j});
+    }
+    for (int j = nb - warmup; j < nb; ++j) ops.push_back({false, j});
+  }
+  const double us = 1e6;
+  std::vector<std::vector<double>> f_end(static_cast<std::size_t>(stages), std::vector<double>(nb, -1));
+  std::vector<std::vector<double>> b_end = f_end;
+  std::vector<std::size_t> next(static_cast<std::size_t>(stages), 0);
+  std::vector<double> free_at(static_cast<std::size_t>(stages), 0);
+  struct Span {
+    int stage;
+    std::string name, cat;
+    double start, dur;
+  };
+  std::vector<Span> spans;
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int i = 0; i < stages; ++i) {
+      const auto si = static_cast<std::size_t>(i);
+      if (next[si] >= order[si].size()) continue;
+      const Op op = order[si][next[si]];
+      const StageEstimate& se = est.stages[si];
+      double ready = free_at[si];
+      if (op.forward && i > 0) {
+        const double dep = f_end[si - 1][static_cast<std::size_t>(op.mb)];
+        if (dep < 0) continue;
+        ready = std::max(ready, dep + est.stages[si - 1].send_s / 2 * us);
+      }
+      if (!op.forward && i + 1 < stages) {
+        const double dep = b_end[si + 1][static_cast<std::size_t>(op.mb)];
+        if (dep < 0) continue;
+        ready = std::max(ready, dep + se.send_s / 2 * us);
+      }
+      const double dur = (op.forward ? se.forward_s : se.backward_s) * us;
+      (op.forward ? f_end : b_end)[si][static_cast<std::size_t>(op.mb)] = ready + dur;
+      spans.push_back({i, (op.forward ? "F" : "B") + std::to_string(op.mb), op.forward ? "forward" : "backward", ready, dur});
+      if (op.forward && i + 1 < stages && se.send_s > 0) {
+        spans.push_back({i, "send act " + std::to_string(op.mb), "send", ready + dur, se.send_s / 2 * us});
+      }
+      if (!op.forward && i > 0 && est.stages[si - 1].send_s > 0) {
+        spans.push_back({i, "send grad " + std::to_string(op.mb), "send", ready + dur, est.stages[si - 1].send_s / 2 * us});
+      }
+      free_at[si] = ready + dur;
+      ++next[si];
+      progress = true;
+    }
+  }
+  for (int i = 0; i < stages; ++i) {
+    const auto si = static_cast<std::size_t>(i);
+    const StageEstimate& se = est.stages[si];
+    const double end = free_at[si];
+    if (se.allreduce_s > 0) {
+      spans.push_back({i, "all-reduce", "allreduce", std::max(0.0, end - se.backward_s * us), se.allreduce_s * us});
+    }
+    spans.push_back({i, "optimizer step", "update", end + se.allreduce_exposed_s * us, se.update_s * us});
+  }
+  for (int i = 0; i < stages; ++i) {
+    const Stage& s = plan.stages[static_cast<std::size_t>(i)];
+    for (std::size_t r = 0; r < s.replicas.size(); ++r) {
+      const int tid = i * 1000 + static_cast<int>(r);
+      trace.set_thread_name(1, tid,
+                            "stage " + std::to_string(i) + " replica " + std::to_string(r) + " (" + s.replicas[r].gpu +
+                                " x" + std::to_string(s.tp) + ", " + s.replicas[r].zone + ")",
+                            tid);
+      for (const Span& sp : spans) {
+        if (sp.stage == i) trace.add_complete(1, tid, sp.name, sp.cat, sp.start, sp.dur);
+      }
+    }
+  }
+}
+
+nlohmann::json estimate_to_json(const Plan& plan, const Estimate& est) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (std::size_t i = 0; i < est.stages.size(); ++i) {
+    const StageEstimate& se = est.stages[i];
+    nlohmann::json memory = nlohmann::json::array();
+    for (std::size_t r = 0; r < se.memory.size(); ++r) {
+      const MemoryBreakdown& m = se.memory[r];
+      memory.push_back({{"gpu", plan.stages[i].replicas[r].gpu}, {"weights_bytes", m.weights},
+                        {"gradients_bytes", m.gradients}, {"optimizer_bytes", m.optimizer},
+                        {"framework_copies_bytes", m.framework_copies}, {"activations_bytes", m.activations},
+                        {"overhead_bytes", m.overhead}, {"total_bytes", m.total()}, {"capacity_bytes", se.capacity[r]},
+                        {"fits", m.total() <= se.capacity[r]}});
+    }
+    stages.push_back({{"compute_s", se.compute_s}, {"forward_s", se.forward_s}, {"backward_s", se.backward_s},
+                      {"send_s", se.send_s}, {"update_s", se.update_s}, {"allreduce_s", se.allreduce_s},
+                      {"allreduce_exposed_s", se.allreduce_exposed_s}, {"in_flight_microbatches", se.in_flight},
+                      {"memory", memory}});
+  }
+  return {{"iteration_s", est.iteration_s}, {"iterations_per_s", est.iterations_per_s},
+          {"microbatches", est.microbatches}, {"usd_per_iteration", est.usd_per_iteration()},
+          {"compute_usd_per_iteration", est.compute_usd}, {"egress_usd_per_iteration", est.egress_usd},
+          {"peak_memory_bytes", est.peak_memory_bytes}, {"fits", est.fits}, {"gpus", plan.gpus()}, {"stages", stages}};
+}
+
+}  // namespace fleet::sailor

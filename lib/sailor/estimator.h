@@ -1,0 +1,83 @@
+// The plan simulator: iteration time, peak memory per GPU and cost of a
+// plan, from per-layer profiles and network fits (model in docs/sailor-model.md).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/chrome_trace.h"
+#include "sailor/plan.h"
+#include "sailor/specs.h"
+
+namespace fleet::sailor {
+
+/// Constants of the time and memory model, calibrated against measured runs.
+struct Calibration {
+  double compute_scale = 1.0;            ///< multiplies profiled layer times
+  double iteration_overhead_s = 0;       ///< fixed cost per iteration (synchronisation, data loading, framework)
+  double weight_bytes_per_param = 6;     ///< fp16 weights + fp32 master copy (mixed precision)
+  double gradient_bytes_per_param = 6;   ///< fp16 gradients + fp32 accumulation
+  double optimizer_bytes_per_param = 8;  ///< Adam moments in fp32
+  double framework_copy_factor = 1.05;   ///< extra copies the framework keeps, x (weights + gradients + optimizer)
+  double activation_bytes_per_float = 4.32;  ///< bytes per activation float kept for backward
+  double runtime_overhead_bytes = 4.46e9;    ///< CUDA context, allocator, communicator buffers
+  double allreduce_bucket_bytes = 25e6;      ///< gradient bucket size
+};
+
+/// The calibration shipped with the toolkit (docs/sailor-model.md).
+Calibration default_calibration();
+
+/// Everything the simulator reads.
+struct PlannerInputs {
+  ModelSpec model;
+  ProfileSet profiles;
+  ClusterSpec cluster;
+  JobSpec job;
+  Calibration calibration = default_calibration();
+};
+
+/// Peak memory of one GPU of a stage replica.
+struct MemoryBreakdown {
+  double weights = 0, gradients = 0, optimizer = 0, framework_copies = 0, activations = 0, overhead = 0;
+  double total() const { return weights + gradients + optimizer + framework_copies + activations + overhead; }
+};
+
+/// One stage's share of the iteration.
+struct StageEstimate {
+  double compute_s = 0;          ///< forward + backward of one micro-batch, slowest replica
+  double forward_s = 0, backward_s = 0;
+  double send_s = 0;             ///< activation to the next stage + gradient back, per micro-batch
+  double update_s = 0;           ///< optimizer step, slowest replica
+  double allreduce_s = 0;        ///< ring all-reduce of the stage's gradients
+  double allreduce_exposed_s = 0;///< the part not hidden under the last backward
+  int in_flight = 0;             ///< micro-batches whose activations are kept (1F1B: P - i)
+  std::vector<MemoryBreakdown> memory;  ///< per replica
+  std::vector<double> capacity;  ///< per replica, bytes
+};
+
+/// Predictions for a plan.
+struct Estimate {
+  int microbatches = 0;
+  double iteration_s = 0;
+  double iterations_per_s = 0;
+  double compute_usd = 0, egress_usd = 0;
+  double usd_per_iteration() const { return compute_usd + egress_usd; }
+  double peak_memory_bytes = 0;
+  bool fits = true;
+  std::vector<StageEstimate> stages;
+};
+
+/// Simulates one iteration of `plan` (validated, nodes packed). InputError
+/// when an input the plan needs is missing (a profile entry, a link fit).
+Estimate estimate_plan(const Plan& plan, const PlannerInputs& inputs);
+
+/// Draws one simulated iteration under 1F1B: a row per stage replica with
+/// forward, backward, sends, all-reduce and update.
+void trace_plan(const Plan& plan, const Estimate& estimate, ChromeTrace& trace);
+
+/// Predictions as JSON (for --json and the plan file).
+nlohmann::json estimate_to_json(const Plan& plan, const Estimate& estimate);
+
+}  // namespace fleet::sailor

@@ -1,0 +1,179 @@
+#include "sailor/plan.h"
+
+#include <map>
+
+#include "common/error.h"
+#include "common/json.h"
+
+namespace fleet::sailor {
+
+int Plan::gpus() const {
+  int n = 0;
+  for (const Stage& s : stages) n += s.tp * static_cast<int>(s.replicas.size());
+  return n;
+}
+
+namespace {
+
+Plan load_native(const JsonValue& root, const JobSpec& job) {
+  if (root.get<int>("version") != 1) root.at("version").fail("unsupported version (this build reads 1)");
+  Plan p;
+  p.mbs = root.get<int>("mbs");
+  p.global_batch = root.get_or<int>("global_batch", job.global_batch);
+  for (const JsonValue& s : root.at("stages").elements()) {
+    Stage st;
+    const auto layers = s.get<std::vector<int>>("layers");
+    if (layers.size() != 2) s.at("layers").fail("layers must be [first, last) of the stage");
+    st.first_layer = layers[0];
+    st.last_layer = layers[1];
+    st.tp = s.get<int>("tp");
+    for (const JsonValue& r : s.at("replicas").elements()) {
+      st.replicas.push_back({r.get<std::string>("gpu"), r.get<std::string>("zone"), r.get_or<int>("node", -1)});
+    }
+    p.stages.push_back(std::move(st));
+  }
+  return p;
+}
+
+Plan load_sailor_layout(const JsonValue& root, const JobSpec& job) {
+  Plan p;
+  p.mbs = root.get<int>("mbs");
+  p.global_batch = job.global_batch;
+  const JsonValue pipeline = root.at("pipeline_list").at(0);
+  const auto layer_lists = pipeline.at("layers_per_stage").elements();
+  const auto tmp = pipeline.at("tmp_per_stage").elements();
+  if (layer_lists.size() != tmp.size()) pipeline.fail("layers_per_stage and tmp_per_stage differ in length");
+  for (std::size_t i = 0; i < layer_lists.size(); ++i) {
+    Stage st;
+    const auto layers = layer_lists[i].as<std::vector<int>>();
+    if (layers.empty()) layer_lists[i].fail("a stage needs at least one layer");
+    for (std::size_t k = 1; k < layers.size(); ++k) {
+      if (layers[k] != layers[k - 1] + 1) layer_lists[i].fail("a stage's layers must be consecutive");
+    }
+    st.first_layer = layers.front();
+    st.last_layer = layers.back() + 1;
+    st.tp = -1;
+    for (const JsonValue& replica : tmp[i].elements()) {
+      // [[ [gpu_type, gpus_per_node, zone], ... ], tp]
+      const JsonValue vm = replica.at(0).at(0);
+      const int tp = replica.at(1).as<int>();
+      if (st.tp != -1 && tp != st.tp) replica.fail("replicas of one stage must share the TP degree");
+      st.tp = tp;
+      st.replicas.push_back({vm.at(0).as<std::string>(), vm.at(2).as<std::string>(), -1});
+    }
+    p.stages.push_back(std::move(st));
+  }
+  return p;
+}
+
+[[noreturn]] void fail_stage(std::size_t stage, const std::string& message) {
+  throw InputError(message, {"", "stage " + std::to_string(stage), std::nullopt});
+}
+
+}  // namespace
+
+Plan load_plan(const std::filesystem::path& path, const JobSpec& job) {
+  const JsonDocument doc = load_json_file(path);
+  const JsonValue root = doc.root();
+  if (root.has("pipeline_list")) return load_sailor_layout(root, job);
+  if (root.get<std::string>("format") != "gpufleet-sailor-plan") {
+    root.at("format").fail("expected format 'gpufleet-sailor-plan' (or SAILOR's pipeline_list layout)");
+  }
+  return load_native(root, job);
+}
+
+nlohmann::json plan_to_json(const Plan& plan) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const Stage& s : plan.stages) {
+    nlohmann::json replicas = nlohmann::json::array();
+    for (const Replica& r : s.replicas) replicas.push_back({{"gpu", r.gpu}, {"zone", r.zone}, {"node", r.node}});
+    stages.push_back({{"layers", {s.first_layer, s.last_layer}}, {"tp", s.tp}, {"replicas", replicas}});
+  }
+  return {{"format", "gpufleet-sailor-plan"}, {"version", 1}, {"mbs", plan.mbs}, {"global_batch", plan.global_batch},
+          {"stages", stages}};
+}
+
+nlohmann::json plan_to_sailor_json(const Plan& plan, const ClusterSpec& cluster) {
+  nlohmann::json layers = nlohmann::json::array(), tmp = nlohmann::json::array(), dp = nlohmann::json::array();
+  for (const Stage& s : plan.stages) {
+    nlohmann::json ids = nlohmann::json::array();
+    for (int l = s.first_layer; l < s.last_layer; ++l) ids.push_back(l);
+    layers.push_back(ids);
+    nlohmann::json replicas = nlohmann::json::array();
+    for (const Replica& r : s.replicas) {
+      const int per_node = cluster.gpu_types.count(r.gpu) ? cluster.gpu_types.at(r.gpu).gpus_per_node : s.tp;
+      replicas.push_back({nlohmann::json::array({nlohmann::json::array({r.gpu, per_node, r.zone})}), s.tp});
+    }
+    tmp.push_back(replicas);
+    dp.push_back(s.replicas.size());
+  }
+  return {{"pipeline_list", nlohmann::json::array({{{"num_stages", plan.stages.size()},
+                                                    {"layers_per_stage", layers},
+                                                    {"tmp_per_stage", tmp},
+                                                    {"dp", dp}}})},
+          {"mbs", plan.mbs}};
+}
+
+void validate_plan(const Plan& plan, const ModelSpec& model, const ClusterSpec& cluster) {
+  if (plan.stages.empty()) throw InputError("plan has no stages");
+  if (plan.mbs <= 0) throw InputError("micro-batch size must be positive");
+  if (plan.global_batch <= 0) throw InputError("global batch must be positive");
+  int expected_first = 0;
+  const std::size_t dp = plan.stages.front().replicas.size();
+  std::map<std::pair<std::string, std::string>, int> used;
+  for (std::size_t i = 0; i < plan.stages.size(); ++i) {
+    const Stage& s = plan.stages[i];
+    if (s.first_layer != expected_first || s.last_layer <= s.first_layer) {
+      fail_stage(i, "layers [" + std::to_string(s.first_layer) + ", " + std::to_string(s.last_layer) +
+                        ") do not continue from layer " + std::to_string(expected_first));
+    }
+    expected_first = s.last_layer;
+    if (s.tp != 1 && s.tp != 2 && s.tp != 4 && s.tp != 8) fail_stage(i, "TP degree must be 1, 2, 4 or 8");
+    if (s.replicas.empty()) fail_stage(i, "stage has no replicas");
+    if (s.replicas.size() != dp) fail_stage(i, "every stage must have the same number of data-parallel replicas");
+    for (const Replica& r : s.replicas) {
+      auto type = cluster.gpu_types.find(r.gpu);
+      if (type == cluster.gpu_types.end()) fail_stage(i, "unknown GPU type '" + r.gpu + "'");
+      if (cluster.zone_region.count(r.zone) == 0) fail_stage(i, "unknown zone '" + r.zone + "'");
+      if (s.tp > type->second.gpus_per_node) {
+        fail_stage(i, "TP " + std::to_string(s.tp) + " does not fit in a node of " +
+                          std::to_string(type->second.gpus_per_node) + " " + r.gpu);
+      }
+      used[{r.gpu, r.zone}] += s.tp;
+    }
+  }
+  if (expected_first != static_cast<int>(model.layers.size())) {
+    throw InputError("stages cover layers [0, " + std::to_string(expected_first) + ") but the model has " +
+                     std::to_string(model.layers.size()));
+  }
+  for (const auto& [key, n] : used) {
+    const auto q = cluster.quotas.find(key.first);
+    const int quota = (q != cluster.quotas.end() && q->second.count(key.second)) ? q->second.at(key.second) : 0;
+    if (n > quota) {
+      throw InputError("plan uses " + std::to_string(n) + " " + key.first + " in " + key.second + " but the quota is " +
+                       std::to_string(quota));
+    }
+  }
+}
+
+void pack_nodes(Plan& plan, const ClusterSpec& cluster) {
+  struct Fill {
+    int node = -1;
+    int free = 0;
+  };
+  std::map<std::pair<std::string, std::string>, Fill> fill;
+  for (Stage& s : plan.stages) {
+    for (Replica& r : s.replicas) {
+      if (r.node >= 0) continue;
+      Fill& f = fill[{r.gpu, r.zone}];
+      if (f.free < s.tp) {
+        ++f.node;
+        f.free = cluster.gpu_types.at(r.gpu).gpus_per_node;
+      }
+      r.node = f.node;
+      f.free -= s.tp;
+    }
+  }
+}
+
+}  // namespace fleet::sailor

@@ -1,0 +1,312 @@
+#include "sailor/specs.h"
+
+#include <cmath>
+#include <optional>
+
+#include "common/error.h"
+#include "common/json.h"
+
+namespace fleet::sailor {
+
+namespace {
+
+constexpr int kVersion = 1;
+
+void check_header(const JsonValue& root, const std::string& format) {
+  if (root.get<std::string>("format") != format) root.at("format").fail("expected format '" + format + "'");
+  if (root.get<int>("version") != kVersion) root.at("version").fail("unsupported version (this build reads 1)");
+}
+
+std::map<int, double> per_tp(const JsonValue& v) {
+  std::map<int, double> out;
+  for (const auto& [key, value] : v.members()) {
+    int tp = 0;
+    try {
+      tp = std::stoi(key);
+    } catch (const std::exception&) {
+      value.fail("TP degree keys must be integers");
+    }
+    if (tp <= 0) value.fail("TP degree must be positive");
+    const double x = value.as<double>();
+    if (!(x >= 0)) value.fail("must be non-negative");
+    out[tp] = x;
+  }
+  if (out.empty()) v.fail("needs at least one TP degree");
+  return out;
+}
+
+nlohmann::json per_tp_json(const std::map<int, double>& m) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [tp, v] : m) out[std::to_string(tp)] = v;
+  return out;
+}
+
+double lookup(const std::map<int, double>& m, int tp, int layer, const char* what) {
+  auto it = m.find(tp);
+  if (it == m.end()) {
+    throw InputError("layer " + std::to_string(layer) + " has no " + what + " for TP degree " + std::to_string(tp));
+  }
+  return it->second;
+}
+
+const char* kLinkNames[] = {"same_node", "same_zone", "cross_zone", "cross_region"};
+
+std::optional<LinkClass> link_class_from_name(const std::string& name) {
+  for (int i = 0; i < 4; ++i) {
+    if (name == kLinkNames[i]) return static_cast<LinkClass>(i);
+  }
+  return std::nullopt;
+}
+
+LinkClass parse_link_class(const JsonValue& v) {
+  const std::string name = v.as<std::string>();
+  if (auto c = link_class_from_name(name)) return *c;
+  v.fail("unknown link class '" + name + "' (same_node, same_zone, cross_zone, cross_region)");
+}
+
+BandwidthFit parse_fit(const JsonValue& v) {
+  const auto coeffs = v.get<std::vector<double>>("fit");
+  if (coeffs.size() != 3) v.at("fit").fail("fit must be [c0, c1, c2]");
+  BandwidthFit f{coeffs[0], coeffs[1], coeffs[2], v.get<double>("max_bytes_per_s")};
+  if (!(f.max_bytes_per_s > 0)) v.at("max_bytes_per_s").fail("must be positive");
+  return f;
+}
+
+nlohmann::json fit_json(const BandwidthFit& f) {
+  return {{"fit", {f.c0, f.c1, f.c2}}, {"max_bytes_per_s", f.max_bytes_per_s}};
+}
+
+}  // namespace
+
+const char* link_class_name(LinkClass c) { return kLinkNames[static_cast<int>(c)]; }
+
+double ModelSpec::params(int first, int last, int tp) const {
+  double sum = 0;
+  for (int l = first; l < last; ++l) sum += lookup(layers.at(static_cast<std::size_t>(l)).params, tp, l, "parameter count");
+  return sum;
+}
+
+double ModelSpec::act_memory(int first, int last, int tp) const {
+  double sum = 0;
+  for (int l = first; l < last; ++l) {
+    sum += lookup(layers.at(static_cast<std::size_t>(l)).act_memory, tp, l, "activation memory");
+  }
+  return sum;
+}
+
+double ModelSpec::act_output(int layer, int tp) const {
+  return lookup(layers.at(static_cast<std::size_t>(layer)).act_output, tp, layer, "activation output");
+}
+
+const LayerTimes& ProfileSet::at(const std::string& gpu, int mbs, int tp, int layer) const {
+  auto g = gpus.find(gpu);
+  if (g == gpus.end()) throw InputError("no profile for GPU type '" + gpu + "'");
+  auto e = g->second.find({mbs, tp});
+  if (e == g->second.end()) {
+    throw InputError("profile of " + gpu + " lacks micro-batch size " + std::to_string(mbs) + " with TP " +
+                     std::to_string(tp));
+  }
+  if (layer < 0 || static_cast<std::size_t>(layer) >= e->second.size()) {
+    throw InputError("profile of " + gpu + " (mbs " + std::to_string(mbs) + ", TP " + std::to_string(tp) +
+                     ") lacks layer " + std::to_string(layer));
+  }
+  return e->second[static_cast<std::size_t>(layer)];
+}
+
+bool ProfileSet::has(const std::string& gpu, int mbs, int tp) const {
+  auto g = gpus.find(gpu);
+  return g != gpus.end() && g->second.count({mbs, tp}) != 0;
+}
+
+double BandwidthFit::bytes_per_s(double bytes) const {
+  // The fits were made for messages of at least ~1 MB; clamp x there so tiny
+  // messages do not extrapolate the parabola.
+  const double x = std::log2(std::max(bytes / 1e6, 1.0));
+  const double gbps = c0 * x * x + c1 * x + c2;
+  return std::min(std::max(gbps, 1e-3) * 1e9, max_bytes_per_s);
+}
+
+LinkClass ClusterSpec::link_between(const std::string& zone_a, const std::string& zone_b) const {
+  if (zone_a == zone_b) return LinkClass::kSameZone;
+  auto a = zone_region.find(zone_a), b = zone_region.find(zone_b);
+  if (a == zone_region.end()) throw InputError("unknown zone '" + zone_a + "'");
+  if (b == zone_region.end()) throw InputError("unknown zone '" + zone_b + "'");
+  return a->second == b->second ? LinkClass::kCrossZone : LinkClass::kCrossRegion;
+}
+
+const BandwidthFit& ClusterSpec::fit(LinkClass link, const std::string& src_gpu, const std::string& dst_gpu) const {
+  if (link == LinkClass::kSameNode) {
+    auto it = intra_node.find(src_gpu);
+    if (it == intra_node.end()) throw InputError("cluster has no intra-node bandwidth for " + src_gpu);
+    return it->second;
+  }
+  auto it = inter_node.find({link, src_gpu, dst_gpu});
+  if (it == inter_node.end()) it = inter_node.find({link, dst_gpu, src_gpu});
+  if (it == inter_node.end()) {
+    throw InputError(std::string("cluster has no ") + link_class_name(link) + " bandwidth between " + src_gpu + " and " +
+                     dst_gpu);
+  }
+  return it->second;
+}
+
+ModelSpec load_model_spec(const std::filesystem::path& path) {
+  const JsonDocument doc = load_json_file(path);
+  const JsonValue root = doc.root();
+  check_header(root, "gpufleet-sailor-model");
+  ModelSpec m;
+  m.name = root.get<std::string>("name");
+  for (const JsonValue& layer : root.at("layers").elements()) {
+    layer.reject_unknown_keys({"params", "act_output", "act_memory"});
+    m.layers.push_back({per_tp(layer.at("params")), per_tp(layer.at("act_output")), per_tp(layer.at("act_memory"))});
+  }
+  if (m.layers.empty()) root.at("layers").fail("a model needs at least one layer");
+  return m;
+}
+
+ProfileSet load_profile_set(const std::filesystem::path& path) {
+  const JsonDocument doc = load_json_file(path);
+  const JsonValue root = doc.root();
+  check_header(root, "gpufleet-sailor-profile");
+  ProfileSet p;
+  p.model = root.get<std::string>("model");
+  for (const auto& [gpu, entries] : root.at("gpus").members()) {
+    for (const JsonValue& e : entries.elements()) {
+      const int mbs = e.get<int>("mbs"), tp = e.get<int>("tp");
+      if (mbs <= 0 || tp <= 0) e.fail("mbs and tp must be positive");
+      std::vector<LayerTimes> layers;
+      for (const JsonValue& l : e.at("layers").elements()) {
+        const auto t = l.as<std::vector<double>>();
+        if (t.size() != 3) l.fail("layer times must be [forward_s, backward_s, update_s]");
+        for (double x : t) {
+          if (!(x >= 0)) l.fail("layer times must be non-negative seconds");
+        }
+        layers.push_back({t[0], t[1], t[2]});
+      }
+      if (!p.gpus[gpu].emplace(std::make_pair(mbs, tp), std::move(layers)).second) e.fail("duplicate (mbs, tp) entry");
+    }
+  }
+  return p;
+}
+
+ClusterSpec load_cluster_spec(const std::filesystem::path& path) {
+  const JsonDocument doc = load_json_file(path);
+  const JsonValue root = doc.root();
+  check_header(root, "gpufleet-sailor-cluster");
+  ClusterSpec c;
+  for (const auto& [name, g] : root.at("gpu_types").members()) {
+    g.reject_unknown_keys({"gpus_per_node", "memory_bytes", "price_per_hour"});
+    GpuType t{g.get<int>("gpus_per_node"), g.get<double>("memory_bytes"), g.get<double>("price_per_hour")};
+    if (t.gpus_per_node <= 0) g.at("gpus_per_node").fail("must be positive");
+    if (!(t.memory_bytes > 0)) g.at("memory_bytes").fail("must be positive");
+    if (!(t.price_per_hour >= 0)) g.at("price_per_hour").fail("price cannot be negative");
+    c.gpu_types[name] = t;
+  }
+  int total = 0;
+  for (const auto& [zone, z] : root.at("zones").members()) {
+    z.reject_unknown_keys({"region", "quotas"});
+    c.zone_region[zone] = z.get<std::string>("region");
+    for (const auto& [gpu, q] : z.at("quotas").members()) {
+      if (c.gpu_types.count(gpu) == 0) q.fail("unknown GPU type '" + gpu + "'");
+      const int n = q.as<int>();
+      if (n <= 0) q.fail("quota must be positive (leave out GPU types a zone does not have)");
+      c.quotas[gpu][zone] = n;
+      total += n;
+    }
+  }
+  if (total == 0) root.at("zones").fail("no GPUs available in any zone");
+  const JsonValue network = root.at("network");
+  for (const auto& [gpu, f] : network.at("intra_node").members()) {
+    if (c.gpu_types.count(gpu) == 0) f.fail("unknown GPU type '" + gpu + "'");
+    c.intra_node[gpu] = parse_fit(f);
+  }
+  for (const JsonValue& l : network.at("links").elements()) {
+    const LinkClass cls = parse_link_class(l.at("class"));
+    const std::string src = l.get<std::string>("src"), dst = l.get<std::string>("dst");
+    if (c.gpu_types.count(src) == 0) l.at("src").fail("unknown GPU type '" + src + "'");
+    if (c.gpu_types.count(dst) == 0) l.at("dst").fail("unknown GPU type '" + dst + "'");
+    c.inter_node[{cls, src, dst}] = parse_fit(l);
+  }
+  for (const auto& [cls, price] : root.at("egress_usd_per_gb").members()) {
+    const auto link = link_class_from_name(cls);
+    if (!link) price.fail("unknown link class '" + cls + "'");
+    const double p = price.as<double>();
+    if (!(p >= 0)) price.fail("price cannot be negative");
+    c.egress_per_gb[*link] = p;
+  }
+  return c;
+}
+
+JobSpec load_job_spec(const std::filesystem::path& path) {
+  const JsonDocument doc = load_json_file(path);
+  const JsonValue root = doc.root();
+  check_header(root, "gpufleet-sailor-job");
+  root.reject_unknown_keys({"format", "version", "model", "global_batch", "sequence_length", "optimizer", "precision"});
+  JobSpec j;
+  j.model = root.get<std::string>("model");
+  j.global_batch = root.get<int>("global_batch");
+  j.sequence_length = root.get<int>("sequence_length");
+  j.optimizer = root.get_or<std::string>("optimizer", "adam");
+  j.precision = root.get_or<std::string>("precision", "mixed");
+  if (j.global_batch <= 0) root.at("global_batch").fail("must be positive");
+  if (j.sequence_length <= 0) root.at("sequence_length").fail("must be positive");
+  if (j.optimizer != "adam") root.at("optimizer").fail("only 'adam' is modelled");
+  if (j.precision != "mixed" && j.precision != "fp32") root.at("precision").fail("precision must be 'mixed' or 'fp32'");
+  return j;
+}
+
+nlohmann::json to_json(const ModelSpec& m) {
+  nlohmann::json layers = nlohmann::json::array();
+  for (const LayerSpec& l : m.layers) {
+    layers.push_back({{"params", per_tp_json(l.params)}, {"act_output", per_tp_json(l.act_output)},
+                      {"act_memory", per_tp_json(l.act_memory)}});
+  }
+  return {{"format", "gpufleet-sailor-model"}, {"version", kVersion}, {"name", m.name}, {"layers", layers}};
+}
+
+nlohmann::json to_json(const ProfileSet& p) {
+  nlohmann::json gpus = nlohmann::json::object();
+  for (const auto& [gpu, entries] : p.gpus) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& [key, layers] : entries) {
+      nlohmann::json times = nlohmann::json::array();
+      for (const LayerTimes& t : layers) times.push_back({t[0], t[1], t[2]});
+      list.push_back({{"mbs", key.first}, {"tp", key.second}, {"layers", times}});
+    }
+    gpus[gpu] = list;
+  }
+  return {{"format", "gpufleet-sailor-profile"}, {"version", kVersion}, {"model", p.model}, {"gpus", gpus}};
+}
+
+nlohmann::json to_json(const ClusterSpec& c) {
+  nlohmann::json types = nlohmann::json::object(), zones = nlohmann::json::object(), intra = nlohmann::json::object();
+  for (const auto& [name, t] : c.gpu_types) {
+    types[name] = {{"gpus_per_node", t.gpus_per_node}, {"memory_bytes", t.memory_bytes}, {"price_per_hour", t.price_per_hour}};
+  }
+  for (const auto& [zone, region] : c.zone_region) {
+    nlohmann::json quotas = nlohmann::json::object();
+    for (const auto& [gpu, per_zone] : c.quotas) {
+      if (auto it = per_zone.find(zone); it != per_zone.end()) quotas[gpu] = it->second;
+    }
+    zones[zone] = {{"region", region}, {"quotas", quotas}};
+  }
+  for (const auto& [gpu, f] : c.intra_node) intra[gpu] = fit_json(f);
+  nlohmann::json links = nlohmann::json::array();
+  for (const auto& [key, f] : c.inter_node) {
+    nlohmann::json l = fit_json(f);
+    l["class"] = link_class_name(std::get<0>(key));
+    l["src"] = std::get<1>(key);
+    l["dst"] = std::get<2>(key);
+    links.push_back(l);
+  }
+  nlohmann::json egress = nlohmann::json::object();
+  for (const auto& [cls, price] : c.egress_per_gb) egress[link_class_name(cls)] = price;
+  return {{"format", "gpufleet-sailor-cluster"}, {"version", kVersion}, {"gpu_types", types}, {"zones", zones},
+          {"network", {{"intra_node", intra}, {"links", links}}}, {"egress_usd_per_gb", egress}};
+}
+
+nlohmann::json to_json(const JobSpec& j) {
+  return {{"format", "gpufleet-sailor-job"}, {"version", kVersion}, {"model", j.model}, {"global_batch", j.global_batch},
+          {"sequence_length", j.sequence_length}, {"optimizer", j.optimizer}, {"precision", j.precision}};
+}
+
+}  // namespace fleet::sailor

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Usage: check_sailor_plan.sh BIN_DIR SOURCE_DIR — sailor-plan end to end on
+# the examples: simulate, trace, export to SAILOR's layout and back, bad input.
+set -u
+bin=$1 src=$2
+ex="$src/examples/sailor"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+expect_rc() { local want=$1; shift; "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?; [ $rc -eq "$want" ] || fail "$* exited $rc, expected $want: $(cat "$tmp/err")"; }
+
+plan="$ex/plans/opt350_a100_v100_two_zones.json"
+expect_rc 0 "$bin/sailor-plan" simulate -i "$ex/opt-350" -p "$plan" --trace "$tmp/trace.json"
+grep -q "^iteration: " "$tmp/out" || fail "no iteration line: $(cat "$tmp/out")"
+grep -q "every GPU fits" "$tmp/out" || fail "memory line"
+grep -q '"traceEvents"' "$tmp/trace.json" || fail "trace"
+expect_rc 0 "$bin/sailor-plan" simulate -i "$ex/opt-350" -p "$plan" --json
+before=$(grep -o '"iteration_s": [0-9.e+-]*' "$tmp/out")
+[ -n "$before" ] || fail "--json lacks iteration_s"
+
+# Export to SAILOR's layout, simulate that: same prediction.
+expect_rc 0 "$bin/sailor-plan" export -i "$ex/opt-350" -p "$plan" --format sailor -o "$tmp/sailor_plan.json"
+grep -q '"pipeline_list"' "$tmp/sailor_plan.json" || fail "export layout"
+expect_rc 0 "$bin/sailor-plan" simulate -i "$ex/opt-350" -p "$tmp/sailor_plan.json" --json
+after=$(grep -o '"iteration_s": [0-9.e+-]*' "$tmp/out")
+[ "$before" = "$after" ] || fail "SAILOR-layout plan simulates differently: $before vs $after"
+
+# Bad input: one error line naming the file and field, exit 2, earlier output untouched.
+cp "$tmp/sailor_plan.json" "$tmp/keep.json"
+sed 's/"V100-16"/"H800-80"/' "$plan" > "$tmp/bad_plan.json"
+expect_rc 2 "$bin/sailor-plan" export -i "$ex/opt-350" -p "$tmp/bad_plan.json" -o "$tmp/sailor_plan.json"
+grep -q "^sailor-plan: error: .*bad_plan.json: stage 1: unknown GPU type 'H800-80'" "$tmp/err" || fail "unknown GPU message: $(cat "$tmp/err")"
+cmp -s "$tmp/sailor_plan.json" "$tmp/keep.json" || fail "failed export touched the earlier output"
+mkdir "$tmp/in"
+cp "$ex/opt-350/"*.json "$tmp/in/"
+sed -i 's/"price_per_hour": 2.8/"price_per_hour": -2.8/' "$tmp/in/cluster.json"
+expect_rc 2 "$bin/sailor-plan" simulate -i "$tmp/in" -p "$plan"
+grep -q "cluster.json: /gpu_types/V100-16/price_per_hour: price cannot be negative" "$tmp/err" || fail "negative price: $(cat "$tmp/err")"
+expect_rc 2 "$bin/sailor-plan" simulate -p "$plan"
+grep -q "give --inputs DIR or --model" "$tmp/err" || fail "missing inputs message"
+expect_rc 1 "$bin/sailor-plan" simulate -i "$tmp/nowhere" -p "$plan"
+
+# import-sailor from the reference data when it is there.
+ref="$src/../shared/reference/sailor"
+if [ -f "$ref/llm_info.json" ]; then
+  expect_rc 0 "$bin/sailor-plan" import-sailor "$ref" -m GPT-Neo-2.7 -o "$tmp/neo"
+  for f in model profile cluster job; do cmp -s "$tmp/neo/$f.json" "$ex/gpt-neo-2.7/$f.json" || fail "import of $f.json differs from the example"; done
+  expect_rc 2 "$bin/sailor-plan" import-sailor "$ref" -m GPT-Neo-2.7 -o "$tmp/neo" --price A100-40=-1
+  expect_rc 2 "$bin/sailor-plan" import-sailor "$ref" -m NoSuchModel -o "$tmp/x"
+fi
+echo "ok: sailor-plan"

@@ -1,0 +1,162 @@
+// Input formats, bad input, the import of SAILOR's files, the SAILOR plan
+// layout round trip, and the calibration against measured GH200 runs.
+#include <gtest/gtest.h>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "common/json.h"
+#include "sailor/import_sailor.h"
+#include "sailor_fixtures.h"
+#include "test_util.h"
+
+namespace fleet::sailor {
+namespace {
+
+using fleet::testing::error_of;
+namespace fs = std::filesystem;
+
+const fs::path kExamples = fs::path(FLEET_SOURCE_DIR) / "examples" / "sailor";
+const fs::path kReference = fs::path(FLEET_SOURCE_DIR) / ".." / "shared" / "reference" / "sailor";
+
+PlannerInputs example_inputs(const std::string& model) {
+  PlannerInputs in;
+  in.model = load_model_spec(kExamples / model / "model.json");
+  in.profiles = load_profile_set(kExamples / model / "profile.json");
+  in.cluster = load_cluster_spec(kExamples / model / "cluster.json");
+  in.job = load_job_spec(kExamples / model / "job.json");
+  return in;
+}
+
+Estimate estimate_file(const fs::path& plan_path, const PlannerInputs& in) {
+  Plan plan = load_plan(plan_path, in.job);
+  validate_plan(plan, in.model, in.cluster);
+  pack_nodes(plan, in.cluster);
+  return estimate_plan(plan, in);
+}
+
+TEST(SailorInputs, CalibratedAgainstTheGh200Measurements) {
+  // OPT-350 on GH200 nodes of 4 GPUs, TP 4 (measured by SAILOR's authors).
+  struct Point {
+    const char* plan;
+    double seconds, gib;
+  };
+  const PlannerInputs in = example_inputs("opt-350");
+  for (const Point& p : {Point{"opt350_gh200_pp2.json", 0.651, 25.5}, Point{"opt350_gh200_pp4.json", 1.645, 7.30},
+                         Point{"opt350_gh200_dp32.json", 1.027, 31.0}}) {
+    const Estimate e = estimate_file(kExamples / "plans" / p.plan, in);
+    EXPECT_NEAR(e.iteration_s / p.seconds, 1.0, 0.11) << p.plan << ": " << e.iteration_s << " s";
+    EXPECT_NEAR(e.peak_memory_bytes / (1024.0 * 1024 * 1024) / p.gib, 1.0, 0.01) << p.plan;
+    EXPECT_TRUE(e.fits);
+  }
+}
+
+TEST(SailorInputs, SailorLayoutRoundTrip) {
+  fleet::testing::TempDir dir;
+  const PlannerInputs in = example_inputs("opt-350");
+  const fs::path original = kExamples / "plans" / "opt350_a100_v100_two_zones.json";
+  Plan plan = load_plan(original, in.job);
+  write_json_file(dir / "sailor.json", plan_to_sailor_json(plan, in.cluster));
+  const JsonDocument doc = load_json_file(dir / "sailor.json");
+  EXPECT_EQ(doc.root().at("pipeline_list").at(0).get<int>("num_stages"), 2);
+  EXPECT_EQ(doc.root().at("pipeline_list").at(0).at("tmp_per_stage").at(1).at(1).at(0).at(0).at(2).as<std::string>(),
+            "us-central1-b");
+  const Estimate a = estimate_file(original, in), b = estimate_file(dir / "sailor.json", in);
+  EXPECT_DOUBLE_EQ(a.iteration_s, b.iteration_s);
+  EXPECT_DOUBLE_EQ(a.usd_per_iteration(), b.usd_per_iteration());
+  EXPECT_GT(a.egress_usd, 0.0);  // a stage-1 replica sits in another zone
+}
+
+TEST(SailorInputs, ImportReproducesTheShippedExamples) {
+  if (!fs::exists(kReference / "llm_info.json")) GTEST_SKIP() << "SAILOR reference data not found at " << kReference;
+  for (const auto& [model, folder] : {std::pair<std::string, std::string>{"OPT-350", "opt-350"}, {"GPT-Neo-2.7", "gpt-neo-2.7"}}) {
+    ImportOptions opt;
+    opt.source = kReference;
+    opt.model = model;
+    if (model == "OPT-350") opt.extra_quotas["GH-96"]["us-central1-a"] = 128;
+    const ImportedInputs imported = import_sailor(opt);
+    EXPECT_EQ(to_json(imported.model), load_json_file(kExamples / folder / "model.json").json()) << model;
+    EXPECT_EQ(to_json(imported.profiles), load_json_file(kExamples / folder / "profile.json").json()) << model;
+    EXPECT_EQ(to_json(imported.cluster), load_json_file(kExamples / folder / "cluster.json").json()) << model;
+    EXPECT_EQ(to_json(imported.job), load_json_file(kExamples / folder / "job.json").json()) << model;
+  }
+  const PlannerInputs neo = example_inputs("gpt-neo-2.7");
+  EXPECT_EQ(neo.model.layers.size(), 34u);
+  EXPECT_EQ(neo.job.global_batch, 2048);
+  EXPECT_DOUBLE_EQ(neo.cluster.gpu_types.at("V100-16").price_per_hour, 2.80);
+  EXPECT_EQ(neo.cluster.quotas.at("A100-40").at("us-west1-b"), 100);
+  EXPECT_EQ(neo.cluster.link_between("us-central1-a", "us-west1-b"), LinkClass::kCrossRegion);
+  EXPECT_DOUBLE_EQ(neo.cluster.egress_per_gb.at(LinkClass::kCrossRegion), 0.02);
+}
+
+TEST(SailorInputs, SpecsRoundTripThroughJson) {
+  fleet::testing::TempDir dir;
+  const PlannerInputs in = testing::tiny_inputs();
+  write_json_file(dir / "model.json", to_json(in.model));
+  write_json_file(dir / "profile.json", to_json(in.profiles));
+  write_json_file(dir / "cluster.json", to_json(in.cluster));
+  write_json_file(dir / "job.json", to_json(in.job));
+  EXPECT_EQ(to_json(load_model_spec(dir / "model.json")), to_json(in.model));
+  EXPECT_EQ(to_json(load_profile_set(dir / "profile.json")), to_json(in.profiles));
+  EXPECT_EQ(to_json(load_cluster_spec(dir / "cluster.json")), to_json(in.cluster));
+  EXPECT_EQ(to_json(load_job_spec(dir / "job.json")), to_json(in.job));
+}
+
+TEST(SailorInputs, BadInputNamesFileAndField) {
+  fleet::testing::TempDir dir;
+  const PlannerInputs in = testing::tiny_inputs();
+  nlohmann::json cluster = to_json(in.cluster);
+  auto cluster_error = [&](const nlohmann::json& c) {
+    write_json_file(dir / "cluster.json", c);
+    return error_of([&] { load_cluster_spec(dir / "cluster.json"); });
+  };
+  nlohmann::json bad = cluster;
+  bad["gpu_types"]["slow"]["price_per_hour"] = -1;
+  EXPECT_NE(cluster_error(bad).find("cluster.json: /gpu_types/slow/price_per_hour: price cannot be negative"),
+            std::string::npos);
+  bad = cluster;
+  bad["zones"]["z1a"]["quotas"]["fast"] = 0;
+  EXPECT_NE(cluster_error(bad).find("/zones/z1a/quotas/fast: quota must be positive"), std::string::npos);
+  bad = cluster;
+  bad["zones"]["z1a"]["quotas"]["tpu"] = 4;
+  EXPECT_NE(cluster_error(bad).find("unknown GPU type 'tpu'"), std::string::npos);
+  bad = cluster;
+  bad["egress_usd_per_gb"]["cross_zone"] = -0.5;
+  EXPECT_NE(cluster_error(bad).find("/egress_usd_per_gb/cross_zone: price cannot be negative"), std::string::npos);
+  write_file_atomically(dir / "cluster.json", "{\"format\": ");
+  EXPECT_NE(error_of([&] { load_cluster_spec(dir / "cluster.json"); }).find("malformed JSON"), std::string::npos);
+
+  // Plans that ask for what the inputs do not have.
+  auto plan_error = [&](Plan plan) {
+    return error_of([&] {
+      validate_plan(plan, in.model, in.cluster);
+      pack_nodes(plan, in.cluster);
+      estimate_plan(plan, in);
+    });
+  };
+  using testing::make_plan;
+  EXPECT_NE(plan_error(make_plan(2, 16, {2, 2}, {{{"tpu", "z1a"}}, {{"fast", "z1a"}}})).find("unknown GPU type 'tpu'"),
+            std::string::npos);
+  EXPECT_NE(plan_error(make_plan(2, 16, {2, 2}, {{{"fast", "mars-1"}}, {{"fast", "z1a"}}})).find("unknown zone 'mars-1'"),
+            std::string::npos);
+  EXPECT_NE(plan_error(make_plan(3, 16, {2, 2}, {{{"fast", "z1a"}}, {{"fast", "z1a"}}})).find("lacks micro-batch size 3"),
+            std::string::npos);
+  EXPECT_NE(plan_error(make_plan(2, 16, {2, 2}, {{{"fast", "z1a"}}, {{"fast", "z1a"}}}, 4)).find("lacks micro-batch size 2 with TP 4"),
+            std::string::npos);
+  EXPECT_NE(plan_error(make_plan(2, 16, {2, 1}, {{{"fast", "z1a"}}, {{"fast", "z1a"}}})).find("but the model has 4"),
+            std::string::npos);
+  EXPECT_NE(plan_error(make_plan(2, 16, {2, 2}, {{{"fast", "z1a"}}, {{"fast", "z1a"}}}, 3)).find("TP degree must be 1, 2, 4 or 8"),
+            std::string::npos);
+  Plan greedy = make_plan(2, 16, {4}, {std::vector<std::pair<std::string, std::string>>(17, {"fast", "z1a"})});
+  EXPECT_NE(plan_error(greedy).find("uses 17 fast in z1a but the quota is 16"), std::string::npos);
+  PlannerInputs short_profile = in;
+  short_profile.profiles.gpus["fast"][{2, 1}].resize(3);
+  EXPECT_NE(error_of([&] {
+              Plan p = make_plan(2, 16, {2, 2}, {{{"fast", "z1a"}}, {{"fast", "z1a"}}});
+              pack_nodes(p, short_profile.cluster);
+              estimate_plan(p, short_profile);
+            }).find("lacks layer 3"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace fleet::sailor
