@@ -5,10 +5,7 @@
 set -u
 bin=$1 src=$2
 ex="$src/examples/orion"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-expect_rc() { local want=$1; shift; "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?; [ $rc -eq "$want" ] || fail "$* exited $rc, expected $want: $(cat "$tmp/err")"; }
+source "$(dirname "$0")/testlib.sh"
 
 # summarize: Orion's own profile, text and JSON.
 expect_rc 0 "$bin/orion-profile" summarize "$ex/profiles/resnet50_4_fwd.csv"

@@ -4,10 +4,7 @@
 set -u
 bin=$1 src=$2
 ex="$src/examples/sailor"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-expect_rc() { local want=$1; shift; "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?; [ $rc -eq "$want" ] || fail "$* exited $rc, expected $want: $(cat "$tmp/err")"; }
+source "$(dirname "$0")/testlib.sh"
 
 plan="$ex/plans/opt350_a100_v100_two_zones.json"
 expect_rc 0 "$bin/sailor-plan" simulate -i "$ex/opt-350" -p "$plan" --trace "$tmp/trace.json"
