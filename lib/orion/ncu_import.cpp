@@ -90,14 +90,16 @@ std::optional<double> unit_scale(Field field, std::string_view unit_text) {
   return 1.0;
 }
 
-// "(256, 1, 1)" -> 256; a plain number is taken as is.
+// "(256, 1, 1)" -> 256; a plain number is taken as is; nullopt when
+// malformed or beyond 2^53 (no real launch is that large).
 std::optional<std::int64_t> dim3_product(std::string_view text) {
-  std::int64_t product = 1;
+  constexpr double kLimit = 9007199254740992.0;
+  double product = 1;
   bool any = false;
   std::string digits;
   auto flush = [&] {
     if (!digits.empty()) {
-      product *= std::stoll(digits);
+      product *= digits.size() > 16 ? kLimit * 2 : std::stod(digits);
       any = true;
       digits.clear();
     }
@@ -112,7 +114,18 @@ std::optional<std::int64_t> dim3_product(std::string_view text) {
     }
   }
   flush();
-  return any ? std::optional<std::int64_t>(product) : std::nullopt;
+  if (!any || product > kLimit) return std::nullopt;
+  return static_cast<std::int64_t>(product);
+}
+
+// A count read from the export, checked before it becomes an integer.
+std::int64_t checked_count(double value, double limit, const char* what, const std::string& kernel,
+                           const std::string& file, std::size_t line) {
+  if (!std::isfinite(value) || value < 0 || value > limit || value != std::floor(value)) {
+    throw InputError(std::string(what) + " of kernel '" + kernel + "' is not a plausible count: " + std::to_string(value),
+                     {file, "line " + std::to_string(line), std::nullopt});
+  }
+  return static_cast<std::int64_t>(value);
 }
 
 struct KernelAccumulator {
@@ -135,12 +148,18 @@ KernelRecord finish(const KernelAccumulator& k, const DeviceSpec& device, const 
                      {file, "line " + std::to_string(k.line), std::nullopt});
   }
   r.duration_ns = *duration;
-  r.grid_blocks = static_cast<std::int64_t>(get(Field::kGrid).value_or(static_cast<double>(dim3_product(k.grid_text).value_or(0))));
+  auto count = [&](Field f, double fallback, double limit, const char* what) {
+    return checked_count(get(f).value_or(fallback), limit, what, k.name, file, k.line);
+  };
+  r.grid_blocks = count(Field::kGrid, static_cast<double>(dim3_product(k.grid_text).value_or(0)), 9.0e15, "grid size");
   r.threads_per_block =
-      static_cast<int>(get(Field::kBlock).value_or(static_cast<double>(dim3_product(k.block_text).value_or(0))));
-  r.registers_per_thread = static_cast<int>(get(Field::kRegisters).value_or(0));
-  r.static_shared_bytes = static_cast<std::int64_t>(get(Field::kStaticShared).value_or(0));
-  r.dynamic_shared_bytes = static_cast<std::int64_t>(get(Field::kDynamicShared).value_or(0));
+      static_cast<int>(count(Field::kBlock, static_cast<double>(dim3_product(k.block_text).value_or(0)), 1 << 20, "block size"));
+  r.registers_per_thread = static_cast<int>(count(Field::kRegisters, 0, 1 << 16, "registers per thread"));
+  r.static_shared_bytes = count(Field::kStaticShared, 0, 1 << 30, "static shared memory");
+  r.dynamic_shared_bytes = count(Field::kDynamicShared, 0, 1 << 30, "dynamic shared memory");
+  if (!std::isfinite(r.duration_ns) || r.duration_ns < 0) {
+    throw InputError("kernel '" + k.name + "' has an invalid duration", {file, "line " + std::to_string(k.line), std::nullopt});
+  }
   if (r.grid_blocks > 0 && r.threads_per_block > 0) {
     LaunchConfig launch{r.grid_blocks, r.threads_per_block, r.registers_per_thread, r.static_shared_bytes,
                         r.dynamic_shared_bytes};
