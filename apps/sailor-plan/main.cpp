@@ -18,8 +18,8 @@ void add_input_options(CLI::App* command, fleet::sailor::InputPaths& paths) {
 
 int main(int argc, char** argv) {
   fleet::Tool tool("sailor-plan",
-                   "Plan distributed training on heterogeneous, multi-zone GPU pools: simulate a plan's time, memory "
-                   "and cost, and search for the best one.");
+                   "Plan distributed training on heterogeneous, multi-zone GPU pools: predict a plan's time, memory "
+                   "per GPU and cost.");
   tool.set_version_details(fleet::devices::version_details);
 
   fleet::sailor::ImportCommand import;
