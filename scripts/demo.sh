@@ -19,6 +19,11 @@ out="$root/$build/demo"
 mkdir -p "$out"
 
 echo
+echo "=== sailor-plan: the fastest and the cheapest plan for GPT-Neo-2.7 on 1028 A100-40/V100-16 in 5 zones"
+"$bin/sailor-plan" search -i examples/sailor/gpt-neo-2.7 --top 3 -o "$out/gpt_neo_best_plan.json"
+"$bin/sailor-plan" -q search -i examples/sailor/gpt-neo-2.7 --objective cost --min-throughput 0.01 | head -n 1
+"$bin/sailor-plan" -q search -i examples/sailor/gpt-neo-2.7 --objective cost --min-throughput 0.01 | tail -n 3
+echo
 echo "=== sailor-plan: OPT-350 on an A100-40 stage + a V100-16 stage over two zones"
 "$bin/sailor-plan" simulate -i examples/sailor/opt-350 -p examples/sailor/plans/opt350_a100_v100_two_zones.json \
   --trace "$out/sailor_iteration.json"

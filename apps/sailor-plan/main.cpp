@@ -19,7 +19,7 @@ void add_input_options(CLI::App* command, fleet::sailor::InputPaths& paths) {
 int main(int argc, char** argv) {
   fleet::Tool tool("sailor-plan",
                    "Plan distributed training on heterogeneous, multi-zone GPU pools: predict a plan's time, memory "
-                   "per GPU and cost.");
+                   "and cost, and search for the best one.");
   tool.set_version_details(fleet::devices::version_details);
 
   fleet::sailor::ImportCommand import;
@@ -44,6 +44,25 @@ int main(int argc, char** argv) {
   simulate->add_option("-p,--plan", sim.plan, "Plan JSON (ours, or SAILOR's pipeline_list layout)")->required();
   simulate->add_option("--trace", trace, "Write a Chrome/Perfetto timeline of one simulated iteration");
   fleet::add_json_flag(simulate, &sim.json);
+
+  fleet::sailor::SearchCommand search;
+  std::string search_output;
+  CLI::App* search_cmd = tool.add_command("search", "Find the best plan for the cluster, job and objective", [&] {
+    if (!search_output.empty()) search.output = search_output;
+    return fleet::sailor::run_search(search);
+  });
+  add_input_options(search_cmd, search.paths);
+  search_cmd->add_option("--objective", search.objective, "throughput (iterations/s) or cost ($/iteration)")
+      ->capture_default_str();
+  search_cmd->add_option("--max-cost-per-iter", search.max_cost_per_iter, "Upper bound on $ per iteration (0: none)");
+  search_cmd->add_option("--min-throughput", search.min_throughput, "Lower bound on iterations/s (0: none)");
+  search_cmd->add_option("--max-gpus", search.max_gpus, "Use at most this many GPUs (0: no limit)");
+  search_cmd->add_option("--top", search.top, "List the K best plans")->capture_default_str();
+  search_cmd->add_option("--max-stages", search.max_stages, "Largest pipeline degree tried")->capture_default_str();
+  search_cmd->add_flag("--exhaustive", search.exhaustive,
+                       "Every stage-to-GPU-pool sequence, layer split and DP degree (small clusters only)");
+  search_cmd->add_option("-o,--output", search_output, "Write the best plan (with predictions) to this file");
+  fleet::add_json_flag(search_cmd, &search.json);
 
   fleet::sailor::ExportCommand exp;
   CLI::App* export_cmd = tool.add_command("export", "Write a plan in SAILOR's layout (or ours, with predictions)",

@@ -1,5 +1,6 @@
 #include "sailor/commands.h"
 
+#include <chrono>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -10,6 +11,7 @@
 #include "sailor/estimator.h"
 #include "sailor/import_sailor.h"
 #include "sailor/plan.h"
+#include "sailor/search.h"
 
 namespace fleet::sailor {
 
@@ -57,6 +59,38 @@ std::pair<std::string, double> split_assignment(const std::string& text, const c
   } catch (const std::exception&) {
     throw UsageError(std::string(what) + ": '" + text.substr(eq + 1) + "' is not a number");
   }
+}
+
+// The human-readable report of a plan and its predictions.
+std::string format_report(const Plan& plan, const Estimate& est) {
+  std::string out;
+  out += fmt::format("plan: {} stages x {} data-parallel, micro-batch {}, global batch {}, {} micro-batches, {} GPUs\n",
+                           plan.stages.size(), plan.dp(), plan.mbs, plan.global_batch, est.microbatches, plan.gpus());
+  out += fmt::format("{:<5} {:>9} {:>3} {:<16} {:>10} {:>9} {:>10} {:>9} {:>9} {:>9} {:>5}\n", "stage", "layers",
+                           "tp", "replicas", "fwd+bwd s", "send s", "allred s", "update s", "mem GiB", "cap GiB", "fits");
+  for (std::size_t i = 0; i < plan.stages.size(); ++i) {
+    const Stage& s = plan.stages[i];
+    const StageEstimate& se = est.stages[i];
+    std::size_t worst = 0;
+    for (std::size_t r = 0; r < se.memory.size(); ++r) {
+      if (se.memory[r].total() / se.capacity[r] > se.memory[worst].total() / se.capacity[worst]) worst = r;
+    }
+    std::map<std::string, int> kinds;
+    for (const Replica& r : s.replicas) ++kinds[r.gpu];
+    std::string replicas;
+    for (const auto& [gpu, n] : kinds) replicas += (replicas.empty() ? "" : "+") + std::to_string(n) + "x" + gpu;
+    out += fmt::format("{:<5} {:>9} {:>3} {:<16} {:>10.4f} {:>9.4f} {:>10.4f} {:>9.4f} {:>9} {:>9} {:>5}\n", i,
+                             fmt::format("{}-{}", s.first_layer, s.last_layer - 1), s.tp, replicas, se.compute_s,
+                             se.send_s, se.allreduce_s, se.update_s, gib(se.memory[worst].total()),
+                             gib(se.capacity[worst]), se.memory[worst].total() <= se.capacity[worst] ? "yes" : "NO");
+  }
+  out += fmt::format("iteration: {:.4f} s ({:.3f} iterations/s, {:.1f} samples/s)\n", est.iteration_s,
+                           est.iterations_per_s, est.iterations_per_s * plan.global_batch);
+  out += fmt::format("cost: ${:.5f} per iteration (compute ${:.5f}, egress ${:.5f})\n", est.usd_per_iteration(),
+                           est.compute_usd, est.egress_usd);
+  out += fmt::format("memory: peak {} GiB per GPU; {}\n", gib(est.peak_memory_bytes),
+                           est.fits ? "every GPU fits" : "SOME GPUs DO NOT FIT");
+  return out;
 }
 
 }  // namespace
@@ -111,32 +145,63 @@ int run_simulate(const SimulateCommand& c) {
     std::cout << estimate_to_json(plan, est).dump(2) << "\n";
     return 0;
   }
-  std::cout << fmt::format("plan: {} stages x {} data-parallel, micro-batch {}, global batch {}, {} micro-batches, {} GPUs\n",
-                           plan.stages.size(), plan.dp(), plan.mbs, plan.global_batch, est.microbatches, plan.gpus());
-  std::cout << fmt::format("{:<5} {:>9} {:>3} {:<16} {:>10} {:>9} {:>10} {:>9} {:>9} {:>9} {:>5}\n", "stage", "layers",
-                           "tp", "replicas", "fwd+bwd s", "send s", "allred s", "update s", "mem GiB", "cap GiB", "fits");
-  for (std::size_t i = 0; i < plan.stages.size(); ++i) {
-    const Stage& s = plan.stages[i];
-    const StageEstimate& se = est.stages[i];
-    std::size_t worst = 0;
-    for (std::size_t r = 0; r < se.memory.size(); ++r) {
-      if (se.memory[r].total() / se.capacity[r] > se.memory[worst].total() / se.capacity[worst]) worst = r;
-    }
-    std::map<std::string, int> kinds;
-    for (const Replica& r : s.replicas) ++kinds[r.gpu];
-    std::string replicas;
-    for (const auto& [gpu, n] : kinds) replicas += (replicas.empty() ? "" : "+") + std::to_string(n) + "x" + gpu;
-    std::cout << fmt::format("{:<5} {:>9} {:>3} {:<16} {:>10.4f} {:>9.4f} {:>10.4f} {:>9.4f} {:>9} {:>9} {:>5}\n", i,
-                             fmt::format("{}-{}", s.first_layer, s.last_layer - 1), s.tp, replicas, se.compute_s,
-                             se.send_s, se.allreduce_s, se.update_s, gib(se.memory[worst].total()),
-                             gib(se.capacity[worst]), se.memory[worst].total() <= se.capacity[worst] ? "yes" : "NO");
+  std::cout << format_report(plan, est);
+  return 0;
+}
+
+int run_search(const SearchCommand& c) {
+  SearchOptions opt;
+  if (c.objective == "throughput") {
+    opt.objective = Objective::kThroughput;
+  } else if (c.objective == "cost") {
+    opt.objective = Objective::kCost;
+  } else {
+    throw UsageError("--objective must be 'throughput' or 'cost'");
   }
-  std::cout << fmt::format("iteration: {:.4f} s ({:.3f} iterations/s, {:.1f} samples/s)\n", est.iteration_s,
-                           est.iterations_per_s, est.iterations_per_s * plan.global_batch);
-  std::cout << fmt::format("cost: ${:.5f} per iteration (compute ${:.5f}, egress ${:.5f})\n", est.usd_per_iteration(),
-                           est.compute_usd, est.egress_usd);
-  std::cout << fmt::format("memory: peak {} GiB per GPU; {}\n", gib(est.peak_memory_bytes),
-                           est.fits ? "every GPU fits" : "SOME GPUs DO NOT FIT");
+  if (c.max_cost_per_iter < 0 || c.min_throughput < 0 || c.max_gpus < 0 || c.max_stages < 1) {
+    throw UsageError("bounds must be non-negative and --max-stages at least 1");
+  }
+  opt.max_cost_per_iteration = c.max_cost_per_iter;
+  opt.min_throughput = c.min_throughput;
+  opt.max_gpus = c.max_gpus;
+  opt.top_k = c.top;
+  opt.exhaustive = c.exhaustive;
+  opt.max_stages = c.max_stages;
+  const PlannerInputs in = load_inputs(c.paths);
+  SearchStats stats;
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<RankedPlan> top = search_plans(in, opt, &stats);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  spdlog::info("searched {} plans in {:.3f} s ({} did not fit in memory, {} outside the bounds)", stats.candidates,
+               seconds, stats.memory_rejected, stats.constraint_rejected);
+  if (c.output) {
+    nlohmann::json out = plan_to_json(top.front().plan);
+    out["predictions"] = estimate_to_json(top.front().plan, top.front().estimate);
+    write_json_file(*c.output, out);
+  }
+  if (c.json) {
+    nlohmann::json plans = nlohmann::json::array();
+    for (const RankedPlan& r : top) {
+      nlohmann::json p = plan_to_json(r.plan);
+      p["predictions"] = estimate_to_json(r.plan, r.estimate);
+      plans.push_back(p);
+    }
+    std::cout << nlohmann::json{{"plans", plans}, {"searched", stats.candidates}, {"search_s", seconds}}.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "best plan (" << c.objective << "):\n" << format_report(top.front().plan, top.front().estimate);
+  if (top.size() > 1) {
+    std::cout << fmt::format("\n{:>4} {:>7} {:>4} {:>3} {:>4} {:>5} {:>12} {:>12}  {}\n", "rank", "stages", "dp", "tp", "mbs",
+                             "GPUs", "iter/s", "$/iter", "GPU types per stage");
+    for (std::size_t i = 0; i < top.size(); ++i) {
+      const RankedPlan& r = top[i];
+      std::string types;
+      for (const Stage& s : r.plan.stages) types += (types.empty() ? "" : ",") + s.replicas.front().gpu;
+      std::cout << fmt::format("{:>4} {:>7} {:>4} {:>3} {:>4} {:>5} {:>12.4f} {:>12.5f}  {}\n", i + 1, r.plan.stages.size(),
+                               r.plan.dp(), r.plan.stages.front().tp, r.plan.mbs, r.plan.gpus(),
+                               r.estimate.iterations_per_s, r.estimate.usd_per_iteration(), types);
+    }
+  }
   return 0;
 }
 

@@ -39,6 +39,21 @@ struct SimulateCommand {
 };
 int run_simulate(const SimulateCommand& options);
 
+/// Options of `sailor-plan search`.
+struct SearchCommand {
+  InputPaths paths;
+  std::string objective = "throughput";
+  double max_cost_per_iter = 0;
+  double min_throughput = 0;
+  int max_gpus = 0;
+  int top = 1;
+  int max_stages = 16;
+  bool exhaustive = false;
+  std::optional<std::filesystem::path> output;
+  bool json = false;
+};
+int run_search(const SearchCommand& options);
+
 /// Options of `sailor-plan export`.
 struct ExportCommand {
   InputPaths paths;

@@ -19,9 +19,52 @@ Calibration default_calibration() {
 namespace {
 
 LinkClass link_of(const Replica& a, const Replica& b, const ClusterSpec& cluster) {
-  if (a.gpu == b.gpu && a.zone == b.zone && a.node >= 0 && a.node == b.node) return LinkClass::kSameNode;
+  if (a.zone == b.zone) {
+    return a.gpu == b.gpu && a.node >= 0 && a.node == b.node ? LinkClass::kSameNode : LinkClass::kSameZone;
+  }
   return cluster.link_between(a.zone, b.zone);
 }
+
+// Remembers the last link's fit: replicas of a plan mostly repeat the same
+// (class, GPU pair), and the lookups by name dominate otherwise.
+class FitCache {
+ public:
+  explicit FitCache(const ClusterSpec& cluster) : cluster_(cluster) {}
+  const BandwidthFit& get(LinkClass link, const std::string& src, const std::string& dst) {
+    if (fit_ == nullptr || link != link_ || src != *src_ || dst != *dst_) {
+      fit_ = &cluster_.fit(link, src, dst);
+      link_ = link;
+      src_ = &src;
+      dst_ = &dst;
+    }
+    return *fit_;
+  }
+
+ private:
+  const ClusterSpec& cluster_;
+  const BandwidthFit* fit_ = nullptr;
+  LinkClass link_ = LinkClass::kSameNode;
+  const std::string* src_ = nullptr;
+  const std::string* dst_ = nullptr;
+};
+
+// Same idea for GPU types by name.
+class GpuTypeCache {
+ public:
+  explicit GpuTypeCache(const ClusterSpec& cluster) : cluster_(cluster) {}
+  const GpuType& get(const std::string& gpu) {
+    if (type_ == nullptr || gpu != *name_) {
+      type_ = &cluster_.gpu_types.at(gpu);
+      name_ = &gpu;
+    }
+    return *type_;
+  }
+
+ private:
+  const ClusterSpec& cluster_;
+  const GpuType* type_ = nullptr;
+  const std::string* name_ = nullptr;
+};
 
 double egress_price(LinkClass link, const ClusterSpec& cluster) {
   auto it = cluster.egress_per_gb.find(link);
@@ -43,21 +86,28 @@ Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
   const double weight_b = fp32 ? 4 : cal.weight_bytes_per_param;
   const double grad_b = fp32 ? 4 : cal.gradient_bytes_per_param;
   double egress_bytes_usd = 0;
+  FitCache fits(in.cluster);
+  GpuTypeCache types(in.cluster);
 
   for (int i = 0; i < stages; ++i) {
     const Stage& s = plan.stages[static_cast<std::size_t>(i)];
     StageEstimate se;
+    // Replicas of one GPU type share their layer sums: compute each type once.
+    std::vector<std::pair<const std::string*, LayerTimes>> per_type;
     for (const Replica& r : s.replicas) {
-      double f = 0, b = 0, u = 0;
+      auto known = std::find_if(per_type.begin(), per_type.end(), [&](const auto& e) { return *e.first == r.gpu; });
+      if (known != per_type.end()) continue;
+      LayerTimes sum{0, 0, 0};
       for (int l = s.first_layer; l < s.last_layer; ++l) {
         const LayerTimes& t = in.profiles.at(r.gpu, mbs, s.tp, l);
-        f += t[0];
-        b += t[1];
-        u += t[2];
+        sum[0] += t[0];
+        sum[1] += t[1];
+        sum[2] += t[2];
       }
-      f *= cal.compute_scale;
-      b *= cal.compute_scale;
-      u *= cal.compute_scale;
+      per_type.emplace_back(&r.gpu, sum);
+    }
+    for (const auto& [gpu, t] : per_type) {
+      const double f = t[0] * cal.compute_scale, b = t[1] * cal.compute_scale, u = t[2] * cal.compute_scale;
       if (f + b > se.compute_s) {
         se.compute_s = f + b;
         se.forward_s = f;
@@ -74,7 +124,7 @@ Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
         const Replica& a = s.replicas[static_cast<std::size_t>(r)];
         const Replica& b = next.replicas[static_cast<std::size_t>(r)];
         const LinkClass link = link_of(a, b, in.cluster);
-        const double one_way = message / in.cluster.fit(link, a.gpu, b.gpu).bytes_per_s(message);
+        const double one_way = message / fits.get(link, a.gpu, b.gpu).bytes_per_s(message);
         se.send_s = std::max(se.send_s, 2 * one_way);
         if (link == LinkClass::kCrossZone || link == LinkClass::kCrossRegion) {
           egress_bytes_usd += 2 * message * nb / 1e9 * egress_price(link, in.cluster);
@@ -88,11 +138,15 @@ Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
       const double grad_bytes = params * wire;
       const double per_link = 2.0 * (dp - 1) / dp * grad_bytes;
       double slowest = 0;
+      const BandwidthFit* last_fit = nullptr;
       for (int r = 0; r < dp; ++r) {
         const Replica& a = s.replicas[static_cast<std::size_t>(r)];
         const Replica& b = s.replicas[static_cast<std::size_t>((r + 1) % dp)];
         const LinkClass link = link_of(a, b, in.cluster);
-        const double bw = in.cluster.fit(link, a.gpu, b.gpu).bytes_per_s(std::min(cal.allreduce_bucket_bytes, grad_bytes));
+        const BandwidthFit& fit = fits.get(link, a.gpu, b.gpu);
+        if (&fit == last_fit) continue;  // same link kind as the previous pair: same time, and egress only across zones
+        last_fit = link == LinkClass::kSameZone || link == LinkClass::kSameNode ? &fit : nullptr;
+        const double bw = fit.bytes_per_s(std::min(cal.allreduce_bucket_bytes, grad_bytes));
         slowest = std::max(slowest, per_link / bw);
         if (link == LinkClass::kCrossZone || link == LinkClass::kCrossRegion) {
           egress_bytes_usd += per_link * s.tp / 1e9 * egress_price(link, in.cluster);
@@ -116,7 +170,7 @@ Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
       m.framework_copies = cal.framework_copy_factor * (m.weights + m.gradients + m.optimizer);
       m.activations = act;
       m.overhead = cal.runtime_overhead_bytes;
-      const double capacity = in.cluster.gpu_types.at(r.gpu).memory_bytes;
+      const double capacity = types.get(r.gpu).memory_bytes;
       est.fits = est.fits && m.total() <= capacity;
       est.peak_memory_bytes = std::max(est.peak_memory_bytes, m.total());
       se.memory.push_back(m);
@@ -139,7 +193,7 @@ Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
   est.iterations_per_s = 1.0 / est.iteration_s;
   for (const Stage& s : plan.stages) {
     for (const Replica& r : s.replicas) {
-      est.compute_usd += s.tp * in.cluster.gpu_types.at(r.gpu).price_per_hour / 3600.0 * est.iteration_s;
+      est.compute_usd += s.tp * types.get(r.gpu).price_per_hour / 3600.0 * est.iteration_s;
     }
   }
   est.egress_usd = egress_bytes_usd;

@@ -1,0 +1,461 @@
+#include "sailor/search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "common/error.h"
+
+namespace fleet::sailor {
+
+bool better(const Estimate& a, const Estimate& b, Objective objective) {
+  if (objective == Objective::kThroughput) {
+    if (a.iterations_per_s != b.iterations_per_s) return a.iterations_per_s > b.iterations_per_s;
+    return a.usd_per_iteration() < b.usd_per_iteration();
+  }
+  if (a.usd_per_iteration() != b.usd_per_iteration()) return a.usd_per_iteration() < b.usd_per_iteration();
+  return a.iterations_per_s > b.iterations_per_s;
+}
+
+namespace {
+
+// All GPUs of one type; a stage's data-parallel replicas stay inside one
+// region of it (placement picks the region).
+struct Pool {
+  std::string gpu;
+  std::vector<std::pair<std::string, int>> zones;  // zone, quota; largest first
+  std::vector<int> zone_region;                    // region index of each zone
+  int gpus_per_node = 1;
+};
+
+std::vector<Pool> make_pools(const ClusterSpec& cluster) {
+  std::map<std::string, Pool> by_key;
+  for (const auto& [gpu, zones] : cluster.quotas) {
+    for (const auto& [zone, n] : zones) {
+      Pool& p = by_key[gpu];
+      p.gpu = gpu;
+      p.gpus_per_node = cluster.gpu_types.at(gpu).gpus_per_node;
+      p.zones.emplace_back(zone, n);
+    }
+  }
+  std::map<std::string, int> region_ids;
+  for (const auto& [zone, region] : cluster.zone_region) region_ids.emplace(region, static_cast<int>(region_ids.size()));
+  std::vector<Pool> pools;
+  for (auto& [key, p] : by_key) {
+    std::stable_sort(p.zones.begin(), p.zones.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    for (const auto& [zone, quota] : p.zones) p.zone_region.push_back(region_ids.at(cluster.zone_region.at(zone)));
+    pools.push_back(std::move(p));
+  }
+  return pools;
+}
+
+// TP groups of `tp` GPUs a zone can host: whole nodes first, then the partial one.
+int groups_in_zone(int quota, int gpus_per_node, int tp) {
+  return quota / gpus_per_node * (gpus_per_node / tp) + (quota % gpus_per_node) / tp;
+}
+
+int groups_in_pool(const Pool& pool, int tp) {
+  int n = 0;
+  for (const auto& [zone, quota] : pool.zones) n += groups_in_zone(quota, pool.gpus_per_node, tp);
+  return n;
+}
+
+// Pipelines up to this deep also try a^i b^j a^k stage-to-pool sequences.
+constexpr int kSandwichStages = 6;
+
+class Searcher {
+ public:
+  Searcher(const PlannerInputs& in, const SearchOptions& opt, SearchStats& stats)
+      : in_(in), opt_(opt), stats_(stats), pools_(make_pools(in.cluster)), layers_(static_cast<int>(in.model.layers.size())) {
+    std::vector<int> mbs;
+    for (const auto& [gpu, entries] : in.profiles.gpus) {
+      for (const auto& [key, times] : entries) mbs.push_back(key.first);
+    }
+    std::sort(mbs.begin(), mbs.end());
+    mbs.erase(std::unique(mbs.begin(), mbs.end()), mbs.end());
+    mbs_ = mbs;
+  }
+
+  std::vector<RankedPlan> run() {
+    if (opt_.exhaustive) check_exhaustive_size();
+    for (int mbs : mbs_) {
+      if (mbs > in_.job.global_batch) continue;
+      for (int tp : {1, 2, 4, 8}) {
+        for (int stages = 1; stages <= std::min(layers_, opt_.max_stages); ++stages) {
+          for (const std::vector<int>& config : stage_configs(stages)) search_config(mbs, tp, config);
+        }
+      }
+    }
+    return top_;
+  }
+
+ private:
+  // Which pool each stage uses. Heuristic: one pool, or a block of stages on
+  // one pool followed by a block on another. Exhaustive: every sequence.
+  std::vector<std::vector<int>> stage_configs(int stages) const {
+    std::vector<std::vector<int>> out;
+    const int n = static_cast<int>(pools_.size());
+    if (opt_.exhaustive) {
+      std::vector<int> seq(static_cast<std::size_t>(stages), 0);
+      while (true) {
+        out.push_back(seq);
+        int i = stages - 1;
+        while (i >= 0 && seq[static_cast<std::size_t>(i)] == n - 1) seq[static_cast<std::size_t>(i--)] = 0;
+        if (i < 0) break;
+        ++seq[static_cast<std::size_t>(i)];
+      }
+      return out;
+    }
+    // One pool, or blocks of two pools: a^i b^j (any depth) and, for short
+    // pipelines, a^i b^j a^k (a small-memory GPU type at both ends of the
+    // pipeline, where 1F1B keeps the fewest or cheapest activations).
+    for (int a = 0; a < n; ++a) {
+      out.emplace_back(static_cast<std::size_t>(stages), a);
+      for (int b = 0; b < n; ++b) {
+        if (a == b) continue;
+        for (int i = 1; i < stages; ++i) {
+          const int tail_max = stages <= kSandwichStages ? stages - i - 1 : 0;
+          for (int k = 0; k <= tail_max; ++k) {
+            std::vector<int> seq(static_cast<std::size_t>(stages), b);
+            std::fill(seq.begin(), seq.begin() + i, a);
+            std::fill(seq.end() - k, seq.end(), a);
+            out.push_back(std::move(seq));
+          }
+        }
+      }
+    }
+    return out;
+  }
+
+  bool usable(const Pool& pool, int mbs, int tp) const {
+    return tp <= pool.gpus_per_node && in_.profiles.has(pool.gpu, mbs, tp);
+  }
+
+  // Forward + backward of layers [a, b) on `gpu`, from prefix sums.
+  double stage_time(const std::vector<double>& prefix, int a, int b) const {
+    return prefix[static_cast<std::size_t>(b)] - prefix[static_cast<std::size_t>(a)];
+  }
+
+  std::vector<double> prefix_times(const std::string& gpu, int mbs, int tp) const {
+    std::vector<double> prefix(static_cast<std::size_t>(layers_) + 1, 0.0);
+    for (int l = 0; l < layers_; ++l) {
+      const LayerTimes& t = in_.profiles.at(gpu, mbs, tp, l);
+      prefix[static_cast<std::size_t>(l) + 1] = prefix[static_cast<std::size_t>(l)] + t[0] + t[1];
+    }
+    return prefix;
+  }
+
+  // Boundaries (stages + 1 values) minimising the slowest stage's compute:
+  // stage times differ per GPU type, so the split follows the hardware.
+  std::vector<int> balanced_split(const std::vector<const std::vector<double>*>& prefix) const {
+    const int stages = static_cast<int>(prefix.size());
+    const double inf = std::numeric_limits<double>::infinity();
+    // best[i][l]: slowest stage when the first i stages hold layers [0, l).
+    std::vector<std::vector<double>> best(static_cast<std::size_t>(stages) + 1,
+                                          std::vector<double>(static_cast<std::size_t>(layers_) + 1, inf));
+    std::vector<std::vector<int>> cut = std::vector<std::vector<int>>(
+        static_cast<std::size_t>(stages) + 1, std::vector<int>(static_cast<std::size_t>(layers_) + 1, 0));
+    best[0][0] = 0;
+    for (int i = 1; i <= stages; ++i) {
+      for (int l = i; l <= layers_ - (stages - i); ++l) {
+        for (int m = i - 1; m < l; ++m) {
+          const double prev = best[static_cast<std::size_t>(i) - 1][static_cast<std::size_t>(m)];
+          if (prev == inf) continue;
+          const double v = std::max(prev, stage_time(*prefix[static_cast<std::size_t>(i) - 1], m, l));
+          if (v < best[static_cast<std::size_t>(i)][static_cast<std::size_t>(l)]) {
+            best[static_cast<std::size_t>(i)][static_cast<std::size_t>(l)] = v;
+            cut[static_cast<std::size_t>(i)][static_cast<std::size_t>(l)] = m;
+          }
+        }
+      }
+    }
+    std::vector<int> bounds(static_cast<std::size_t>(stages) + 1);
+    bounds[static_cast<std::size_t>(stages)] = layers_;
+    for (int i = stages; i >= 1; --i) {
+      bounds[static_cast<std::size_t>(i) - 1] = cut[static_cast<std::size_t>(i)][static_cast<std::size_t>(bounds[static_cast<std::size_t>(i)])];
+    }
+    return bounds;
+  }
+
+  // Places D replicas per stage in the stage's pool, each TP group in the zone
+  // with the most room left; nullopt when the pool runs out.
+  std::optional<Plan> place(int mbs, int tp, int dp, const std::vector<int>& config, const std::vector<int>& bounds) const {
+    // TP groups left per pool and zone (pools never share a (GPU type, zone)).
+    std::vector<std::vector<int>> left(pools_.size());
+    for (int p : config) {
+      auto& l = left[static_cast<std::size_t>(p)];
+      if (!l.empty()) continue;
+      const Pool& pool = pools_[static_cast<std::size_t>(p)];
+      for (const auto& [zone, quota] : pool.zones) l.push_back(groups_in_zone(quota, pool.gpus_per_node, tp));
+    }
+    Plan plan;
+    plan.mbs = mbs;
+    plan.global_batch = in_.job.global_batch;
+    plan.stages.reserve(config.size());
+    for (std::size_t i = 0; i < config.size(); ++i) {
+      const Pool& pool = pools_[static_cast<std::size_t>(config[i])];
+      auto& l = left[static_cast<std::size_t>(config[i])];
+      Stage stage;
+      stage.first_layer = bounds[i];
+      stage.last_layer = bounds[i + 1];
+      stage.tp = tp;
+      stage.replicas.reserve(static_cast<std::size_t>(dp));
+      // The region with the most room that can host all replicas of the stage.
+      std::map<int, int> room;
+      for (std::size_t z = 0; z < l.size(); ++z) room[pool.zone_region[z]] += l[z];
+      int region = -1, best_room = 0;
+      for (const auto& [r, n] : room) {
+        if (n >= dp && n > best_room) {
+          region = r;
+          best_room = n;
+        }
+      }
+      if (region < 0) return std::nullopt;
+      for (int r = 0; r < dp; ++r) {
+        std::size_t z = l.size();
+        for (std::size_t k = 0; k < l.size(); ++k) {
+          if (pool.zone_region[k] == region && l[k] > 0 && (z == l.size() || l[k] > l[z])) z = k;
+        }
+        // Groups fill nodes in order, gpus_per_node / tp groups per node (what pack_nodes would do).
+        const int used = groups_in_zone(pool.zones[z].second, pool.gpus_per_node, tp) - l[z];
+        --l[z];
+        stage.replicas.push_back({pool.gpu, pool.zones[z].first, used / (pool.gpus_per_node / tp)});
+      }
+      plan.stages.push_back(std::move(stage));
+    }
+    return plan;
+  }
+
+  // Simulates a plan and keeps it if it fits, meets the bounds and ranks in the top K.
+  std::optional<Estimate> consider(const Plan& plan) {
+    ++stats_.candidates;
+    Estimate e;
+    try {
+      e = estimate_plan(plan, in_);
+    } catch (const InputError&) {
+      ++stats_.unpriced_links;  // a link the cluster has no bandwidth fit for: cannot be judged
+      return std::nullopt;
+    }
+    if (!e.fits) {
+      ++stats_.memory_rejected;
+      return std::nullopt;
+    }
+    if ((opt_.max_cost_per_iteration > 0 && e.usd_per_iteration() > opt_.max_cost_per_iteration) ||
+        (opt_.min_throughput > 0 && e.iterations_per_s < opt_.min_throughput)) {
+      ++stats_.constraint_rejected;
+      return e;  // valid but outside the bounds: still tells the DP loop where the optimum is
+    }
+    keep(plan, e);
+    return e;
+  }
+
+  void keep(const Plan& plan, const Estimate& e) {
+    const std::size_t k = static_cast<std::size_t>(std::max(1, opt_.top_k));
+    if (top_.size() == k && !better(e, top_.back().estimate, opt_.objective)) return;
+    auto at = std::find_if(top_.begin(), top_.end(), [&](const RankedPlan& r) { return better(e, r.estimate, opt_.objective); });
+    top_.insert(at, RankedPlan{plan, e});
+    if (top_.size() > k) top_.pop_back();
+  }
+
+  // Moves single layers across stage boundaries while the estimate improves.
+  void refine(int mbs, int tp, int dp, const std::vector<int>& config, std::vector<int> bounds, Estimate current) {
+    bool improved = true;
+    while (improved) {
+      improved = false;
+      for (std::size_t b = 1; b + 1 < bounds.size() && !improved; ++b) {
+        for (int delta : {-1, 1}) {
+          std::vector<int> trial = bounds;
+          trial[b] += delta;
+          if (trial[b] <= trial[b - 1] || trial[b] >= trial[b + 1]) continue;
+          auto plan = place(mbs, tp, dp, config, trial);
+          if (!plan) continue;
+          auto e = consider(*plan);
+          if (e && better(*e, current, opt_.objective)) {
+            bounds = trial;
+            current = *e;
+            improved = true;
+            break;
+          }
+        }
+      }
+    }
+  }
+
+  void search_config(int mbs, int tp, const std::vector<int>& config) {
+    std::map<int, int> stages_on_pool;
+    for (int p : config) {
+      if (!usable(pools_[static_cast<std::size_t>(p)], mbs, tp)) return;
+      ++stages_on_pool[p];
+    }
+    const int stages = static_cast<int>(config.size());
+    int dp_max = std::numeric_limits<int>::max();
+    for (const auto& [p, n] : stages_on_pool) dp_max = std::min(dp_max, groups_in_pool(pools_[static_cast<std::size_t>(p)], tp) / n);
+    if (opt_.max_gpus > 0) dp_max = std::min(dp_max, opt_.max_gpus / (stages * tp));
+    dp_max = std::min(dp_max, (in_.job.global_batch + mbs - 1) / mbs);  // more replicas than micro-batches idle
+    if (dp_max < 1) return;
+
+    if (opt_.exhaustive) {
+      for_each_split(stages, [&](const std::vector<int>& bounds) {
+        for (int dp = 1; dp <= dp_max; ++dp) {
+          if (auto plan = place(mbs, tp, dp, config, bounds)) consider(*plan);
+        }
+      });
+      return;
+    }
+
+    std::vector<std::vector<double>> prefix_store;
+    std::map<int, std::size_t> prefix_of_pool;
+    for (const auto& [p, n] : stages_on_pool) {
+      prefix_of_pool[p] = prefix_store.size();
+      prefix_store.push_back(prefix_times(pools_[static_cast<std::size_t>(p)].gpu, mbs, tp));
+    }
+    std::vector<const std::vector<double>*> prefix;
+    for (int p : config) prefix.push_back(&prefix_store[prefix_of_pool[p]]);
+    const std::vector<int> bounds = balanced_split(prefix);
+    if (!states_fit(tp, config, bounds)) {
+      ++stats_.memory_rejected;
+      return;
+    }
+    if (cannot_beat_top(mbs, dp_max, prefix, bounds, config, tp)) {
+      ++stats_.bound_pruned;
+      return;
+    }
+
+    // Throughput: from many replicas to few; cost: from few to many. Stop
+    // once the objective has passed its best (it is unimodal in D here).
+    std::optional<Estimate> best;
+    int best_dp = 0;
+    for (int step = 0; step < dp_max; ++step) {
+      const int dp = opt_.objective == Objective::kThroughput ? dp_max - step : 1 + step;
+      auto plan = place(mbs, tp, dp, config, bounds);
+      if (!plan) continue;
+      auto e = consider(*plan);
+      if (!e) {
+        // Fewer replicas mean more micro-batches in flight: a throughput
+        // search (D descending) will not fit either. A cost search (D
+        // ascending) keeps going: more replicas lower the in-flight count.
+        if (opt_.objective == Objective::kThroughput) break;
+        continue;
+      }
+      if (!best || better(*e, *best, opt_.objective)) {
+        best = e;
+        best_dp = dp;
+      } else {
+        break;
+      }
+    }
+    if (best && stages > 1) refine(mbs, tp, best_dp, config, bounds, *best);
+  }
+
+  // Weights, gradients, optimizer state and runtime overhead alone (no
+  // activations) must fit on every stage; independent of D, so checked once.
+  bool states_fit(int tp, const std::vector<int>& config, const std::vector<int>& bounds) const {
+    const Calibration& cal = in_.calibration;
+    const bool fp32 = in_.job.precision == "fp32";
+    const double per_param = ((fp32 ? 4 : cal.weight_bytes_per_param) + (fp32 ? 4 : cal.gradient_bytes_per_param) +
+                              cal.optimizer_bytes_per_param) * (1 + cal.framework_copy_factor);
+    for (std::size_t i = 0; i < config.size(); ++i) {
+      const Pool& pool = pools_[static_cast<std::size_t>(config[i])];
+      const double bytes = in_.model.params(bounds[i], bounds[i + 1], tp) * per_param + cal.runtime_overhead_bytes;
+      if (bytes > in_.cluster.gpu_types.at(pool.gpu).memory_bytes) return false;
+    }
+    return true;
+  }
+
+  // Optimistic bound: the most replicas, no communication, perfect balance.
+  // When even that cannot enter the top K, the configuration is skipped.
+  bool cannot_beat_top(int mbs, int dp_max, const std::vector<const std::vector<double>*>& prefix,
+                       const std::vector<int>& bounds, const std::vector<int>& config, int tp) const {
+    if (opt_.exhaustive || top_.size() < static_cast<std::size_t>(std::max(1, opt_.top_k))) return false;
+    const Calibration& cal = in_.calibration;
+    double slowest = 0, total = 0;
+    for (std::size_t i = 0; i + 1 < bounds.size(); ++i) {
+      const double t = stage_time(*prefix[i], bounds[i], bounds[i + 1]) * cal.compute_scale;
+      slowest = std::max(slowest, t);
+      total += t;
+    }
+    const Estimate& worst = top_.back().estimate;
+    if (opt_.objective == Objective::kThroughput) {
+      const int nb = (in_.job.global_batch + mbs * dp_max - 1) / (mbs * dp_max);
+      const double t_min = (nb - 1) * slowest + total + cal.iteration_overhead_s;
+      return 1.0 / t_min < worst.iterations_per_s;
+    }
+    // Cost: GPU-seconds of pure compute at one replica per stage is a floor
+    // on $ per iteration for any D (more replicas cost at least as much).
+    const int nb = (in_.job.global_batch + mbs - 1) / mbs;
+    double usd_per_s = 0;
+    for (int p : config) usd_per_s += tp * in_.cluster.gpu_types.at(pools_[static_cast<std::size_t>(p)].gpu).price_per_hour / 3600.0;
+    const double t_min = (nb - 1) * slowest + total + cal.iteration_overhead_s;
+    return usd_per_s * t_min > worst.usd_per_iteration();
+  }
+
+  // Visits every split of the layers into `stages` non-empty consecutive ranges.
+  template <typename F>
+  void for_each_split(int stages, F&& visit) const {
+    std::vector<int> bounds(static_cast<std::size_t>(stages) + 1);
+    for (int i = 0; i < stages; ++i) bounds[static_cast<std::size_t>(i)] = i;
+    bounds.back() = layers_;
+    while (true) {
+      visit(bounds);
+      int i = stages - 1;  // last interior boundary
+      while (i >= 1 && bounds[static_cast<std::size_t>(i)] == layers_ - (stages - i)) --i;
+      if (i < 1) break;
+      ++bounds[static_cast<std::size_t>(i)];
+      for (int j = i + 1; j < stages; ++j) bounds[static_cast<std::size_t>(j)] = bounds[static_cast<std::size_t>(j) - 1] + 1;
+    }
+  }
+
+  void check_exhaustive_size() const {
+    double total = 0;
+    const double n = static_cast<double>(pools_.size());
+    int gpus = 0;
+    for (const auto& [gpu, zones] : in_.cluster.quotas) {
+      for (const auto& [zone, q] : zones) gpus += q;
+    }
+    for (int stages = 1; stages <= std::min(layers_, opt_.max_stages); ++stages) {
+      double splits = 1;  // C(layers-1, stages-1)
+      for (int i = 1; i < stages; ++i) splits = splits * (layers_ - i) / i;
+      total += std::pow(n, stages) * splits * gpus;
+    }
+    total *= static_cast<double>(mbs_.size()) * 4;
+    if (total > 2e7) {
+      throw UsageError("--exhaustive would simulate about " + std::to_string(static_cast<long long>(total)) +
+                       " plans; use it on small clusters (or lower --max-stages)");
+    }
+  }
+
+  const PlannerInputs& in_;
+  const SearchOptions& opt_;
+  SearchStats& stats_;
+  std::vector<Pool> pools_;
+  int layers_;
+  std::vector<int> mbs_;
+  std::vector<RankedPlan> top_;
+};
+
+}  // namespace
+
+std::vector<RankedPlan> search_plans(const PlannerInputs& inputs, const SearchOptions& options, SearchStats* stats) {
+  SearchStats local;
+  SearchStats& s = stats != nullptr ? *stats : local;
+  if (options.top_k < 1) throw UsageError("--top must be at least 1");
+  std::vector<RankedPlan> top = Searcher(inputs, options, s).run();
+  if (top.empty()) {
+    if (s.candidates == 0 && s.memory_rejected > 0) throw NoSolutionError("no plan fits in GPU memory");
+    if (s.candidates == 0) throw NoSolutionError("no plan can be built: no GPU type has profiles for a usable TP degree");
+    if (s.unpriced_links == s.candidates) {
+      throw NoSolutionError("every candidate plan needs a network link the cluster has no bandwidth fit for");
+    }
+    if (s.memory_rejected + s.unpriced_links == s.candidates) {
+      throw NoSolutionError("no plan fits in GPU memory (" + std::to_string(s.candidates) + " plans simulated)");
+    }
+    throw NoSolutionError("no plan meets the bounds (--max-cost-per-iter / --min-throughput); " +
+                          std::to_string(s.candidates) + " plans simulated");
+  }
+  return top;
+}
+
+}  // namespace fleet::sailor

@@ -1,0 +1,124 @@
+// The heuristic search against the exhaustive one on small generated
+// clusters, bounds and exit reasons.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "common/error.h"
+#include "sailor/search.h"
+#include "sailor_fixtures.h"
+
+namespace fleet::sailor {
+namespace {
+
+// A 6-layer model, two GPU types with random per-layer times, up to 16 GPUs
+// in two zones (one region or two).
+PlannerInputs generated_cluster(unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> time(0.005, 0.03);
+  PlannerInputs in = testing::tiny_inputs();
+  in.model.layers.clear();
+  for (int l = 0; l < 6; ++l) {
+    const double params = 2e8 + 1e8 * (rng() % 4);
+    in.model.layers.push_back({{{1, params}, {2, params / 2}, {4, params / 4}},
+                               {{1, 2e6}, {2, 2e6}, {4, 2e6}},
+                               {{1, 4e7}, {2, 2.2e7}, {4, 1.2e7}}});
+  }
+  in.profiles.gpus.clear();
+  for (const char* gpu : {"fast", "slow"}) {
+    const double scale = std::string(gpu) == "slow" ? 2.0 : 1.0;
+    for (int mbs : {1, 2, 4}) {
+      for (int tp : {1, 2, 4}) {
+        std::vector<LayerTimes> layers;
+        for (int l = 0; l < 6; ++l) {
+          const double f = time(rng) * scale * mbs / tp;
+          layers.push_back({f, 2 * f, 0.001 * scale / tp});
+        }
+        in.profiles.gpus[gpu][{mbs, tp}] = layers;
+      }
+    }
+  }
+  in.cluster.gpu_types["fast"] = {4, 24e9, 3.0};
+  in.cluster.gpu_types["slow"] = {4, 16e9, 1.0};
+  in.cluster.quotas.clear();
+  in.cluster.zone_region.clear();
+  const bool two_regions = seed % 2 == 0;
+  in.cluster.zone_region = {{"za", "r1"}, {"zb", two_regions ? "r2" : "r1"}};
+  in.cluster.quotas["fast"] = {{"za", 4 + static_cast<int>(rng() % 5)}};
+  in.cluster.quotas["slow"] = {{"za", 2 + static_cast<int>(rng() % 3)}, {"zb", 2 + static_cast<int>(rng() % 3)}};
+  in.job.global_batch = 32;
+  return in;
+}
+
+double objective_value(const Estimate& e, Objective o) {
+  return o == Objective::kThroughput ? e.iterations_per_s : e.usd_per_iteration();
+}
+
+TEST(Search, HeuristicWithinOnePercentOfExhaustive) {
+  for (unsigned seed = 1; seed <= 8; ++seed) {
+    const PlannerInputs in = generated_cluster(seed);
+    for (Objective objective : {Objective::kThroughput, Objective::kCost}) {
+      SearchOptions heuristic;
+      heuristic.objective = objective;
+      SearchOptions exhaustive = heuristic;
+      exhaustive.exhaustive = true;
+      SearchStats hs, es;
+      const auto best = search_plans(in, heuristic, &hs);
+      const auto optimum = search_plans(in, exhaustive, &es);
+      const double h = objective_value(best.front().estimate, objective);
+      const double x = objective_value(optimum.front().estimate, objective);
+      if (objective == Objective::kThroughput) {
+        EXPECT_GE(h, 0.99 * x) << "seed " << seed << ": heuristic " << h << " it/s vs exhaustive " << x;
+      } else {
+        EXPECT_LE(h, 1.01 * x) << "seed " << seed << ": heuristic $" << h << " vs exhaustive $" << x;
+      }
+      EXPECT_LT(hs.candidates, es.candidates) << "seed " << seed;
+    }
+  }
+}
+
+TEST(Search, BoundsAreRespectedAndTopKIsOrdered) {
+  const PlannerInputs in = generated_cluster(3);
+  SearchOptions opt;
+  opt.top_k = 5;
+  const auto top = search_plans(in, opt);
+  ASSERT_EQ(top.size(), 5u);
+  for (std::size_t i = 1; i < top.size(); ++i) {
+    EXPECT_GE(top[i - 1].estimate.iterations_per_s, top[i].estimate.iterations_per_s);
+  }
+  opt.top_k = 1;
+  opt.max_gpus = 4;
+  EXPECT_LE(search_plans(in, opt).front().plan.gpus(), 4);
+  opt.max_gpus = 0;
+  const double cheapest = search_plans(in, SearchOptions{Objective::kCost}).front().estimate.usd_per_iteration();
+  opt.max_cost_per_iteration = cheapest * 1.5;
+  EXPECT_LE(search_plans(in, opt).front().estimate.usd_per_iteration(), cheapest * 1.5);
+  SearchOptions cost;
+  cost.objective = Objective::kCost;
+  cost.min_throughput = top.front().estimate.iterations_per_s * 0.5;
+  EXPECT_GE(search_plans(in, cost).front().estimate.iterations_per_s, cost.min_throughput);
+}
+
+TEST(Search, NoSolutionSaysWhy) {
+  PlannerInputs in = generated_cluster(5);
+  in.cluster.gpu_types["fast"].memory_bytes = 1e9;
+  in.cluster.gpu_types["slow"].memory_bytes = 1e9;
+  try {
+    search_plans(in, {});
+    FAIL();
+  } catch (const NoSolutionError& e) {
+    EXPECT_NE(std::string(e.what()).find("no plan fits in GPU memory"), std::string::npos) << e.what();
+  }
+  PlannerInputs fine = generated_cluster(5);
+  SearchOptions impossible;
+  impossible.min_throughput = 1e9;
+  try {
+    search_plans(fine, impossible);
+    FAIL();
+  } catch (const NoSolutionError& e) {
+    EXPECT_NE(std::string(e.what()).find("no plan meets the bounds"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace fleet::sailor
