@@ -37,16 +37,18 @@ expect_rc 2 "$bin/sailor-plan" simulate -p "$plan"
 grep -q "give --inputs DIR or --model" "$tmp/err" || fail "missing inputs message"
 expect_rc 1 "$bin/sailor-plan" simulate -i "$tmp/nowhere" -p "$plan"
 
-# search: the best plan is written, and simulating it gives its predictions back.
-expect_rc 0 "$bin/sailor-plan" search -i "$ex/gpt-neo-2.7" --top 3 -o "$tmp/best.json"
+# search (kept small so the sanitizer build stays quick): the best plan is
+# written, and simulating it gives its predictions back.
+small=(--max-stages 3 --max-gpus 64)
+expect_rc 0 "$bin/sailor-plan" search -i "$ex/gpt-neo-2.7" "${small[@]}" --top 3 -o "$tmp/best.json"
 grep -q "^best plan (throughput):" "$tmp/out" || fail "search output: $(head -3 "$tmp/out")"
 grep -q '"predictions"' "$tmp/best.json" || fail "best plan lacks predictions"
 predicted=$(/usr/bin/python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['predictions']['iteration_s'], 9))" "$tmp/best.json")
 expect_rc 0 "$bin/sailor-plan" simulate -i "$ex/gpt-neo-2.7" -p "$tmp/best.json" --json
 simulated=$(/usr/bin/python3 -c "import json,sys; print(round(json.load(sys.stdin)['iteration_s'], 9))" < "$tmp/out")
 [ "$predicted" = "$simulated" ] || fail "search predicted $predicted s, simulate says $simulated s"
-expect_rc 0 "$bin/sailor-plan" search -i "$ex/gpt-neo-2.7" --objective cost --max-gpus 16 --json
-expect_rc 3 "$bin/sailor-plan" search -i "$ex/gpt-neo-2.7" --objective cost --min-throughput 1000
+expect_rc 0 "$bin/sailor-plan" search -i "$ex/gpt-neo-2.7" --objective cost --max-stages 3 --max-gpus 16 --json
+expect_rc 3 "$bin/sailor-plan" search -i "$ex/gpt-neo-2.7" --objective cost --min-throughput 1000 --max-stages 2 --max-gpus 16
 grep -q "^sailor-plan: error: no plan meets the bounds" "$tmp/err" || fail "exit-3 reason: $(cat "$tmp/err")"
 expect_rc 2 "$bin/sailor-plan" search -i "$ex/gpt-neo-2.7" --exhaustive
 grep -q "exhaustive would simulate about" "$tmp/err" || fail "exhaustive guard: $(cat "$tmp/err")"
