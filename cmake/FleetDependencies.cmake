@@ -18,6 +18,11 @@ else()
   target_link_libraries(fleet_zstd INTERFACE PkgConfig::ZSTD)
 endif()
 
+# Oniguruma: the regular-expression engine of Hugging Face tokenizers, so that
+# tokenizer.json patterns match the same text here.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(ONIGURUMA REQUIRED IMPORTED_TARGET oniguruma)
+
 add_library(fleet_hdf5 INTERFACE)
 target_include_directories(fleet_hdf5 SYSTEM INTERFACE ${HDF5_C_INCLUDE_DIRS} ${HDF5_INCLUDE_DIRS})
 target_link_libraries(fleet_hdf5 INTERFACE ${HDF5_C_LIBRARIES})

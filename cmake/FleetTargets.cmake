@@ -66,3 +66,16 @@ function(fleet_add_gtest name)
   include(GoogleTest)
   gtest_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}" DISCOVERY_TIMEOUT 60)
 endfunction()
+
+# fleet_add_python_test(name script labels args...) — a test run by the project's
+# Python (FLEET_PYTHON, with numpy/torch/h5py/safetensors/tokenizers/transformers);
+# skipped with a message when that interpreter is missing.
+function(fleet_add_python_test name script labels)
+  if(FLEET_PYTHON)
+    add_test(NAME ${name} COMMAND "${FLEET_PYTHON}" "${CMAKE_CURRENT_SOURCE_DIR}/${script}" ${ARGN})
+  else()
+    add_test(NAME ${name}
+             COMMAND sh -c "echo 'SKIP: no Python with the interop packages; run scripts/install-deps.sh or set FLEET_PYTHON'; exit 77")
+  endif()
+  set_tests_properties(${name} PROPERTIES LABELS "${labels}" SKIP_RETURN_CODE 77 TIMEOUT 600)
+endfunction()

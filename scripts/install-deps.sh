@@ -11,7 +11,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 debian_packages=(
   build-essential cmake ninja-build pkg-config ccache git
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libzstd-dev zstd libhdf5-dev
-  libtorch-dev libgloo-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libtorch-dev libgloo-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev libonig-dev
   python3 python3-venv python3-numpy python3-torch python3-matplotlib
 )
 # Versions known to work with Debian's torch 1.13 and numpy 1.24; PyPI's torch

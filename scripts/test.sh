@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs dependencies, configures, builds and runs every CPU test with
 # CTest, then the tests of everything that builds without libtorch (common,
-# orion, the programs, interop) again under AddressSanitizer + UBSan.
+# orion, the programs, interop, tokenizers) again under AddressSanitizer + UBSan.
 # Exits non-zero on any failure.
 #
 #   scripts/test.sh                 everything
@@ -34,6 +34,6 @@ if [ "${FLEET_SKIP_SANITIZERS:-0}" != 1 ]; then
       -DSANITIZE=address,undefined -DWITH_TORCH=OFF -DWITH_CUDA=OFF
   cmake --build "$san" -j "$jobs"
   (cd "$san" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-      ctest --output-on-failure -j "$jobs" -L 'common|orion|apps|interop')
+      ctest --output-on-failure -j "$jobs" -L 'common|orion|apps|interop|tokenizer')
 fi
 echo "== all tests passed"

@@ -1,0 +1,43 @@
+// Test helper: encodes and decodes texts with our tokenizer so that a Python
+// script can compare the results with the `tokenizers` library's.
+//
+//   tokenizer_helper TOKENIZER_JSON TEXTS_JSON   -> JSON on stdout:
+//     [{"ids": [...], "ids_plain": [...], "decoded": "...", "decoded_skip": "..."}, ...]
+//   tokenizer_helper --byte-tokenizer OUT_JSON   -> writes byte_tokenizer_json()
+#include <cstdio>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "common/file_io.h"
+#include "model/tokenizer.h"
+
+int main(int argc, char** argv) try {
+  if (argc == 3 && std::string(argv[1]) == "--byte-tokenizer") {
+    fleet::write_file_atomically(argv[2], fleet::model::byte_tokenizer_json());
+    return 0;
+  }
+  if (argc != 3) {
+    std::cerr << "usage: tokenizer_helper TOKENIZER_JSON TEXTS_JSON | --byte-tokenizer OUT\n";
+    return 2;
+  }
+  auto tokenizer = fleet::model::Tokenizer::load(argv[1]);
+  auto texts = nlohmann::json::parse(fleet::read_file(argv[2]));
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& t : texts) {
+    auto text = t.get<std::string>();
+    auto ids = tokenizer.encode(text, true);
+    auto plain = tokenizer.encode(text, false);
+    out.push_back({{"ids", ids},
+                   {"ids_plain", plain},
+                   {"decoded", tokenizer.decode(plain, false)},
+                   {"decoded_skip", tokenizer.decode(ids, true)}});
+  }
+  std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  return 0;
+} catch (const std::exception& e) {
+  std::cerr << "tokenizer_helper: error: " << e.what() << "\n";
+  return 1;
+}
