@@ -1,0 +1,382 @@
+#include "model/llama.h"
+
+#include <cmath>
+#include <limits>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "common/logging.h"
+#include "common/safetensors.h"
+#include "model/tensor_bridge.h"
+
+namespace fleet::model {
+namespace {
+
+constexpr std::uint64_t kMaxShardBytes = 4ull << 30;
+
+std::string layer_name(std::size_t i, const char* what) {
+  return "model.layers." + std::to_string(i) + "." + what;
+}
+
+// Every weight of a layer with its Hugging Face suffix.
+template <typename Layer, typename F>
+void for_each_layer_tensor(Layer& layer, F&& f) {
+  f("self_attn.q_proj.weight", layer.q_proj);
+  f("self_attn.k_proj.weight", layer.k_proj);
+  f("self_attn.v_proj.weight", layer.v_proj);
+  f("self_attn.o_proj.weight", layer.o_proj);
+  f("mlp.gate_proj.weight", layer.gate_proj);
+  f("mlp.up_proj.weight", layer.up_proj);
+  f("mlp.down_proj.weight", layer.down_proj);
+  f("input_layernorm.weight", layer.input_layernorm);
+  f("post_attention_layernorm.weight", layer.post_attention_layernorm);
+}
+
+// Expected shape of every parameter by name.
+std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected_shapes(const LlamaConfig& c) {
+  const std::int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> out;
+  out.push_back({"model.embed_tokens.weight", {c.vocab_size, h}});
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    auto n = [&](const char* w) { return layer_name(static_cast<std::size_t>(i), w); };
+    out.push_back({n("self_attn.q_proj.weight"), {q, h}});
+    out.push_back({n("self_attn.k_proj.weight"), {kv, h}});
+    out.push_back({n("self_attn.v_proj.weight"), {kv, h}});
+    out.push_back({n("self_attn.o_proj.weight"), {h, q}});
+    out.push_back({n("mlp.gate_proj.weight"), {c.intermediate_size, h}});
+    out.push_back({n("mlp.up_proj.weight"), {c.intermediate_size, h}});
+    out.push_back({n("mlp.down_proj.weight"), {h, c.intermediate_size}});
+    out.push_back({n("input_layernorm.weight"), {h}});
+    out.push_back({n("post_attention_layernorm.weight"), {h}});
+  }
+  out.push_back({"model.norm.weight", {h}});
+  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, h}});
+  return out;
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+torch::Tensor rotate_half(const torch::Tensor& x) {
+  auto half = x.size(-1) / 2;
+  return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+}  // namespace
+
+// State of one cached forward: which cache rows the batch uses and where.
+struct LlamaModel::CacheStep {
+  KvCache* cache;
+  const std::vector<std::int64_t>* slots;
+  const std::vector<std::int64_t>* counts;
+  std::vector<std::int64_t> starts;  ///< cache length of each row before this step
+  std::int64_t key_length;           ///< keys attended to: max over rows of start + T
+  std::optional<torch::Tensor> slot_index;  ///< set when the slots are not one contiguous run
+};
+
+torch::ScalarType parse_torch_dtype(const std::string& name) {
+  if (name == "float32") return torch::kFloat32;
+  if (name == "float16") return torch::kFloat16;
+  if (name == "bfloat16") return torch::kBFloat16;
+  throw UsageError("unknown dtype '" + name + "' (use float32, float16 or bfloat16)");
+}
+
+std::string torch_dtype_name(torch::ScalarType type) {
+  switch (type) {
+    case torch::kFloat32: return "float32";
+    case torch::kFloat16: return "float16";
+    case torch::kBFloat16: return "bfloat16";
+    default: throw UsageError(std::string("unsupported model dtype ") + c10::toString(type));
+  }
+}
+
+KvCache::KvCache(const LlamaConfig& config, std::int64_t slots, std::int64_t max_length, torch::ScalarType dtype,
+                 torch::Device device)
+    : lengths_(static_cast<std::size_t>(slots), 0), max_length_(max_length) {
+  if (slots <= 0 || max_length <= 0) throw UsageError("a KV cache needs at least one slot and one position");
+  auto options = torch::TensorOptions().dtype(dtype).device(device);
+  for (std::int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    keys_.push_back(torch::zeros({slots, config.num_key_value_heads, max_length, config.head_dim}, options));
+    values_.push_back(torch::zeros_like(keys_.back()));
+  }
+}
+
+std::int64_t KvCache::bytes() const {
+  std::int64_t total = 0;
+  for (std::size_t l = 0; l < keys_.size(); ++l)
+    total += static_cast<std::int64_t>(keys_[l].nbytes() + values_[l].nbytes());
+  return total;
+}
+
+LlamaModel::LlamaModel(LlamaConfig config, torch::ScalarType dtype) : config_(std::move(config)), dtype_(dtype) {
+  const auto hd = config_.head_dim;
+  auto exponent = torch::arange(0, hd, 2, torch::kInt64).to(torch::kFloat32) / static_cast<double>(hd);
+  inv_freq_ = 1.0 / torch::pow(config_.rope_theta, exponent);
+}
+
+LlamaModel LlamaModel::random(const LlamaConfig& config, std::uint64_t seed, torch::ScalarType dtype) {
+  config.validate("config");
+  LlamaModel m(config, dtype);
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const double std = config.initializer_range;
+  auto normal = [&](std::vector<std::int64_t> shape) {
+    return torch::empty(shape, torch::kFloat32).normal_(0.0, std, generator).to(dtype);
+  };
+  auto ones = [&](std::int64_t n) { return torch::ones({n}, torch::TensorOptions().dtype(dtype)); };
+  // Drawn in the order of expected_shapes(), so a seed always gives the same weights.
+  auto shapes = expected_shapes(config);
+  std::size_t next = 0;
+  auto take = [&] {
+    const auto& shape = shapes[next++].second;
+    return shape.size() == 1 ? ones(shape[0]) : normal(shape);
+  };
+  m.embed_tokens_ = take();
+  m.layers_.resize(static_cast<std::size_t>(config.num_hidden_layers));
+  for (auto& layer : m.layers_) for_each_layer_tensor(layer, [&](const char*, torch::Tensor& t) { t = take(); });
+  m.norm_ = take();
+  m.lm_head_ = config.tie_word_embeddings ? m.embed_tokens_ : take();
+  return m;
+}
+
+LlamaModel LlamaModel::load(const std::filesystem::path& dir, torch::ScalarType dtype, torch::Device device) {
+  LlamaConfig config = load_llama_config(dir);
+  std::filesystem::path weights = dir;
+  if (std::filesystem::exists(dir / "model.safetensors.index.json"))
+    weights = dir / "model.safetensors.index.json";
+  else if (std::filesystem::exists(dir / "model.safetensors"))
+    weights = dir / "model.safetensors";
+  else
+    throw InputError(dir.string() + ": no model.safetensors or model.safetensors.index.json");
+  SafetensorsCheckpoint checkpoint(weights);
+
+  LlamaModel m(config, dtype);
+  std::map<std::string, torch::Tensor> loaded;
+  for (const auto& [name, shape] : expected_shapes(config)) {
+    if (!checkpoint.contains(name))
+      throw InputError(weights.string() + ": missing tensor '" + name + "'", ErrorContext{weights.string(), name, std::nullopt});
+    const auto& info = checkpoint.info(name);
+    if (info.shape != shape)
+      throw InputError(weights.string() + ": tensor '" + name + "' has shape " + shape_text(info.shape) +
+                           ", the config needs " + shape_text(shape),
+                       ErrorContext{weights.string(), name, std::nullopt});
+    if (info.dtype != DType::kF32 && info.dtype != DType::kF16 && info.dtype != DType::kBF16)
+      throw InputError(weights.string() + ": tensor '" + name + "' is " + std::string(dtype_name(info.dtype)) +
+                       "; model weights must be F32, F16 or BF16");
+    loaded[name] = to_torch(checkpoint.view(name)).to(device, dtype);
+  }
+  for (const auto& name : checkpoint.names()) {
+    bool known = loaded.count(name) != 0 || (name == "lm_head.weight" && config.tie_word_embeddings) ||
+                 name.find("rotary_emb.inv_freq") != std::string::npos;
+    if (!known) spdlog::warn("{}: ignoring unexpected tensor '{}'", weights.string(), name);
+  }
+  m.embed_tokens_ = loaded.at("model.embed_tokens.weight");
+  m.layers_.resize(static_cast<std::size_t>(config.num_hidden_layers));
+  for (std::size_t i = 0; i < m.layers_.size(); ++i)
+    for_each_layer_tensor(m.layers_[i],
+                          [&](const char* suffix, torch::Tensor& t) { t = loaded.at(layer_name(i, suffix)); });
+  m.norm_ = loaded.at("model.norm.weight");
+  m.lm_head_ = config.tie_word_embeddings ? m.embed_tokens_ : loaded.at("lm_head.weight");
+  m.inv_freq_ = m.inv_freq_.to(device);
+  return m;
+}
+
+void LlamaModel::save(const std::filesystem::path& dir, std::optional<torch::ScalarType> dtype) const {
+  torch::ScalarType out_type = dtype.value_or(parse_torch_dtype(config_.torch_dtype));
+  LlamaConfig config = config_;
+  config.torch_dtype = torch_dtype_name(out_type);
+  SafetensorsWriter writer;
+  writer.set_metadata("format", "pt");
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, tensor] : named_parameters()) add_to_writer(writer, name, tensor.detach().to(out_type));
+  // Weights first, config last: a folder with a config always has its weights.
+  writer.write_sharded(dir, kMaxShardBytes, "model");
+  write_file_atomically(dir / "config.json", llama_config_json(config));
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> LlamaModel::named_parameters() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  out.emplace_back("model.embed_tokens.weight", embed_tokens_);
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    for_each_layer_tensor(layers_[i], [&](const char* suffix, const torch::Tensor& t) {
+      out.emplace_back(layer_name(i, suffix), t);
+    });
+  out.emplace_back("model.norm.weight", norm_);
+  if (!config_.tie_word_embeddings) out.emplace_back("lm_head.weight", lm_head_);
+  return out;
+}
+
+void LlamaModel::set_requires_grad(bool on) {
+  for (auto& [name, t] : named_parameters()) t.set_requires_grad(on);
+}
+
+void LlamaModel::load_parameters(const std::vector<std::pair<std::string, torch::Tensor>>& values) {
+  std::map<std::string, const torch::Tensor*> by_name;
+  for (const auto& [name, t] : values) by_name[name] = &t;
+  torch::NoGradGuard no_grad;
+  for (auto& [name, t] : named_parameters()) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) throw InputError("missing tensor '" + name + "'");
+    if (it->second->sizes() != t.sizes())
+      throw InputError("tensor '" + name + "' has shape " + shape_text(it->second->sizes().vec()) + ", expected " +
+                       shape_text(t.sizes().vec()));
+    t.copy_(*it->second);
+  }
+}
+
+torch::Tensor LlamaModel::rms_norm(const torch::Tensor& x, const torch::Tensor& weight) const {
+  // In float32 whatever the model dtype, as the reference implementation does.
+  auto x32 = x.to(torch::kFloat32);
+  auto variance = x32.pow(2).mean(-1, /*keepdim=*/true);
+  return weight * (x32 * torch::rsqrt(variance + config_.rms_norm_eps)).to(x.scalar_type());
+}
+
+torch::Tensor LlamaModel::attention(std::size_t layer, const torch::Tensor& x, const torch::Tensor& cos,
+                                    const torch::Tensor& sin, const torch::Tensor& positions,
+                                    CacheStep* step) const {
+  const auto& w = layers_[layer];
+  const std::int64_t B = x.size(0), T = x.size(1), H = config_.num_attention_heads, KV = config_.num_key_value_heads,
+                     D = config_.head_dim, rep = H / KV;
+  auto q = torch::linear(x, w.q_proj).view({B, T, H, D}).transpose(1, 2);
+  auto k = torch::linear(x, w.k_proj).view({B, T, KV, D}).transpose(1, 2);
+  auto v = torch::linear(x, w.v_proj).view({B, T, KV, D}).transpose(1, 2);
+  q = q * cos + rotate_half(q) * sin;
+  k = k * cos + rotate_half(k) * sin;
+
+  torch::Tensor keys = k, values = v;
+  torch::Tensor key_positions;
+  if (step) {
+    auto& cache_k = step->cache->keys_[layer];
+    auto& cache_v = step->cache->values_[layer];
+    for (std::int64_t b = 0; b < B; ++b) {
+      auto slot = (*step->slots)[static_cast<std::size_t>(b)];
+      auto count = (*step->counts)[static_cast<std::size_t>(b)];
+      if (count == 0) continue;
+      auto start = step->starts[static_cast<std::size_t>(b)];
+      cache_k[slot].narrow(1, start, count).copy_(k[b].narrow(1, 0, count));
+      cache_v[slot].narrow(1, start, count).copy_(v[b].narrow(1, 0, count));
+    }
+    if (step->slot_index) {
+      keys = cache_k.index_select(0, *step->slot_index).narrow(2, 0, step->key_length);
+      values = cache_v.index_select(0, *step->slot_index).narrow(2, 0, step->key_length);
+    } else {
+      keys = cache_k.narrow(0, (*step->slots)[0], B).narrow(2, 0, step->key_length);
+      values = cache_v.narrow(0, (*step->slots)[0], B).narrow(2, 0, step->key_length);
+    }
+    key_positions = torch::arange(step->key_length, torch::TensorOptions().dtype(torch::kInt64).device(x.device()));
+  } else {
+    key_positions = torch::arange(T, torch::TensorOptions().dtype(torch::kInt64).device(x.device()));
+  }
+  const std::int64_t L = keys.size(2);
+  // Grouped-query attention without copying keys: the `rep` query heads of
+  // one key/value head become extra rows of that head's product.
+  auto grouped_q = q.reshape({B, KV, rep * T, D});
+  auto scores = torch::matmul(grouped_q, keys.transpose(2, 3)) / std::sqrt(static_cast<double>(D));
+  // Masked where the key lies after the query's position.
+  auto masked = key_positions.view({1, 1, 1, 1, L}) > positions.view({B, 1, 1, T, 1});
+  scores = scores.view({B, KV, rep, T, L}).masked_fill(masked, -std::numeric_limits<float>::infinity());
+  auto probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type()).view({B, KV, rep * T, L});
+  auto out = torch::matmul(probs, values).view({B, H, T, D}).transpose(1, 2).reshape({B, T, H * D});
+  return torch::linear(out, w.o_proj);
+}
+
+torch::Tensor LlamaModel::run_layers(torch::Tensor hidden, const torch::Tensor& positions, CacheStep* step) const {
+  auto freqs = positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq_.view({1, 1, -1});
+  auto emb = torch::cat({freqs, freqs}, -1);
+  auto cos = emb.cos().to(dtype_).unsqueeze(1);
+  auto sin = emb.sin().to(dtype_).unsqueeze(1);
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const auto& w = layers_[i];
+    hidden = hidden + attention(i, rms_norm(hidden, w.input_layernorm), cos, sin, positions, step);
+    auto x = rms_norm(hidden, w.post_attention_layernorm);
+    hidden = hidden + torch::linear(torch::silu(torch::linear(x, w.gate_proj)) * torch::linear(x, w.up_proj), w.down_proj);
+  }
+  return rms_norm(hidden, norm_);
+}
+
+namespace {
+
+void check_tokens(const torch::Tensor& tokens, std::int64_t vocab) {
+  if (tokens.dim() != 2) throw InputError("tokens must be a [batch, length] tensor");
+  if (tokens.scalar_type() != torch::kInt64) throw InputError("tokens must be int64");
+  if (tokens.numel() == 0) return;
+  auto lo = tokens.min().item<std::int64_t>(), hi = tokens.max().item<std::int64_t>();
+  if (lo < 0 || hi >= vocab)
+    throw InputError("token id " + std::to_string(lo < 0 ? lo : hi) + " is outside the vocabulary (size " +
+                     std::to_string(vocab) + ")");
+}
+
+}  // namespace
+
+torch::Tensor LlamaModel::forward(const torch::Tensor& tokens) const {
+  check_tokens(tokens, config_.vocab_size);
+  const auto T = tokens.size(1);
+  if (T > config_.max_position_embeddings)
+    throw InputError("sequence of " + std::to_string(T) + " tokens is longer than max_position_embeddings (" +
+                     std::to_string(config_.max_position_embeddings) + ")");
+  auto positions = torch::arange(T, tokens.options()).unsqueeze(0).expand({tokens.size(0), T});
+  auto hidden = run_layers(torch::embedding(embed_tokens_, tokens), positions, nullptr);
+  return torch::linear(hidden, lm_head_).to(torch::kFloat32);
+}
+
+torch::Tensor LlamaModel::forward_cached(KvCache& cache, const std::vector<std::int64_t>& slots,
+                                         const torch::Tensor& tokens, const std::vector<std::int64_t>& counts,
+                                         bool all_positions) const {
+  check_tokens(tokens, config_.vocab_size);
+  const std::int64_t B = tokens.size(0), T = tokens.size(1);
+  if (static_cast<std::int64_t>(slots.size()) != B || static_cast<std::int64_t>(counts.size()) != B)
+    throw InputError("forward_cached: one slot and one count per row are needed");
+  CacheStep step{&cache, &slots, &counts, {}, 0, std::nullopt};
+  std::vector<std::int64_t> position_rows;
+  bool contiguous = true;
+  for (std::int64_t b = 0; b < B; ++b) {
+    auto slot = slots[static_cast<std::size_t>(b)], count = counts[static_cast<std::size_t>(b)];
+    if (slot < 0 || slot >= cache.slots()) throw InputError("cache slot " + std::to_string(slot) + " does not exist");
+    if (count < 0 || count > T) throw InputError("row " + std::to_string(b) + " has an invalid token count");
+    auto start = cache.length(slot);
+    if (start + count > cache.max_length() || start + count > config_.max_position_embeddings)
+      throw InputError("sequence in cache slot " + std::to_string(slot) + " would grow to " +
+                       std::to_string(start + count) + " tokens, beyond the cache's " +
+                       std::to_string(std::min(cache.max_length(), config_.max_position_embeddings)));
+    step.starts.push_back(start);
+    step.key_length = std::max(step.key_length, std::min(start + T, cache.max_length()));
+    contiguous = contiguous && slot == slots[0] + b;
+    for (std::int64_t t = 0; t < T; ++t) position_rows.push_back(start + t);
+  }
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t c = b + 1; c < B; ++c)
+      if (slots[static_cast<std::size_t>(b)] == slots[static_cast<std::size_t>(c)])
+        throw InputError("cache slot " + std::to_string(slots[static_cast<std::size_t>(b)]) + " appears twice in a batch");
+  if (!contiguous)
+    step.slot_index = torch::tensor(slots, torch::TensorOptions().dtype(torch::kInt64)).to(tokens.device());
+  auto positions = torch::tensor(position_rows, torch::TensorOptions().dtype(torch::kInt64)).view({B, T}).to(tokens.device());
+
+  torch::NoGradGuard no_grad;
+  auto hidden = run_layers(torch::embedding(embed_tokens_, tokens), positions, &step);
+  for (std::int64_t b = 0; b < B; ++b) cache.lengths_[static_cast<std::size_t>(slots[static_cast<std::size_t>(b)])] += counts[static_cast<std::size_t>(b)];
+  if (all_positions) return torch::linear(hidden, lm_head_).to(torch::kFloat32);
+  std::vector<std::int64_t> last(static_cast<std::size_t>(B));
+  for (std::int64_t b = 0; b < B; ++b) last[static_cast<std::size_t>(b)] = std::max<std::int64_t>(counts[static_cast<std::size_t>(b)] - 1, 0);
+  auto index = torch::tensor(last, torch::TensorOptions().dtype(torch::kInt64)).to(tokens.device());
+  auto rows = hidden.gather(1, index.view({B, 1, 1}).expand({B, 1, hidden.size(2)})).squeeze(1);
+  return torch::linear(rows, lm_head_).to(torch::kFloat32);
+}
+
+torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& tokens,
+                             const std::optional<torch::Tensor>& mask) {
+  const auto V = logits.size(-1);
+  auto predictions = logits.narrow(1, 0, logits.size(1) - 1).reshape({-1, V});
+  auto targets = tokens.narrow(1, 1, tokens.size(1) - 1).reshape({-1});
+  auto losses = torch::nn::functional::cross_entropy(
+      predictions, targets, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+  if (!mask) return losses.mean();
+  auto weights = mask->narrow(1, 1, mask->size(1) - 1).reshape({-1}).to(losses.scalar_type());
+  return (losses * weights).sum() / weights.sum().clamp_min(1.0);
+}
+
+}  // namespace fleet::model

@@ -1,0 +1,116 @@
+// A Llama-family causal language model on libtorch (LlamaForCausalLM):
+// full-sequence forward for training, and cached prefill/decode for
+// inference where the sequences of one batch have different lengths and
+// positions. Include only from torch targets.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "model/llama_config.h"
+
+namespace fleet::model {
+
+/// The weights of one decoder layer, in the layout of Hugging Face's Linear
+/// modules ([out_features, in_features]).
+struct LlamaLayerWeights {
+  torch::Tensor q_proj, k_proj, v_proj, o_proj;
+  torch::Tensor gate_proj, up_proj, down_proj;
+  torch::Tensor input_layernorm, post_attention_layernorm;
+};
+
+/// Keys and values of up to `slots` independent sequences, each up to
+/// `max_length` tokens. A slot holds one sequence from its first token on;
+/// reset() frees it for the next.
+class KvCache {
+ public:
+  KvCache(const LlamaConfig& config, std::int64_t slots, std::int64_t max_length, torch::ScalarType dtype,
+          torch::Device device = torch::kCPU);
+
+  std::int64_t slots() const { return static_cast<std::int64_t>(lengths_.size()); }
+  std::int64_t max_length() const { return max_length_; }
+  /// Tokens stored for `slot`.
+  std::int64_t length(std::int64_t slot) const { return lengths_.at(static_cast<std::size_t>(slot)); }
+  /// Forgets the sequence in `slot`.
+  void reset(std::int64_t slot) { lengths_.at(static_cast<std::size_t>(slot)) = 0; }
+  /// Bytes the cache tensors occupy.
+  std::int64_t bytes() const;
+
+ private:
+  friend class LlamaModel;
+  std::vector<torch::Tensor> keys_, values_;  ///< per layer [slots, kv_heads, max_length, head_dim]
+  std::vector<std::int64_t> lengths_;
+  std::int64_t max_length_;
+};
+
+class LlamaModel {
+ public:
+  /// Loads config.json and the safetensors weights (one file or sharded) of a
+  /// Hugging Face folder, converted to `dtype` on `device`. InputError naming
+  /// the tensor for a missing tensor or a wrong shape; unexpected tensors are
+  /// reported in the log and ignored.
+  static LlamaModel load(const std::filesystem::path& dir, torch::ScalarType dtype = torch::kFloat32,
+                         torch::Device device = torch::kCPU);
+  /// A freshly initialised model: normal(0, initializer_range) weights, unit
+  /// norms, from a seeded generator (same seed, same weights).
+  static LlamaModel random(const LlamaConfig& config, std::uint64_t seed, torch::ScalarType dtype = torch::kFloat32);
+
+  /// Writes config.json and model.safetensors (sharded above 4 GiB) into
+  /// `dir` (which must exist), weights converted to `dtype` (default: the
+  /// config's torch_dtype). Each file is written atomically.
+  void save(const std::filesystem::path& dir, std::optional<torch::ScalarType> dtype = std::nullopt) const;
+
+  const LlamaConfig& config() const { return config_; }
+  torch::ScalarType dtype() const { return dtype_; }
+  torch::Device device() const { return embed_tokens_.device(); }
+
+  /// Logits [B, T, vocab] (float32) of every position of `tokens` [B, T]
+  /// (int64), each row one sequence from position 0. Differentiable.
+  torch::Tensor forward(const torch::Tensor& tokens) const;
+
+  /// Appends `tokens` [B, T] (int64, right-padded) to the sequences in
+  /// `slots` (one per row; `counts[b]` tokens of row b are real) and returns
+  /// float32 logits: [B, vocab] at each row's last real token, or [B, T,
+  /// vocab] with `all_positions`. Rows may start at different cache lengths.
+  torch::Tensor forward_cached(KvCache& cache, const std::vector<std::int64_t>& slots, const torch::Tensor& tokens,
+                               const std::vector<std::int64_t>& counts, bool all_positions = false) const;
+
+  /// Parameters under their Hugging Face names (lm_head.weight absent when tied).
+  std::vector<std::pair<std::string, torch::Tensor>> named_parameters() const;
+  /// Turns gradient tracking of every parameter on or off.
+  void set_requires_grad(bool on);
+  /// Replaces every parameter's data with the tensor of the same name (shapes must match).
+  void load_parameters(const std::vector<std::pair<std::string, torch::Tensor>>& values);
+
+ private:
+  struct CacheStep;
+  LlamaModel(LlamaConfig config, torch::ScalarType dtype);
+  torch::Tensor run_layers(torch::Tensor hidden, const torch::Tensor& positions, CacheStep* cache_step) const;
+  torch::Tensor attention(std::size_t layer, const torch::Tensor& x, const torch::Tensor& cos,
+                          const torch::Tensor& sin, const torch::Tensor& positions, CacheStep* cache_step) const;
+  torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight) const;
+
+  LlamaConfig config_;
+  torch::ScalarType dtype_;
+  torch::Tensor embed_tokens_, norm_, lm_head_;  ///< lm_head_ aliases embed_tokens_ when tied
+  std::vector<LlamaLayerWeights> layers_;
+  torch::Tensor inv_freq_;                       ///< rotary frequencies, float32
+};
+
+/// Mean cross-entropy of predicting tokens[:, t+1] from logits[:, t], over
+/// the targets where `mask` (same shape as tokens, optional) is non-zero.
+torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& tokens,
+                             const std::optional<torch::Tensor>& mask = std::nullopt);
+
+/// The torch dtype of a config.json torch_dtype string (float32/float16/bfloat16).
+torch::ScalarType parse_torch_dtype(const std::string& name);
+/// The config.json string of a torch dtype.
+std::string torch_dtype_name(torch::ScalarType type);
+
+}  // namespace fleet::model

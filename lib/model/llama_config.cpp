@@ -1,0 +1,159 @@
+#include "model/llama_config.h"
+
+#include "common/error.h"
+#include "common/file_io.h"
+#include "model/tokenizer.h"
+
+namespace fleet::model {
+
+std::int64_t LlamaConfig::parameter_count() const {
+  const std::int64_t h = hidden_size, kv = num_key_value_heads * head_dim, q = num_attention_heads * head_dim;
+  const std::int64_t attention = h * q + 2 * h * kv + q * h;
+  const std::int64_t mlp = 3 * h * intermediate_size;
+  const std::int64_t layer = attention + mlp + 2 * h;
+  return vocab_size * h * (tie_word_embeddings ? 1 : 2) + num_hidden_layers * layer + h;
+}
+
+void LlamaConfig::validate(const std::string& source) const {
+  auto fail = [&](const std::string& field, const std::string& why) {
+    throw InputError(source + ": " + field + ": " + why, ErrorContext{source, field, std::nullopt});
+  };
+  auto positive = [&](const char* field, std::int64_t v) {
+    if (v <= 0) fail(field, "must be positive, got " + std::to_string(v));
+  };
+  positive("vocab_size", vocab_size);
+  positive("hidden_size", hidden_size);
+  positive("intermediate_size", intermediate_size);
+  positive("num_hidden_layers", num_hidden_layers);
+  positive("num_attention_heads", num_attention_heads);
+  positive("num_key_value_heads", num_key_value_heads);
+  positive("head_dim", head_dim);
+  positive("max_position_embeddings", max_position_embeddings);
+  if (num_attention_heads % num_key_value_heads != 0)
+    fail("num_key_value_heads", "must divide num_attention_heads (" + std::to_string(num_attention_heads) + ")");
+  if (head_dim % 2 != 0) fail("head_dim", "must be even for rotary embeddings");
+  if (!(rms_norm_eps > 0)) fail("rms_norm_eps", "must be positive");
+  if (!(rope_theta > 0)) fail("rope_theta", "must be positive");
+  if (torch_dtype != "float32" && torch_dtype != "float16" && torch_dtype != "bfloat16")
+    fail("torch_dtype", "must be float32, float16 or bfloat16, got '" + torch_dtype + "'");
+  if (bos_token_id >= vocab_size || eos_token_id >= vocab_size)
+    fail("eos_token_id", "token ids must be below vocab_size");
+}
+
+LlamaConfig parse_llama_config(const JsonValue& root) {
+  if (auto arch = root.find("architectures")) {
+    auto names = arch->as<std::vector<std::string>>();
+    if (names.size() != 1 || names[0] != "LlamaForCausalLM")
+      arch->fail("unsupported architecture (only LlamaForCausalLM is supported)");
+  }
+  if (auto type = root.find("model_type"); type && type->as<std::string>() != "llama")
+    type->fail("unsupported model_type '" + type->as<std::string>() + "' (only llama is supported)");
+  if (auto act = root.find("hidden_act"); act && act->as<std::string>() != "silu")
+    act->fail("unsupported activation '" + act->as<std::string>() + "' (only silu is supported)");
+  if (auto scaling = root.find("rope_scaling")) scaling->fail("rope_scaling is not supported");
+  for (const char* bias : {"attention_bias", "mlp_bias"})
+    if (auto b = root.find(bias); b && b->as<bool>()) b->fail("biases are not supported");
+  if (auto tp = root.find("pretraining_tp"); tp && tp->as<int>() != 1) tp->fail("pretraining_tp must be 1");
+
+  LlamaConfig c;
+  c.vocab_size = root.get<std::int64_t>("vocab_size");
+  c.hidden_size = root.get<std::int64_t>("hidden_size");
+  c.intermediate_size = root.get<std::int64_t>("intermediate_size");
+  c.num_hidden_layers = root.get<std::int64_t>("num_hidden_layers");
+  c.num_attention_heads = root.get<std::int64_t>("num_attention_heads");
+  c.num_key_value_heads = root.get_or<std::int64_t>("num_key_value_heads", c.num_attention_heads);
+  c.head_dim = root.get_or<std::int64_t>("head_dim", c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
+  if (!root.has("head_dim") && c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads != 0)
+    root.at("num_attention_heads").fail("must divide hidden_size");
+  c.rms_norm_eps = root.get_or<double>("rms_norm_eps", c.rms_norm_eps);
+  c.rope_theta = root.get_or<double>("rope_theta", c.rope_theta);
+  c.max_position_embeddings = root.get_or<std::int64_t>("max_position_embeddings", c.max_position_embeddings);
+  c.tie_word_embeddings = root.get_or<bool>("tie_word_embeddings", false);
+  c.torch_dtype = root.get_or<std::string>("torch_dtype", c.torch_dtype);
+  c.initializer_range = root.get_or<double>("initializer_range", c.initializer_range);
+  // Some configs list several end-of-sequence ids; the first one ends generation here.
+  if (auto eos = root.find("eos_token_id")) {
+    c.eos_token_id = eos->is_array() ? eos->at(std::size_t{0}).as<std::int64_t>() : eos->as<std::int64_t>();
+  }
+  c.bos_token_id = root.get_or<std::int64_t>("bos_token_id", c.bos_token_id);
+  c.pad_token_id = root.get_or<std::int64_t>("pad_token_id", -1);
+  c.validate(root.file());
+  return c;
+}
+
+LlamaConfig load_llama_config(const std::filesystem::path& path) {
+  auto file = std::filesystem::is_directory(path) ? path / "config.json" : path;
+  auto doc = load_json_file(file);
+  return parse_llama_config(doc.root());
+}
+
+std::string llama_config_json(const LlamaConfig& c) {
+  nlohmann::ordered_json j = {
+      {"architectures", {"LlamaForCausalLM"}},
+      {"model_type", "llama"},
+      {"vocab_size", c.vocab_size},
+      {"hidden_size", c.hidden_size},
+      {"intermediate_size", c.intermediate_size},
+      {"num_hidden_layers", c.num_hidden_layers},
+      {"num_attention_heads", c.num_attention_heads},
+      {"num_key_value_heads", c.num_key_value_heads},
+      {"head_dim", c.head_dim},
+      {"hidden_act", "silu"},
+      {"rms_norm_eps", c.rms_norm_eps},
+      {"rope_theta", c.rope_theta},
+      {"rope_scaling", nullptr},
+      {"max_position_embeddings", c.max_position_embeddings},
+      {"tie_word_embeddings", c.tie_word_embeddings},
+      {"attention_bias", false},
+      {"attention_dropout", 0.0},
+      {"mlp_bias", false},
+      {"pretraining_tp", 1},
+      {"initializer_range", c.initializer_range},
+      {"bos_token_id", c.bos_token_id},
+      {"eos_token_id", c.eos_token_id},
+      {"torch_dtype", c.torch_dtype},
+      {"use_cache", true},
+  };
+  if (c.pad_token_id >= 0) j["pad_token_id"] = c.pad_token_id;
+  return j.dump(2) + "\n";
+}
+
+LlamaConfig llama_preset(const std::string& name) {
+  LlamaConfig c;
+  c.vocab_size = kByteVocabSize;
+  c.bos_token_id = kByteBosId;
+  c.eos_token_id = kByteEosId;
+  c.pad_token_id = kBytePadId;
+  c.rms_norm_eps = 1e-5;
+  c.max_position_embeddings = 512;
+  if (name == "tiny") {
+    c.hidden_size = 128;
+    c.intermediate_size = 384;
+    c.num_hidden_layers = 4;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.tie_word_embeddings = true;
+  } else if (name == "small") {
+    c.hidden_size = 384;
+    c.intermediate_size = 1024;
+    c.num_hidden_layers = 6;
+    c.num_attention_heads = 6;
+    c.num_key_value_heads = 2;
+    c.max_position_embeddings = 1024;
+  } else if (name == "100m") {
+    c.hidden_size = 768;
+    c.intermediate_size = 2048;
+    c.num_hidden_layers = 16;
+    c.num_attention_heads = 12;
+    c.num_key_value_heads = 4;
+    c.max_position_embeddings = 2048;
+  } else {
+    throw UsageError("unknown model preset '" + name + "' (known: tiny, small, 100m)");
+  }
+  c.head_dim = c.hidden_size / c.num_attention_heads;
+  return c;
+}
+
+std::vector<std::string> llama_preset_names() { return {"tiny", "small", "100m"}; }
+
+}  // namespace fleet::model

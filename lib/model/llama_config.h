@@ -1,0 +1,54 @@
+// The configuration of a Llama-family causal language model, read from and
+// written to a Hugging Face config.json (LlamaForCausalLM). No libtorch.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/json.h"
+
+namespace fleet::model {
+
+struct LlamaConfig {
+  std::int64_t vocab_size = 0;
+  std::int64_t hidden_size = 0;
+  std::int64_t intermediate_size = 0;
+  std::int64_t num_hidden_layers = 0;
+  std::int64_t num_attention_heads = 0;
+  std::int64_t num_key_value_heads = 0;  ///< fewer than the heads: grouped-query attention
+  std::int64_t head_dim = 0;             ///< hidden_size / num_attention_heads unless given
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  std::int64_t max_position_embeddings = 2048;
+  bool tie_word_embeddings = false;
+  std::string torch_dtype = "float32";   ///< float32, float16 or bfloat16: the stored weights
+  double initializer_range = 0.02;
+  std::int64_t bos_token_id = 1;
+  std::int64_t eos_token_id = 2;
+  std::int64_t pad_token_id = -1;        ///< -1: none
+
+  /// Parameters of the whole model (embeddings, layers, norms, LM head unless tied).
+  std::int64_t parameter_count() const;
+  /// Throws InputError naming the field when the values are inconsistent.
+  void validate(const std::string& source) const;
+};
+
+/// Reads a config.json (a file, or a model folder holding one). InputError for
+/// another architecture, a missing field, or a value this implementation does
+/// not support (rope_scaling, attention/MLP biases, activations other than SiLU).
+LlamaConfig load_llama_config(const std::filesystem::path& path);
+/// Parses config.json text; `source` names it in errors.
+LlamaConfig parse_llama_config(const JsonValue& root);
+/// The config.json text `transformers` reads back as the same model.
+std::string llama_config_json(const LlamaConfig& config);
+
+/// Built-in configurations for self-made models: "tiny" (about 0.8 M
+/// parameters, byte vocabulary, trains in minutes on two cores), "small"
+/// (about 10 M) and "100m" (about 101 M parameters), all with the byte vocabulary.
+LlamaConfig llama_preset(const std::string& name);
+/// Names of the built-in presets.
+std::vector<std::string> llama_preset_names();
+
+}  // namespace fleet::model
