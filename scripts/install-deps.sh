@@ -8,10 +8,13 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
+# libopenblas0-pthread: Debian's libtorch calls whatever libblas.so.3 the
+# alternatives system points at; without OpenBLAS that is the reference BLAS,
+# which makes training and inference about a hundred times slower.
 debian_packages=(
   build-essential cmake ninja-build pkg-config ccache git
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libzstd-dev zstd libhdf5-dev
-  libtorch-dev libgloo-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev libonig-dev
+  libtorch-dev libopenblas0-pthread libgloo-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev libonig-dev
   python3 python3-venv python3-numpy python3-torch python3-matplotlib
 )
 # Versions known to work with Debian's torch 1.13 and numpy 1.24; PyPI's torch

@@ -4,7 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <stdio.h>
+
 #include <cerrno>
+#include <cstring>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -116,6 +119,52 @@ void write_file_atomically(const std::filesystem::path& path,
   AtomicFileWriter writer(path);
   fill(writer);
   writer.commit();
+}
+
+}  // namespace fleet
+
+namespace fleet {
+
+void write_directory_atomically(const std::filesystem::path& target,
+                                const std::function<void(const std::filesystem::path&)>& fill) {
+  namespace fs = std::filesystem;
+  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  std::error_code ec;
+  if (fs::exists(target, ec) && !fs::is_directory(target, ec))
+    throw IoError("exists and is not a folder", context_for(target));
+  if (!fs::is_directory(parent, ec)) throw IoError("folder does not exist", context_for(parent));
+  std::string pattern = (parent / ("." + target.filename().string() + ".tmp-XXXXXX")).string();
+  if (::mkdtemp(pattern.data()) == nullptr)
+    throw IoError(std::string("cannot create a temporary folder: ") + std::strerror(errno), context_for(parent));
+  const fs::path temp(pattern);
+  // mkdtemp makes 0700; give the folder the permissions a plain mkdir would.
+  ::chmod(temp.c_str(), 0777 & ~current_umask());
+  try {
+    fill(temp);
+    for (const auto& entry : fs::directory_iterator(temp)) {
+      if (!entry.is_regular_file()) continue;
+      const int fd = ::open(entry.path().c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd >= 0) {
+        ::fsync(fd);
+        ::close(fd);
+      }
+    }
+    fsync_directory(temp);
+    if (fs::exists(target)) {
+      // One atomic exchange: readers see either the old folder or the new one.
+      if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0)
+        throw IoError(std::string("cannot replace the folder: ") + std::strerror(errno), context_for(target));
+      fsync_directory(parent);
+      fs::remove_all(temp, ec);  // now holds the previous contents
+    } else {
+      if (::rename(temp.c_str(), target.c_str()) != 0)
+        throw IoError(std::string("cannot create the folder: ") + std::strerror(errno), context_for(target));
+      fsync_directory(parent);
+    }
+  } catch (...) {
+    fs::remove_all(temp, ec);
+    throw;
+  }
 }
 
 }  // namespace fleet

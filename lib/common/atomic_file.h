@@ -53,4 +53,12 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view c
 void write_file_atomically(const std::filesystem::path& path,
                            const std::function<void(AtomicFileWriter&)>& fill);
 
+/// Builds a whole folder atomically: `fill` writes into a fresh temporary
+/// folder beside `target`, which then takes the target's place in one atomic
+/// exchange (the previous folder, if any, is removed afterwards). An
+/// exception from `fill` removes the temporary folder and leaves `target` as
+/// it was. For model folders and training checkpoints.
+void write_directory_atomically(const std::filesystem::path& target,
+                                const std::function<void(const std::filesystem::path&)>& fill);
+
 }  // namespace fleet

@@ -94,3 +94,35 @@ TEST(FileIo, MapsAndReads) {
 
 }  // namespace
 }  // namespace fleet
+
+namespace fleet {
+namespace {
+
+TEST(AtomicDirectory, ReplacesAWholeFolderOrNothing) {
+  testing::TempDir dir;
+  const auto target = dir.path() / "model";
+  write_directory_atomically(target, [](const std::filesystem::path& tmp) {
+    write_file_atomically(tmp / "a.txt", "first");
+    write_file_atomically(tmp / "b.txt", "first");
+  });
+  EXPECT_EQ(read_file(target / "a.txt"), "first");
+  // A failure halfway leaves the previous folder as it was and no temporary behind.
+  EXPECT_THROW(write_directory_atomically(target,
+                                          [](const std::filesystem::path& tmp) {
+                                            write_file_atomically(tmp / "a.txt", "second");
+                                            throw IoError("disk full");
+                                          }),
+               IoError);
+  EXPECT_EQ(read_file(target / "a.txt"), "first");
+  EXPECT_EQ(testing::list_dir(dir.path()), std::vector<std::string>{"model"});
+  write_directory_atomically(target, [](const std::filesystem::path& tmp) {
+    write_file_atomically(tmp / "a.txt", "second");
+  });
+  EXPECT_EQ(read_file(target / "a.txt"), "second");
+  EXPECT_FALSE(std::filesystem::exists(target / "b.txt"));
+  EXPECT_EQ(testing::list_dir(dir.path()), std::vector<std::string>{"model"});
+  EXPECT_THROW(write_directory_atomically(dir.path() / "missing" / "x", [](const std::filesystem::path&) {}), IoError);
+}
+
+}  // namespace
+}  // namespace fleet

@@ -1,0 +1,130 @@
+#include "model/commands.h"
+
+#include <cstdio>
+#include <iostream>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "common/file_io.h"
+#include "common/logging.h"
+#include "model/evaluation.h"
+#include "model/llama.h"
+#include "model/synthetic_tasks.h"
+#include "model/tokenizer.h"
+
+namespace fleet::model {
+namespace {
+
+void set_threads(int threads) {
+  if (threads < 0) throw UsageError("--threads must be >= 0");
+  if (threads > 0) torch::set_num_threads(threads);
+}
+
+bool is_nonempty_directory(const std::filesystem::path& p) {
+  return std::filesystem::is_directory(p) && !std::filesystem::is_empty(p);
+}
+
+std::string tokenizer_config_json(const Tokenizer& tokenizer, const LlamaConfig& config) {
+  nlohmann::ordered_json j = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                              {"model_max_length", config.max_position_embeddings},
+                              {"clean_up_tokenization_spaces", false}};
+  auto name = [&](std::int64_t id) { return tokenizer.token(static_cast<std::int32_t>(id)); };
+  if (config.bos_token_id >= 0 && config.bos_token_id < tokenizer.vocab_size()) j["bos_token"] = name(config.bos_token_id);
+  if (config.eos_token_id >= 0 && config.eos_token_id < tokenizer.vocab_size()) j["eos_token"] = name(config.eos_token_id);
+  if (config.pad_token_id >= 0 && config.pad_token_id < tokenizer.vocab_size()) j["pad_token"] = name(config.pad_token_id);
+  return j.dump(2) + "\n";
+}
+
+}  // namespace
+
+int run_init(const InitCommand& c) {
+  if (c.preset.empty() == c.config.empty()) throw UsageError("give exactly one of --preset or --config");
+  if (is_nonempty_directory(c.output) && !c.force)
+    throw UsageError(c.output.string() + " exists and is not empty; pass --force to replace it");
+  LlamaConfig config = c.preset.empty() ? load_llama_config(c.config) : llama_preset(c.preset);
+  const auto dtype = parse_torch_dtype(c.dtype);
+  config.torch_dtype = c.dtype;
+  std::string tokenizer_json = c.tokenizer.empty() ? byte_tokenizer_json() : read_file(c.tokenizer);
+  auto tokenizer = Tokenizer::parse(tokenizer_json, c.tokenizer.empty() ? "byte tokenizer" : c.tokenizer.string());
+  if (tokenizer.vocab_size() > config.vocab_size)
+    throw InputError("the tokenizer has " + std::to_string(tokenizer.vocab_size()) + " tokens but vocab_size is " +
+                     std::to_string(config.vocab_size));
+  auto model = LlamaModel::random(config, c.seed);
+  write_directory_atomically(c.output, [&](const std::filesystem::path& dir) {
+    model.save(dir, dtype);
+    write_file_atomically(dir / "tokenizer.json", tokenizer_json);
+    write_file_atomically(dir / "tokenizer_config.json", tokenizer_config_json(tokenizer, config));
+    nlohmann::ordered_json generation = {{"bos_token_id", config.bos_token_id}, {"eos_token_id", config.eos_token_id}};
+    if (config.pad_token_id >= 0) generation["pad_token_id"] = config.pad_token_id;
+    write_file_atomically(dir / "generation_config.json", generation.dump(2) + "\n");
+  });
+  spdlog::info("wrote {} ({} parameters, {} layers, hidden {}, seed {})", c.output.string(), config.parameter_count(),
+               config.num_hidden_layers, config.hidden_size, c.seed);
+  return 0;
+}
+
+int run_train(const TrainCommand& c) {
+  set_threads(c.threads);
+  if (!c.job.resume && c.job.model.empty()) throw UsageError("give --model (or --resume)");
+  auto result = train(c.job);
+  if (c.json) {
+    nlohmann::json j = {{"first_step", result.first_step}, {"last_step", result.last_step},
+                        {"first_loss", result.first_loss}, {"last_loss", result.last_loss},
+                        {"tokens_per_second", result.tokens_per_second}, {"losses", result.losses}};
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << fmt::format("trained steps {}-{}: loss {:.4f} -> {:.4f}, {:.0f} tokens/s; checkpoint in {}\n",
+                             result.first_step + 1, result.last_step, result.first_loss, result.last_loss,
+                             result.tokens_per_second, c.job.output.string());
+  }
+  return 0;
+}
+
+int run_make_corpus(const CorpusCommand& c) {
+  auto task = parse_synthetic_task(c.task);
+  if (c.lines == 0) throw UsageError("--lines must be positive");
+  write_file_atomically(c.output, make_synthetic_corpus(task, c.lines, c.seed));
+  spdlog::info("wrote {} lines of '{}' to {}", c.lines, c.task, c.output.string());
+  return 0;
+}
+
+int run_eval(const EvalCommand& c) {
+  set_threads(c.threads);
+  if (c.text.empty() && c.tasks.empty()) throw UsageError("give --text FILE and/or --task NAME");
+  std::vector<SyntheticTask> tasks;
+  for (const auto& t : c.tasks) {
+    tasks.push_back(parse_synthetic_task(t));
+    if (tasks.back() == SyntheticTask::kBase) throw UsageError("the base language has no accuracy; use --text");
+  }
+  for (const auto& f : c.text)
+    if (!std::filesystem::exists(f)) throw InputError(f.string() + ": no such file");
+  auto model = LlamaModel::load(c.model, parse_torch_dtype(c.dtype));
+  auto tokenizer = Tokenizer::load(c.model);
+  nlohmann::json out = {{"model", c.model.string()}};
+  if (!c.text.empty()) {
+    std::vector<std::int64_t> ids;
+    for (const auto& f : c.text) {
+      auto encoded = tokenizer.encode(read_file(f), true);
+      ids.insert(ids.end(), encoded.begin(), encoded.end());
+    }
+    auto r = evaluate_perplexity(model, ids, c.window);
+    out["text"] = {{"tokens", r.tokens}, {"mean_nll", r.mean_nll}, {"perplexity", r.perplexity}};
+    if (!c.json)
+      std::cout << fmt::format("text: {} tokens, mean NLL {:.4f} nats/token, perplexity {:.3f}\n", r.tokens, r.mean_nll,
+                               r.perplexity);
+  }
+  out["tasks"] = nlohmann::json::array();
+  for (auto task : tasks) {
+    auto r = evaluate_task(model, tokenizer, task, c.samples, c.seed);
+    out["tasks"].push_back({{"task", r.task}, {"correct", r.correct}, {"total", r.total}, {"accuracy", r.accuracy()}});
+    if (!c.json)
+      std::cout << fmt::format("{}: {}/{} exact ({:.1f}%)\n", r.task, r.correct, r.total, 100 * r.accuracy());
+  }
+  if (c.json) std::cout << out.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace fleet::model

@@ -1,0 +1,58 @@
+// Entry points of the model-related subcommands: `sailor-run init`,
+// `sailor-run train`, `sailor-run make-corpus` and `dz-compress eval`.
+// Torch-free header: the programs include it, the .cpp uses libtorch.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "model/trainer.h"
+
+namespace fleet::model {
+
+/// `sailor-run init`: a randomly initialised model folder.
+struct InitCommand {
+  std::string preset;                  ///< built-in config name, or
+  std::filesystem::path config;        ///< a config.json
+  std::filesystem::path tokenizer;     ///< tokenizer.json (default: the byte tokenizer)
+  std::filesystem::path output;
+  std::uint64_t seed = 0;
+  std::string dtype = "float32";
+  bool force = false;                  ///< replace an existing folder
+};
+int run_init(const InitCommand& command);
+
+/// `sailor-run train`.
+struct TrainCommand {
+  TrainJob job;
+  int threads = 0;  ///< 0: libtorch's default
+  bool json = false;
+};
+int run_train(const TrainCommand& command);
+
+/// `sailor-run make-corpus`.
+struct CorpusCommand {
+  std::string task;
+  std::size_t lines = 1000;
+  std::uint64_t seed = 0;
+  std::filesystem::path output;
+};
+int run_make_corpus(const CorpusCommand& command);
+
+/// `dz-compress eval`: perplexity on text files and accuracy on synthetic tasks.
+struct EvalCommand {
+  std::filesystem::path model;
+  std::vector<std::filesystem::path> text;
+  std::vector<std::string> tasks;
+  std::size_t samples = 100;
+  std::uint64_t seed = 1;
+  std::int64_t window = 256;
+  std::string dtype = "float32";
+  int threads = 0;
+  bool json = false;
+};
+int run_eval(const EvalCommand& command);
+
+}  // namespace fleet::model
