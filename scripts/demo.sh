@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the toolkit (installing what it needs) and runs the main job of each
-# program on the built-in examples. Programs whose subcommands have not landed
-# yet show their version and build configuration instead.
+# program on the built-in examples: plans, kernel scheduling, and a tiny
+# language model trained from scratch with two fine-tuned variants. Programs
+# whose subcommands have not landed yet show their version instead.
 #
 #   scripts/demo.sh            FLEET_BUILD_DIR=dir to use another build folder
 set -euo pipefail
@@ -49,11 +50,35 @@ echo "=== orion-run: ResNet50 inference (HP, 15 rps) + ResNet50 training (BE) on
   --trace "$out/orion_trace.json" >/dev/null
 echo "timeline of the orion policy: $out/orion_trace.json (open in ui.perfetto.dev)"
 
-for tool in sailor-run dz-compress dz-serve; do
-  echo
-  echo "=== $tool (subcommands not in this build yet)"
-  "$bin/$tool" --version
-  "$bin/$tool" --help | head -n 1
-done
 echo
+echo "=== sailor-run + dz-compress: a tiny base model and two fine-tuned variants, trained here (a few minutes)"
+models="$out/models"
+rm -rf "$models" && mkdir -p "$models"
+"$bin/sailor-run" -q init --preset tiny --seed 1 -o "$models/init"
+for task in base copy reverse; do
+  "$bin/sailor-run" -q make-corpus --task "$task" --lines 4000 --seed 7 -o "$models/$task.txt"
+done
+"$bin/sailor-run" -q make-corpus --task base --lines 300 --seed 99 -o "$models/base-heldout.txt"
+echo "base: 250 steps on the base language (templated sentences)"
+"$bin/sailor-run" -q train --model "$models/init" --data "$models/base.txt" -o "$models/base" \
+  --steps 250 --batch-size 16 --seq-len 128 --lr 3e-3 --warmup 20
+echo "fine-tunes of the base, side by side: copy (500 steps) and reverse (1000 steps), loss on the answers only"
+for spec in copy:500 reverse:1000; do
+  task=${spec%%:*} steps=${spec##*:}
+  "$bin/sailor-run" -q train --model "$models/base" --data "$models/$task.txt" -o "$models/ft-$task" \
+    --steps "$steps" --batch-size 32 --seq-len 28 --lr 1e-3 --warmup 30 --data-mode lines --loss-after " =" \
+    --threads 1 &
+done
+wait
+for model in base ft-copy ft-reverse; do
+  echo "--- $model"
+  "$bin/dz-compress" -q eval --model "$models/$model" --text "$models/base-heldout.txt" --task copy --task reverse \
+    --samples 100
+done
+echo "model folders (Hugging Face layout, transformers loads them): $models"
+
+echo
+echo "=== dz-serve (subcommands not in this build yet)"
+"$bin/dz-serve" --version
+"$bin/dz-serve" --help | head -n 1
 echo "demo: done (binaries in $build/bin, outputs in $build/demo)"

@@ -34,6 +34,16 @@ int main(int argc, char** argv) {
   imp->add_option("--global-batch", import.global_batch, "Global batch (default: the model's training config)");
   imp->add_option("--seq-len", import.sequence_length, "Sequence length (default: the model's training config)");
 
+  fleet::sailor::ImportHfCommand import_hf;
+  CLI::App* hf = tool.add_command("import-hf", "Derive the planner's model.json from a Hugging Face config.json",
+                                  [&] { return fleet::sailor::run_import_hf(import_hf); });
+  hf->add_option("config", import_hf.config, "config.json (or a model folder holding it): Llama, Mistral, OPT, "
+                                             "GPT-NeoX or GPT-Neo")
+      ->required();
+  hf->add_option("-o,--output", import_hf.output, "model.json to write")->required();
+  hf->add_option("--seq-len", import_hf.sequence_length, "Training sequence length")->capture_default_str();
+  hf->add_option("--name", import_hf.name, "Model name (default: the config's folder name)");
+
   fleet::sailor::SimulateCommand sim;
   std::string trace;
   CLI::App* simulate = tool.add_command("simulate", "Predict a plan's iteration time, memory per GPU and cost", [&] {

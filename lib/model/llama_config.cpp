@@ -83,6 +83,8 @@ LlamaConfig parse_llama_config(const JsonValue& root) {
 
 LlamaConfig load_llama_config(const std::filesystem::path& path) {
   auto file = std::filesystem::is_directory(path) ? path / "config.json" : path;
+  if (!std::filesystem::is_regular_file(file))
+    throw InputError(file.string() + ": no such file (expected a model folder with config.json)");
   auto doc = load_json_file(file);
   return parse_llama_config(doc.root());
 }

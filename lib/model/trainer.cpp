@@ -286,6 +286,9 @@ TrainResult train(const TrainJob& job) {
       throw UsageError(job.output.string() + " already holds a training run; use --resume or another output folder");
   }
 
+  // Inputs are checked before any work starts.
+  for (const auto& f : data_files)
+    if (!fs::is_regular_file(f)) throw InputError(f.string() + ": no such training file");
   auto model = LlamaModel::load(source, torch::kFloat32);
   auto tokenizer = Tokenizer::load(source);
   if (tokenizer.vocab_size() > model.config().vocab_size)

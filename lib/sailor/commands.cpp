@@ -10,6 +10,7 @@
 #include "common/json.h"
 #include "sailor/estimator.h"
 #include "sailor/import_sailor.h"
+#include "sailor/model_from_config.h"
 #include "sailor/plan.h"
 #include "sailor/search.h"
 
@@ -94,6 +95,21 @@ std::string format_report(const Plan& plan, const Estimate& est) {
 }
 
 }  // namespace
+
+int run_import_hf(const ImportHfCommand& c) {
+  auto file = std::filesystem::is_directory(c.config) ? c.config / "config.json" : c.config;
+  if (!std::filesystem::is_regular_file(file)) throw InputError(file.string() + ": no such file");
+  auto doc = load_json_file(file);
+  std::string name = c.name.empty() ? std::filesystem::absolute(file).parent_path().filename().string() : c.name;
+  auto model = model_spec_from_hf_config(doc.root(), c.sequence_length,
+                                         default_calibration().activation_bytes_per_float, name);
+  write_json_file(c.output, to_json(model));
+  double params = 0;
+  for (const auto& layer : model.layers) params += layer.params.at(1);
+  spdlog::info("wrote {}: {} layers, {:.1f} M parameters, sequence length {}", c.output.string(), model.layers.size(),
+               params / 1e6, c.sequence_length);
+  return 0;
+}
 
 int run_import(const ImportCommand& c) {
   ImportOptions opt;

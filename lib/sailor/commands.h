@@ -30,6 +30,15 @@ struct ImportCommand {
 };
 int run_import(const ImportCommand& options);
 
+/// Options of `sailor-plan import-hf`.
+struct ImportHfCommand {
+  std::filesystem::path config;   ///< a Hugging Face config.json (or its folder)
+  std::filesystem::path output;   ///< model.json to write
+  int sequence_length = 2048;
+  std::string name;               ///< model name (default: the config's folder name)
+};
+int run_import_hf(const ImportHfCommand& options);
+
 /// Options of `sailor-plan simulate`.
 struct SimulateCommand {
   InputPaths paths;

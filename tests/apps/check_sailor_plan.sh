@@ -62,4 +62,19 @@ if [ -f "$ref/llm_info.json" ]; then
   expect_rc 2 "$bin/sailor-plan" import-sailor "$ref" -m GPT-Neo-2.7 -o "$tmp/neo" --price A100-40=-1
   expect_rc 2 "$bin/sailor-plan" import-sailor "$ref" -m NoSuchModel -o "$tmp/x"
 fi
+# A model.json derived from OPT-350's Hugging Face config simulates the same plan
+# close to SAILOR's own description (same layer count; activations within a few %).
+cat > "$tmp/opt_config.json" <<'JSON'
+{"model_type": "opt", "hidden_size": 1024, "ffn_dim": 4096, "num_hidden_layers": 24, "num_attention_heads": 16,
+ "vocab_size": 50272, "max_position_embeddings": 2048, "word_embed_proj_dim": 512, "do_layer_norm_before": false}
+JSON
+expect_rc 0 "$bin/sailor-plan" import-hf "$tmp/opt_config.json" --name OPT-350 --seq-len 2048 -o "$tmp/opt_model.json"
+grep -q '"format": "gpufleet-sailor-model"' "$tmp/opt_model.json" || fail "import-hf output format"
+expect_rc 0 "$bin/sailor-plan" simulate -i "$ex/opt-350" --model "$tmp/opt_model.json" -p "$plan" --json
+grep -q '"iteration_s"' "$tmp/out" || fail "simulate with the derived model"
+echo '{"model_type": "t5"}' > "$tmp/t5.json"
+expect_rc 2 "$bin/sailor-plan" import-hf "$tmp/t5.json" -o "$tmp/t5_model.json"
+grep -q "unsupported model_type 't5'" "$tmp/err" || fail "import-hf family message: $(cat "$tmp/err")"
+[ ! -e "$tmp/t5_model.json" ] || fail "failed import-hf wrote a file"
+
 echo "ok: sailor-plan"

@@ -1,0 +1,33 @@
+#!/usr/bin/env python3
+"""Prefill and decode speed of transformers' LlamaForCausalLM on a model folder,
+measured exactly like bench_model_inference (same batch, lengths, greedy
+decoding with the KV cache, best of REPEATS after one warm-up), as JSON.
+
+Usage: model_inference_hf.py MODEL_DIR BATCH PROMPT_LEN NEW_TOKENS THREADS REPEATS
+"""
+import json
+import sys
+import time
+
+import torch
+from transformers import LlamaForCausalLM
+
+folder, batch, prompt, new_tokens, threads, repeats = sys.argv[1], *map(int, sys.argv[2:])
+torch.set_num_threads(threads)
+model = LlamaForCausalLM.from_pretrained(folder, torch_dtype=torch.float32).eval()
+tokens = torch.randint(0, model.config.vocab_size, (batch, prompt), generator=torch.Generator().manual_seed(0))
+best_prefill = best_decode = float("inf")
+with torch.inference_mode():
+    for r in range(repeats + 1):
+        t0 = time.perf_counter()
+        out = model(tokens, use_cache=True)
+        past, nxt = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+        t1 = time.perf_counter()
+        for _ in range(new_tokens):
+            out = model(nxt, past_key_values=past, use_cache=True)
+            past, nxt = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+        t2 = time.perf_counter()
+        if r:
+            best_prefill, best_decode = min(best_prefill, t1 - t0), min(best_decode, t2 - t1)
+print(json.dumps({"prefill_tokens_per_s": batch * prompt / best_prefill,
+                  "decode_tokens_per_s": batch * new_tokens / best_decode}))
