@@ -1,0 +1,210 @@
+#include "deltazip/packing.h"
+
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+
+#include "common/error.h"
+#include "common/half.h"
+
+namespace fleet::deltazip {
+namespace {
+
+int index_bits(int m) { return std::bit_width(static_cast<unsigned>(m - 1)); }
+
+}  // namespace
+
+std::vector<std::uint8_t> pack_bits(std::span<const std::uint8_t> codes, int bits) {
+  if (bits < 1 || bits > 8) throw UsageError("codes must have 1 to 8 bits");
+  std::vector<std::uint8_t> out((codes.size() * static_cast<std::size_t>(bits) + 7) / 8, 0);
+  std::size_t bit = 0;
+  for (auto c : codes) {
+    unsigned value = c & ((1u << bits) - 1);
+    for (int k = 0; k < bits; ++k, ++bit)
+      if (value >> k & 1u) out[bit / 8] |= static_cast<std::uint8_t>(1u << (bit % 8));
+  }
+  return out;
+}
+
+std::vector<std::uint8_t> unpack_bits(std::span<const std::uint8_t> packed, int bits, std::size_t count) {
+  if (bits < 1 || bits > 8) throw UsageError("codes must have 1 to 8 bits");
+  if (packed.size() * 8 < count * static_cast<std::size_t>(bits))
+    throw InputError("packed data holds " + std::to_string(packed.size()) + " bytes, fewer than " +
+                     std::to_string(count) + " codes of " + std::to_string(bits) + " bits need");
+  std::vector<std::uint8_t> out(count);
+  std::size_t bit = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    unsigned value = 0;
+    for (int k = 0; k < bits; ++k, ++bit) value |= static_cast<unsigned>(packed[bit / 8] >> (bit % 8) & 1u) << k;
+    out[i] = static_cast<std::uint8_t>(value);
+  }
+  return out;
+}
+
+SparsityPattern SparsityPattern::parse(const std::string& text) {
+  SparsityPattern p;
+  if (text == "none" || text == "0") return p;
+  auto colon = text.find(':');
+  if (colon != std::string::npos) {
+    char* end = nullptr;
+    p.n = static_cast<int>(std::strtol(text.c_str(), &end, 10));
+    p.m = static_cast<int>(std::strtol(text.c_str() + colon + 1, &end, 10));
+    if (*end != '\0' || p.n <= 0 || p.m <= p.n || p.m > 16)
+      throw UsageError("sparsity '" + text + "': expected N:M with 0 < N < M <= 16, e.g. 2:4");
+    p.kind = Kind::kNOfM;
+    return p;
+  }
+  char* end = nullptr;
+  p.fraction = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !(p.fraction > 0 && p.fraction < 1))
+    throw UsageError("sparsity '" + text + "': expected none, N:M (e.g. 2:4) or a fraction in (0, 1)");
+  p.kind = Kind::kUnstructured;
+  return p;
+}
+
+std::string SparsityPattern::to_string() const {
+  switch (kind) {
+    case Kind::kDense: return "none";
+    case Kind::kNOfM: return std::to_string(n) + ":" + std::to_string(m);
+    case Kind::kUnstructured: {
+      std::string s = std::to_string(fraction);
+      while (s.size() > 3 && s.back() == '0') s.pop_back();
+      return s;
+    }
+  }
+  return "none";
+}
+
+std::uint64_t PackedMatrix::stored_bytes() const {
+  return codes.size() + indices.size() + scales.size() * 2 + zeros.size();
+}
+
+double PackedMatrix::bits_per_weight() const {
+  return rows * cols == 0 ? 0.0 : 8.0 * static_cast<double>(stored_bytes()) / static_cast<double>(rows * cols);
+}
+
+namespace {
+
+std::size_t kept_count(const PackedMatrix& p, std::span<const std::uint8_t> mask) {
+  switch (p.sparsity.kind) {
+    case SparsityPattern::Kind::kDense: return static_cast<std::size_t>(p.rows * p.cols);
+    case SparsityPattern::Kind::kNOfM:
+      return static_cast<std::size_t>(p.rows * (p.cols / p.sparsity.m) * p.sparsity.kept_per_group());
+    case SparsityPattern::Kind::kUnstructured: {
+      std::size_t n = 0;
+      for (auto v : mask) n += v;
+      return n;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+void PackedMatrix::validate(const std::string& name) const {
+  auto fail = [&](const std::string& why) { throw InputError(name + ": " + why); };
+  if (rows <= 0 || cols <= 0) fail("empty shape");
+  if (bits < 1 || bits > 8) fail("bits must be 1 to 8, got " + std::to_string(bits));
+  if (group_size <= 0) fail("group size must be positive");
+  const auto expected_groups = static_cast<std::size_t>(rows * groups());
+  if (scales.size() != expected_groups || zeros.size() != expected_groups)
+    fail("has " + std::to_string(scales.size()) + " scales for " + std::to_string(expected_groups) + " groups");
+  std::vector<std::uint8_t> mask;
+  if (sparsity.kind == SparsityPattern::Kind::kNOfM) {
+    if (cols % sparsity.m != 0) fail("columns are not a multiple of the n:m group");
+    const auto kept = static_cast<std::size_t>(rows * (cols / sparsity.m) * sparsity.kept_per_group());
+    if (indices.size() * 8 < kept * static_cast<std::size_t>(index_bits(sparsity.m))) fail("n:m indices are truncated");
+  } else if (sparsity.kind == SparsityPattern::Kind::kUnstructured) {
+    if (indices.size() * 8 < static_cast<std::size_t>(rows * cols)) fail("sparsity bitmask is truncated");
+    mask = unpack_bits(indices, 1, static_cast<std::size_t>(rows * cols));
+  }
+  if (codes.size() * 8 < kept_count(*this, mask) * static_cast<std::size_t>(bits)) fail("codes are truncated");
+}
+
+PackedMatrix pack_matrix(std::int64_t rows, std::int64_t cols, int bits, std::int64_t group_size,
+                         const SparsityPattern& sparsity, std::span<const std::uint8_t> codes,
+                         std::span<const std::uint8_t> kept, std::vector<std::uint16_t> scales,
+                         std::vector<std::uint8_t> zeros) {
+  PackedMatrix p;
+  p.rows = rows;
+  p.cols = cols;
+  p.bits = bits;
+  p.group_size = group_size <= 0 ? cols : group_size;
+  p.sparsity = sparsity;
+  p.scales = std::move(scales);
+  p.zeros = std::move(zeros);
+  const auto total = static_cast<std::size_t>(rows * cols);
+  if (codes.size() != total || kept.size() != total) throw InputError("codes and mask must hold rows x cols entries");
+  std::vector<std::uint8_t> stored, positions;
+  stored.reserve(total);
+  switch (sparsity.kind) {
+    case SparsityPattern::Kind::kDense:
+      stored.assign(codes.begin(), codes.end());
+      break;
+    case SparsityPattern::Kind::kUnstructured:
+      for (std::size_t i = 0; i < total; ++i)
+        if (kept[i]) stored.push_back(codes[i]);
+      p.indices = pack_bits(kept, 1);
+      break;
+    case SparsityPattern::Kind::kNOfM: {
+      const int m = sparsity.m;
+      if (cols % m != 0) throw InputError("n:m sparsity needs the columns (" + std::to_string(cols) + ") to be a multiple of " + std::to_string(m));
+      for (std::size_t g = 0; g < total; g += static_cast<std::size_t>(m)) {
+        int n_kept = 0;
+        for (int k = 0; k < m; ++k) {
+          if (!kept[g + static_cast<std::size_t>(k)]) continue;
+          stored.push_back(codes[g + static_cast<std::size_t>(k)]);
+          positions.push_back(static_cast<std::uint8_t>(k));
+          ++n_kept;
+        }
+        if (n_kept != sparsity.kept_per_group())
+          throw InputError("a group of " + std::to_string(m) + " keeps " + std::to_string(n_kept) + " weights, " +
+                           sparsity.to_string() + " keeps " + std::to_string(sparsity.kept_per_group()));
+      }
+      p.indices = pack_bits(positions, index_bits(m));
+      break;
+    }
+  }
+  p.codes = pack_bits(stored, bits);
+  p.validate("matrix");
+  return p;
+}
+
+void unpack_matrix(const PackedMatrix& p, std::span<float> out) {
+  const auto total = static_cast<std::size_t>(p.rows * p.cols);
+  if (out.size() != total) throw InputError("output must hold rows x cols values");
+  std::vector<std::uint8_t> mask;
+  if (p.sparsity.kind == SparsityPattern::Kind::kUnstructured) mask = unpack_bits(p.indices, 1, total);
+  const auto codes = unpack_bits(p.codes, p.bits, kept_count(p, mask));
+  std::vector<float> scale(p.scales.size());
+  for (std::size_t i = 0; i < scale.size(); ++i) scale[i] = f16_to_float(p.scales[i]);
+  const auto groups = static_cast<std::size_t>(p.groups());
+  auto value = [&](std::size_t index, std::uint8_t code) {
+    const std::size_t row = index / static_cast<std::size_t>(p.cols), col = index % static_cast<std::size_t>(p.cols);
+    const std::size_t g = row * groups + col / static_cast<std::size_t>(p.group_size);
+    return scale[g] * (static_cast<float>(code) - static_cast<float>(p.zeros[g]));
+  };
+  std::fill(out.begin(), out.end(), 0.0f);
+  std::size_t next = 0;
+  switch (p.sparsity.kind) {
+    case SparsityPattern::Kind::kDense:
+      for (std::size_t i = 0; i < total; ++i) out[i] = value(i, codes[i]);
+      break;
+    case SparsityPattern::Kind::kUnstructured:
+      for (std::size_t i = 0; i < total; ++i)
+        if (mask[i]) out[i] = value(i, codes[next++]);
+      break;
+    case SparsityPattern::Kind::kNOfM: {
+      const auto m = static_cast<std::size_t>(p.sparsity.m), keep = static_cast<std::size_t>(p.sparsity.kept_per_group());
+      const auto positions = unpack_bits(p.indices, index_bits(p.sparsity.m), codes.size());
+      for (std::size_t g = 0; g < total; g += m)
+        for (std::size_t k = 0; k < keep; ++k, ++next) {
+          if (positions[next] >= m) throw InputError("n:m index out of range");
+          out[g + positions[next]] = value(g + positions[next], codes[next]);
+        }
+      break;
+    }
+  }
+}
+
+}  // namespace fleet::deltazip
