@@ -78,6 +78,17 @@ done
 echo "model folders (Hugging Face layout, transformers loads them): $models"
 
 echo
+echo "=== dz-compress: the copy fine-tune as a 4-bit 2:4 delta from the base, against round-to-nearest"
+for method in obs rtn; do
+  "$bin/dz-compress" -q compress --base "$models/base" --target "$models/ft-copy" -o "$models/copy-$method.h5" \
+    --bits 4 --sparsity 2:4 --calib "$models/copy.txt" --method "$method"
+  "$bin/dz-compress" -q decompress "$models/copy-$method.h5" --base "$models/base" -o "$models/copy-from-$method"
+  echo "--- reconstructed from the $method delta"
+  "$bin/dz-compress" -q eval --model "$models/copy-from-$method" --task copy --samples 100
+done
+"$bin/dz-compress" inspect "$models/copy-obs.h5" | tail -n 2
+
+echo
 echo "=== dz-serve (subcommands not in this build yet)"
 "$bin/dz-serve" --version
 "$bin/dz-serve" --help | head -n 1

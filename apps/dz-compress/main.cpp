@@ -3,6 +3,7 @@
 #include "devices/device_info.h"
 #include "fleet/config.h"
 #if FLEET_WITH_TORCH
+#include "deltazip/delta_compressor.h"
 #include "model/commands.h"
 #endif
 
@@ -12,6 +13,49 @@ int main(int argc, char** argv) {
                    "measure models (perplexity, task accuracy).");
   tool.set_version_details(fleet::devices::version_details);
 #if FLEET_WITH_TORCH
+  namespace dz = fleet::deltazip;
+  dz::CompressCommand compress;
+  CLI::App* cc = tool.add_command("compress", "Compress TARGET as a sparse low-bit delta from BASE into one HDF5 file",
+                                  [&] { return dz::run_compress(compress); });
+  cc->add_option("--base", compress.base, "Base model folder")->required();
+  cc->add_option("--target", compress.target, "Fine-tuned model folder (same architecture and shapes)")->required();
+  cc->add_option("-o,--output", compress.output, "Delta container to write (.h5)")->required();
+  cc->add_option("--bits", compress.bits, "Bits per kept weight: 2, 3, 4 or 8")->capture_default_str();
+  cc->add_option("--sparsity", compress.sparsity, "none, N:M (N of every M pruned, e.g. 2:4) or a pruned fraction")
+      ->capture_default_str();
+  cc->add_option("--group-size", compress.group_size, "Input columns per scale (-1: one scale per row)")
+      ->capture_default_str();
+  cc->add_flag("--sym,!--asym", compress.symmetric, "Symmetric (default) or asymmetric quantization grid");
+  cc->add_flag("--act-order", compress.act_order, "Process columns by descending Hessian diagonal");
+  cc->add_option("--damp", compress.damp, "Diagonal damping, fraction of the mean diagonal")->capture_default_str();
+  cc->add_option("--block-size", compress.block_size, "Columns per OBS block")->capture_default_str();
+  cc->add_option("--method", compress.method, "obs (SparseGPT + GPTQ) or rtn (round to nearest, magnitude pruning)")
+      ->capture_default_str();
+  cc->add_option("--calib", compress.calib, "Calibration text (default: the built-in synthetic corpus)");
+  cc->add_option("--calib-samples", compress.calib_samples, "Calibration sequences")->capture_default_str();
+  cc->add_option("--seq-len", compress.seq_len, "Tokens per calibration sequence")->capture_default_str();
+  cc->add_option("--dense-policy", compress.dense_policy,
+                 "Embeddings, norms, LM head: delta-zstd (float16 delta) or full (fine-tuned tensor)")
+      ->capture_default_str();
+  cc->add_option("--zstd-level", compress.zstd_level, "zstd level of the lossless stage (1-22)")->capture_default_str();
+  cc->add_option("--threads", compress.threads, "CPU threads (0: libtorch's default)");
+  cc->add_flag("--force", compress.force, "Replace an existing output");
+  fleet::add_json_flag(cc, &compress.json);
+
+  dz::DecompressCommand decompress;
+  CLI::App* dc = tool.add_command("decompress", "Rebuild the fine-tuned model folder from BASE and a delta",
+                                  [&] { return dz::run_decompress(decompress); });
+  dc->add_option("delta", decompress.delta, "Delta container")->required();
+  dc->add_option("--base", decompress.base, "Base model folder (must be the one the delta was made from)")->required();
+  dc->add_option("-o,--output", decompress.output, "Model folder to write")->required();
+  dc->add_flag("--force", decompress.force, "Replace a non-empty output folder");
+
+  dz::InspectCommand inspect;
+  CLI::App* ic = tool.add_command("inspect", "Sizes, bits per weight, ratios, settings and base identity of a delta",
+                                  [&] { return dz::run_inspect(inspect); });
+  ic->add_option("delta", inspect.delta, "Delta container")->required();
+  fleet::add_json_flag(ic, &inspect.json);
+
   fleet::model::EvalCommand eval;
   std::vector<std::string> text;
   CLI::App* eval_cmd = tool.add_command("eval", "Perplexity on text and exact-match accuracy on synthetic tasks", [&] {

@@ -70,6 +70,20 @@ torch::Tensor rotate_half(const torch::Tensor& x) {
 
 }  // namespace
 
+namespace {
+
+void check_tokens(const torch::Tensor& tokens, std::int64_t vocab) {
+  if (tokens.dim() != 2) throw InputError("tokens must be a [batch, length] tensor");
+  if (tokens.scalar_type() != torch::kInt64) throw InputError("tokens must be int64");
+  if (tokens.numel() == 0) return;
+  auto lo = tokens.min().item<std::int64_t>(), hi = tokens.max().item<std::int64_t>();
+  if (lo < 0 || hi >= vocab)
+    throw InputError("token id " + std::to_string(lo < 0 ? lo : hi) + " is outside the vocabulary (size " +
+                     std::to_string(vocab) + ")");
+}
+
+}  // namespace
+
 // State of one cached forward: which cache rows the batch uses and where.
 struct LlamaModel::CacheStep {
   KvCache* cache;
@@ -281,37 +295,48 @@ torch::Tensor LlamaModel::attention(std::size_t layer, const torch::Tensor& x, c
   auto masked = key_positions.view({1, 1, 1, 1, L}) > positions.view({B, 1, 1, T, 1});
   scores = scores.view({B, KV, rep, T, L}).masked_fill(masked, -std::numeric_limits<float>::infinity());
   auto probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type()).view({B, KV, rep * T, L});
-  auto out = torch::matmul(probs, values).view({B, H, T, D}).transpose(1, 2).reshape({B, T, H * D});
-  return torch::linear(out, w.o_proj);
+  return torch::matmul(probs, values).view({B, H, T, D}).transpose(1, 2).reshape({B, T, H * D});
+}
+
+std::pair<torch::Tensor, torch::Tensor> LlamaModel::rotary(const torch::Tensor& positions) const {
+  auto freqs = positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq_.view({1, 1, -1});
+  auto emb = torch::cat({freqs, freqs}, -1);
+  return {emb.cos().to(dtype_).unsqueeze(1), emb.sin().to(dtype_).unsqueeze(1)};
+}
+
+torch::Tensor LlamaModel::embed(const torch::Tensor& tokens) const {
+  check_tokens(tokens, config_.vocab_size);
+  return torch::embedding(embed_tokens_, tokens);
+}
+
+LlamaModel::LayerInputs LlamaModel::layer_inputs(std::size_t i, const torch::Tensor& hidden) const {
+  torch::NoGradGuard no_grad;
+  const auto& w = layers_.at(i);
+  auto positions = torch::arange(hidden.size(1), torch::TensorOptions().dtype(torch::kInt64).device(hidden.device()))
+                       .unsqueeze(0)
+                       .expand({hidden.size(0), hidden.size(1)});
+  auto [cos, sin] = rotary(positions);
+  LayerInputs in;
+  in.attention_in = rms_norm(hidden, w.input_layernorm);
+  in.projection_in = attention(i, in.attention_in, cos, sin, positions, nullptr);
+  auto h = hidden + torch::linear(in.projection_in, w.o_proj);
+  in.mlp_in = rms_norm(h, w.post_attention_layernorm);
+  in.down_in = torch::silu(torch::linear(in.mlp_in, w.gate_proj)) * torch::linear(in.mlp_in, w.up_proj);
+  in.output = h + torch::linear(in.down_in, w.down_proj);
+  return in;
 }
 
 torch::Tensor LlamaModel::run_layers(torch::Tensor hidden, const torch::Tensor& positions, CacheStep* step) const {
-  auto freqs = positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq_.view({1, 1, -1});
-  auto emb = torch::cat({freqs, freqs}, -1);
-  auto cos = emb.cos().to(dtype_).unsqueeze(1);
-  auto sin = emb.sin().to(dtype_).unsqueeze(1);
+  auto [cos, sin] = rotary(positions);
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const auto& w = layers_[i];
-    hidden = hidden + attention(i, rms_norm(hidden, w.input_layernorm), cos, sin, positions, step);
+    hidden = hidden + torch::linear(attention(i, rms_norm(hidden, w.input_layernorm), cos, sin, positions, step), w.o_proj);
     auto x = rms_norm(hidden, w.post_attention_layernorm);
     hidden = hidden + torch::linear(torch::silu(torch::linear(x, w.gate_proj)) * torch::linear(x, w.up_proj), w.down_proj);
   }
   return rms_norm(hidden, norm_);
 }
 
-namespace {
-
-void check_tokens(const torch::Tensor& tokens, std::int64_t vocab) {
-  if (tokens.dim() != 2) throw InputError("tokens must be a [batch, length] tensor");
-  if (tokens.scalar_type() != torch::kInt64) throw InputError("tokens must be int64");
-  if (tokens.numel() == 0) return;
-  auto lo = tokens.min().item<std::int64_t>(), hi = tokens.max().item<std::int64_t>();
-  if (lo < 0 || hi >= vocab)
-    throw InputError("token id " + std::to_string(lo < 0 ? lo : hi) + " is outside the vocabulary (size " +
-                     std::to_string(vocab) + ")");
-}
-
-}  // namespace
 
 torch::Tensor LlamaModel::forward(const torch::Tensor& tokens) const {
   check_tokens(tokens, config_.vocab_size);

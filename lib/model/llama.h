@@ -81,6 +81,25 @@ class LlamaModel {
   torch::Tensor forward_cached(KvCache& cache, const std::vector<std::int64_t>& slots, const torch::Tensor& tokens,
                                const std::vector<std::int64_t>& counts, bool all_positions = false) const;
 
+  /// Hidden states after the token embedding, [B, T, hidden].
+  torch::Tensor embed(const torch::Tensor& tokens) const;
+
+  /// What each linear layer of decoder layer `i` sees for `hidden` [B, T,
+  /// hidden] (sequences from position 0), and the layer's output. For
+  /// calibrating compression layer by layer.
+  struct LayerInputs {
+    torch::Tensor attention_in;   ///< input of q/k/v_proj
+    torch::Tensor projection_in;  ///< input of o_proj
+    torch::Tensor mlp_in;         ///< input of gate/up_proj
+    torch::Tensor down_in;        ///< input of down_proj
+    torch::Tensor output;         ///< the layer's output hidden states
+  };
+  LayerInputs layer_inputs(std::size_t i, const torch::Tensor& hidden) const;
+
+  /// The weights of decoder layer `i` (modifiable: compression writes them).
+  LlamaLayerWeights& layer(std::size_t i) { return layers_.at(i); }
+  std::size_t num_layers() const { return layers_.size(); }
+
   /// Parameters under their Hugging Face names (lm_head.weight absent when tied).
   std::vector<std::pair<std::string, torch::Tensor>> named_parameters() const;
   /// Turns gradient tracking of every parameter on or off.
@@ -92,8 +111,10 @@ class LlamaModel {
   struct CacheStep;
   LlamaModel(LlamaConfig config, torch::ScalarType dtype);
   torch::Tensor run_layers(torch::Tensor hidden, const torch::Tensor& positions, CacheStep* cache_step) const;
+  // Attention output before o_proj, [B, T, heads * head_dim].
   torch::Tensor attention(std::size_t layer, const torch::Tensor& x, const torch::Tensor& cos,
                           const torch::Tensor& sin, const torch::Tensor& positions, CacheStep* cache_step) const;
+  std::pair<torch::Tensor, torch::Tensor> rotary(const torch::Tensor& positions) const;
   torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight) const;
 
   LlamaConfig config_;

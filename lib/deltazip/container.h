@@ -1,0 +1,82 @@
+// The delta container: one HDF5 file (lib/common's store, zstd filter 32015)
+// holding a compressed fine-tune as its delta from a base model. Layout in
+// docs/formats.md ("DeltaZip container"). No libtorch.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/hdf5_store.h"
+#include "deltazip/packing.h"
+
+namespace fleet::deltazip {
+
+inline constexpr const char* kContainerFormat = "gpufleet-deltazip";
+inline constexpr std::int64_t kContainerVersion = 1;
+
+/// What the file says about itself.
+struct DeltaHeader {
+  std::string settings_json;   ///< the compression settings, as JSON text
+  std::string base_identity;   ///< hash of the base model (base_identity())
+  std::string config_json;     ///< the fine-tuned model's config.json text
+};
+
+/// How a tensor that is not a compressed linear layer is stored.
+enum class DenseKind { kDelta, kFull };
+
+/// A dense tensor entry.
+struct DenseEntry {
+  DenseKind kind = DenseKind::kDelta;
+  StoredTensor tensor;
+};
+
+/// Writes a container; nothing appears at the path unless commit() runs.
+class DeltaWriter {
+ public:
+  DeltaWriter(const std::filesystem::path& path, const DeltaHeader& header, int zstd_level);
+  /// A compressed linear layer's delta.
+  void add_packed(const std::string& name, const PackedMatrix& matrix);
+  /// A dense tensor (delta or full fine-tuned values).
+  void add_dense(const std::string& name, DenseKind kind, DType dtype, const std::vector<std::int64_t>& shape,
+                 std::span<const std::byte> data);
+  void commit();
+
+ private:
+  Hdf5Store store_;
+  TensorWriteOptions write_options_;
+};
+
+/// Reads a container; InputError naming the file for anything malformed.
+class DeltaReader {
+ public:
+  explicit DeltaReader(const std::filesystem::path& path);
+
+  const DeltaHeader& header() const { return header_; }
+  /// Names of the compressed linear layers, sorted.
+  const std::vector<std::string>& packed_names() const { return packed_; }
+  /// Names of the dense tensors, sorted.
+  const std::vector<std::string>& dense_names() const { return dense_; }
+  PackedMatrix packed(const std::string& name) const;
+  DenseEntry dense(const std::string& name) const;
+  /// Bytes on disk of each tensor (after zstd).
+  std::uint64_t stored_bytes(const std::string& name) const;
+  /// Elements of each tensor (weights it represents).
+  std::int64_t elements(const std::string& name) const;
+  const std::filesystem::path& path() const { return store_.path(); }
+
+ private:
+  Hdf5Store store_;
+  DeltaHeader header_;
+  std::vector<std::string> packed_, dense_;
+};
+
+/// Identity of a model folder: FNV-1a over its config.json text, every
+/// tensor's name, dtype and shape, and samples of every tensor's bytes (the
+/// first and last 4 KiB and 16 evenly spaced 256-byte blocks), as 16 hex digits.
+std::string base_identity(const std::filesystem::path& model_dir);
+
+}  // namespace fleet::deltazip

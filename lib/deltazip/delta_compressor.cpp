@@ -1,0 +1,310 @@
+#include "deltazip/delta_compressor.h"
+
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <map>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "common/file_io.h"
+#include "common/json.h"
+#include "common/logging.h"
+#include "common/progress.h"
+#include "common/safetensors.h"
+#include "deltazip/container.h"
+#include "deltazip/obs_compressor.h"
+#include "model/llama.h"
+#include "model/synthetic_tasks.h"
+#include "model/tensor_bridge.h"
+#include "model/tokenizer.h"
+#include "model/trainer.h"
+
+namespace fleet::deltazip {
+namespace {
+
+using model::LlamaConfig;
+using model::LlamaModel;
+
+std::filesystem::path weights_of(const std::filesystem::path& dir) {
+  if (std::filesystem::exists(dir / "model.safetensors.index.json")) return dir / "model.safetensors.index.json";
+  if (std::filesystem::exists(dir / "model.safetensors")) return dir / "model.safetensors";
+  throw InputError(dir.string() + ": no model.safetensors or model.safetensors.index.json");
+}
+
+// Base and target must be the same architecture with the same shapes.
+void check_same_shape(const LlamaConfig& base, const LlamaConfig& target) {
+  auto check = [](const char* field, std::int64_t a, std::int64_t b) {
+    if (a != b)
+      throw InputError(std::string("base and target differ in ") + field + ": " + std::to_string(a) + " vs " +
+                       std::to_string(b));
+  };
+  check("vocab_size", base.vocab_size, target.vocab_size);
+  check("hidden_size", base.hidden_size, target.hidden_size);
+  check("intermediate_size", base.intermediate_size, target.intermediate_size);
+  check("num_hidden_layers", base.num_hidden_layers, target.num_hidden_layers);
+  check("num_attention_heads", base.num_attention_heads, target.num_attention_heads);
+  check("num_key_value_heads", base.num_key_value_heads, target.num_key_value_heads);
+  check("head_dim", base.head_dim, target.head_dim);
+  check("tie_word_embeddings", base.tie_word_embeddings, target.tie_word_embeddings);
+}
+
+torch::Tensor base_tensor(const SafetensorsCheckpoint& base, const std::string& name) {
+  if (!base.contains(name)) throw InputError("the base model has no tensor '" + name + "'");
+  return model::to_torch(base.view(name)).to(torch::kFloat32);
+}
+
+// Calibration sequences [N, T]: windows of the tokenized text.
+torch::Tensor calibration_tokens(const CompressCommand& c, const model::Tokenizer& tokenizer) {
+  std::string text;
+  if (!c.calib.empty()) {
+    text = read_file(c.calib);
+  } else {
+    // The built-in corpus: the base language and every task, interleaved.
+    for (auto task : {model::SyntheticTask::kBase, model::SyntheticTask::kCopy, model::SyntheticTask::kReverse,
+                      model::SyntheticTask::kSort, model::SyntheticTask::kAdd})
+      text += model::make_synthetic_corpus(task, 400, 12345);
+  }
+  auto ids = tokenizer.encode(text, true);
+  const auto needed = static_cast<std::size_t>(c.calib_samples * c.seq_len);
+  if (ids.size() < static_cast<std::size_t>(c.seq_len))
+    throw InputError("the calibration text has " + std::to_string(ids.size()) + " tokens, fewer than --seq-len");
+  std::vector<std::int64_t> flat;
+  flat.reserve(needed);
+  for (std::size_t i = 0; flat.size() < needed; i = (i + 1) % ids.size()) flat.push_back(ids[i]);
+  return torch::tensor(flat, torch::kInt64).view({c.calib_samples, c.seq_len});
+}
+
+torch::Tensor hessian_of(const torch::Tensor& inputs) {
+  auto x = inputs.reshape({-1, inputs.size(-1)}).to(torch::kFloat64);
+  return (2.0 / static_cast<double>(x.size(0)) * x.t().matmul(x)).to(torch::kFloat32);
+}
+
+nlohmann::json settings_json(const CompressCommand& c) {
+  return {{"method", c.method}, {"bits", c.bits}, {"sparsity", c.sparsity}, {"group_size", c.group_size},
+          {"symmetric", c.symmetric}, {"act_order", c.act_order}, {"damp", c.damp}, {"block_size", c.block_size},
+          {"calibration", c.calib.empty() ? std::string("built-in synthetic corpus") : c.calib.filename().string()},
+          {"calib_samples", c.calib_samples}, {"seq_len", c.seq_len}, {"dense_policy", c.dense_policy},
+          {"zstd_level", c.zstd_level}};
+}
+
+void add_dense_tensor(DeltaWriter& writer, const std::string& name, const torch::Tensor& target,
+                      const SafetensorsCheckpoint& base, const std::string& policy) {
+  torch::Tensor stored;
+  DenseKind kind;
+  if (policy == "full") {
+    stored = target.contiguous();
+    kind = DenseKind::kFull;
+  } else {
+    stored = (target.to(torch::kFloat32) - base_tensor(base, name)).to(torch::kHalf).contiguous();
+    kind = DenseKind::kDelta;
+  }
+  auto dtype = model::dtype_of(stored.scalar_type());
+  writer.add_dense(name, kind, dtype, stored.sizes().vec(),
+                   {static_cast<const std::byte*>(stored.data_ptr()), stored.nbytes()});
+}
+
+void set_threads(int threads) {
+  if (threads < 0) throw UsageError("--threads must be >= 0");
+  if (threads > 0) torch::set_num_threads(threads);
+}
+
+}  // namespace
+
+int run_compress(const CompressCommand& c) {
+  set_threads(c.threads);
+  CompressionOptions options;
+  options.bits = c.bits;
+  options.sparsity = SparsityPattern::parse(c.sparsity);
+  options.group_size = c.group_size;
+  options.symmetric = c.symmetric;
+  options.act_order = c.act_order;
+  options.damp = c.damp;
+  options.block_size = c.block_size;
+  options.validate();
+  if (c.method != "obs" && c.method != "rtn") throw UsageError("--method must be obs or rtn");
+  if (c.dense_policy != "delta-zstd" && c.dense_policy != "full") throw UsageError("--dense-policy must be delta-zstd or full");
+  if (c.calib_samples <= 0 || c.seq_len < 2) throw UsageError("--calib-samples and --seq-len must be positive");
+  if (c.zstd_level < 1 || c.zstd_level > 22) throw UsageError("--zstd-level must be 1 to 22");
+  if (std::filesystem::exists(c.output) && !c.force)
+    throw UsageError(c.output.string() + " exists; pass --force to replace it");
+  if (!c.calib.empty() && !std::filesystem::is_regular_file(c.calib)) throw InputError(c.calib.string() + ": no such file");
+
+  // Validate both models before any work.
+  const auto base_config = model::load_llama_config(c.base);
+  auto target = LlamaModel::load(c.target, torch::kFloat32);
+  check_same_shape(base_config, target.config());
+  SafetensorsCheckpoint base(weights_of(c.base));
+  for (const auto& [name, t] : target.named_parameters()) {
+    auto b = base_tensor(base, name);
+    if (b.sizes() != t.sizes()) throw InputError("base and target shapes differ for '" + name + "'");
+  }
+  auto tokenizer = model::Tokenizer::load(c.target);
+  auto tokens = calibration_tokens(c, tokenizer);
+
+  DeltaHeader header;
+  header.settings_json = settings_json(c).dump();
+  header.base_identity = base_identity(c.base);
+  header.config_json = read_file(c.target / "config.json");
+  DeltaWriter writer(c.output, header, c.zstd_level);
+
+  torch::NoGradGuard no_grad;
+  const auto started = std::chrono::steady_clock::now();
+  Progress progress("compress", target.num_layers(), "layers");
+  auto hidden = target.embed(tokens);
+  double obs_error = 0, rtn_error = 0;
+  for (std::size_t l = 0; l < target.num_layers(); ++l) {
+    // Hessians from this layer's inputs in the fine-tuned model whose earlier
+    // layers already carry their compressed deltas.
+    auto inputs = target.layer_inputs(l, hidden);
+    std::map<std::string, torch::Tensor> hessians{{"attention", hessian_of(inputs.attention_in)},
+                                                  {"projection", hessian_of(inputs.projection_in)},
+                                                  {"mlp", hessian_of(inputs.mlp_in)},
+                                                  {"down", hessian_of(inputs.down_in)}};
+    auto& w = target.layer(l);
+    const std::vector<std::tuple<const char*, torch::Tensor*, const char*>> linears{
+        {"self_attn.q_proj.weight", &w.q_proj, "attention"}, {"self_attn.k_proj.weight", &w.k_proj, "attention"},
+        {"self_attn.v_proj.weight", &w.v_proj, "attention"}, {"self_attn.o_proj.weight", &w.o_proj, "projection"},
+        {"mlp.gate_proj.weight", &w.gate_proj, "mlp"},       {"mlp.up_proj.weight", &w.up_proj, "mlp"},
+        {"mlp.down_proj.weight", &w.down_proj, "down"}};
+    for (const auto& [suffix, weight, input] : linears) {
+      const std::string name = "model.layers." + std::to_string(l) + "." + suffix;
+      auto base_w = base_tensor(base, name);
+      auto delta = *weight - base_w;
+      const auto& h = hessians.at(input);
+      auto compressed = c.method == "obs" ? obs_compress(delta, h, options) : rtn_compress(delta, options);
+      writer.add_packed(name, compressed.pack(options));
+      auto error = [&](const torch::Tensor& q) {
+        auto e = (delta - q).to(torch::kFloat64);
+        return torch::trace(e.matmul(h.to(torch::kFloat64)).matmul(e.t())).item<double>();
+      };
+      obs_error += error(compressed.dequantized);
+      if (c.json || spdlog::should_log(spdlog::level::debug)) rtn_error += error(rtn_compress(delta, options).dequantized);
+      weight->copy_(base_w + compressed.dequantized);
+    }
+    hidden = target.layer_inputs(l, hidden).output;
+    progress.advance();
+  }
+  progress.finish();
+  // Embeddings, norms and the LM head.
+  for (const auto& [name, t] : target.named_parameters()) {
+    if (name.find("_proj.weight") != std::string::npos) continue;
+    add_dense_tensor(writer, name, t, base, c.dense_policy);
+  }
+  writer.commit();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  double params = static_cast<double>(target.config().parameter_count());
+  auto size = std::filesystem::file_size(c.output);
+  if (c.json) {
+    nlohmann::json out = {{"output", c.output.string()}, {"bytes", size}, {"seconds", seconds},
+                          {"seconds_per_million_parameters", seconds / (params / 1e6)},
+                          {"weighted_error", obs_error}, {"weighted_error_rtn", rtn_error},
+                          {"settings", settings_json(c)}};
+    std::cout << out.dump(2) << "\n";
+  } else {
+    std::cout << fmt::format("wrote {}: {} bytes ({:.2f}x smaller than the fp16 model), {:.1f} s\n", c.output.string(),
+                             size, 2 * params / static_cast<double>(size), seconds);
+  }
+  return 0;
+}
+
+int run_decompress(const DecompressCommand& c) {
+  DeltaReader reader(c.delta);
+  if (std::filesystem::exists(c.output) && !std::filesystem::is_empty(c.output) && !c.force)
+    throw UsageError(c.output.string() + " exists and is not empty; pass --force to replace it");
+  const auto identity = base_identity(c.base);
+  if (identity != reader.header().base_identity)
+    throw InputError(c.delta.string() + " was made for a base model with identity " + reader.header().base_identity +
+                     ", but " + c.base.string() + " is " + identity + "; refusing to apply it");
+  auto config_doc = parse_json(reader.header().config_json, c.delta.string() + ":config");
+  auto config = model::parse_llama_config(config_doc.root());
+  SafetensorsCheckpoint base(weights_of(c.base));
+  const auto out_type = model::parse_torch_dtype(config.torch_dtype);
+  auto model = LlamaModel::random(config, 0);  // shapes only; every tensor is replaced below
+  std::vector<std::pair<std::string, torch::Tensor>> values;
+  for (const auto& [name, t] : model.named_parameters()) {
+    if (std::binary_search(reader.packed_names().begin(), reader.packed_names().end(), name)) {
+      auto packed = reader.packed(name);
+      auto delta = torch::empty({packed.rows, packed.cols}, torch::kFloat32);
+      unpack_matrix(packed, {delta.data_ptr<float>(), static_cast<std::size_t>(delta.numel())});
+      values.emplace_back(name, base_tensor(base, name) + delta);
+    } else if (std::binary_search(reader.dense_names().begin(), reader.dense_names().end(), name)) {
+      auto entry = reader.dense(name);
+      auto stored = torch::empty(entry.tensor.shape, torch::TensorOptions().dtype(model::torch_scalar_type(entry.tensor.dtype)));
+      std::memcpy(stored.data_ptr(), entry.tensor.data.data(), entry.tensor.data.size());
+      values.emplace_back(name, entry.kind == DenseKind::kFull ? stored.to(torch::kFloat32)
+                                                               : base_tensor(base, name) + stored.to(torch::kFloat32));
+    } else {
+      throw InputError(c.delta.string() + ": no entry for tensor '" + name + "'");
+    }
+  }
+  model.load_parameters(values);
+  write_directory_atomically(c.output, [&](const std::filesystem::path& dir) {
+    model.save(dir, out_type);
+    write_file_atomically(dir / "config.json", reader.header().config_json);
+    for (const auto& f : model::tokenizer_file_names())
+      if (std::filesystem::exists(c.base / f)) std::filesystem::copy_file(c.base / f, dir / f);
+  });
+  spdlog::info("wrote {} (base {} + delta {})", c.output.string(), c.base.string(), c.delta.string());
+  return 0;
+}
+
+int run_inspect(const InspectCommand& c) {
+  DeltaReader reader(c.delta);
+  struct Row {
+    std::string name, kind;
+    std::int64_t elements;
+    std::uint64_t bytes;
+  };
+  std::vector<Row> rows;
+  std::int64_t linear_elements = 0, all_elements = 0;
+  std::uint64_t linear_bytes = 0, all_bytes = 0;
+  for (const auto& n : reader.packed_names()) {
+    auto p = reader.packed(n);
+    rows.push_back({n, fmt::format("{}-bit {}", p.bits, p.sparsity.to_string()), reader.elements(n), reader.stored_bytes(n)});
+    linear_elements += rows.back().elements;
+    linear_bytes += rows.back().bytes;
+  }
+  for (const auto& n : reader.dense_names()) {
+    auto e = reader.dense(n);
+    rows.push_back({n, e.kind == DenseKind::kDelta ? "dense delta" : "full", reader.elements(n), reader.stored_bytes(n)});
+  }
+  for (const auto& r : rows) {
+    all_elements += r.elements;
+    all_bytes += r.bytes;
+  }
+  const auto file_bytes = std::filesystem::file_size(c.delta);
+  auto bpw = [](std::uint64_t bytes, std::int64_t n) { return n ? 8.0 * static_cast<double>(bytes) / static_cast<double>(n) : 0.0; };
+  nlohmann::json settings = nlohmann::json::parse(reader.header().settings_json);
+  if (c.json) {
+    nlohmann::json tensors = nlohmann::json::array();
+    for (const auto& r : rows)
+      tensors.push_back({{"name", r.name}, {"kind", r.kind}, {"elements", r.elements}, {"bytes", r.bytes},
+                         {"bits_per_weight", bpw(r.bytes, r.elements)}});
+    nlohmann::json out = {
+        {"file", c.delta.string()}, {"file_bytes", file_bytes}, {"base_identity", reader.header().base_identity},
+        {"settings", settings}, {"tensors", tensors},
+        {"linear", {{"elements", linear_elements}, {"bytes", linear_bytes}, {"bits_per_weight", bpw(linear_bytes, linear_elements)},
+                    {"ratio_vs_fp16_delta", linear_bytes ? 2.0 * static_cast<double>(linear_elements) / static_cast<double>(linear_bytes) : 0.0}}},
+        {"total", {{"elements", all_elements}, {"bytes", all_bytes}, {"bits_per_weight", bpw(all_bytes, all_elements)},
+                   {"ratio_vs_fp16_model", 2.0 * static_cast<double>(all_elements) / static_cast<double>(file_bytes)}}}};
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << fmt::format("{}: {} bytes, base identity {}\nsettings: {}\n", c.delta.string(), file_bytes,
+                           reader.header().base_identity, settings.dump());
+  std::cout << fmt::format("{:<44} {:<16} {:>12} {:>12} {:>8}\n", "tensor", "stored as", "weights", "bytes", "bits/w");
+  for (const auto& r : rows)
+    std::cout << fmt::format("{:<44} {:<16} {:>12} {:>12} {:>8.3f}\n", r.name, r.kind, r.elements, r.bytes, bpw(r.bytes, r.elements));
+  std::cout << fmt::format("linear layers: {:.3f} bits/weight, {:.2f}x smaller than their fp16 delta\n",
+                           bpw(linear_bytes, linear_elements),
+                           linear_bytes ? 16.0 / bpw(linear_bytes, linear_elements) : 0.0);
+  std::cout << fmt::format("whole file: {:.3f} bits/weight, {:.2f}x smaller than the fp16 model\n",
+                           bpw(file_bytes, all_elements), 2.0 * static_cast<double>(all_elements) / static_cast<double>(file_bytes));
+  return 0;
+}
+
+}  // namespace fleet::deltazip

@@ -1,0 +1,49 @@
+// DeltaZip's pipeline: compress a fine-tuned model as its delta from a base
+// model, layer by layer with calibration; reconstruct it; describe a
+// container. Torch-free header: the programs include it.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace fleet::deltazip {
+
+/// `dz-compress compress`.
+struct CompressCommand {
+  std::filesystem::path base, target, output;
+  int bits = 4;
+  std::string sparsity = "2:4";
+  std::int64_t group_size = -1;
+  bool symmetric = true;
+  bool act_order = false;
+  double damp = 0.01;
+  std::int64_t block_size = 128;
+  std::string method = "obs";            ///< obs or rtn
+  std::filesystem::path calib;           ///< calibration text (default: built-in synthetic corpus)
+  std::int64_t calib_samples = 64;
+  std::int64_t seq_len = 128;
+  std::string dense_policy = "delta-zstd";  ///< or full
+  int zstd_level = 9;
+  int threads = 0;
+  bool force = false;
+  bool json = false;
+};
+int run_compress(const CompressCommand& command);
+
+/// `dz-compress decompress`.
+struct DecompressCommand {
+  std::filesystem::path delta, base, output;
+  bool force = false;
+};
+int run_decompress(const DecompressCommand& command);
+
+/// `dz-compress inspect`.
+struct InspectCommand {
+  std::filesystem::path delta;
+  bool json = false;
+};
+int run_inspect(const InspectCommand& command);
+
+}  // namespace fleet::deltazip
