@@ -62,8 +62,8 @@ done
 echo "base: 250 steps on the base language (templated sentences)"
 "$bin/sailor-run" -q train --model "$models/init" --data "$models/base.txt" -o "$models/base" \
   --steps 250 --batch-size 16 --seq-len 128 --lr 3e-3 --warmup 20
-echo "fine-tunes of the base, side by side: copy (500 steps) and reverse (1000 steps), loss on the answers only"
-for spec in copy:500 reverse:1000; do
+echo "fine-tunes of the base, side by side: copy (700 steps) and reverse (1000 steps), loss on the answers only"
+for spec in copy:700 reverse:1000; do
   task=${spec%%:*} steps=${spec##*:}
   "$bin/sailor-run" -q train --model "$models/base" --data "$models/$task.txt" -o "$models/ft-$task" \
     --steps "$steps" --batch-size 32 --seq-len 28 --lr 1e-3 --warmup 30 --data-mode lines --loss-after " =" \

@@ -56,6 +56,25 @@ int main(int argc, char** argv) {
   ic->add_option("delta", inspect.delta, "Delta container")->required();
   fleet::add_json_flag(ic, &inspect.json);
 
+  fleet::model::CompareCommand compare;
+  std::string base_dir, target_dir, reconstructed_dir;
+  std::vector<std::string> compare_text;
+  CLI::App* cmp = tool.add_command("compare", "Perplexity and task accuracy of base, fine-tune and reconstruction", [&] {
+    compare.models = {{"base", base_dir}, {"target", target_dir}, {"reconstructed", reconstructed_dir}};
+    for (const auto& t : compare_text) compare.text.emplace_back(t);
+    return fleet::model::run_compare(compare);
+  });
+  cmp->add_option("--base", base_dir, "Base model folder")->required();
+  cmp->add_option("--target", target_dir, "Fine-tuned model folder")->required();
+  cmp->add_option("--reconstructed", reconstructed_dir, "Folder written by decompress")->required();
+  cmp->add_option("--text", compare_text, "Text file(s) to score");
+  cmp->add_option("--task", compare.tasks, "Synthetic task(s): copy, reverse, sort, add");
+  cmp->add_option("--samples", compare.samples, "Examples per task")->capture_default_str();
+  cmp->add_option("--seed", compare.seed, "Seed of the task examples")->capture_default_str();
+  cmp->add_option("--window", compare.window, "Tokens per scoring window")->capture_default_str();
+  cmp->add_option("--threads", compare.threads, "CPU threads (0: libtorch's default)");
+  fleet::add_json_flag(cmp, &compare.json);
+
   fleet::model::EvalCommand eval;
   std::vector<std::string> text;
   CLI::App* eval_cmd = tool.add_command("eval", "Perplexity on text and exact-match accuracy on synthetic tasks", [&] {

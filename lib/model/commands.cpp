@@ -91,39 +91,93 @@ int run_make_corpus(const CorpusCommand& c) {
   return 0;
 }
 
-int run_eval(const EvalCommand& c) {
-  set_threads(c.threads);
-  if (c.text.empty() && c.tasks.empty()) throw UsageError("give --text FILE and/or --task NAME");
+namespace {
+
+std::vector<SyntheticTask> parse_tasks(const std::vector<std::string>& names) {
   std::vector<SyntheticTask> tasks;
-  for (const auto& t : c.tasks) {
+  for (const auto& t : names) {
     tasks.push_back(parse_synthetic_task(t));
     if (tasks.back() == SyntheticTask::kBase) throw UsageError("the base language has no accuracy; use --text");
   }
-  for (const auto& f : c.text)
-    if (!std::filesystem::exists(f)) throw InputError(f.string() + ": no such file");
-  auto model = LlamaModel::load(c.model, parse_torch_dtype(c.dtype));
-  auto tokenizer = Tokenizer::load(c.model);
-  nlohmann::json out = {{"model", c.model.string()}};
-  if (!c.text.empty()) {
+  return tasks;
+}
+
+// Perplexity on the texts and accuracy on the tasks of one model folder, as JSON.
+nlohmann::json measure(const std::filesystem::path& folder, torch::ScalarType dtype,
+                       const std::vector<std::filesystem::path>& text, const std::vector<SyntheticTask>& tasks,
+                       std::size_t samples, std::uint64_t seed, std::int64_t window) {
+  auto model = LlamaModel::load(folder, dtype);
+  auto tokenizer = Tokenizer::load(folder);
+  nlohmann::json out = {{"model", folder.string()}, {"tasks", nlohmann::json::array()}};
+  if (!text.empty()) {
     std::vector<std::int64_t> ids;
-    for (const auto& f : c.text) {
+    for (const auto& f : text) {
       auto encoded = tokenizer.encode(read_file(f), true);
       ids.insert(ids.end(), encoded.begin(), encoded.end());
     }
-    auto r = evaluate_perplexity(model, ids, c.window);
+    auto r = evaluate_perplexity(model, ids, window);
     out["text"] = {{"tokens", r.tokens}, {"mean_nll", r.mean_nll}, {"perplexity", r.perplexity}};
-    if (!c.json)
-      std::cout << fmt::format("text: {} tokens, mean NLL {:.4f} nats/token, perplexity {:.3f}\n", r.tokens, r.mean_nll,
-                               r.perplexity);
   }
-  out["tasks"] = nlohmann::json::array();
   for (auto task : tasks) {
-    auto r = evaluate_task(model, tokenizer, task, c.samples, c.seed);
+    auto r = evaluate_task(model, tokenizer, task, samples, seed);
     out["tasks"].push_back({{"task", r.task}, {"correct", r.correct}, {"total", r.total}, {"accuracy", r.accuracy()}});
-    if (!c.json)
-      std::cout << fmt::format("{}: {}/{} exact ({:.1f}%)\n", r.task, r.correct, r.total, 100 * r.accuracy());
   }
-  if (c.json) std::cout << out.dump(2) << "\n";
+  return out;
+}
+
+void check_files(const std::vector<std::filesystem::path>& files) {
+  for (const auto& f : files)
+    if (!std::filesystem::is_regular_file(f)) throw InputError(f.string() + ": no such file");
+}
+
+}  // namespace
+
+int run_eval(const EvalCommand& c) {
+  set_threads(c.threads);
+  if (c.text.empty() && c.tasks.empty()) throw UsageError("give --text FILE and/or --task NAME");
+  auto tasks = parse_tasks(c.tasks);
+  check_files(c.text);
+  auto out = measure(c.model, parse_torch_dtype(c.dtype), c.text, tasks, c.samples, c.seed, c.window);
+  if (c.json) {
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  if (out.contains("text"))
+    std::cout << fmt::format("text: {} tokens, mean NLL {:.4f} nats/token, perplexity {:.3f}\n",
+                             out["text"]["tokens"].get<std::int64_t>(), out["text"]["mean_nll"].get<double>(),
+                             out["text"]["perplexity"].get<double>());
+  for (const auto& t : out["tasks"])
+    std::cout << fmt::format("{}: {}/{} exact ({:.1f}%)\n", t["task"].get<std::string>(), t["correct"].get<std::size_t>(),
+                             t["total"].get<std::size_t>(), 100 * t["accuracy"].get<double>());
+  return 0;
+}
+
+int run_compare(const CompareCommand& c) {
+  set_threads(c.threads);
+  if (c.text.empty() && c.tasks.empty()) throw UsageError("give --text FILE and/or --task NAME");
+  auto tasks = parse_tasks(c.tasks);
+  check_files(c.text);
+  for (const auto& [label, folder] : c.models) load_llama_config(folder);  // every folder valid before any work
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& [label, folder] : c.models) {
+    auto row = measure(folder, torch::kFloat32, c.text, tasks, c.samples, c.seed, c.window);
+    row["label"] = label;
+    rows.push_back(row);
+  }
+  if (c.json) {
+    std::cout << nlohmann::json{{"models", rows}}.dump(2) << "\n";
+    return 0;
+  }
+  std::string header = fmt::format("{:<16}", "model");
+  if (!c.text.empty()) header += fmt::format(" {:>12}", "perplexity");
+  for (const auto& t : c.tasks) header += fmt::format(" {:>10}", t + " %");
+  std::cout << header << "\n";
+  for (const auto& row : rows) {
+    std::string line = fmt::format("{:<16}", row["label"].get<std::string>());
+    if (row.contains("text")) line += fmt::format(" {:>12.3f}", row["text"]["perplexity"].get<double>());
+    for (const auto& t : row["tasks"]) line += fmt::format(" {:>10.1f}", 100 * t["accuracy"].get<double>());
+    std::cout << line << "\n";
+  }
   return 0;
 }
 

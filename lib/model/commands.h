@@ -55,4 +55,17 @@ struct EvalCommand {
 };
 int run_eval(const EvalCommand& command);
 
+/// `dz-compress compare`: perplexity and task accuracy of several models side by side.
+struct CompareCommand {
+  std::vector<std::pair<std::string, std::filesystem::path>> models;  ///< label, folder
+  std::vector<std::filesystem::path> text;
+  std::vector<std::string> tasks;
+  std::size_t samples = 100;
+  std::uint64_t seed = 1;
+  std::int64_t window = 256;
+  int threads = 0;
+  bool json = false;
+};
+int run_compare(const CompareCommand& command);
+
 }  // namespace fleet::model

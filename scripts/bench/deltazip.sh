@@ -15,7 +15,7 @@ acc() { "$bin/dz-compress" -q eval --model "$1" --task copy --samples 200 --json
   sed -n 's/.*"accuracy": \([0-9.]*\).*/\1/p' | awk '{ printf "%.1f", $1 * 100 }'; }
 echo "copy accuracy: base $(acc "$models/base") %, uncompressed fine-tune $(acc "$models/ft-copy") %"
 printf '%-7s %-6s %-7s %12s %12s %14s %10s %9s %10s\n' bits sparse method "linear b/w" "linear x" "file x fp16" "H-error" "acc %" "s/M param"
-for setting in "2 2:4" "3 2:4" "4 2:4" "4 none" "8 none"; do
+for setting in "2 2:4" "2 4:8" "3 2:4" "4 2:4" "4 none" "8 none"; do
   set -- $setting
   for method in obs rtn; do
     out=$("$bin/dz-compress" -q compress --base "$models/base" --target "$models/ft-copy" -o "$tmp/d.h5" --force \

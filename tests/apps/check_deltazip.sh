@@ -15,7 +15,7 @@ run "$bin/sailor-run" -q make-corpus --task base --lines 4000 --seed 7 -o "$tmp/
 run "$bin/sailor-run" -q make-corpus --task copy --lines 4000 --seed 7 -o "$tmp/copy.txt"
 run "$bin/sailor-run" -q train --model "$tmp/init" --data "$tmp/base.txt" -o "$tmp/base" --steps 250 \
   --batch-size 16 --seq-len 128 --lr 3e-3 --warmup 20
-run "$bin/sailor-run" -q train --model "$tmp/base" --data "$tmp/copy.txt" -o "$tmp/ft" --steps 500 --batch-size 32 \
+run "$bin/sailor-run" -q train --model "$tmp/base" --data "$tmp/copy.txt" -o "$tmp/ft" --steps 700 --batch-size 32 \
   --seq-len 28 --lr 1e-3 --warmup 30 --data-mode lines --loss-after " =" --threads 1
 
 accuracy() {  # accuracy MODEL -> percent of 200 copy examples
@@ -30,6 +30,10 @@ base_acc=$(accuracy "$tmp/base") ft_acc=$(accuracy "$tmp/ft") rec_acc=$(accuracy
 echo "copy accuracy: base $base_acc %, fine-tune $ft_acc %, reconstructed from 4-bit 2:4 delta $rec_acc %"
 awk -v f="$ft_acc" -v r="$rec_acc" -v b="$base_acc" 'BEGIN { exit !(f >= 80 && r >= f - 2 && r > b + 50) }' ||
   fail "accuracy: base $base_acc, fine-tune $ft_acc, reconstructed $rec_acc"
+
+run "$bin/dz-compress" -q compare --base "$tmp/base" --target "$tmp/ft" --reconstructed "$tmp/rec" \
+  --text "$tmp/base.txt" --task copy --samples 20 --threads 1
+grep -q "^reconstructed  *[0-9.]*  *[0-9.]*$" "$tmp/out" || fail "compare table: $(cat "$tmp/out")"
 
 run "$bin/dz-compress" inspect "$tmp/delta.h5"
 grep -q "^linear layers: [0-9.]* bits/weight" "$tmp/out" || fail "inspect: $(cat "$tmp/out")"
