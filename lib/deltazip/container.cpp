@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/safetensors.h"
+#include "model/llama_config.h"
 
 namespace fleet::deltazip {
 namespace {
@@ -164,10 +165,7 @@ std::string base_identity(const std::filesystem::path& model_dir) {
   auto config = model_dir / "config.json";
   if (!std::filesystem::is_regular_file(config)) throw InputError(config.string() + ": no such file");
   fnv.add(read_file(config));
-  std::filesystem::path weights = std::filesystem::exists(model_dir / "model.safetensors.index.json")
-                                      ? model_dir / "model.safetensors.index.json"
-                                      : model_dir / "model.safetensors";
-  SafetensorsCheckpoint checkpoint(weights);
+  SafetensorsCheckpoint checkpoint(model::model_weights_path(model_dir));
   for (const auto& name : checkpoint.names()) {
     const auto& info = checkpoint.info(name);
     fnv.add(name);

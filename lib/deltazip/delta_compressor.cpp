@@ -17,6 +17,7 @@
 #include "common/safetensors.h"
 #include "deltazip/container.h"
 #include "deltazip/obs_compressor.h"
+#include "model/commands.h"
 #include "model/llama.h"
 #include "model/synthetic_tasks.h"
 #include "model/tensor_bridge.h"
@@ -28,12 +29,6 @@ namespace {
 
 using model::LlamaConfig;
 using model::LlamaModel;
-
-std::filesystem::path weights_of(const std::filesystem::path& dir) {
-  if (std::filesystem::exists(dir / "model.safetensors.index.json")) return dir / "model.safetensors.index.json";
-  if (std::filesystem::exists(dir / "model.safetensors")) return dir / "model.safetensors";
-  throw InputError(dir.string() + ": no model.safetensors or model.safetensors.index.json");
-}
 
 // Base and target must be the same architecture with the same shapes.
 void check_same_shape(const LlamaConfig& base, const LlamaConfig& target) {
@@ -107,15 +102,10 @@ void add_dense_tensor(DeltaWriter& writer, const std::string& name, const torch:
                    {static_cast<const std::byte*>(stored.data_ptr()), stored.nbytes()});
 }
 
-void set_threads(int threads) {
-  if (threads < 0) throw UsageError("--threads must be >= 0");
-  if (threads > 0) torch::set_num_threads(threads);
-}
-
 }  // namespace
 
 int run_compress(const CompressCommand& c) {
-  set_threads(c.threads);
+  model::set_cpu_threads(c.threads);
   CompressionOptions options;
   options.bits = c.bits;
   options.sparsity = SparsityPattern::parse(c.sparsity);
@@ -137,7 +127,7 @@ int run_compress(const CompressCommand& c) {
   const auto base_config = model::load_llama_config(c.base);
   auto target = LlamaModel::load(c.target, torch::kFloat32);
   check_same_shape(base_config, target.config());
-  SafetensorsCheckpoint base(weights_of(c.base));
+  SafetensorsCheckpoint base(model::model_weights_path(c.base));
   for (const auto& [name, t] : target.named_parameters()) {
     auto b = base_tensor(base, name);
     if (b.sizes() != t.sizes()) throw InputError("base and target shapes differ for '" + name + "'");
@@ -221,9 +211,9 @@ int run_decompress(const DecompressCommand& c) {
                      ", but " + c.base.string() + " is " + identity + "; refusing to apply it");
   auto config_doc = parse_json(reader.header().config_json, c.delta.string() + ":config");
   auto config = model::parse_llama_config(config_doc.root());
-  SafetensorsCheckpoint base(weights_of(c.base));
+  SafetensorsCheckpoint base(model::model_weights_path(c.base));
   const auto out_type = model::parse_torch_dtype(config.torch_dtype);
-  auto model = LlamaModel::random(config, 0);  // shapes only; every tensor is replaced below
+  auto model = LlamaModel::uninitialized(config);  // every tensor is filled below
   std::vector<std::pair<std::string, torch::Tensor>> values;
   for (const auto& [name, t] : model.named_parameters()) {
     if (std::binary_search(reader.packed_names().begin(), reader.packed_names().end(), name)) {
@@ -245,8 +235,7 @@ int run_decompress(const DecompressCommand& c) {
   write_directory_atomically(c.output, [&](const std::filesystem::path& dir) {
     model.save(dir, out_type);
     write_file_atomically(dir / "config.json", reader.header().config_json);
-    for (const auto& f : model::tokenizer_file_names())
-      if (std::filesystem::exists(c.base / f)) std::filesystem::copy_file(c.base / f, dir / f);
+    model::copy_tokenizer_files(c.base, dir);
   });
   spdlog::info("wrote {} (base {} + delta {})", c.output.string(), c.base.string(), c.delta.string());
   return 0;

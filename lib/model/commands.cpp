@@ -18,11 +18,6 @@
 namespace fleet::model {
 namespace {
 
-void set_threads(int threads) {
-  if (threads < 0) throw UsageError("--threads must be >= 0");
-  if (threads > 0) torch::set_num_threads(threads);
-}
-
 bool is_nonempty_directory(const std::filesystem::path& p) {
   return std::filesystem::is_directory(p) && !std::filesystem::is_empty(p);
 }
@@ -39,6 +34,11 @@ std::string tokenizer_config_json(const Tokenizer& tokenizer, const LlamaConfig&
 }
 
 }  // namespace
+
+void set_cpu_threads(int threads) {
+  if (threads < 0) throw UsageError("--threads must be >= 0");
+  if (threads > 0) torch::set_num_threads(threads);
+}
 
 int run_init(const InitCommand& c) {
   if (c.preset.empty() == c.config.empty()) throw UsageError("give exactly one of --preset or --config");
@@ -67,7 +67,7 @@ int run_init(const InitCommand& c) {
 }
 
 int run_train(const TrainCommand& c) {
-  set_threads(c.threads);
+  set_cpu_threads(c.threads);
   if (!c.job.resume && c.job.model.empty()) throw UsageError("give --model (or --resume)");
   auto result = train(c.job);
   if (c.json) {
@@ -133,7 +133,7 @@ void check_files(const std::vector<std::filesystem::path>& files) {
 }  // namespace
 
 int run_eval(const EvalCommand& c) {
-  set_threads(c.threads);
+  set_cpu_threads(c.threads);
   if (c.text.empty() && c.tasks.empty()) throw UsageError("give --text FILE and/or --task NAME");
   auto tasks = parse_tasks(c.tasks);
   check_files(c.text);
@@ -153,7 +153,7 @@ int run_eval(const EvalCommand& c) {
 }
 
 int run_compare(const CompareCommand& c) {
-  set_threads(c.threads);
+  set_cpu_threads(c.threads);
   if (c.text.empty() && c.tasks.empty()) throw UsageError("give --text FILE and/or --task NAME");
   auto tasks = parse_tasks(c.tasks);
   check_files(c.text);

@@ -12,6 +12,9 @@
 
 namespace fleet::model {
 
+/// Sets libtorch's CPU threads (0: keep its default); UsageError when negative.
+void set_cpu_threads(int threads);
+
 /// `sailor-run init`: a randomly initialised model folder.
 struct InitCommand {
   std::string preset;                  ///< built-in config name, or

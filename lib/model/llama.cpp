@@ -134,39 +134,41 @@ LlamaModel::LlamaModel(LlamaConfig config, torch::ScalarType dtype) : config_(st
   inv_freq_ = 1.0 / torch::pow(config_.rope_theta, exponent);
 }
 
+// Fills a model's parameters in the order of expected_shapes() with make(shape).
+template <typename Make>
+void LlamaModel::allocate(Make&& make) {
+  auto shapes = expected_shapes(config_);
+  std::size_t next = 0;
+  auto take = [&] { return make(shapes[next++].second); };
+  embed_tokens_ = take();
+  layers_.resize(static_cast<std::size_t>(config_.num_hidden_layers));
+  for (auto& layer : layers_) for_each_layer_tensor(layer, [&](const char*, torch::Tensor& t) { t = take(); });
+  norm_ = take();
+  lm_head_ = config_.tie_word_embeddings ? embed_tokens_ : take();
+}
+
 LlamaModel LlamaModel::random(const LlamaConfig& config, std::uint64_t seed, torch::ScalarType dtype) {
   config.validate("config");
   LlamaModel m(config, dtype);
   auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
-  const double std = config.initializer_range;
-  auto normal = [&](std::vector<std::int64_t> shape) {
-    return torch::empty(shape, torch::kFloat32).normal_(0.0, std, generator).to(dtype);
-  };
-  auto ones = [&](std::int64_t n) { return torch::ones({n}, torch::TensorOptions().dtype(dtype)); };
-  // Drawn in the order of expected_shapes(), so a seed always gives the same weights.
-  auto shapes = expected_shapes(config);
-  std::size_t next = 0;
-  auto take = [&] {
-    const auto& shape = shapes[next++].second;
-    return shape.size() == 1 ? ones(shape[0]) : normal(shape);
-  };
-  m.embed_tokens_ = take();
-  m.layers_.resize(static_cast<std::size_t>(config.num_hidden_layers));
-  for (auto& layer : m.layers_) for_each_layer_tensor(layer, [&](const char*, torch::Tensor& t) { t = take(); });
-  m.norm_ = take();
-  m.lm_head_ = config.tie_word_embeddings ? m.embed_tokens_ : take();
+  // Drawn in a fixed order, so a seed always gives the same weights; norms start at 1.
+  m.allocate([&](const std::vector<std::int64_t>& shape) {
+    if (shape.size() == 1) return torch::ones(shape, torch::TensorOptions().dtype(dtype));
+    return torch::empty(shape, torch::kFloat32).normal_(0.0, config.initializer_range, generator).to(dtype);
+  });
+  return m;
+}
+
+LlamaModel LlamaModel::uninitialized(const LlamaConfig& config, torch::ScalarType dtype) {
+  config.validate("config");
+  LlamaModel m(config, dtype);
+  m.allocate([&](const std::vector<std::int64_t>& shape) { return torch::empty(shape, torch::TensorOptions().dtype(dtype)); });
   return m;
 }
 
 LlamaModel LlamaModel::load(const std::filesystem::path& dir, torch::ScalarType dtype, torch::Device device) {
   LlamaConfig config = load_llama_config(dir);
-  std::filesystem::path weights = dir;
-  if (std::filesystem::exists(dir / "model.safetensors.index.json"))
-    weights = dir / "model.safetensors.index.json";
-  else if (std::filesystem::exists(dir / "model.safetensors"))
-    weights = dir / "model.safetensors";
-  else
-    throw InputError(dir.string() + ": no model.safetensors or model.safetensors.index.json");
+  const auto weights = model_weights_path(dir);
   SafetensorsCheckpoint checkpoint(weights);
 
   LlamaModel m(config, dtype);

@@ -60,6 +60,9 @@ class LlamaModel {
   /// A freshly initialised model: normal(0, initializer_range) weights, unit
   /// norms, from a seeded generator (same seed, same weights).
   static LlamaModel random(const LlamaConfig& config, std::uint64_t seed, torch::ScalarType dtype = torch::kFloat32);
+  /// A model of the config's shapes with uninitialised weights, for callers
+  /// that fill every parameter (load_parameters).
+  static LlamaModel uninitialized(const LlamaConfig& config, torch::ScalarType dtype = torch::kFloat32);
 
   /// Writes config.json and model.safetensors (sharded above 4 GiB) into
   /// `dir` (which must exist), weights converted to `dtype` (default: the
@@ -110,6 +113,8 @@ class LlamaModel {
  private:
   struct CacheStep;
   LlamaModel(LlamaConfig config, torch::ScalarType dtype);
+  template <typename Make>
+  void allocate(Make&& make);
   torch::Tensor run_layers(torch::Tensor hidden, const torch::Tensor& positions, CacheStep* cache_step) const;
   // Attention output before o_proj, [B, T, heads * head_dim].
   torch::Tensor attention(std::size_t layer, const torch::Tensor& x, const torch::Tensor& cos,

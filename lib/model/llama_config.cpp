@@ -89,6 +89,12 @@ LlamaConfig load_llama_config(const std::filesystem::path& path) {
   return parse_llama_config(doc.root());
 }
 
+std::filesystem::path model_weights_path(const std::filesystem::path& dir) {
+  if (std::filesystem::exists(dir / "model.safetensors.index.json")) return dir / "model.safetensors.index.json";
+  if (std::filesystem::exists(dir / "model.safetensors")) return dir / "model.safetensors";
+  throw InputError(dir.string() + ": no model.safetensors or model.safetensors.index.json");
+}
+
 std::string llama_config_json(const LlamaConfig& c) {
   nlohmann::ordered_json j = {
       {"architectures", {"LlamaForCausalLM"}},

@@ -39,6 +39,9 @@ struct LlamaConfig {
 /// another architecture, a missing field, or a value this implementation does
 /// not support (rope_scaling, attention/MLP biases, activations other than SiLU).
 LlamaConfig load_llama_config(const std::filesystem::path& path);
+/// The weights of a model folder: model.safetensors.index.json when sharded,
+/// else model.safetensors; InputError when neither exists.
+std::filesystem::path model_weights_path(const std::filesystem::path& dir);
 /// Parses config.json text; `source` names it in errors.
 LlamaConfig parse_llama_config(const JsonValue& root);
 /// The config.json text `transformers` reads back as the same model.

@@ -192,14 +192,14 @@ double clip_gradients(const std::vector<std::pair<std::string, torch::Tensor>>& 
   return norm;
 }
 
+}  // namespace
+
 void copy_tokenizer_files(const std::filesystem::path& from, const std::filesystem::path& to) {
   for (const auto& name : tokenizer_file_names()) {
     if (std::filesystem::exists(from / name))
       std::filesystem::copy_file(from / name, to / name, std::filesystem::copy_options::overwrite_existing);
   }
 }
-
-}  // namespace
 
 const std::vector<std::string>& tokenizer_file_names() {
   static const std::vector<std::string> names{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",

@@ -63,5 +63,7 @@ TrainResult train(const TrainJob& job);
 
 /// Files a model folder carries besides weights and config.
 const std::vector<std::string>& tokenizer_file_names();
+/// Copies those of them that exist in `from` into `to` (replacing).
+void copy_tokenizer_files(const std::filesystem::path& from, const std::filesystem::path& to);
 
 }  // namespace fleet::model
