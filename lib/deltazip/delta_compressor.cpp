@@ -128,9 +128,10 @@ int run_compress(const CompressCommand& c) {
   auto target = LlamaModel::load(c.target, torch::kFloat32);
   check_same_shape(base_config, target.config());
   SafetensorsCheckpoint base(model::model_weights_path(c.base));
+  // Shapes from the headers alone: no tensor data is read before the work starts.
   for (const auto& [name, t] : target.named_parameters()) {
-    auto b = base_tensor(base, name);
-    if (b.sizes() != t.sizes()) throw InputError("base and target shapes differ for '" + name + "'");
+    if (!base.contains(name)) throw InputError("the base model has no tensor '" + name + "'");
+    if (base.info(name).shape != t.sizes().vec()) throw InputError("base and target shapes differ for '" + name + "'");
   }
   auto tokenizer = model::Tokenizer::load(c.target);
   auto tokens = calibration_tokens(c, tokenizer);
