@@ -14,7 +14,8 @@ scripts/install-deps.sh
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 [ -f "$build/CMakeCache.txt" ] || cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j "${FLEET_JOBS:-2}" >/dev/null
+echo "=== building in $build (a few minutes the first time; ccache makes rebuilds quick)"
+cmake --build "$build" -j "${FLEET_JOBS:-2}"
 bin="$root/$build/bin"
 out="$root/$build/demo"
 mkdir -p "$out"
@@ -61,7 +62,7 @@ done
 "$bin/sailor-run" -q make-corpus --task base --lines 300 --seed 99 -o "$models/base-heldout.txt"
 echo "base: 250 steps on the base language (templated sentences)"
 "$bin/sailor-run" -q train --model "$models/init" --data "$models/base.txt" -o "$models/base" \
-  --steps 250 --batch-size 16 --seq-len 128 --lr 3e-3 --warmup 20
+  --steps 250 --batch-size 16 --seq-len 128 --lr 3e-3 --warmup 20 --threads 1
 echo "fine-tunes of the base, side by side: copy (700 steps) and reverse (1000 steps), loss on the answers only"
 for spec in copy:700 reverse:1000; do
   task=${spec%%:*} steps=${spec##*:}
@@ -73,7 +74,7 @@ wait
 for model in base ft-copy ft-reverse; do
   echo "--- $model"
   "$bin/dz-compress" -q eval --model "$models/$model" --text "$models/base-heldout.txt" --task copy --task reverse \
-    --samples 100
+    --samples 100 --threads 1
 done
 echo "model folders (Hugging Face layout, transformers loads them): $models"
 
@@ -81,10 +82,10 @@ echo
 echo "=== dz-compress: the copy fine-tune as a 4-bit 2:4 delta from the base, against round-to-nearest"
 for method in obs rtn; do
   "$bin/dz-compress" -q compress --base "$models/base" --target "$models/ft-copy" -o "$models/copy-$method.h5" \
-    --bits 4 --sparsity 2:4 --calib "$models/copy.txt" --method "$method"
+    --bits 4 --sparsity 2:4 --calib "$models/copy.txt" --method "$method" --threads 1
   "$bin/dz-compress" -q decompress "$models/copy-$method.h5" --base "$models/base" -o "$models/copy-from-$method"
   echo "--- reconstructed from the $method delta"
-  "$bin/dz-compress" -q eval --model "$models/copy-from-$method" --task copy --samples 100
+  "$bin/dz-compress" -q eval --model "$models/copy-from-$method" --task copy --samples 100 --threads 1
 done
 "$bin/dz-compress" inspect "$models/copy-obs.h5" | tail -n 2
 

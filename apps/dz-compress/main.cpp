@@ -20,25 +20,33 @@ int main(int argc, char** argv) {
   cc->add_option("--base", compress.base, "Base model folder")->required();
   cc->add_option("--target", compress.target, "Fine-tuned model folder (same architecture and shapes)")->required();
   cc->add_option("-o,--output", compress.output, "Delta container to write (.h5)")->required();
-  cc->add_option("--bits", compress.bits, "Bits per kept weight: 2, 3, 4 or 8")->capture_default_str();
+  cc->add_option("--bits", compress.bits, "Bits per kept weight: 2, 3, 4 or 8")->capture_default_str()
+      ->check(fleet::in_range(2, 8));
   cc->add_option("--sparsity", compress.sparsity, "none, N:M (N of every M pruned, e.g. 2:4) or a pruned fraction")
       ->capture_default_str();
   cc->add_option("--group-size", compress.group_size, "Input columns per scale (-1: one scale per row)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(fleet::in_range(-1, 1e6));
   cc->add_flag("--sym,!--asym", compress.symmetric, "Symmetric (default) or asymmetric quantization grid");
   cc->add_flag("--act-order", compress.act_order, "Process columns by descending Hessian diagonal");
-  cc->add_option("--damp", compress.damp, "Diagonal damping, fraction of the mean diagonal")->capture_default_str();
-  cc->add_option("--block-size", compress.block_size, "Columns per OBS block")->capture_default_str();
+  cc->add_option("--damp", compress.damp, "Diagonal damping, fraction of the mean diagonal")->capture_default_str()
+      ->check(fleet::in_range(0, 1));
+  cc->add_option("--block-size", compress.block_size, "Columns per OBS block")->capture_default_str()
+      ->check(fleet::in_range(1, 65536));
   cc->add_option("--method", compress.method, "obs (SparseGPT + GPTQ) or rtn (round to nearest, magnitude pruning)")
       ->capture_default_str();
   cc->add_option("--calib", compress.calib, "Calibration text (default: the built-in synthetic corpus)");
-  cc->add_option("--calib-samples", compress.calib_samples, "Calibration sequences")->capture_default_str();
-  cc->add_option("--seq-len", compress.seq_len, "Tokens per calibration sequence")->capture_default_str();
+  cc->add_option("--calib-samples", compress.calib_samples, "Calibration sequences")->capture_default_str()
+      ->check(fleet::in_range(1, 1e5));
+  cc->add_option("--seq-len", compress.seq_len, "Tokens per calibration sequence")->capture_default_str()
+      ->check(fleet::in_range(2, 1e6));
   cc->add_option("--dense-policy", compress.dense_policy,
                  "Embeddings, norms, LM head: delta-zstd (float16 delta) or full (fine-tuned tensor)")
       ->capture_default_str();
-  cc->add_option("--zstd-level", compress.zstd_level, "zstd level of the lossless stage (1-22)")->capture_default_str();
-  cc->add_option("--threads", compress.threads, "CPU threads (0: libtorch's default)");
+  cc->add_option("--zstd-level", compress.zstd_level, "zstd level of the lossless stage (1-22)")->capture_default_str()
+      ->check(fleet::in_range(1, 22));
+  cc->add_option("--threads", compress.threads, "CPU threads (0: libtorch's default)")
+      ->check(fleet::in_range(0, 1024));
   cc->add_flag("--force", compress.force, "Replace an existing output");
   fleet::add_json_flag(cc, &compress.json);
 
@@ -69,10 +77,14 @@ int main(int argc, char** argv) {
   cmp->add_option("--reconstructed", reconstructed_dir, "Folder written by decompress")->required();
   cmp->add_option("--text", compare_text, "Text file(s) to score");
   cmp->add_option("--task", compare.tasks, "Synthetic task(s): copy, reverse, sort, add");
-  cmp->add_option("--samples", compare.samples, "Examples per task")->capture_default_str();
-  cmp->add_option("--seed", compare.seed, "Seed of the task examples")->capture_default_str();
-  cmp->add_option("--window", compare.window, "Tokens per scoring window")->capture_default_str();
-  cmp->add_option("--threads", compare.threads, "CPU threads (0: libtorch's default)");
+  cmp->add_option("--samples", compare.samples, "Examples per task")->capture_default_str()
+      ->check(fleet::in_range(1, 1e6));
+  cmp->add_option("--seed", compare.seed, "Seed of the task examples")->capture_default_str()
+      ->check(fleet::in_range(0, 9.2e18));
+  cmp->add_option("--window", compare.window, "Tokens per scoring window")->capture_default_str()
+      ->check(fleet::in_range(2, 1e6));
+  cmp->add_option("--threads", compare.threads, "CPU threads (0: libtorch's default)")
+      ->check(fleet::in_range(0, 1024));
   fleet::add_json_flag(cmp, &compare.json);
 
   fleet::model::EvalCommand eval;
@@ -84,11 +96,15 @@ int main(int argc, char** argv) {
   eval_cmd->add_option("--model", eval.model, "Model folder (Hugging Face layout)")->required();
   eval_cmd->add_option("--text", text, "Text file(s) to score");
   eval_cmd->add_option("--task", eval.tasks, "Synthetic task(s) to measure: copy, reverse, sort, add");
-  eval_cmd->add_option("--samples", eval.samples, "Examples per task")->capture_default_str();
-  eval_cmd->add_option("--seed", eval.seed, "Seed of the task examples")->capture_default_str();
-  eval_cmd->add_option("--window", eval.window, "Tokens per scoring window")->capture_default_str();
+  eval_cmd->add_option("--samples", eval.samples, "Examples per task")->capture_default_str()
+      ->check(fleet::in_range(1, 1e6));
+  eval_cmd->add_option("--seed", eval.seed, "Seed of the task examples")->capture_default_str()
+      ->check(fleet::in_range(0, 9.2e18));
+  eval_cmd->add_option("--window", eval.window, "Tokens per scoring window")->capture_default_str()
+      ->check(fleet::in_range(2, 1e6));
   eval_cmd->add_option("--dtype", eval.dtype, "Compute dtype: float32 or bfloat16")->capture_default_str();
-  eval_cmd->add_option("--threads", eval.threads, "CPU threads (0: libtorch's default)");
+  eval_cmd->add_option("--threads", eval.threads, "CPU threads (0: libtorch's default)")
+      ->check(fleet::in_range(0, 1024));
   fleet::add_json_flag(eval_cmd, &eval.json);
 #endif
   return tool.run(argc, argv);

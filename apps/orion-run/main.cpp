@@ -29,14 +29,18 @@ int main(int argc, char** argv) {
   simulate->add_option("--trace", trace, "Write a Chrome/Perfetto timeline of the (first) policy's run");
   simulate->add_option("--csv", csv, "Write the comparison table as CSV");
   simulate->add_option("--latencies", latencies, "Write every measured latency as CSV (for CDF plots)");
-  simulate->add_option("--seed", seed, "Override the workload's random seed (arrivals)");
-  simulate->add_option("--requests", requests, "Override the request count of bounded clients");
+  simulate->add_option("--seed", seed, "Override the workload's random seed (arrivals)")
+      ->check(fleet::in_range(0, 9.2e18));
+  simulate->add_option("--requests", requests, "Override the request count of bounded clients")
+      ->check(fleet::in_range(1, 1e7));
   simulate->add_option("--dur-threshold", sim.dur_threshold,
                        "orion: outstanding best-effort work cap, as a fraction of the HP request latency")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(fleet::in_range(1e-9, 1));
   simulate->add_option("--sm-threshold", sim.sm_threshold,
                        "orion: largest SM need of a best-effort kernel during HP requests (-1: Orion's default)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(fleet::in_range(-1, 1e6));
   fleet::add_json_flag(simulate, &sim.json);
   return tool.run(argc, argv);
 }

@@ -31,8 +31,10 @@ int main(int argc, char** argv) {
   imp->add_option("-o,--output", import.output_dir, "Folder to write model/profile/cluster/job.json into")->required();
   imp->add_option("--price", import.prices, "GPU=USD per GPU-hour (repeatable; defaults: A100-40 3.67, V100-16 2.80, GH-96 11.06)");
   imp->add_option("--quota", import.quotas, "GPU@ZONE=N extra GPUs available (repeatable)");
-  imp->add_option("--global-batch", import.global_batch, "Global batch (default: the model's training config)");
-  imp->add_option("--seq-len", import.sequence_length, "Sequence length (default: the model's training config)");
+  imp->add_option("--global-batch", import.global_batch, "Global batch (default: the model's training config)")
+      ->check(fleet::in_range(1, 1e7));
+  imp->add_option("--seq-len", import.sequence_length, "Sequence length (default: the model's training config)")
+      ->check(fleet::in_range(1, 1e7));
 
   fleet::sailor::ImportHfCommand import_hf;
   CLI::App* hf = tool.add_command("import-hf", "Derive the planner's model.json from a Hugging Face config.json",
@@ -41,7 +43,8 @@ int main(int argc, char** argv) {
                                              "GPT-NeoX or GPT-Neo")
       ->required();
   hf->add_option("-o,--output", import_hf.output, "model.json to write")->required();
-  hf->add_option("--seq-len", import_hf.sequence_length, "Training sequence length")->capture_default_str();
+  hf->add_option("--seq-len", import_hf.sequence_length, "Training sequence length")->capture_default_str()
+      ->check(fleet::in_range(1, 1e7));
   hf->add_option("--name", import_hf.name, "Model name (default: the config's folder name)");
 
   fleet::sailor::SimulateCommand sim;
@@ -64,11 +67,16 @@ int main(int argc, char** argv) {
   add_input_options(search_cmd, search.paths);
   search_cmd->add_option("--objective", search.objective, "throughput (iterations/s) or cost ($/iteration)")
       ->capture_default_str();
-  search_cmd->add_option("--max-cost-per-iter", search.max_cost_per_iter, "Upper bound on $ per iteration (0: none)");
-  search_cmd->add_option("--min-throughput", search.min_throughput, "Lower bound on iterations/s (0: none)");
-  search_cmd->add_option("--max-gpus", search.max_gpus, "Use at most this many GPUs (0: no limit)");
-  search_cmd->add_option("--top", search.top, "List the K best plans")->capture_default_str();
-  search_cmd->add_option("--max-stages", search.max_stages, "Largest pipeline degree tried")->capture_default_str();
+  search_cmd->add_option("--max-cost-per-iter", search.max_cost_per_iter, "Upper bound on $ per iteration (0: none)")
+      ->check(fleet::in_range(0, 1e12));
+  search_cmd->add_option("--min-throughput", search.min_throughput, "Lower bound on iterations/s (0: none)")
+      ->check(fleet::in_range(0, 1e9));
+  search_cmd->add_option("--max-gpus", search.max_gpus, "Use at most this many GPUs (0: no limit)")
+      ->check(fleet::in_range(0, 1e7));
+  search_cmd->add_option("--top", search.top, "List the K best plans")->capture_default_str()
+      ->check(fleet::in_range(1, 1000));
+  search_cmd->add_option("--max-stages", search.max_stages, "Largest pipeline degree tried")->capture_default_str()
+      ->check(fleet::in_range(1, 1024));
   search_cmd->add_flag("--exhaustive", search.exhaustive,
                        "Every stage-to-GPU-pool sequence, layer split and DP degree (small clusters only)");
   search_cmd->add_option("-o,--output", search_output, "Write the best plan (with predictions) to this file");

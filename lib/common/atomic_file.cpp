@@ -9,10 +9,13 @@
 #include <cerrno>
 #include <cstring>
 #include <cstdlib>
+#include <iostream>
 #include <string>
+#include <memory>
 #include <vector>
 
 #include "common/error.h"
+#include "common/file_io.h"
 
 namespace fleet {
 
@@ -27,6 +30,20 @@ mode_t current_umask() {
   return mask;
 }
 
+// Writes all of `size` bytes to `fd`, retrying short writes; IoError otherwise.
+void write_fully(int fd, const void* data, std::size_t size, const std::filesystem::path& target) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::write(fd, p, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw IoError(errno_message("cannot write", errno), context_for(target));
+    }
+    p += n;
+    size -= static_cast<std::size_t>(n);
+  }
+}
+
 void fsync_directory(const std::filesystem::path& dir) {
   const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return;  // some filesystems refuse; the rename itself already happened
@@ -38,14 +55,24 @@ void fsync_directory(const std::filesystem::path& dir) {
 
 AtomicFileWriter::AtomicFileWriter(std::filesystem::path target) : target_(std::move(target)) {
   std::error_code ec;
-  if (std::filesystem::is_directory(target_, ec)) {
-    throw IoError("is a directory, cannot write a file there", context_for(target_));
-  }
   std::filesystem::path dir = target_.parent_path();
-  if (!dir.empty() && !std::filesystem::is_directory(dir, ec)) {
-    throw IoError("output folder does not exist", context_for(target_));
+  std::string name = target_.filename().string();
+  if (is_stdio(target_)) {
+    // Standard output: collect the result in a private temporary file (some
+    // libraries write only by name) and copy it out on commit, so a failed
+    // command writes nothing to the pipe.
+    dir = std::filesystem::temp_directory_path(ec);
+    if (ec) dir = "/tmp";
+    name = "gpufleet-stdout";
+  } else {
+    if (std::filesystem::is_directory(target_, ec)) {
+      throw UsageError("is a folder, cannot write a file there", context_for(target_));
+    }
+    if (!dir.empty() && !std::filesystem::is_directory(dir, ec)) {
+      throw UsageError("output folder does not exist", context_for(target_));
+    }
   }
-  std::string pattern = (dir / ("." + target_.filename().string() + ".tmp-XXXXXX")).string();
+  std::string pattern = (dir / ("." + name + ".tmp-XXXXXX")).string();
   std::vector<char> buffer(pattern.begin(), pattern.end());
   buffer.push_back('\0');
   fd_ = ::mkostemp(buffer.data(), O_CLOEXEC);
@@ -67,16 +94,21 @@ void AtomicFileWriter::discard() noexcept {
 
 void AtomicFileWriter::write(std::span<const std::byte> bytes) {
   if (fd_ < 0) throw IoError("internal: write after close", context_for(target_));
-  const std::byte* p = bytes.data();
-  std::size_t left = bytes.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd_, p, left);
+  write_fully(fd_, bytes.data(), bytes.size(), target_);
+}
+
+void AtomicFileWriter::copy_to_stdout() {
+  std::cout.flush();  // keep the order of anything the program printed before
+  if (::lseek(fd_, 0, SEEK_SET) < 0) throw IoError(errno_message("cannot rewind", errno), context_for(target_));
+  std::vector<char> buffer(1 << 16);
+  for (;;) {
+    const ssize_t n = ::read(fd_, buffer.data(), buffer.size());
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw IoError(errno_message("cannot write", errno), context_for(target_));
+      throw IoError(errno_message("cannot read back", errno), context_for(target_));
     }
-    p += n;
-    left -= static_cast<std::size_t>(n);
+    if (n == 0) break;
+    write_fully(STDOUT_FILENO, buffer.data(), static_cast<std::size_t>(n), target_);
   }
 }
 
@@ -96,8 +128,15 @@ void AtomicFileWriter::commit() {
   if (committed_) return;
   if (fd_ < 0) {
     // Someone else wrote the file by name; reopen it to flush it to disk.
-    fd_ = ::open(temp_path_.c_str(), O_RDONLY | O_CLOEXEC);
+    fd_ = ::open(temp_path_.c_str(), O_RDONLY | O_CLOEXEC);  // read-only suffices for fsync and copy_to_stdout
     if (fd_ < 0) throw IoError(errno_message("cannot reopen temporary file", errno), context_for(target_));
+  }
+  if (is_stdio(target_)) {
+    copy_to_stdout();
+    close_fd();
+    ::unlink(temp_path_.c_str());
+    committed_ = true;
+    return;
   }
   if (::fsync(fd_) != 0) throw IoError(errno_message("cannot fsync", errno), context_for(target_));
   close_fd();
@@ -112,6 +151,17 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view c
   AtomicFileWriter writer(path);
   writer.write(contents);
   writer.commit();
+}
+
+void write_files_atomically(const std::vector<std::pair<std::filesystem::path, std::string>>& files) {
+  // Every temporary file is complete before the first rename, so an error
+  // while writing leaves all targets as they were.
+  std::vector<std::unique_ptr<AtomicFileWriter>> writers;
+  for (const auto& [path, contents] : files) {
+    writers.push_back(std::make_unique<AtomicFileWriter>(path));
+    writers.back()->write(contents);
+  }
+  for (auto& writer : writers) writer->commit();
 }
 
 void write_file_atomically(const std::filesystem::path& path,
@@ -131,8 +181,8 @@ void write_directory_atomically(const std::filesystem::path& target,
   const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   std::error_code ec;
   if (fs::exists(target, ec) && !fs::is_directory(target, ec))
-    throw IoError("exists and is not a folder", context_for(target));
-  if (!fs::is_directory(parent, ec)) throw IoError("folder does not exist", context_for(parent));
+    throw UsageError("exists and is not a folder", context_for(target));
+  if (!fs::is_directory(parent, ec)) throw UsageError("folder does not exist", context_for(parent));
   std::string pattern = (parent / ("." + target.filename().string() + ".tmp-XXXXXX")).string();
   if (::mkdtemp(pattern.data()) == nullptr)
     throw IoError(std::string("cannot create a temporary folder: ") + std::strerror(errno), context_for(parent));

@@ -7,7 +7,10 @@
 #include <filesystem>
 #include <functional>
 #include <span>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace fleet {
 
@@ -15,8 +18,10 @@ namespace fleet {
 /// succeeds, so an exception anywhere before commit leaves the target as it was.
 class AtomicFileWriter {
  public:
-  /// Creates "<dir>/.<name>.tmp-XXXXXX" beside `target`; IoError when the
-  /// folder is missing or not writable, or the target is a directory.
+  /// Creates "<dir>/.<name>.tmp-XXXXXX" beside `target`; UsageError when the
+  /// folder is missing or the target is a folder, IoError when the folder is
+  /// not writable. A target of "-" is standard output: the bytes go to a
+  /// private temporary file and are copied to stdout by commit().
   explicit AtomicFileWriter(std::filesystem::path target);
   ~AtomicFileWriter();
   AtomicFileWriter(const AtomicFileWriter&) = delete;
@@ -34,11 +39,13 @@ class AtomicFileWriter {
   void write(std::string_view text);
   /// Closes our descriptor so another library can write the temporary file by name.
   void close_fd();
-  /// fsyncs the data, renames it over the target and fsyncs the folder.
+  /// fsyncs the data, renames it over the target and fsyncs the folder
+  /// (for "-": copies the data to standard output).
   void commit();
 
  private:
   void discard() noexcept;
+  void copy_to_stdout();
 
   std::filesystem::path target_;
   std::filesystem::path temp_path_;
@@ -48,6 +55,9 @@ class AtomicFileWriter {
 
 /// Writes `contents` to `path` atomically.
 void write_file_atomically(const std::filesystem::path& path, std::string_view contents);
+/// Writes several files all or none: every temporary file is written before
+/// the first one is renamed into place.
+void write_files_atomically(const std::vector<std::pair<std::filesystem::path, std::string>>& files);
 /// Lets `fill` write through the writer, then commits; any exception from
 /// `fill` discards the temporary file and leaves `path` untouched.
 void write_file_atomically(const std::filesystem::path& path,

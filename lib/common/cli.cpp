@@ -1,6 +1,11 @@
 #include "common/cli.h"
 
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <iostream>
+
+#include <fmt/format.h>
 
 #include "common/error.h"
 #include "fleet/config.h"
@@ -87,6 +92,22 @@ int Tool::run(int argc, char** argv) {
     std::cerr << name_ << ": error: " << e.what() << "\n";
     return static_cast<int>(exit_code_for(e));
   }
+}
+
+CLI::Validator in_range(double min, double max) {
+  auto text = [](double v) { return fmt::format("{}", v); };
+  return CLI::Validator(
+      [=](std::string& value) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const double v = std::strtod(value.c_str(), &end);
+        if (value.empty() || end != value.c_str() + value.size() || errno == ERANGE || !std::isfinite(v)) {
+          return "'" + value + "' is not a number";
+        }
+        if (v < min || v > max) return "must be between " + text(min) + " and " + text(max) + ", got " + value;
+        return {};
+      },
+      "in [" + text(min) + ", " + text(max) + "]");
 }
 
 CLI::Option* add_json_flag(CLI::App* command, bool* json) {

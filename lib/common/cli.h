@@ -46,6 +46,12 @@ class Tool {
   std::function<std::string()> version_details_;
 };
 
+/// A check of a numeric option, run on the text before CLI11 converts it (so
+/// "-3" never wraps into a huge unsigned count): the value must be a number in
+/// [min, max]. The message names the option and the range. Caps are set where
+/// a larger value would exhaust memory or time rather than do more work.
+CLI::Validator in_range(double min, double max);
+
 /// Adds the `--json` flag (machine-readable result on stdout, logs on stderr).
 CLI::Option* add_json_flag(CLI::App* command, bool* json);
 

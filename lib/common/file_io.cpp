@@ -24,42 +24,71 @@ struct FdGuard {
 
 int open_regular_file(const std::filesystem::path& path, struct stat* st) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw IoError(errno_message("cannot open", errno), {path.string(), "", std::nullopt});
+  if (fd < 0) {
+    const int err = errno;
+    throw InputError(err == ENOENT ? std::string("no such file") : errno_message("cannot open", err),
+                     {path.string(), "", std::nullopt});
+  }
   if (::fstat(fd, st) != 0) {
     const int err = errno;
     ::close(fd);
-    throw IoError(errno_message("cannot stat", err), {path.string(), "", std::nullopt});
+    throw InputError(errno_message("cannot stat", err), {path.string(), "", std::nullopt});
   }
   if (S_ISDIR(st->st_mode)) {
     ::close(fd);
-    throw IoError("is a directory, expected a file", {path.string(), "", std::nullopt});
+    throw InputError("is a folder, expected a file", {path.string(), "", std::nullopt});
   }
   return fd;
 }
 
-}  // namespace
-
-std::string read_file(const std::filesystem::path& path) {
-  struct stat st {};
-  FdGuard guard{open_regular_file(path, &st)};
-  std::string out;
-  out.resize(static_cast<std::size_t>(st.st_size));
+// Reads everything from `fd` into `out` (sized as a first guess).
+void read_all(int fd, const std::filesystem::path& path, std::string& out) {
   std::size_t done = 0;
   for (;;) {
     if (done == out.size()) out.resize(out.size() + 65536);  // file grew or is a pipe
-    const ssize_t n = ::read(guard.fd, out.data() + done, out.size() - done);
+    const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw IoError(errno_message("cannot read", errno), {path.string(), "", std::nullopt});
+      throw InputError(errno_message("cannot read", errno), {path.string(), "", std::nullopt});
     }
     if (n == 0) break;
     done += static_cast<std::size_t>(n);
   }
   out.resize(done);
+}
+
+}  // namespace
+
+int open_input_file(const std::filesystem::path& path) {
+  struct stat st {};
+  return open_regular_file(path, &st);
+}
+
+void check_input_file(const std::filesystem::path& path) {
+  if (is_stdio(path)) return;
+  FdGuard guard{open_input_file(path)};
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  if (is_stdio(path)) {
+    // Standard input can be read once; a second reader gets the same text.
+    static const std::string stdin_text = [] {
+      std::string text;
+      read_all(STDIN_FILENO, kStdioPath, text);
+      return text;
+    }();
+    return stdin_text;
+  }
+  struct stat st {};
+  FdGuard guard{open_regular_file(path, &st)};
+  std::string out;
+  out.resize(static_cast<std::size_t>(st.st_size));
+  read_all(guard.fd, path, out);
   return out;
 }
 
 MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
+  if (is_stdio(path)) throw InputError("standard input cannot be used here; give a file", {"-", "", std::nullopt});
   struct stat st {};
   FdGuard guard{open_regular_file(path, &st)};
   size_ = static_cast<std::size_t>(st.st_size);

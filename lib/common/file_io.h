@@ -9,14 +9,31 @@
 
 namespace fleet {
 
-/// Reads a whole file into a string; IoError naming the file when it cannot.
+/// The path that names standard input (for inputs) or standard output (for
+/// outputs), as Unix tools spell it.
+inline constexpr const char* kStdioPath = "-";
+
+/// True when `path` is "-": standard input or output instead of a file.
+inline bool is_stdio(const std::filesystem::path& path) { return path == kStdioPath; }
+
+/// Reads a whole file into a string; "-" reads standard input (once: later
+/// reads of "-" return the same text). InputError naming the file when it is
+/// missing, unreadable or a folder: a bad input, whatever the reason.
 std::string read_file(const std::filesystem::path& path);
+
+/// Opens `path` read-only and checks that it is a regular file (or a pipe);
+/// returns the descriptor. InputError naming the file and the cause otherwise.
+int open_input_file(const std::filesystem::path& path);
+
+/// Checks that `path` can be read as an input file without reading it.
+void check_input_file(const std::filesystem::path& path);
 
 /// A read-only, private memory map of a whole file. Movable, not copyable.
 class MappedFile {
  public:
   MappedFile() = default;
-  /// Maps `path`; IoError when it cannot be opened or mapped. An empty file maps to an empty span.
+  /// Maps `path`; InputError when it cannot be opened, IoError when it cannot
+  /// be mapped. An empty file maps to an empty span.
   explicit MappedFile(const std::filesystem::path& path);
   ~MappedFile();
   MappedFile(MappedFile&& other) noexcept;

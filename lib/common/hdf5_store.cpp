@@ -9,6 +9,8 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/file_io.h"
+#include "common/fnv_hash.h"
 #include "common/hdf5_zstd_filter.h"
 
 static_assert(std::endian::native == std::endian::little, "the HDF5 store assumes a little-endian host");
@@ -160,12 +162,21 @@ std::vector<hsize_t> chunk_dims(std::span<const hsize_t> dims, std::size_t elem,
 }
 
 constexpr const char* kDTypeAttr = "dtype";  // marks F8 data stored as uint8
+// FNV-1a of the decoded bytes, as int64: catches corrupt data that still decompresses.
+constexpr const char* kChecksumAttr = "fnv1a64";
+
+std::uint64_t content_checksum(std::span<const std::byte> data) {
+  Fnv1a64 hash;
+  hash.add(data);
+  return hash.value;
+}
 
 }  // namespace
 
 struct Hdf5Store::State {
   std::filesystem::path path;
   std::unique_ptr<AtomicFileWriter> writer;  // create mode only
+  std::unique_ptr<AtomicFileWriter> stdin_copy;  // open("-") only, while opening
   Handle file;
 
   hid_t object(const std::string& name) const {
@@ -181,13 +192,24 @@ Hdf5Store::~Hdf5Store() = default;  // an uncommitted writer removes its tempora
 
 const std::filesystem::path& Hdf5Store::path() const { return state_->path; }
 
+std::uint64_t Hdf5Store::file_bytes() const {
+  hsize_t size = 0;
+  if (H5Fget_filesize(state_->file.get(), &size) < 0) fail_input(state_->path, "", "cannot tell the file size");
+  return size;
+}
+
 Hdf5Store Hdf5Store::create(const std::filesystem::path& path) {
   ensure_hdf5_zstd_filter();
   auto state = std::make_unique<State>();
   state->path = path;
   state->writer = std::make_unique<AtomicFileWriter>(path);
   state->writer->close_fd();
-  const hid_t id = H5Fcreate(state->writer->temp_path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  // The newest file format: every piece of metadata (superblock, object
+  // headers, B-trees, heaps) carries a checksum that HDF5 verifies on read, so
+  // a corrupt header is an error instead of a wrong shape or a crash.
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
+  const hid_t id = H5Fcreate(state->writer->temp_path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
   if (id < 0) throw IoError("cannot create HDF5 file: " + hdf5_error_text(), {path.string(), "", std::nullopt});
   state->file = Handle(id, H5Fclose);
   return Hdf5Store(std::move(state));
@@ -195,16 +217,26 @@ Hdf5Store Hdf5Store::create(const std::filesystem::path& path) {
 
 Hdf5Store Hdf5Store::open(const std::filesystem::path& path) {
   ensure_hdf5_zstd_filter();
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) throw IoError("no such file", {path.string(), "", std::nullopt});
-  if (H5Fis_hdf5(path.c_str()) <= 0) {
+  auto state = std::make_unique<State>();
+  state->path = path;
+  std::filesystem::path file = path;
+  if (is_stdio(path)) {
+    // HDF5 reads by name: copy standard input to a private file, open it,
+    // then unlink it (the open handle keeps the data until it is closed).
+    state->stdin_copy = std::make_unique<AtomicFileWriter>(std::filesystem::temp_directory_path() / "gpufleet-stdin.h5");
+    state->stdin_copy->write(read_file(path));
+    state->stdin_copy->close_fd();
+    file = state->stdin_copy->temp_path();
+  } else {
+    check_input_file(path);  // missing, unreadable or a folder: say so, not "not HDF5"
+  }
+  if (H5Fis_hdf5(file.c_str()) <= 0) {
     H5Eclear2(H5E_DEFAULT);
     fail_input(path, "", "not an HDF5 file");
   }
-  auto state = std::make_unique<State>();
-  state->path = path;
-  state->file = Handle(check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), path, "", "cannot open HDF5 file"),
+  state->file = Handle(check(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), path, "", "cannot open HDF5 file"),
                        H5Fclose);
+  state->stdin_copy.reset();  // removes the copy; the open file stays readable
   return Hdf5Store(std::move(state));
 }
 
@@ -243,10 +275,9 @@ void Hdf5Store::write_tensor(const std::string& name, DType dtype, std::span<con
     check_status(H5Dwrite(dataset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()), path, name,
                  "cannot write dataset");
   }
-  if (dtype == DType::kF8E4M3 || dtype == DType::kF8E5M2) {
-    dataset.reset();
-    set_attribute(name, kDTypeAttr, std::string(dtype_name(dtype)));
-  }
+  dataset.reset();
+  if (dtype == DType::kF8E4M3 || dtype == DType::kF8E5M2) set_attribute(name, kDTypeAttr, std::string(dtype_name(dtype)));
+  set_attribute(name, kChecksumAttr, std::bit_cast<std::int64_t>(content_checksum(data)));
 }
 
 bool Hdf5Store::contains(const std::string& name) const {
@@ -302,14 +333,25 @@ StoredTensorInfo Hdf5Store::info(const std::string& name) const {
   return info;
 }
 
-StoredTensor Hdf5Store::read_tensor(const std::string& name) const {
+StoredTensor Hdf5Store::read_tensor(const std::string& name, std::uint64_t max_bytes) const {
   const auto& path = state_->path;
   StoredTensorInfo meta = info(name);
   StoredTensor out;
   out.dtype = meta.dtype;
   out.shape = meta.shape;
   const auto numel = checked_numel(out.shape);
-  if (!numel) fail_input(path, name, "dataset shape overflows");
+  if (!numel || *numel > max_bytes / dtype_size(out.dtype)) {
+    fail_input(path, name, "dataset of shape " + shape_to_string(out.shape) + " is larger than the " +
+                               std::to_string(max_bytes) + " bytes it may hold here");
+  }
+  std::optional<std::int64_t> checksum;
+  if (auto stored = find_attribute(name, kChecksumAttr)) {
+    const auto* value = std::get_if<std::int64_t>(&*stored);
+    if (value == nullptr) fail_input(path, name, "bad checksum attribute");
+    checksum = *value;
+  } else if (require_checksums_) {
+    fail_input(path, name, "tensor has no checksum");
+  }
   out.data.resize(*numel * dtype_size(out.dtype));
   if (*numel == 0) return out;
   Handle dataset(check(H5Dopen2(state_->file.get(), name.c_str(), H5P_DEFAULT), path, name, "cannot open dataset"),
@@ -318,22 +360,35 @@ StoredTensor Hdf5Store::read_tensor(const std::string& name) const {
   if (H5Dread(dataset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data.data()) < 0) {
     fail_input(path, name, "cannot read dataset (corrupt data or unavailable filter): " + hdf5_error_text());
   }
+  if (checksum && std::bit_cast<std::int64_t>(content_checksum(out.data)) != *checksum) {
+    fail_input(path, name, "checksum mismatch: the data is corrupt");
+  }
   return out;
 }
 
 std::vector<std::string> Hdf5Store::tensor_names() const {
   struct Visit {
     std::vector<std::string> names;
+    std::string unreadable;  // first object that could not be opened
   } visit;
-  H5Lvisit(
+  // Every object must open: a damaged group would otherwise just vanish from the list.
+  const herr_t status = H5Lvisit(
       state_->file.get(), H5_INDEX_NAME, H5_ITER_INC,
       [](hid_t group, const char* name, const H5L_info_t* info, void* data) -> herr_t {
+        auto* v = static_cast<Visit*>(data);
         if (info->type != H5L_TYPE_HARD) return 0;
         Handle obj(H5Oopen(group, name, H5P_DEFAULT), H5Oclose);
-        if (obj.valid() && H5Iget_type(obj.get()) == H5I_DATASET) static_cast<Visit*>(data)->names.emplace_back(name);
+        if (!obj.valid()) {
+          v->unreadable = name;
+          return -1;
+        }
+        if (H5Iget_type(obj.get()) == H5I_DATASET) v->names.emplace_back(name);
         return 0;
       },
       &visit);
+  if (status < 0) {
+    fail_input(state_->path, visit.unreadable, "cannot list the file's objects (corrupt metadata): " + hdf5_error_text());
+  }
   std::sort(visit.names.begin(), visit.names.end());
   return visit.names;
 }
@@ -347,18 +402,19 @@ void Hdf5Store::set_attribute(const std::string& object, const std::string& key,
   Handle type;
   Handle space;
   const void* buffer = nullptr;
-  const char* text = nullptr;
   std::visit(
       [&](const auto& v) {
         using V = std::decay_t<decltype(v)>;
         if constexpr (std::is_same_v<V, std::string>) {
-          // Variable-length UTF-8 string: what h5py writes for str and reads back as str.
+          // Fixed-length UTF-8 string (h5py reads it as bytes): its size sits
+          // in the checksummed object header, unlike a variable-length
+          // string's heap entry, whose corruption crashes libhdf5 1.10.
           type = Handle(H5Tcopy(H5T_C_S1), H5Tclose);
-          H5Tset_size(type.get(), H5T_VARIABLE);
+          H5Tset_size(type.get(), std::max<std::size_t>(v.size(), 1));
+          H5Tset_strpad(type.get(), H5T_STR_NULLPAD);
           H5Tset_cset(type.get(), H5T_CSET_UTF8);
           space = Handle(H5Screate(H5S_SCALAR), H5Sclose);
-          text = v.c_str();
-          buffer = &text;
+          buffer = v.c_str();
         } else if constexpr (std::is_same_v<V, std::int64_t> || std::is_same_v<V, double>) {
           type = Handle(H5Tcopy(std::is_same_v<V, double> ? H5T_IEEE_F64LE : H5T_STD_I64LE), H5Tclose);
           space = Handle(H5Screate(H5S_SCALAR), H5Sclose);
@@ -448,6 +504,7 @@ std::map<std::string, AttrValue> Hdf5Store::attributes(const std::string& object
       obj.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr,
       [](hid_t location, const char* name, const H5A_info_t*, void* data) -> herr_t {
         auto* v = static_cast<Visit*>(data);
+        if (std::strcmp(name, kChecksumAttr) == 0) return 0;  // the store's own, not the caller's
         Handle attr(H5Aopen(location, name, H5P_DEFAULT), H5Aclose);
         try {
           v->out.emplace(name, read_attribute(attr.get(), *v->path, v->object + "@" + name));
@@ -462,13 +519,18 @@ std::map<std::string, AttrValue> Hdf5Store::attributes(const std::string& object
   return visit.out;
 }
 
-void Hdf5Store::commit() {
+std::uint64_t Hdf5Store::commit() {
   if (!state_->writer) throw UsageError("store was opened read-only", {state_->path.string(), "", std::nullopt});
   if (state_->file.valid()) {
     check_status(H5Fflush(state_->file.get(), H5F_SCOPE_GLOBAL), state_->path, "", "cannot flush");
     state_->file.reset();
   }
+  std::error_code ec;
+  const std::uint64_t size = std::filesystem::file_size(state_->writer->temp_path(), ec);
   state_->writer->commit();
+  return ec ? 0 : size;
 }
+
+void Hdf5Store::require_checksums(bool required) { require_checksums_ = required; }
 
 }  // namespace fleet

@@ -48,7 +48,11 @@ struct StoredTensorInfo {
 };
 
 /// One HDF5 file of tensors. Created stores write to a temporary file that
-/// commit() renames into place; an uncommitted store leaves no trace.
+/// commit() renames into place; an uncommitted store leaves no trace. Files
+/// are written in the newest HDF5 format (checksummed metadata), strings as
+/// fixed-length UTF-8, and every tensor with an FNV-1a checksum of its
+/// decoded bytes ("fnv1a64" attribute) that read_tensor verifies. "-" opens
+/// standard input (read) or writes standard output (create).
 class Hdf5Store {
  public:
   /// Starts a new file at `path` (published by commit()).
@@ -67,8 +71,12 @@ class Hdf5Store {
   bool contains(const std::string& name) const;
   /// Type, shape and storage size of `name`.
   StoredTensorInfo info(const std::string& name) const;
-  /// Reads `name` whole.
-  StoredTensor read_tensor(const std::string& name) const;
+  /// Reads `name` whole. InputError, before allocating, when its decoded size
+  /// exceeds `max_bytes`; InputError when its stored checksum (written by
+  /// write_tensor) does not match the decoded bytes.
+  StoredTensor read_tensor(const std::string& name, std::uint64_t max_bytes = UINT64_MAX) const;
+  /// Makes read_tensor refuse tensors without a checksum (formats that always write one).
+  void require_checksums(bool required);
   /// Names of all datasets, sorted ("group/name" for nested ones).
   std::vector<std::string> tensor_names() const;
 
@@ -81,8 +89,10 @@ class Hdf5Store {
   /// All attributes of `object`.
   std::map<std::string, AttrValue> attributes(const std::string& object) const;
 
-  /// Closes the file and renames it into place (create mode only).
-  void commit();
+  /// Closes the file and renames it into place (create mode only); returns its size in bytes.
+  std::uint64_t commit();
+  /// Size of the open file in bytes.
+  std::uint64_t file_bytes() const;
   /// The path given to create() or open().
   const std::filesystem::path& path() const;
 
@@ -90,6 +100,7 @@ class Hdf5Store {
   struct State;
   explicit Hdf5Store(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
+  bool require_checksums_ = false;
 };
 
 }  // namespace fleet

@@ -242,7 +242,7 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::filesystem::path& path) 
                        {path.string(), "", std::nullopt});
     }
   } else if (!fs::exists(path, ec)) {
-    throw IoError("no such file or folder", {path.string(), "", std::nullopt});
+    throw InputError("no such file or folder", {path.string(), "", std::nullopt});
   }
 
   if (target.extension() != ".json") {

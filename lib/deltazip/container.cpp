@@ -1,10 +1,13 @@
 #include "deltazip/container.h"
 
 #include <algorithm>
+
+#include <nlohmann/json.hpp>
 #include <cstring>
 
 #include "common/error.h"
 #include "common/file_io.h"
+#include "common/fnv_hash.h"
 #include "common/safetensors.h"
 #include "model/llama_config.h"
 
@@ -19,8 +22,8 @@ std::span<const std::byte> bytes_of(const void* data, std::size_t size) {
 }
 
 template <typename T>
-std::vector<T> read_vector(const Hdf5Store& store, const std::string& name, DType expected) {
-  auto t = store.read_tensor(name);
+std::vector<T> read_vector(const Hdf5Store& store, const std::string& name, DType expected, std::uint64_t max_bytes) {
+  auto t = store.read_tensor(name, max_bytes);
   if (t.dtype != expected)
     throw InputError(store.path().string() + ": " + name + " has dtype " + std::string(dtype_name(t.dtype)) + ", expected " +
                      std::string(dtype_name(expected)));
@@ -41,17 +44,24 @@ std::string string_attr(const Hdf5Store& store, const std::string& object, const
   throw InputError(store.path().string() + ": " + object + ": attribute " + key + " must be a string");
 }
 
-// FNV-1a, 64 bits.
-struct Fnv {
-  std::uint64_t h = 1469598103934665603ull;
-  void add(std::span<const std::byte> bytes) {
-    for (auto b : bytes) {
-      h ^= static_cast<std::uint64_t>(b);
-      h *= 1099511628211ull;
-    }
-  }
-  void add(const std::string& s) { add(bytes_of(s.data(), s.size() + 1)); }
-};
+// The largest dimension of any tensor of the model `config_json` describes
+// (hidden, intermediate, vocabulary, attention width): the bound that every
+// stored shape is checked against before memory is allocated for it.
+std::int64_t largest_dimension(const std::string& config_json, const std::filesystem::path& path) {
+  const auto config = nlohmann::json::parse(config_json, nullptr, false);
+  if (!config.is_object()) throw InputError(path.string() + ": config: not a JSON object");
+  auto value = [&](const char* key) -> std::int64_t {
+    const auto it = config.find(key);
+    if (it == config.end() || !it->is_number_integer()) return 0;
+    const auto v = it->get<std::int64_t>();
+    if (v < 0 || v > (std::int64_t{1} << 24)) throw InputError(path.string() + ": config: implausible " + key);
+    return v;
+  };
+  const std::int64_t heads_width = value("num_attention_heads") * std::max<std::int64_t>(value("head_dim"), 1);
+  const std::int64_t largest = std::max({value("hidden_size"), value("intermediate_size"), value("vocab_size"), heads_width});
+  if (largest <= 0) throw InputError(path.string() + ": config: no hidden_size, intermediate_size or vocab_size");
+  return largest;
+}
 
 }  // namespace
 
@@ -89,16 +99,20 @@ void DeltaWriter::add_dense(const std::string& name, DenseKind kind, DType dtype
   store_.set_attribute(object, "kind", std::string(kind == DenseKind::kDelta ? "delta" : "full"));
 }
 
-void DeltaWriter::commit() { store_.commit(); }
+std::uint64_t DeltaWriter::commit() { return store_.commit(); }
 
 DeltaReader::DeltaReader(const std::filesystem::path& path) : store_(Hdf5Store::open(path)) {
   if (string_attr(store_, "", "format") != kContainerFormat)
     throw InputError(path.string() + ": not a " + std::string(kContainerFormat) + " container");
-  if (int_attr(store_, "", "version") != kContainerVersion)
-    throw InputError(path.string() + ": unsupported container version " + std::to_string(int_attr(store_, "", "version")));
+  if (const auto version = int_attr(store_, "", "version"); version != kContainerVersion) {
+    throw InputError(path.string() + ": unsupported container version " + std::to_string(version) + " (this build reads " +
+                     std::to_string(kContainerVersion) + "; compress the model again)");
+  }
+  store_.require_checksums(true);
   header_.settings_json = string_attr(store_, "", "settings");
   header_.base_identity = string_attr(store_, "", "base_identity");
   header_.config_json = string_attr(store_, "", "config");
+  max_dim_ = largest_dimension(header_.config_json, path);
   for (const auto& name : store_.tensor_names()) {
     if (name.rfind(kLinear, 0) == 0 && name.size() > 6 && name.compare(name.size() - 6, 6, "/codes") == 0)
       packed_.push_back(name.substr(7, name.size() - 7 - 6));
@@ -122,10 +136,19 @@ PackedMatrix DeltaReader::packed(const std::string& name) const {
   } catch (const UsageError& e) {
     throw InputError(path().string() + ": " + name + ": " + e.what());
   }
-  m.codes = read_vector<std::uint8_t>(store_, object, DType::kU8);
-  m.scales = read_vector<std::uint16_t>(store_, prefix + "scales", DType::kF16);
-  m.zeros = read_vector<std::uint8_t>(store_, prefix + "zeros", DType::kU8);
-  if (store_.contains(prefix + "indices")) m.indices = read_vector<std::uint8_t>(store_, prefix + "indices", DType::kU8);
+  if (m.rows <= 0 || m.cols <= 0 || m.rows > max_dim_ || m.cols > max_dim_) {
+    throw InputError(path().string() + ": " + name + ": shape " + std::to_string(m.rows) + "x" + std::to_string(m.cols) +
+                     " does not fit the model's dimensions (at most " + std::to_string(max_dim_) + ")");
+  }
+  // No part of a packed matrix (codes, one scale per weight at most, masks) needs
+  // more than two bytes per weight: a larger dataset is corrupt, refused before allocating.
+  const auto max_bytes = static_cast<std::uint64_t>(m.rows * m.cols) * 2 + 64;
+  m.codes = read_vector<std::uint8_t>(store_, object, DType::kU8, max_bytes);
+  m.scales = read_vector<std::uint16_t>(store_, prefix + "scales", DType::kF16, max_bytes);
+  m.zeros = read_vector<std::uint8_t>(store_, prefix + "zeros", DType::kU8, max_bytes);
+  if (store_.contains(prefix + "indices")) {
+    m.indices = read_vector<std::uint8_t>(store_, prefix + "indices", DType::kU8, max_bytes);
+  }
   m.validate(path().string() + ": " + name);
   return m;
 }
@@ -135,7 +158,8 @@ DenseEntry DeltaReader::dense(const std::string& name) const {
   auto kind = string_attr(store_, kDense + name, "kind");
   if (kind != "delta" && kind != "full") throw InputError(path().string() + ": " + name + ": unknown kind '" + kind + "'");
   e.kind = kind == "delta" ? DenseKind::kDelta : DenseKind::kFull;
-  e.tensor = store_.read_tensor(kDense + name);
+  // Embeddings, norms and the head: at most (largest dimension)^2 values of 8 bytes.
+  e.tensor = store_.read_tensor(kDense + name, static_cast<std::uint64_t>(max_dim_) * max_dim_ * 8);
   return e;
 }
 
@@ -161,16 +185,14 @@ std::int64_t DeltaReader::elements(const std::string& name) const {
 }
 
 std::string base_identity(const std::filesystem::path& model_dir) {
-  Fnv fnv;
-  auto config = model_dir / "config.json";
-  if (!std::filesystem::is_regular_file(config)) throw InputError(config.string() + ": no such file");
-  fnv.add(read_file(config));
+  Fnv1a64 fnv;
+  fnv.add_string(read_file(model_dir / "config.json"));
   SafetensorsCheckpoint checkpoint(model::model_weights_path(model_dir));
   for (const auto& name : checkpoint.names()) {
     const auto& info = checkpoint.info(name);
-    fnv.add(name);
-    fnv.add(std::string(dtype_name(info.dtype)));
-    for (auto d : info.shape) fnv.add(std::to_string(d));
+    fnv.add_string(name);
+    fnv.add_string(dtype_name(info.dtype));
+    for (auto d : info.shape) fnv.add_string(std::to_string(d));
     auto data = checkpoint.view(name).data;
     constexpr std::size_t kEdge = 4096, kBlock = 256, kBlocks = 16;
     if (data.size() <= 2 * kEdge + kBlocks * kBlock) {
@@ -182,7 +204,7 @@ std::string base_identity(const std::filesystem::path& model_dir) {
     for (std::size_t b = 0; b < kBlocks; ++b) fnv.add(data.subspan((data.size() - kBlock) * b / kBlocks, kBlock));
   }
   char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv.h));
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv.value));
   return hex;
 }
 

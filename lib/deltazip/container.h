@@ -16,7 +16,9 @@
 namespace fleet::deltazip {
 
 inline constexpr const char* kContainerFormat = "gpufleet-deltazip";
-inline constexpr std::int64_t kContainerVersion = 1;
+/// 2: newest HDF5 format (checksummed metadata), fixed-length strings, a
+/// checksum on every tensor. Version 1 files are refused.
+inline constexpr std::int64_t kContainerVersion = 2;
 
 /// What the file says about itself.
 struct DeltaHeader {
@@ -43,14 +45,17 @@ class DeltaWriter {
   /// A dense tensor (delta or full fine-tuned values).
   void add_dense(const std::string& name, DenseKind kind, DType dtype, const std::vector<std::int64_t>& shape,
                  std::span<const std::byte> data);
-  void commit();
+  /// Publishes the file; returns its size in bytes.
+  std::uint64_t commit();
 
  private:
   Hdf5Store store_;
   TensorWriteOptions write_options_;
 };
 
-/// Reads a container; InputError naming the file for anything malformed.
+/// Reads a container; InputError naming the file for anything malformed:
+/// corrupt metadata, a tensor whose checksum does not match, a shape larger
+/// than the model it describes (refused before allocating).
 class DeltaReader {
  public:
   explicit DeltaReader(const std::filesystem::path& path);
@@ -67,10 +72,13 @@ class DeltaReader {
   /// Elements of each tensor (weights it represents).
   std::int64_t elements(const std::string& name) const;
   const std::filesystem::path& path() const { return store_.path(); }
+  /// Size of the container in bytes.
+  std::uint64_t file_bytes() const { return store_.file_bytes(); }
 
  private:
   Hdf5Store store_;
   DeltaHeader header_;
+  std::int64_t max_dim_ = 0;  ///< largest dimension of the model: bounds every stored shape
   std::vector<std::string> packed_, dense_;
 };
 

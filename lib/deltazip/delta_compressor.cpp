@@ -11,6 +11,7 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/file_io.h"
+#include "common/output_check.h"
 #include "common/json.h"
 #include "common/logging.h"
 #include "common/progress.h"
@@ -119,9 +120,13 @@ int run_compress(const CompressCommand& c) {
   if (c.dense_policy != "delta-zstd" && c.dense_policy != "full") throw UsageError("--dense-policy must be delta-zstd or full");
   if (c.calib_samples <= 0 || c.seq_len < 2) throw UsageError("--calib-samples and --seq-len must be positive");
   if (c.zstd_level < 1 || c.zstd_level > 22) throw UsageError("--zstd-level must be 1 to 22");
-  if (std::filesystem::exists(c.output) && !c.force)
-    throw UsageError(c.output.string() + " exists; pass --force to replace it");
-  if (!c.calib.empty() && !std::filesystem::is_regular_file(c.calib)) throw InputError(c.calib.string() + ": no such file");
+  OutputCheck()
+      .input(c.base, "--base")
+      .input(c.target, "--target")
+      .input(c.calib, "--calib")
+      .file(c.output, "--output")
+      .check(Existing::kNeedsForce, c.force);
+  if (!c.calib.empty()) check_input_file(c.calib);
 
   // Validate both models before any work.
   const auto base_config = model::load_llama_config(c.base);
@@ -185,27 +190,30 @@ int run_compress(const CompressCommand& c) {
     if (name.find("_proj.weight") != std::string::npos) continue;
     add_dense_tensor(writer, name, t, base, c.dense_policy);
   }
-  writer.commit();
+  const auto size = writer.commit();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   double params = static_cast<double>(target.config().parameter_count());
-  auto size = std::filesystem::file_size(c.output);
+  std::ostream& report = is_stdio(c.output) ? std::cerr : std::cout;  // "-o -": stdout carries the container
   if (c.json) {
     nlohmann::json out = {{"output", c.output.string()}, {"bytes", size}, {"seconds", seconds},
                           {"seconds_per_million_parameters", seconds / (params / 1e6)},
                           {"weighted_error", obs_error}, {"weighted_error_rtn", rtn_error},
                           {"settings", settings_json(c)}};
-    std::cout << out.dump(2) << "\n";
+    report << out.dump(2) << "\n";
   } else {
-    std::cout << fmt::format("wrote {}: {} bytes ({:.2f}x smaller than the fp16 model), {:.1f} s\n", c.output.string(),
+    report << fmt::format("wrote {}: {} bytes ({:.2f}x smaller than the fp16 model), {:.1f} s\n", c.output.string(),
                              size, 2 * params / static_cast<double>(size), seconds);
   }
   return 0;
 }
 
 int run_decompress(const DecompressCommand& c) {
+  OutputCheck()
+      .input(c.delta, "delta")
+      .input(c.base, "--base")
+      .folder(c.output, "--output")
+      .check(Existing::kNeedsForce, c.force);
   DeltaReader reader(c.delta);
-  if (std::filesystem::exists(c.output) && !std::filesystem::is_empty(c.output) && !c.force)
-    throw UsageError(c.output.string() + " exists and is not empty; pass --force to replace it");
   const auto identity = base_identity(c.base);
   if (identity != reader.header().base_identity)
     throw InputError(c.delta.string() + " was made for a base model with identity " + reader.header().base_identity +
@@ -266,9 +274,9 @@ int run_inspect(const InspectCommand& c) {
     all_elements += r.elements;
     all_bytes += r.bytes;
   }
-  const auto file_bytes = std::filesystem::file_size(c.delta);
+  const auto file_bytes = reader.file_bytes();
   auto bpw = [](std::uint64_t bytes, std::int64_t n) { return n ? 8.0 * static_cast<double>(bytes) / static_cast<double>(n) : 0.0; };
-  nlohmann::json settings = nlohmann::json::parse(reader.header().settings_json);
+  nlohmann::json settings = parse_json(reader.header().settings_json, c.delta.string() + ":settings").json();
   if (c.json) {
     nlohmann::json tensors = nlohmann::json::array();
     for (const auto& r : rows)

@@ -103,6 +103,13 @@ std::size_t kept_count(const PackedMatrix& p, std::span<const std::uint8_t> mask
 
 void PackedMatrix::validate(const std::string& name) const {
   auto fail = [&](const std::string& why) { throw InputError(name + ": " + why); };
+  // Packed arrays hold exactly the bits they need, rounded up to whole bytes.
+  auto expect_bytes = [&](const char* what, std::size_t bytes, std::size_t bits_needed) {
+    const std::size_t needed = (bits_needed + 7) / 8;
+    if (bytes != needed) {
+      fail(std::string(what) + " hold " + std::to_string(bytes) + " bytes, expected " + std::to_string(needed));
+    }
+  };
   if (rows <= 0 || cols <= 0) fail("empty shape");
   if (bits < 1 || bits > 8) fail("bits must be 1 to 8, got " + std::to_string(bits));
   if (group_size <= 0) fail("group size must be positive");
@@ -113,12 +120,14 @@ void PackedMatrix::validate(const std::string& name) const {
   if (sparsity.kind == SparsityPattern::Kind::kNOfM) {
     if (cols % sparsity.m != 0) fail("columns are not a multiple of the n:m group");
     const auto kept = static_cast<std::size_t>(rows * (cols / sparsity.m) * sparsity.kept_per_group());
-    if (indices.size() * 8 < kept * static_cast<std::size_t>(index_bits(sparsity.m))) fail("n:m indices are truncated");
+    expect_bytes("n:m indices", indices.size(), kept * static_cast<std::size_t>(index_bits(sparsity.m)));
   } else if (sparsity.kind == SparsityPattern::Kind::kUnstructured) {
-    if (indices.size() * 8 < static_cast<std::size_t>(rows * cols)) fail("sparsity bitmask is truncated");
+    expect_bytes("sparsity bitmask", indices.size(), static_cast<std::size_t>(rows * cols));
     mask = unpack_bits(indices, 1, static_cast<std::size_t>(rows * cols));
+  } else if (!indices.empty()) {
+    fail("a dense matrix has no sparsity indices");
   }
-  if (codes.size() * 8 < kept_count(*this, mask) * static_cast<std::size_t>(bits)) fail("codes are truncated");
+  expect_bytes("codes", codes.size(), kept_count(*this, mask) * static_cast<std::size_t>(bits));
 }
 
 PackedMatrix pack_matrix(std::int64_t rows, std::int64_t cols, int bits, std::int64_t group_size,

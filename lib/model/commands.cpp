@@ -1,5 +1,7 @@
 #include "model/commands.h"
 
+#include <dlfcn.h>
+
 #include <cstdio>
 #include <iostream>
 
@@ -10,6 +12,7 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/logging.h"
+#include "common/output_check.h"
 #include "model/evaluation.h"
 #include "model/llama.h"
 #include "model/synthetic_tasks.h"
@@ -17,10 +20,6 @@
 
 namespace fleet::model {
 namespace {
-
-bool is_nonempty_directory(const std::filesystem::path& p) {
-  return std::filesystem::is_directory(p) && !std::filesystem::is_empty(p);
-}
 
 std::string tokenizer_config_json(const Tokenizer& tokenizer, const LlamaConfig& config) {
   nlohmann::ordered_json j = {{"tokenizer_class", "PreTrainedTokenizerFast"},
@@ -37,13 +36,29 @@ std::string tokenizer_config_json(const Tokenizer& tokenizer, const LlamaConfig&
 
 void set_cpu_threads(int threads) {
   if (threads < 0) throw UsageError("--threads must be >= 0");
-  if (threads > 0) torch::set_num_threads(threads);
+  if (threads == 0) return;
+  torch::set_num_threads(threads);
+  // Debian's libtorch hands matrix products to the system BLAS. OpenBLAS keeps
+  // its own thread pool that torch::set_num_threads does not reach, so a
+  // "one thread" run would still use every core (and sum in a core-count
+  // dependent order). Its setter is found at run time: the BLAS behind
+  // libblas.so.3 is chosen by the system, not at link time.
+  using SetThreads = void (*)(int);
+  for (const char* symbol : {"openblas_set_num_threads", "goto_set_num_threads"}) {
+    if (auto* set = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, symbol))) {
+      set(threads);
+      break;
+    }
+  }
 }
 
 int run_init(const InitCommand& c) {
   if (c.preset.empty() == c.config.empty()) throw UsageError("give exactly one of --preset or --config");
-  if (is_nonempty_directory(c.output) && !c.force)
-    throw UsageError(c.output.string() + " exists and is not empty; pass --force to replace it");
+  OutputCheck()
+      .input(c.config, "--config")
+      .input(c.tokenizer, "--tokenizer")
+      .folder(c.output, "--output")
+      .check(Existing::kNeedsForce, c.force);
   LlamaConfig config = c.preset.empty() ? load_llama_config(c.config) : llama_preset(c.preset);
   const auto dtype = parse_torch_dtype(c.dtype);
   config.torch_dtype = c.dtype;
@@ -85,7 +100,7 @@ int run_train(const TrainCommand& c) {
 
 int run_make_corpus(const CorpusCommand& c) {
   auto task = parse_synthetic_task(c.task);
-  if (c.lines == 0) throw UsageError("--lines must be positive");
+  OutputCheck().file(c.output, "--output").check(Existing::kReplace);
   write_file_atomically(c.output, make_synthetic_corpus(task, c.lines, c.seed));
   spdlog::info("wrote {} lines of '{}' to {}", c.lines, c.task, c.output.string());
   return 0;
@@ -126,8 +141,7 @@ nlohmann::json measure(const std::filesystem::path& folder, torch::ScalarType dt
 }
 
 void check_files(const std::vector<std::filesystem::path>& files) {
-  for (const auto& f : files)
-    if (!std::filesystem::is_regular_file(f)) throw InputError(f.string() + ": no such file");
+  for (const auto& f : files) check_input_file(f);
 }
 
 }  // namespace

@@ -12,7 +12,8 @@
 
 namespace fleet::model {
 
-/// Sets libtorch's CPU threads (0: keep its default); UsageError when negative.
+/// Sets the CPU threads of libtorch and of the BLAS it calls (OpenBLAS keeps its
+/// own pool); 0 keeps the defaults; UsageError when negative.
 void set_cpu_threads(int threads);
 
 /// `sailor-run init`: a randomly initialised model folder.

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include "common/atomic_file.h"
+#include "common/output_check.h"
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/logging.h"
@@ -282,13 +283,16 @@ TrainResult train(const TrainJob& job) {
     source = job.output;
   } else {
     options.validate();
-    if (fs::exists(job.output / kStateFile))
-      throw UsageError(job.output.string() + " already holds a training run; use --resume or another output folder");
+    if (fs::exists(job.output / kStateFile) && !job.force)
+      throw UsageError(job.output.string() + " already holds a training run; use --resume, --force or another output folder");
+    OutputCheck check;
+    check.input(job.model, "--model");
+    for (const auto& f : data_files) check.input(f, "--data");
+    check.folder(job.output, "--output").check(Existing::kNeedsForce, job.force);
   }
 
   // Inputs are checked before any work starts.
-  for (const auto& f : data_files)
-    if (!fs::is_regular_file(f)) throw InputError(f.string() + ": no such training file");
+  for (const auto& f : data_files) check_input_file(f);
   auto model = LlamaModel::load(source, torch::kFloat32);
   auto tokenizer = Tokenizer::load(source);
   if (tokenizer.vocab_size() > model.config().vocab_size)

@@ -44,6 +44,7 @@ struct TrainJob {
   std::vector<std::filesystem::path> data;  ///< text files (unused when resuming: the checkpoint names them)
   TrainOptions options;
   bool resume = false;
+  bool force = false;                    ///< replace a non-empty output folder (a finished run included)
   std::int64_t checkpoint_every = 0;     ///< steps between checkpoints (0: only at the end)
   std::int64_t stop_after = 0;           ///< stop (with a checkpoint) after this many steps of this run; 0: run to the end
   std::int64_t log_every = 10;

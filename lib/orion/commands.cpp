@@ -6,10 +6,12 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/atomic_file.h"
 #include "common/chrome_trace.h"
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/json.h"
+#include "common/output_check.h"
 #include "common/stats.h"
 #include "orion/ncu_import.h"
 #include "orion/report.h"
@@ -18,6 +20,15 @@
 namespace fleet::orion {
 
 int run_simulate(const SimulateOptions& options) {
+  OutputCheck check;
+  check.input(options.workload, "--workload");
+  for (const auto& dir : options.profile_dirs) check.input(dir, "--profiles");
+  check.file(options.trace.value_or(""), "--trace")
+      .file(options.csv.value_or(""), "--csv")
+      .file(options.latencies_csv.value_or(""), "--latencies")
+      .check(Existing::kReplace);
+  if (options.trace && options.policy == "dedicated") throw UsageError("--trace needs a policy other than 'dedicated'");
+  std::ostream& report = report_stream(check);
   Workload workload = load_workload(options.workload, options.profile_dirs);
   if (options.seed) workload.seed = *options.seed;
   if (options.requests) {
@@ -65,26 +76,27 @@ int run_simulate(const SimulateOptions& options) {
   table.insert(table.end(), results.begin(), results.end());
   const auto rows = compare_to_dedicated(table, dedicated);
 
-  if (options.trace) {
-    if (results.empty()) throw UsageError("--trace needs a policy other than 'dedicated'");
-    trace.write(*options.trace);
-    spdlog::info("wrote timeline of policy {} to {}", results.front().policy, options.trace->string());
-  }
-  if (options.csv) write_comparison_csv(*options.csv, rows);
-  if (options.latencies_csv) write_latencies_csv(*options.latencies_csv, table);
+  // Every output is rendered first and then written all or none.
+  std::vector<std::pair<std::filesystem::path, std::string>> files;
+  if (options.trace) files.emplace_back(*options.trace, trace.to_json().dump() + "\n");
+  if (options.csv) files.emplace_back(*options.csv, comparison_csv(rows));
+  if (options.latencies_csv) files.emplace_back(*options.latencies_csv, latencies_csv(table));
+  write_files_atomically(files);
+  if (options.trace) spdlog::info("wrote timeline of policy {} to {}", results.front().policy, options.trace->string());
   if (options.json) {
     nlohmann::json out = comparison_to_json(rows);
     out["device"] = workload.device.name;
     out["workload"] = workload.source;
     out["seed"] = workload.seed;
-    std::cout << out.dump(2) << "\n";
+    report << out.dump(2) << "\n";
   } else {
-    std::cout << format_comparison_table(rows);
+    report << format_comparison_table(rows);
   }
   return 0;
 }
 
 int run_import_ncu(const ImportNcuOptions& options) {
+  OutputCheck().input(options.input, "input").file(options.output, "--output").check(Existing::kReplace);
   const DeviceSpec& device = device_by_name(options.device);
   const KernelProfile profile = import_ncu_csv(read_file(options.input), options.input.string(), device);
   write_kernel_profile(options.output, profile);

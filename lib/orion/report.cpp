@@ -65,7 +65,7 @@ nlohmann::json comparison_to_json(const std::vector<ComparisonRow>& rows) {
   return {{"rows", out}};
 }
 
-void write_comparison_csv(const std::filesystem::path& path, const std::vector<ComparisonRow>& rows) {
+std::string comparison_csv(const std::vector<ComparisonRow>& rows) {
   std::ostringstream out;
   out << "policy,client,role,kind,completed,p50_ms,p95_ms,p99_ms,mean_ms,throughput_per_s,p99_vs_dedicated,"
          "throughput_vs_dedicated,gpu_busy_fraction,sm_utilization\n";
@@ -75,26 +75,19 @@ void write_comparison_csv(const std::filesystem::path& path, const std::vector<C
         << fmt::format("{},{},{},{},{},{},{},{},{}\n", r.p50_ms, r.p95_ms, r.p99_ms, r.mean_ms, r.throughput_per_s,
                        r.p99_vs_dedicated, r.throughput_vs_dedicated, r.busy_fraction, r.sm_utilization);
   }
-  write_file_atomically(path, out.str());
+  return out.str();
 }
 
-void write_latencies_csv(const std::filesystem::path& path, const std::vector<SimResult>& results) {
-  write_file_atomically(path, [&](AtomicFileWriter& file) {
-    file.write("policy,client,request,latency_ms\n");
-    std::string buffer;
-    for (const SimResult& r : results) {
-      for (const ClientResult& c : r.clients) {
-        for (std::size_t i = 0; i < c.latencies_ms.size(); ++i) {
-          buffer += fmt::format("{},{},{},{}\n", csv_escape(r.policy), csv_escape(c.name), i, c.latencies_ms[i]);
-          if (buffer.size() > (1 << 20)) {
-            file.write(buffer);
-            buffer.clear();
-          }
-        }
+std::string latencies_csv(const std::vector<SimResult>& results) {
+  std::string out = "policy,client,request,latency_ms\n";
+  for (const SimResult& r : results) {
+    for (const ClientResult& c : r.clients) {
+      for (std::size_t i = 0; i < c.latencies_ms.size(); ++i) {
+        out += fmt::format("{},{},{},{}\n", csv_escape(r.policy), csv_escape(c.name), i, c.latencies_ms[i]);
       }
     }
-    file.write(buffer);
-  });
+  }
+  return out;
 }
 
 }  // namespace fleet::orion

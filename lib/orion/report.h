@@ -34,8 +34,8 @@ std::string format_comparison_table(const std::vector<ComparisonRow>& rows);
 /// {"rows": [...]} for --json.
 nlohmann::json comparison_to_json(const std::vector<ComparisonRow>& rows);
 /// CSV, one row per policy and client.
-void write_comparison_csv(const std::filesystem::path& path, const std::vector<ComparisonRow>& rows);
+std::string comparison_csv(const std::vector<ComparisonRow>& rows);
 /// CSV of every measured latency: policy,client,request,latency_ms (for CDF plots).
-void write_latencies_csv(const std::filesystem::path& path, const std::vector<SimResult>& results);
+std::string latencies_csv(const std::vector<SimResult>& results);
 
 }  // namespace fleet::orion

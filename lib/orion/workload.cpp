@@ -196,6 +196,22 @@ Workload load_workload(const std::filesystem::path& path, const std::vector<std:
     if (c.kernels.empty()) throw InputError("client '" + c.name + "' has an empty kernel profile", {path.string(), "", std::nullopt});
   }
   if (high > 1) throw InputError("at most one client may have high priority", {path.string(), "/clients", std::nullopt});
+  // Every arrival is materialised: cap what a run may generate, so a typo in a
+  // rate or a horizon is an error message, not an out-of-memory kill.
+  constexpr double kMaxRequests = 1e7;
+  if (w.max_duration_s < 0 || w.max_duration_s > 1e6) {
+    throw InputError("max_duration_s must be between 0 and 1e6 seconds", {path.string(), "/max_duration_s", std::nullopt});
+  }
+  for (const ClientSpec& c : w.clients) {
+    const double open_loop = c.arrivals.kind == ArrivalKind::kPoisson || c.arrivals.kind == ArrivalKind::kUniform
+                                 ? c.arrivals.rate_per_s * (w.max_duration_s > 0 ? w.max_duration_s : 3600.0)
+                                 : 0.0;
+    if (static_cast<double>(c.requests) > kMaxRequests || (c.requests == 0 && open_loop > kMaxRequests)) {
+      throw InputError("client '" + c.name + "' would make more than 1e7 requests (its requests, or its rate times "
+                       "max_duration_s, default 3600 s)",
+                       {path.string(), "", std::nullopt});
+    }
+  }
   bool bounded = w.max_duration_s > 0;
   for (const ClientSpec& c : w.clients) bounded = bounded || c.requests > 0;
   if (!bounded) {

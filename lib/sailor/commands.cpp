@@ -6,8 +6,11 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/file_io.h"
 #include "common/json.h"
+#include "common/output_check.h"
 #include "sailor/estimator.h"
 #include "sailor/import_sailor.h"
 #include "sailor/model_from_config.h"
@@ -23,6 +26,16 @@ std::filesystem::path InputPaths::resolve(const std::filesystem::path& explicit_
 }
 
 namespace {
+
+// Registers the four planner inputs (and `plan`, when given) with `check`.
+OutputCheck& with_inputs(OutputCheck& check, const InputPaths& p, const std::filesystem::path& plan = {}) {
+  const std::pair<const char*, const std::filesystem::path*> parts[] = {
+      {"model", &p.model}, {"profile", &p.profile}, {"cluster", &p.cluster}, {"job", &p.job}};
+  for (const auto& [name, explicit_path] : parts) {
+    if (!explicit_path->empty() || !p.inputs.empty()) check.input(p.resolve(*explicit_path, name), std::string("--") + name);
+  }
+  return check.input(p.inputs, "--inputs").input(plan, "--plan");
+}
 
 PlannerInputs load_inputs(const InputPaths& p) {
   PlannerInputs in;
@@ -97,10 +110,14 @@ std::string format_report(const Plan& plan, const Estimate& est) {
 }  // namespace
 
 int run_import_hf(const ImportHfCommand& c) {
-  auto file = std::filesystem::is_directory(c.config) ? c.config / "config.json" : c.config;
-  if (!std::filesystem::is_regular_file(file)) throw InputError(file.string() + ": no such file");
+  auto file = !is_stdio(c.config) && std::filesystem::is_directory(c.config) ? c.config / "config.json" : c.config;
+  OutputCheck check;
+  check.input(file, "config").file(c.output, "--output").check(Existing::kReplace);
+  if (c.sequence_length <= 0) throw UsageError("--seq-len must be positive");
   auto doc = load_json_file(file);
-  std::string name = c.name.empty() ? std::filesystem::absolute(file).parent_path().filename().string() : c.name;
+  std::string name = !c.name.empty()   ? c.name
+                     : is_stdio(file) ? std::string("model")
+                                      : std::filesystem::absolute(file).parent_path().filename().string();
   auto model = model_spec_from_hf_config(doc.root(), c.sequence_length,
                                          default_calibration().activation_bytes_per_float, name);
   write_json_file(c.output, to_json(model));
@@ -128,16 +145,26 @@ int run_import(const ImportCommand& c) {
     if (at == std::string::npos) throw UsageError("--quota must look like GPU@ZONE=N, got '" + q + "'");
     opt.extra_quotas[key.substr(0, at)][key.substr(at + 1)] = static_cast<int>(n);
   }
-  const ImportedInputs in = import_sailor(opt);
+  // The four files go into the output folder, which is made when missing.
   std::error_code ec;
-  if (!std::filesystem::is_directory(c.output_dir, ec)) {
-    std::filesystem::create_directories(c.output_dir, ec);
-    if (ec) throw IoError("cannot create folder: " + ec.message(), {c.output_dir.string(), "", std::nullopt});
+  const bool folder_exists = std::filesystem::is_directory(c.output_dir, ec);
+  OutputCheck check;
+  check.input(c.source, "source");
+  if (folder_exists) {
+    for (const char* f : {"model.json", "profile.json", "cluster.json", "job.json"}) check.file(c.output_dir / f, "--output");
+  } else {
+    check.folder(c.output_dir, "--output");
   }
-  write_json_file(c.output_dir / "model.json", to_json(in.model));
-  write_json_file(c.output_dir / "profile.json", to_json(in.profiles));
-  write_json_file(c.output_dir / "cluster.json", to_json(in.cluster));
-  write_json_file(c.output_dir / "job.json", to_json(in.job));
+  check.check(Existing::kReplace);
+  const ImportedInputs in = import_sailor(opt);
+  if (!folder_exists && !std::filesystem::create_directory(c.output_dir, ec)) {
+    throw IoError("cannot create folder: " + ec.message(), {c.output_dir.string(), "", std::nullopt});
+  }
+  auto text = [](const nlohmann::json& j) { return j.dump(2) + "\n"; };
+  write_files_atomically({{c.output_dir / "model.json", text(to_json(in.model))},
+                          {c.output_dir / "profile.json", text(to_json(in.profiles))},
+                          {c.output_dir / "cluster.json", text(to_json(in.cluster))},
+                          {c.output_dir / "job.json", text(to_json(in.job))}});
   int gpus = 0;
   for (const auto& [gpu, zones] : in.cluster.quotas) {
     for (const auto& [zone, n] : zones) gpus += n;
@@ -149,6 +176,9 @@ int run_import(const ImportCommand& c) {
 }
 
 int run_simulate(const SimulateCommand& c) {
+  OutputCheck check;
+  with_inputs(check, c.paths, c.plan).file(c.trace.value_or(""), "--trace").check(Existing::kReplace);
+  std::ostream& report = report_stream(check);
   const PlannerInputs in = load_inputs(c.paths);
   const Plan plan = load_valid_plan(c.plan, in);
   const Estimate est = estimate_plan(plan, in);
@@ -158,10 +188,10 @@ int run_simulate(const SimulateCommand& c) {
     trace.write(*c.trace);
   }
   if (c.json) {
-    std::cout << estimate_to_json(plan, est).dump(2) << "\n";
+    report << estimate_to_json(plan, est).dump(2) << "\n";
     return 0;
   }
-  std::cout << format_report(plan, est);
+  report << format_report(plan, est);
   return 0;
 }
 
@@ -177,6 +207,9 @@ int run_search(const SearchCommand& c) {
   if (c.max_cost_per_iter < 0 || c.min_throughput < 0 || c.max_gpus < 0 || c.max_stages < 1) {
     throw UsageError("bounds must be non-negative and --max-stages at least 1");
   }
+  OutputCheck check;
+  with_inputs(check, c.paths).file(c.output.value_or(""), "--output").check(Existing::kReplace);
+  std::ostream& report = report_stream(check);
   opt.max_cost_per_iteration = c.max_cost_per_iter;
   opt.min_throughput = c.min_throughput;
   opt.max_gpus = c.max_gpus;
@@ -202,18 +235,18 @@ int run_search(const SearchCommand& c) {
       p["predictions"] = estimate_to_json(r.plan, r.estimate);
       plans.push_back(p);
     }
-    std::cout << nlohmann::json{{"plans", plans}, {"searched", stats.candidates}, {"search_s", seconds}}.dump(2) << "\n";
+    report << nlohmann::json{{"plans", plans}, {"searched", stats.candidates}, {"search_s", seconds}}.dump(2) << "\n";
     return 0;
   }
-  std::cout << "best plan (" << c.objective << "):\n" << format_report(top.front().plan, top.front().estimate);
+  report << "best plan (" << c.objective << "):\n" << format_report(top.front().plan, top.front().estimate);
   if (top.size() > 1) {
-    std::cout << fmt::format("\n{:>4} {:>7} {:>4} {:>3} {:>4} {:>5} {:>12} {:>12}  {}\n", "rank", "stages", "dp", "tp", "mbs",
+    report << fmt::format("\n{:>4} {:>7} {:>4} {:>3} {:>4} {:>5} {:>12} {:>12}  {}\n", "rank", "stages", "dp", "tp", "mbs",
                              "GPUs", "iter/s", "$/iter", "GPU types per stage");
     for (std::size_t i = 0; i < top.size(); ++i) {
       const RankedPlan& r = top[i];
       std::string types;
       for (const Stage& s : r.plan.stages) types += (types.empty() ? "" : ",") + s.replicas.front().gpu;
-      std::cout << fmt::format("{:>4} {:>7} {:>4} {:>3} {:>4} {:>5} {:>12.4f} {:>12.5f}  {}\n", i + 1, r.plan.stages.size(),
+      report << fmt::format("{:>4} {:>7} {:>4} {:>3} {:>4} {:>5} {:>12.4f} {:>12.5f}  {}\n", i + 1, r.plan.stages.size(),
                                r.plan.dp(), r.plan.stages.front().tp, r.plan.mbs, r.plan.gpus(),
                                r.estimate.iterations_per_s, r.estimate.usd_per_iteration(), types);
     }
@@ -222,6 +255,9 @@ int run_search(const SearchCommand& c) {
 }
 
 int run_export(const ExportCommand& c) {
+  OutputCheck check;
+  with_inputs(check, c.paths, c.plan).file(c.output, "--output").check(Existing::kReplace);
+  if (c.format != "sailor" && c.format != "gpufleet") throw UsageError("unknown --format '" + c.format + "' (sailor or gpufleet)");
   const PlannerInputs in = load_inputs(c.paths);
   const Plan plan = load_valid_plan(c.plan, in);
   if (c.format == "sailor") {

@@ -28,7 +28,7 @@ expect_rc 0 "$bin/sailor-run" train --model "$tmp/m0" --data "$tmp/base.txt" -o 
 grep -q '"last_step": 6' "$tmp/out" || fail "stop-after: $(cat "$tmp/out")"
 expect_rc 0 "$bin/sailor-run" train -o "$tmp/run" --resume --threads 1
 grep -q "^trained steps 7-12: loss" "$tmp/out" || fail "resume summary: $(cat "$tmp/out")"
-expect_rc 2 "$bin/sailor-run" train --model "$tmp/m0" --data "$tmp/missing.txt" -o "$tmp/run2" --steps 2
+expect_rc 2 "$bin/sailor-run" train --model "$tmp/m0" --data "$tmp/missing.txt" -o "$tmp/run2" --steps 2 --threads 1
 grep -q "missing.txt" "$tmp/err" || fail "missing data message: $(cat "$tmp/err")"
 
 expect_rc 0 "$bin/dz-compress" eval --model "$tmp/run" --text "$tmp/base.txt" --task copy --samples 5 --threads 1
@@ -43,11 +43,11 @@ untrained=$(sed -n 's/.*"perplexity": \([0-9.]*\).*/\1/p' "$tmp/out")
 awk -v a="$trained" -v b="$untrained" 'BEGIN { exit !(a < b / 2) }' || fail "training did not help: $trained vs $untrained"
 
 # Broken model folders: one error line, exit 2.
-expect_rc 2 "$bin/dz-compress" eval --model "$tmp/nowhere" --text "$tmp/base.txt"
+expect_rc 2 "$bin/dz-compress" eval --model "$tmp/nowhere" --text "$tmp/base.txt" --threads 1
 grep -q "^dz-compress: error: .*config.json" "$tmp/err" || fail "missing model message: $(cat "$tmp/err")"
 cp -r "$tmp/m0" "$tmp/broken"
 head -c 5000 "$tmp/m0/model.safetensors" > "$tmp/broken/model.safetensors"
-expect_rc 2 "$bin/dz-compress" eval --model "$tmp/broken" --text "$tmp/base.txt"
+expect_rc 2 "$bin/dz-compress" eval --model "$tmp/broken" --text "$tmp/base.txt" --threads 1
 [ "$(wc -l < "$tmp/err")" -eq 1 ] || fail "corrupt weights: expected one error line: $(cat "$tmp/err")"
 grep -q "^dz-compress: error: .*model.safetensors" "$tmp/err" || fail "corrupt weights message: $(cat "$tmp/err")"
 

@@ -29,7 +29,7 @@ grep -q "^orion-profile: error: .*unknown unit 'fortnight'" "$tmp/err" || fail "
 cmp -s "$tmp/raw.csv" "$tmp/raw.before" || fail "a failed import changed the earlier output"
 expect_rc 2 "$bin/orion-profile" import-ncu "$ex/ncu_sample_raw.csv" --device tpu -o "$tmp/x.csv"
 grep -q "unknown device 'tpu'" "$tmp/err" || fail "unknown device message"
-expect_rc 1 "$bin/orion-profile" summarize "$tmp/absent.csv"
+expect_rc 2 "$bin/orion-profile" summarize "$tmp/absent.csv"
 
 # simulate: one policy with every output, then the whole table as JSON.
 expect_rc 0 "$bin/orion-run" simulate -w "$ex/rnet50_inf_train.json" -p orion --requests 150 \

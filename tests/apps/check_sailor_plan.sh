@@ -35,7 +35,7 @@ expect_rc 2 "$bin/sailor-plan" simulate -i "$tmp/in" -p "$plan"
 grep -q "cluster.json: /gpu_types/V100-16/price_per_hour: price cannot be negative" "$tmp/err" || fail "negative price: $(cat "$tmp/err")"
 expect_rc 2 "$bin/sailor-plan" simulate -p "$plan"
 grep -q "give --inputs DIR or --model" "$tmp/err" || fail "missing inputs message"
-expect_rc 1 "$bin/sailor-plan" simulate -i "$tmp/nowhere" -p "$plan"
+expect_rc 2 "$bin/sailor-plan" simulate -i "$tmp/nowhere" -p "$plan"
 
 # search (kept small so the sanitizer build stays quick): the best plan is
 # written, and simulating it gives its predictions back.
@@ -54,14 +54,12 @@ expect_rc 2 "$bin/sailor-plan" search -i "$ex/gpt-neo-2.7" --exhaustive
 grep -q "exhaustive would simulate about" "$tmp/err" || fail "exhaustive guard: $(cat "$tmp/err")"
 expect_rc 2 "$bin/sailor-plan" search -i "$ex/gpt-neo-2.7" --objective speed
 
-# import-sailor from the reference data when it is there.
-ref="$src/../shared/reference/sailor"
-if [ -f "$ref/llm_info.json" ]; then
-  expect_rc 0 "$bin/sailor-plan" import-sailor "$ref" -m GPT-Neo-2.7 -o "$tmp/neo"
-  for f in model profile cluster job; do cmp -s "$tmp/neo/$f.json" "$ex/gpt-neo-2.7/$f.json" || fail "import of $f.json differs from the example"; done
-  expect_rc 2 "$bin/sailor-plan" import-sailor "$ref" -m GPT-Neo-2.7 -o "$tmp/neo" --price A100-40=-1
-  expect_rc 2 "$bin/sailor-plan" import-sailor "$ref" -m NoSuchModel -o "$tmp/x"
-fi
+# import-sailor from SAILOR's data as the repository ships it reproduces the examples.
+ref="$ex/sailor-data"
+expect_rc 0 "$bin/sailor-plan" import-sailor "$ref" -m GPT-Neo-2.7 -o "$tmp/neo"
+for f in model profile cluster job; do cmp -s "$tmp/neo/$f.json" "$ex/gpt-neo-2.7/$f.json" || fail "import of $f.json differs from the example"; done
+expect_rc 2 "$bin/sailor-plan" import-sailor "$ref" -m GPT-Neo-2.7 -o "$tmp/neo" --price A100-40=-1
+expect_rc 2 "$bin/sailor-plan" import-sailor "$ref" -m NoSuchModel -o "$tmp/x"
 # A model.json derived from OPT-350's Hugging Face config simulates the same plan
 # close to SAILOR's own description (same layer count; activations within a few %).
 cat > "$tmp/opt_config.json" <<'JSON'

@@ -72,10 +72,10 @@ TEST(AtomicFile, ClearErrorsForImpossibleTargets) {
   try {
     write_file_atomically(dir / "sub", "x");
     FAIL();
-  } catch (const IoError& e) {
-    EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos);
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("is a folder"), std::string::npos);
   }
-  EXPECT_THROW(write_file_atomically(dir / "missing" / "f.txt", "x"), IoError);
+  EXPECT_THROW(write_file_atomically(dir / "missing" / "f.txt", "x"), UsageError);
   EXPECT_TRUE(std::filesystem::is_directory(dir / "sub"));
 }
 
@@ -89,7 +89,7 @@ TEST(FileIo, MapsAndReads) {
   EXPECT_EQ(moved.size(), 5u);
   write_file_atomically(dir / "empty", "");
   EXPECT_EQ(MappedFile(dir / "empty").size(), 0u);
-  EXPECT_THROW(MappedFile(dir / "absent"), IoError);
+  EXPECT_THROW(MappedFile(dir / "absent"), InputError);
 }
 
 }  // namespace
@@ -121,7 +121,7 @@ TEST(AtomicDirectory, ReplacesAWholeFolderOrNothing) {
   EXPECT_EQ(read_file(target / "a.txt"), "second");
   EXPECT_FALSE(std::filesystem::exists(target / "b.txt"));
   EXPECT_EQ(testing::list_dir(dir.path()), std::vector<std::string>{"model"});
-  EXPECT_THROW(write_directory_atomically(dir.path() / "missing" / "x", [](const std::filesystem::path&) {}), IoError);
+  EXPECT_THROW(write_directory_atomically(dir.path() / "missing" / "x", [](const std::filesystem::path&) {}), UsageError);
 }
 
 }  // namespace

@@ -151,7 +151,13 @@ TEST(Hdf5Store, BadInputsGiveClearErrors) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("not an HDF5 file"), std::string::npos);
   }
-  EXPECT_THROW(Hdf5Store::open(dir / "absent.h5"), IoError);
+  EXPECT_THROW(Hdf5Store::open(dir / "absent.h5"), InputError);
+  try {
+    Hdf5Store::open(dir.path());  // a folder is not "not an HDF5 file": the cause is named
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("is a folder"), std::string::npos) << e.what();
+  }
   Hdf5Store store = Hdf5Store::create(dir / "x.h5");
   store.write_tensor("a", DType::kF32, std::vector<std::int64_t>{1}, testing::bytes_of(std::vector<float>{1}));
   EXPECT_THROW(store.write_tensor("a", DType::kF32, std::vector<std::int64_t>{1}, testing::bytes_of(std::vector<float>{1})),

@@ -66,8 +66,8 @@ TEST(Json, FileRoundTripAndMissingFile) {
   testing::TempDir dir;
   write_json_file(dir / "x.json", nlohmann::json{{"k", {1, 2, 3}}});
   EXPECT_EQ(load_json_file(dir / "x.json").root().get<std::vector<int>>("k"), (std::vector<int>{1, 2, 3}));
-  EXPECT_THROW(load_json_file(dir / "nope.json"), IoError);
-  EXPECT_THROW(load_json_file(dir.path()), IoError);  // a folder
+  EXPECT_THROW(load_json_file(dir / "nope.json"), InputError);
+  EXPECT_THROW(load_json_file(dir.path()), InputError);  // a folder
 }
 
 }  // namespace

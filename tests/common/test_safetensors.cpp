@@ -216,10 +216,10 @@ TEST(Safetensors, EveryCorruptCaseGivesAClearError) {
   }
 }
 
-TEST(Safetensors, MissingFileIsAnIoError) {
+TEST(Safetensors, MissingFileIsAnInputError) {
   testing::TempDir dir;
-  EXPECT_THROW(SafetensorsFile(dir / "absent.safetensors"), IoError);
-  EXPECT_THROW(SafetensorsCheckpoint(dir / "absent"), IoError);
+  EXPECT_THROW(SafetensorsFile(dir / "absent.safetensors"), InputError);
+  EXPECT_THROW(SafetensorsCheckpoint(dir / "absent"), InputError);
   EXPECT_THROW(SafetensorsCheckpoint(dir.path()), InputError);  // folder without a model
 }
 

@@ -73,7 +73,10 @@ def ours_written_python_reads(tmp):
     path = os.path.join(tmp, "ours.h5")
     helper("write-h5", path)
     with h5py.File(path, "r") as f:
-        check(f.attrs["format"] == "gpufleet-test", f"root attr format {f.attrs['format']!r}")
+        # The newest file format (superblock version 3: checksummed metadata).
+        check(f.id.get_create_plist().get_version()[0] >= 2, f"superblock {f.id.get_create_plist().get_version()}")
+        # Strings are fixed-length UTF-8, which h5py returns as bytes.
+        check(f.attrs["format"] == b"gpufleet-test", f"root attr format {f.attrs['format']!r}")
         check(int(f.attrs["version"]) == 3 and abs(float(f.attrs["damp"]) - 0.01) < 1e-15, "root attrs")
         check(list(f["tensors/F32"].attrs["scales"]) == [0.5, 0.25], "dataset attr scales")
         check(list(f["tensors/F32"].attrs["shape"]) == [3, 7], "dataset attr shape")
@@ -85,7 +88,20 @@ def ours_written_python_reads(tmp):
             if name in NUMPY_TYPES:
                 check(data.dtype == NUMPY_TYPES[name], f"h5 {name}: numpy dtype {data.dtype}")
             check(np.array_equal(data.astype(np.float64).flatten(), expected(name)), f"h5 {name}: values {data}")
+            # Every tensor carries FNV-1a (64-bit) of its decoded little-endian bytes.
+            raw = data
+            if name == "BF16":  # h5py converts bfloat16 to float16: read the stored bits instead
+                raw = np.empty(ds.shape, dtype=np.uint16)
+                ds.id.read(h5py.h5s.ALL, h5py.h5s.ALL, raw, mtype=ds.id.get_type())
+            check(int(ds.attrs["fnv1a64"]) & (2**64 - 1) == fnv1a64(raw.tobytes()), f"h5 {name}: checksum")
     print("ok: HDF5 written by us (zstd 32015), read by h5py + hdf5plugin with identical values and attributes")
+
+
+def fnv1a64(data):
+    h = 1469598103934665603
+    for b in data:
+        h = ((h ^ b) * 1099511628211) & (2**64 - 1)
+    return h
 
 
 def python_written_we_read(tmp):

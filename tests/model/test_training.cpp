@@ -1,12 +1,16 @@
 // Training: determinism under a seed, bit-identical resume, the schedule,
 // generation and sampling properties.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <chrono>
 
 #include <torch/torch.h>
 
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/safetensors.h"
+#include "model/commands.h"
 #include "model/generate.h"
 #include "model/llama.h"
 #include "model/sampler.h"
@@ -65,10 +69,37 @@ void expect_identical_files(const std::filesystem::path& a, const std::filesyste
   for (const auto& [name, t] : ta) EXPECT_TRUE(torch::equal(t, tb.at(name))) << name << " differs";
 }
 
+double cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6;
+}
+
+// --threads 1 must mean one busy thread, the BLAS pool behind libtorch's
+// matrix products included: the process may burn no more CPU time than wall
+// time (with room for noise). A ratio, not a timing: a loaded machine only lowers it.
+TEST(CpuThreads, OneThreadMeansOneBusyThread) {
+  set_cpu_threads(1);
+  EXPECT_EQ(torch::get_num_threads(), 1);
+  const auto a = torch::randn({384, 384}), b = torch::randn({384, 384});
+  auto sink = torch::zeros({384, 384});
+  const double cpu0 = cpu_seconds();
+  const auto wall0 = std::chrono::steady_clock::now();
+  do {
+    for (int i = 0; i < 20; ++i) sink.add_(torch::mm(a, b));
+  } while (cpu_seconds() - cpu0 < 0.5);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  const double cpu = cpu_seconds() - cpu0;
+  EXPECT_LT(cpu / wall, 1.3) << cpu << " s of CPU in " << wall << " s";
+  EXPECT_TRUE(torch::isfinite(sink).all().item<bool>());
+  EXPECT_THROW(set_cpu_threads(-1), UsageError);
+}
+
 class Training : public ::testing::Test {
  protected:
   void SetUp() override {
-    torch::set_num_threads(1);
+    set_cpu_threads(1);
     model_ = make_model_folder(dir_.path());
     data_ = dir_.path() / "base.txt";
     write_file_atomically(data_, make_synthetic_corpus(SyntheticTask::kBase, 300, 1));

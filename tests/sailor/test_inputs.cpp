@@ -16,7 +16,7 @@ using fleet::testing::error_of;
 namespace fs = std::filesystem;
 
 const fs::path kExamples = fs::path(FLEET_SOURCE_DIR) / "examples" / "sailor";
-const fs::path kReference = fs::path(FLEET_SOURCE_DIR) / ".." / "shared" / "reference" / "sailor";
+const fs::path kReference = fs::path(FLEET_SOURCE_DIR) / "examples" / "sailor" / "sailor-data";
 
 PlannerInputs example_inputs(const std::string& model) {
   PlannerInputs in;
@@ -67,7 +67,6 @@ TEST(SailorInputs, SailorLayoutRoundTrip) {
 }
 
 TEST(SailorInputs, ImportReproducesTheShippedExamples) {
-  if (!fs::exists(kReference / "llm_info.json")) GTEST_SKIP() << "SAILOR reference data not found at " << kReference;
   for (const auto& [model, folder] : {std::pair<std::string, std::string>{"OPT-350", "opt-350"}, {"GPT-Neo-2.7", "gpt-neo-2.7"}}) {
     ImportOptions opt;
     opt.source = kReference;

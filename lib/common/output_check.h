@@ -1,0 +1,56 @@
+// Checks a command's outputs before it starts working: every output can be
+// written, none replaces or sits inside one of its inputs, and existing
+// results are replaced only where the command's --force rules allow. A
+// command that searches or trains for minutes must not fail at the end
+// because of a path it could have checked at the start.
+#pragma once
+
+#include <filesystem>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace fleet {
+
+/// What happens to an output that already exists.
+enum class Existing {
+  kReplace,    ///< replaced atomically (files a command regenerates, like plans and reports)
+  kNeedsForce, ///< kept unless --force (models and deltas that took long to make)
+};
+
+/// The paths of one invocation, checked as a whole by check().
+class OutputCheck {
+ public:
+  /// Something the command reads (a file or a folder); `option` names it in errors.
+  OutputCheck& input(const std::filesystem::path& path, std::string option);
+  /// An output file; "-" is standard output.
+  OutputCheck& file(const std::filesystem::path& path, std::string option);
+  /// An output folder that the command replaces as a whole.
+  OutputCheck& folder(const std::filesystem::path& path, std::string option);
+
+  /// UsageError (exit 2) naming the option when: an output's folder is
+  /// missing or not writable; a file output is a folder or a folder output a
+  /// file; an output exists and `existing` is kNeedsForce without `force`; an
+  /// output is an input, lies inside an input folder or (a folder) contains an
+  /// input; two outputs are the same path; more than one input or output is "-";
+  /// a folder output is "-".
+  void check(Existing existing, bool force = false) const;
+
+  /// True when an output is "-": the command's report then goes to stderr,
+  /// so that standard output carries only the data.
+  bool writes_stdout() const;
+
+ private:
+  struct Entry {
+    std::filesystem::path path;
+    std::string option;
+    bool folder = false;
+  };
+  std::vector<Entry> inputs_, outputs_;
+};
+
+/// Where a command prints its report: stdout, or stderr when `check` sends
+/// data to stdout.
+std::ostream& report_stream(const OutputCheck& check);
+
+}  // namespace fleet
