@@ -1,4 +1,4 @@
-// sailor-run: train models; with a plan from sailor-plan, elastically across GPUs.
+// sailor-run: initialise and train models in one process (distributed training with a plan is not here yet).
 #include "common/cli.h"
 #include "devices/device_info.h"
 #include "fleet/config.h"

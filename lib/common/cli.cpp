@@ -76,11 +76,12 @@ int Tool::run(int argc, char** argv) {
     setup_logging(name_, log_options_);
     const CLI::App* command = selected_command(*app_, actions_);
     if (command == nullptr) {
-      std::cerr << app_->help();
       if (actions_.empty()) {
-        std::cerr << name_ << ": error: this build has no subcommands yet\n";
+        std::cerr << name_ << ": error: this build has no subcommands; '" << name_ << " --help' says what it will do\n";
       } else {
-        std::cerr << name_ << ": error: a subcommand is required\n";
+        std::string names;
+        for (const CLI::App* sub : app_->get_subcommands({})) names += (names.empty() ? "" : ", ") + sub->get_name();
+        std::cerr << name_ << ": error: give a subcommand (" << names << "); '" << name_ << " --help' describes them\n";
       }
       return static_cast<int>(ExitCode::kUsage);
     }

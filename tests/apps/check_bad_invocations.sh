@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Usage: check_bad_invocations.sh BIN_DIR SOURCE_DIR WITH_TORCH(0|1) — a table
+# of bad invocations per program: missing, unreadable (a folder where a file
+# belongs), malformed, wrong type, negative and huge values, outputs that
+# cannot be written or would destroy an input. Each row must exit with its
+# code, print one error line (two for option parse errors: the error and a
+# hint to --help) and leave every file in the work folder as it was.
+set -u
+bin=$1 src=$2 torch=$3
+source "$(dirname "$0")/testlib.sh"
+ex="$src/examples"
+work="$tmp/work"
+mkdir -p "$work/existing-folder"
+echo '{"format": "broken' > "$work/malformed.json"
+printf 'Name,Profile\nk,1,2,3\n' > "$work/malformed.csv"
+echo "not HDF5" > "$work/text.h5"
+echo "keep me" > "$work/existing-folder/file"
+cp "$ex/orion/ncu_sample_raw.csv" "$work/ncu.csv"
+if [ "$torch" = 1 ]; then
+  "$bin/sailor-run" -q init --preset tiny --seed 1 -o "$work/base" || fail "init base"
+  "$bin/sailor-run" -q init --preset tiny --seed 2 -o "$work/tuned" || fail "init tuned"
+  "$bin/sailor-run" -q make-corpus --task copy --lines 50 -o "$work/copy.txt" || fail "corpus"
+fi
+snapshot() { (cd "$work" && find . -type f -print0 | sort -z | xargs -0 md5sum; find . | sort) > "$1"; }
+snapshot "$tmp/before"
+
+rows=0
+# bad CODE PATTERN PROGRAM ARGS... — PATTERN is a grep -E on the error line.
+bad() {
+  local want=$1 pattern=$2
+  shift 2
+  rows=$((rows + 1))
+  (cd "$work" && "$@") >"$tmp/out" 2>"$tmp/err" </dev/null
+  local rc=$?
+  local line="$*"
+  [ $rc -eq "$want" ] || fail "${line#$bin/}: exited $rc, expected $want: $(cat "$tmp/err")"
+  local lines
+  lines=$(wc -l < "$tmp/err")
+  if grep -q "^Run '.* --help' for the usage.$" "$tmp/err"; then lines=$((lines - 1)); fi
+  [ "$lines" -eq 1 ] || fail "${line#$bin/}: expected one error line, got: $(cat "$tmp/err")"
+  grep -Eq "^[a-z-]+: error: .*($pattern)" "$tmp/err" || fail "${line#$bin/}: message '$(head -n1 "$tmp/err")' lacks /$pattern/"
+  [ ! -s "$tmp/out" ] || fail "${line#$bin/}: printed to stdout: $(cat "$tmp/out")"
+  snapshot "$tmp/after"
+  cmp -s "$tmp/before" "$tmp/after" || fail "${line#$bin/}: changed the work folder: $(diff "$tmp/before" "$tmp/after")"
+}
+
+sp="$bin/sailor-plan" opt="$ex/sailor/opt-350" plan="$ex/sailor/plans/opt350_gh200_pp2.json"
+bad 2 "no such file"            "$sp" simulate -i missing -p "$plan"
+bad 2 "is a folder"             "$sp" simulate -i "$opt" -p existing-folder
+bad 2 "malformed.json"          "$sp" simulate -i "$opt" -p malformed.json
+bad 2 "does not exist"          "$sp" simulate -i "$opt" -p "$plan" --trace nowhere/trace.json
+bad 2 "is a folder"             "$sp" simulate -i "$opt" -p "$plan" --trace existing-folder
+bad 2 "--top.*between 1 and"    "$sp" search -i "$opt" --top -1
+bad 2 "--top.*between 1 and"    "$sp" search -i "$opt" --top 100000000
+bad 2 "--max-gpus.*not a number" "$sp" search -i "$opt" --max-gpus lots
+bad 2 "does not exist"          "$sp" search -i "$opt" -o nowhere/plan.json
+bad 2 "is also the input"       "$sp" export -i "$opt" -p "$plan" -o "$plan"
+bad 2 "--seq-len.*between"      "$sp" import-hf "$opt/model.json" --seq-len -5 -o m.json
+bad 2 "malformed.json"          "$sp" import-hf malformed.json -o m.json
+bad 2 "no such file"            "$sp" import-sailor missing -m OPT-350 -o imported
+bad 2 "lies inside the input"   "$sp" import-sailor "$ex/sailor/sailor-data" -m OPT-350 -o "$ex/sailor/sailor-data/x"
+
+op="$bin/orion-profile"
+bad 2 "no such file"            "$op" summarize missing.csv
+bad 2 "is a folder"             "$op" summarize existing-folder
+bad 2 "malformed.csv"           "$op" summarize malformed.csv
+bad 2 "unknown device"          "$op" import-ncu ncu.csv --device tpu -o p.csv
+bad 2 "does not exist"          "$op" import-ncu ncu.csv -o nowhere/p.csv
+bad 2 "is also the input"       "$op" import-ncu ncu.csv -o ncu.csv
+
+orr="$bin/orion-run" wl="$ex/orion/rnet50_inf_train.json"
+bad 2 "no such file"            "$orr" simulate -w missing.json
+bad 2 "malformed.json"          "$orr" simulate -w malformed.json
+bad 2 "--requests.*between"     "$orr" simulate -w "$wl" --requests -5
+bad 2 "--requests.*between"     "$orr" simulate -w "$wl" --requests 1e12
+bad 2 "--seed.*between"         "$orr" simulate -w "$wl" --seed -1
+bad 2 "--dur-threshold.*between" "$orr" simulate -w "$wl" --dur-threshold 2
+bad 2 "--requests.*not a number" "$orr" simulate -w "$wl" --requests many
+bad 2 "does not exist"          "$orr" simulate -w "$wl" --trace t.json --csv nowhere/c.csv
+bad 2 "is also the output"      "$orr" simulate -w "$wl" --trace t.json --csv t.json
+bad 2 "only one output"         "$orr" simulate -w "$wl" --trace - --csv -
+sed 's/"format"/"max_duration_s": 1e9, "format"/' "$wl" > "$tmp/huge.json"
+bad 2 "max_duration_s"          "$orr" simulate -w "$tmp/huge.json" --profiles "$ex/orion/profiles"
+
+bad 2 "no subcommands"          "$bin/dz-serve"
+
+if [ "$torch" = 1 ]; then
+  sr="$bin/sailor-run" dz="$bin/dz-compress"
+  bad 2 "--lines.*between"        "$sr" make-corpus --task base --lines -3 -o c.txt
+  bad 2 "--lines.*between"        "$sr" make-corpus --task base --lines 1e12 -o c.txt
+  bad 2 "--lines.*not a number"   "$sr" make-corpus --task base --lines some -o c.txt
+  bad 2 "does not exist"          "$sr" make-corpus --task base -o nowhere/c.txt
+  bad 2 "not empty; pass --force" "$sr" init --preset tiny -o existing-folder
+  bad 2 "--seed.*between"         "$sr" init --preset tiny --seed -1 -o m
+  bad 2 "config.json"             "$sr" train --model missing --data copy.txt -o run --threads 1
+  bad 2 "no such file"            "$sr" train --model base --data missing.txt -o run --threads 1
+  bad 2 "--steps.*between"        "$sr" train --model base --data copy.txt -o run --steps -1 --threads 1
+  bad 2 "--batch-size.*between"   "$sr" train --model base --data copy.txt -o run --batch-size 0 --threads 1
+  bad 2 "--threads.*between"      "$sr" train --model base --data copy.txt -o run --threads -2
+  bad 2 "replacing it would remove the input" "$sr" train --model base --data copy.txt -o . --force --threads 1
+  bad 2 "no such file"            "$dz" inspect missing.h5
+  bad 2 "is a folder"             "$dz" inspect existing-folder
+  bad 2 "not an HDF5 file"        "$dz" inspect text.h5
+  bad 2 "lies inside the input"   "$dz" compress --base base --target tuned -o base/model.safetensors --force --threads 1
+  bad 2 "exists; pass --force"    "$dz" compress --base base --target tuned -o copy.txt --threads 1
+  bad 2 "--bits.*between"         "$dz" compress --base base --target tuned -o d.h5 --bits -4 --threads 1
+  bad 2 "--calib-samples.*between" "$dz" compress --base base --target tuned -o d.h5 --calib-samples 0 --threads 1
+  bad 2 "no such file"            "$dz" compress --base base --target tuned -o d.h5 --calib missing.txt --threads 1
+  bad 2 "config.json"             "$dz" eval --model missing --task copy --threads 1
+  bad 2 "--samples.*between"      "$dz" eval --model base --task copy --samples -5 --threads 1
+  bad 2 "no such file"            "$dz" decompress missing.h5 --base base -o out
+fi
+
+# Output I/O failing while working is a runtime failure (exit 1), not a usage error.
+(cd "$work" && "$sp" -q search -i "$opt" -o - >/dev/full 2>"$tmp/err")
+rc=$?
+[ $rc -eq 1 ] || fail "writing the plan to a full device exited $rc, expected 1: $(cat "$tmp/err")"
+grep -q "No space left on device" "$tmp/err" || fail "full device message: $(cat "$tmp/err")"
+echo "ok: $rows bad invocations rejected with their exit codes and nothing written"
