@@ -44,12 +44,17 @@ void set_cpu_threads(int threads) {
   // dependent order). Its setter is found at run time: the BLAS behind
   // libblas.so.3 is chosen by the system, not at link time.
   using SetThreads = void (*)(int);
-  for (const char* symbol : {"openblas_set_num_threads", "goto_set_num_threads"}) {
-    if (auto* set = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, symbol))) {
+  std::vector<void*> scopes = {RTLD_DEFAULT};
+  for (const char* library : {"libblas.so.3", "libopenblas.so.0"}) {  // when loaded without RTLD_GLOBAL
+    if (void* handle = ::dlopen(library, RTLD_LAZY | RTLD_NOLOAD)) scopes.push_back(handle);
+  }
+  for (void* scope : scopes) {
+    if (auto* set = reinterpret_cast<SetThreads>(::dlsym(scope, "openblas_set_num_threads"))) {
       set(threads);
       break;
     }
   }
+  for (std::size_t i = 1; i < scopes.size(); ++i) ::dlclose(scopes[i]);  // drops the references NOLOAD took
 }
 
 int run_init(const InitCommand& c) {

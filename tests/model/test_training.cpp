@@ -99,7 +99,6 @@ TEST(CpuThreads, OneThreadMeansOneBusyThread) {
 class Training : public ::testing::Test {
  protected:
   void SetUp() override {
-    set_cpu_threads(1);
     model_ = make_model_folder(dir_.path());
     data_ = dir_.path() / "base.txt";
     write_file_atomically(data_, make_synthetic_corpus(SyntheticTask::kBase, 300, 1));
