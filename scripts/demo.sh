@@ -35,6 +35,11 @@ echo "=== sailor-plan: the measured GH200 configuration PP2 x TP4 (measured 0.65
 "$bin/sailor-plan" simulate -i examples/sailor/opt-350 -p examples/sailor/plans/opt350_gh200_pp2.json | tail -n 3
 
 echo
+echo "=== sailor-plan in a pipeline: the best plan goes through a pipe into simulate ('-' is stdin/stdout)"
+"$bin/sailor-plan" -q search -i examples/sailor/opt-350 -o - 2>/dev/null |
+  "$bin/sailor-plan" simulate -i examples/sailor/opt-350 -p - | tail -n 3
+
+echo
 echo "=== orion-profile: Orion's ResNet50 training-iteration profile (V100)"
 "$bin/orion-profile" summarize examples/orion/profiles/resnet50_32_fb1.csv
 echo
@@ -72,7 +77,7 @@ for spec in copy:700 reverse:1000; do
 done
 wait
 for model in base ft-copy ft-reverse; do
-  echo "--- $model"
+  echo "--- $model: perplexity on held-out base text; exact-match accuracy on copy and reverse"
   "$bin/dz-compress" -q eval --model "$models/$model" --text "$models/base-heldout.txt" --task copy --task reverse \
     --samples 100 --threads 1
 done
@@ -84,13 +89,13 @@ for method in obs rtn; do
   "$bin/dz-compress" -q compress --base "$models/base" --target "$models/ft-copy" -o "$models/copy-$method.h5" \
     --bits 4 --sparsity 2:4 --calib "$models/copy.txt" --method "$method" --threads 1
   "$bin/dz-compress" -q decompress "$models/copy-$method.h5" --base "$models/base" -o "$models/copy-from-$method"
-  echo "--- reconstructed from the $method delta"
+  echo "--- the copy fine-tune reconstructed from the $method delta: accuracy on copy"
   "$bin/dz-compress" -q eval --model "$models/copy-from-$method" --task copy --samples 100 --threads 1
 done
 "$bin/dz-compress" inspect "$models/copy-obs.h5" | tail -n 2
 
 echo
-echo "=== dz-serve (subcommands not in this build yet)"
+echo "=== dz-serve: not in this build yet (no subcommands); its version and what its help says"
 "$bin/dz-serve" --version
 "$bin/dz-serve" --help | head -n 1
 echo "demo: done (binaries in $build/bin, outputs in $build/demo)"
