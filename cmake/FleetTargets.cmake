@@ -56,7 +56,8 @@ function(fleet_add_tool name)
 endfunction()
 
 # fleet_add_gtest(name SOURCES ... DEPS ... [LABELS ...]) — a GoogleTest binary whose
-# tests are registered one by one with CTest.
+# tests are registered one by one with CTest. Sanitizer builds read
+# tests/lsan-suppressions.txt (leaks inside third-party libraries).
 function(fleet_add_gtest name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
@@ -64,7 +65,9 @@ function(fleet_add_gtest name)
   target_compile_definitions(${name} PRIVATE
     FLEET_SOURCE_DIR="${PROJECT_SOURCE_DIR}" FLEET_BINARY_DIR="${PROJECT_BINARY_DIR}")
   include(GoogleTest)
-  gtest_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}" DISCOVERY_TIMEOUT 60)
+  gtest_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}"
+                       ENVIRONMENT "LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/lsan-suppressions.txt"
+                       DISCOVERY_TIMEOUT 60)
 endfunction()
 
 # fleet_add_python_test(name script labels args...) — a test run by the project's

@@ -136,13 +136,16 @@ int run_import(const ImportCommand& c) {
   opt.sequence_length = c.sequence_length;
   for (const std::string& p : c.prices) {
     const auto [gpu, usd] = split_assignment(p, "--price");
-    if (usd < 0) throw UsageError("--price " + gpu + " cannot be negative");
+    if (!(usd >= 0 && usd <= 1e6)) throw UsageError("--price " + gpu + ": must be between 0 and 1000000 $/hour");
     opt.prices[gpu] = usd;
   }
   for (const std::string& q : c.quotas) {
     const auto [key, n] = split_assignment(q, "--quota");
     const auto at = key.find('@');
     if (at == std::string::npos) throw UsageError("--quota must look like GPU@ZONE=N, got '" + q + "'");
+    if (!(n >= 0 && n <= 1e6) || n != static_cast<double>(static_cast<int>(n))) {
+      throw UsageError("--quota " + key + ": the GPU count must be a whole number between 0 and 1000000");
+    }
     opt.extra_quotas[key.substr(0, at)][key.substr(at + 1)] = static_cast<int>(n);
   }
   // The four files go into the output folder, which is made when missing.
