@@ -7,6 +7,27 @@
 #include "model/commands.h"
 #endif
 
+#if FLEET_WITH_TORCH
+namespace {
+
+// What `compare` and `eval` score, and how: the options both share.
+template <typename Command>
+void add_scoring_options(CLI::App* command, Command& c, std::vector<std::string>& text) {
+  command->add_option("--text", text, "Text file(s) to score ('-': standard input)");
+  command->add_option("--task", c.tasks, "Synthetic task(s) to measure: copy, reverse, sort, add");
+  command->add_option("--samples", c.samples, "Examples per task")->capture_default_str()->check(fleet::in_range(1, 1e6));
+  command->add_option("--seed", c.seed, "Seed of the task examples")->capture_default_str()
+      ->check(fleet::in_range(0, 9.2e18));
+  command->add_option("--window", c.window, "Tokens per scoring window")->capture_default_str()
+      ->check(fleet::in_range(2, 1e6));
+  command->add_option("--threads", c.threads, "CPU threads, libtorch and BLAS (0: their defaults)")
+      ->check(fleet::in_range(0, 1024));
+  fleet::add_json_flag(command, &c.json);
+}
+
+}  // namespace
+#endif
+
 int main(int argc, char** argv) {
   fleet::Tool tool("dz-compress",
                    "Compress a fine-tuned model as a sparse, low-bit delta from its base model, and reconstruct it; "
@@ -45,7 +66,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   cc->add_option("--zstd-level", compress.zstd_level, "zstd level of the lossless stage (1-22)")->capture_default_str()
       ->check(fleet::in_range(1, 22));
-  cc->add_option("--threads", compress.threads, "CPU threads (0: libtorch's default)")
+  cc->add_option("--threads", compress.threads, "CPU threads, libtorch and BLAS (0: their defaults)")
       ->check(fleet::in_range(0, 1024));
   cc->add_flag("--force", compress.force, "Replace an existing output");
   fleet::add_json_flag(cc, &compress.json);
@@ -75,17 +96,7 @@ int main(int argc, char** argv) {
   cmp->add_option("--base", base_dir, "Base model folder")->required();
   cmp->add_option("--target", target_dir, "Fine-tuned model folder")->required();
   cmp->add_option("--reconstructed", reconstructed_dir, "Folder written by decompress")->required();
-  cmp->add_option("--text", compare_text, "Text file(s) to score");
-  cmp->add_option("--task", compare.tasks, "Synthetic task(s): copy, reverse, sort, add");
-  cmp->add_option("--samples", compare.samples, "Examples per task")->capture_default_str()
-      ->check(fleet::in_range(1, 1e6));
-  cmp->add_option("--seed", compare.seed, "Seed of the task examples")->capture_default_str()
-      ->check(fleet::in_range(0, 9.2e18));
-  cmp->add_option("--window", compare.window, "Tokens per scoring window")->capture_default_str()
-      ->check(fleet::in_range(2, 1e6));
-  cmp->add_option("--threads", compare.threads, "CPU threads (0: libtorch's default)")
-      ->check(fleet::in_range(0, 1024));
-  fleet::add_json_flag(cmp, &compare.json);
+  add_scoring_options(cmp, compare, compare_text);
 
   fleet::model::EvalCommand eval;
   std::vector<std::string> text;
@@ -94,18 +105,8 @@ int main(int argc, char** argv) {
     return fleet::model::run_eval(eval);
   });
   eval_cmd->add_option("--model", eval.model, "Model folder (Hugging Face layout)")->required();
-  eval_cmd->add_option("--text", text, "Text file(s) to score");
-  eval_cmd->add_option("--task", eval.tasks, "Synthetic task(s) to measure: copy, reverse, sort, add");
-  eval_cmd->add_option("--samples", eval.samples, "Examples per task")->capture_default_str()
-      ->check(fleet::in_range(1, 1e6));
-  eval_cmd->add_option("--seed", eval.seed, "Seed of the task examples")->capture_default_str()
-      ->check(fleet::in_range(0, 9.2e18));
-  eval_cmd->add_option("--window", eval.window, "Tokens per scoring window")->capture_default_str()
-      ->check(fleet::in_range(2, 1e6));
   eval_cmd->add_option("--dtype", eval.dtype, "Compute dtype: float32 or bfloat16")->capture_default_str();
-  eval_cmd->add_option("--threads", eval.threads, "CPU threads (0: libtorch's default)")
-      ->check(fleet::in_range(0, 1024));
-  fleet::add_json_flag(eval_cmd, &eval.json);
+  add_scoring_options(eval_cmd, eval, text);
 #endif
   return tool.run(argc, argv);
 }
