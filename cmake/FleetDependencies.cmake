@@ -36,7 +36,22 @@ if(WITH_TORCH)
   if(DEFINED Torch_VERSION)
     set(FLEET_TORCH_VERSION "${Torch_VERSION}")
   endif()
-  # Torch's imported targets carry its ABI flag; nothing else to add globally.
+  # Torch's imported targets carry its ABI flag. PyTorch's libtorch 2.x also
+  # ships the headers of its own (newer) fmt, and its include folder comes
+  # before the system's: spdlog, built on the system's fmt, would then see the
+  # wrong one. A folder holding only the system's fmt goes first instead.
+  foreach(_fleet_dir IN LISTS TORCH_INCLUDE_DIRS)
+    if(EXISTS "${_fleet_dir}/fmt/format.h")
+      get_target_property(_fleet_fmt_dirs fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
+      list(GET _fleet_fmt_dirs 0 _fleet_fmt_dir)
+      set(_fleet_shim "${CMAKE_BINARY_DIR}/generated/system-fmt")
+      file(MAKE_DIRECTORY "${_fleet_shim}")
+      file(CREATE_LINK "${_fleet_fmt_dir}/fmt" "${_fleet_shim}/fmt" SYMBOLIC)
+      include_directories(BEFORE SYSTEM "${_fleet_shim}")
+      message(STATUS "libtorch ships its own fmt: using the system's (${_fleet_fmt_dir}) ahead of it")
+      break()
+    endif()
+  endforeach()
 endif()
 
 if(BUILD_TESTING OR NOT DEFINED BUILD_TESTING)

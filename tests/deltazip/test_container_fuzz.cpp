@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <new>
 #include <random>
 
 #include "common/atomic_file.h"
@@ -14,6 +17,30 @@
 #include "common/half.h"
 #include "deltazip/container.h"
 #include "test_util.h"
+
+namespace {
+
+// The largest single allocation through operator new since the last reset:
+// how the fuzz test sees an "oversized allocation" (a corrupt size that the
+// reader believed). Replaces the global operator new of this test binary.
+std::atomic<std::size_t> g_largest_allocation{0};
+
+void* counted_allocation(std::size_t size) {
+  std::size_t seen = g_largest_allocation.load(std::memory_order_relaxed);
+  while (size > seen && !g_largest_allocation.compare_exchange_weak(seen, size, std::memory_order_relaxed)) {
+  }
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+
+}  // namespace
+
+void* operator new(std::size_t size) { return counted_allocation(size); }
+void* operator new[](std::size_t size) { return counted_allocation(size); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
 
 namespace fleet::deltazip {
 namespace {
@@ -91,6 +118,7 @@ TEST_F(ContainerFuzz, EveryFlippedByteIsCaughtOrHarmless) {
     std::string bytes = original_;
     bytes[pos] = static_cast<char>(bytes[pos] ^ patterns[pos % 4]);
     write_file_atomically(mutated, bytes);
+    g_largest_allocation = 0;
     try {
       const std::string seen = read_everything(mutated);
       if (seen != expected_) {
@@ -105,6 +133,8 @@ TEST_F(ContainerFuzz, EveryFlippedByteIsCaughtOrHarmless) {
     } catch (const std::exception& e) {
       FAIL() << "byte " << pos << ": not an input error: " << e.what();
     }
+    // The container decodes to a few KiB; nothing read from it may ask for more than 1 MiB at once.
+    ASSERT_LT(g_largest_allocation.load(), std::size_t{1} << 20) << "flipping byte " << pos << " made the reader allocate";
   }
   // Most bytes are metadata or compressed data: a flip there must be caught.
   EXPECT_GT(caught, original_.size() / 2) << caught << " caught, " << harmless << " harmless";
