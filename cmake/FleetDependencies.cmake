@@ -40,10 +40,10 @@ if(WITH_TORCH)
   # ships the headers of its own (newer) fmt, and its include folder comes
   # before the system's: spdlog, built on the system's fmt, would then see the
   # wrong one. A folder holding only the system's fmt goes first instead.
+  get_target_property(_fleet_fmt_dirs fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
+  list(GET _fleet_fmt_dirs 0 _fleet_fmt_dir)
   foreach(_fleet_dir IN LISTS TORCH_INCLUDE_DIRS)
-    if(EXISTS "${_fleet_dir}/fmt/format.h")
-      get_target_property(_fleet_fmt_dirs fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
-      list(GET _fleet_fmt_dirs 0 _fleet_fmt_dir)
+    if(EXISTS "${_fleet_dir}/fmt/format.h" AND NOT _fleet_dir STREQUAL _fleet_fmt_dir)
       set(_fleet_shim "${CMAKE_BINARY_DIR}/generated/system-fmt")
       file(MAKE_DIRECTORY "${_fleet_shim}")
       file(CREATE_LINK "${_fleet_fmt_dir}/fmt" "${_fleet_shim}/fmt" SYMBOLIC)

@@ -33,14 +33,16 @@ if [ -n "${FLEET_TORCH_WHEEL:-}" ]; then
   fi
   prefix="$unpacked/torch/share/cmake"
   if [ -n "${FLEET_TORCH_DEPS:-}" ]; then
-    deps="$build/torch-deps"
-    mkdir -p "$deps"
+    # Beside torch/, as pip lays them out: libtorch_cuda's RPATH
+    # ($ORIGIN/../../nvidia/*/lib) then finds them at run time too.
     for wheel in "$FLEET_TORCH_DEPS"/*.whl; do
-      [ -f "$deps/.$(basename "$wheel")" ] && continue
+      [ -f "$unpacked/.$(basename "$wheel")" ] && continue
       echo "== unpacking the libraries of $(basename "$wheel")"
-      unzip -q -o "$wheel" 'nvidia/*' -d "$deps" && touch "$deps/.$(basename "$wheel")"
+      unzip -q -o "$wheel" 'nvidia/*' -d "$unpacked" && touch "$unpacked/.$(basename "$wheel")"
     done
-    while IFS= read -r dir; do link_dirs+=("$dir"); done < <(find "$deps" -name 'lib*.so*' -printf '%h\n' | sort -u)
+    if [ -d "$unpacked/nvidia" ]; then
+      while IFS= read -r dir; do link_dirs+=("$dir"); done < <(find "$unpacked/nvidia" -name 'lib*.so*' -printf '%h\n' | sort -u)
+    fi
   fi
 fi
 if [ -z "$prefix" ]; then
@@ -51,8 +53,7 @@ echo "== libtorch: $prefix"
 
 # The libraries libtorch_cuda needs at link time that are not on the default
 # search path (the wheels' nvidia/* folders, CUDA's lib64) are handed to the
-# linker with -rpath-link; the programs find them at run time through the
-# same folders (RPATH) or the environment's LD_LIBRARY_PATH.
+# linker with -rpath-link, and to the programs as RPATH.
 ldflags=""
 cuda_lib=/usr/local/cuda/lib64
 [ -d "$cuda_lib" ] && link_dirs+=("$cuda_lib")

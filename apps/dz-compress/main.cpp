@@ -20,6 +20,7 @@ void add_scoring_options(CLI::App* command, Command& c, std::vector<std::string>
       ->check(fleet::in_range(0, 9.2e18));
   command->add_option("--window", c.window, "Tokens per scoring window")->capture_default_str()
       ->check(fleet::in_range(2, 1e6));
+  command->add_option("--device", c.device, "cpu, cuda or auto (the GPU when libtorch sees one)")->capture_default_str();
   command->add_option("--threads", c.threads, "CPU threads, libtorch and BLAS (0: their defaults)")
       ->check(fleet::in_range(0, 1024));
   fleet::add_json_flag(command, &c.json);
@@ -66,6 +67,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   cc->add_option("--zstd-level", compress.zstd_level, "zstd level of the lossless stage (1-22)")->capture_default_str()
       ->check(fleet::in_range(1, 22));
+  cc->add_option("--device", compress.device, "cpu, cuda or auto: where the calibration forward and OBS sweeps run")
+      ->capture_default_str();
   cc->add_option("--threads", compress.threads, "CPU threads, libtorch and BLAS (0: their defaults)")
       ->check(fleet::in_range(0, 1024));
   cc->add_flag("--force", compress.force, "Replace an existing output");
@@ -105,7 +108,8 @@ int main(int argc, char** argv) {
     return fleet::model::run_eval(eval);
   });
   eval_cmd->add_option("--model", eval.model, "Model folder (Hugging Face layout)")->required();
-  eval_cmd->add_option("--dtype", eval.dtype, "Compute dtype: float32 or bfloat16")->capture_default_str();
+  eval_cmd->add_option("--dtype", eval.dtype, "Compute dtype: float32 or bfloat16 (default: float32 on the CPU, "
+                                              "bfloat16 on a GPU)");
   add_scoring_options(eval_cmd, eval, text);
 #endif
   return tool.run(argc, argv);

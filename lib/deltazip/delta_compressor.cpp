@@ -91,11 +91,12 @@ void add_dense_tensor(DeltaWriter& writer, const std::string& name, const torch:
                       const SafetensorsCheckpoint& base, const std::string& policy) {
   torch::Tensor stored;
   DenseKind kind;
+  const auto host = target.to(torch::kCPU);
   if (policy == "full") {
-    stored = target.contiguous();
+    stored = host.contiguous();
     kind = DenseKind::kFull;
   } else {
-    stored = (target.to(torch::kFloat32) - base_tensor(base, name)).to(torch::kHalf).contiguous();
+    stored = (host.to(torch::kFloat32) - base_tensor(base, name)).to(torch::kHalf).contiguous();
     kind = DenseKind::kDelta;
   }
   auto dtype = model::dtype_of(stored.scalar_type());
@@ -129,8 +130,9 @@ int run_compress(const CompressCommand& c) {
   if (!c.calib.empty()) check_input_file(c.calib);
 
   // Validate both models before any work.
+  const auto device = model::torch_device(model::resolve_device(c.device));
   const auto base_config = model::load_llama_config(c.base);
-  auto target = LlamaModel::load(c.target, torch::kFloat32);
+  auto target = LlamaModel::load(c.target, torch::kFloat32, device);
   check_same_shape(base_config, target.config());
   SafetensorsCheckpoint base(model::model_weights_path(c.base));
   // Shapes from the headers alone: no tensor data is read before the work starts.
@@ -139,7 +141,7 @@ int run_compress(const CompressCommand& c) {
     if (base.info(name).shape != t.sizes().vec()) throw InputError("base and target shapes differ for '" + name + "'");
   }
   auto tokenizer = model::Tokenizer::load(c.target);
-  auto tokens = calibration_tokens(c, tokenizer);
+  auto tokens = calibration_tokens(c, tokenizer).to(device);
 
   DeltaHeader header;
   header.settings_json = settings_json(c).dump();
@@ -168,7 +170,7 @@ int run_compress(const CompressCommand& c) {
         {"mlp.down_proj.weight", &w.down_proj, "down"}};
     for (const auto& [suffix, weight, input] : linears) {
       const std::string name = "model.layers." + std::to_string(l) + "." + suffix;
-      auto base_w = base_tensor(base, name);
+      auto base_w = base_tensor(base, name).to(device);
       auto delta = *weight - base_w;
       const auto& h = hessians.at(input);
       auto compressed = c.method == "obs" ? obs_compress(delta, h, options) : rtn_compress(delta, options);

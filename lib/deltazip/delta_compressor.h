@@ -27,6 +27,7 @@ struct CompressCommand {
   std::string dense_policy = "delta-zstd";  ///< or full
   int zstd_level = 9;
   int threads = 0;
+  std::string device = "auto";  ///< cpu, cuda or auto (model forward and OBS sweeps)
   bool force = false;
   bool json = false;
 };

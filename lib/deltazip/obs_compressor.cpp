@@ -85,7 +85,7 @@ CompressedMatrix obs_compress(const torch::Tensor& weight, const torch::Tensor& 
       // group of m stays m consecutive input columns.
       const std::int64_t m = o.sparsity.m;
       auto group_order = torch::argsort(H.diagonal().view({cols / m, m}).sum(1), 0, /*descending=*/true);
-      perm = (group_order.unsqueeze(1) * m + torch::arange(m, torch::kInt64).unsqueeze(0)).flatten();
+      perm = (group_order.unsqueeze(1) * m + torch::arange(m, group_order.options()).unsqueeze(0)).flatten();
     } else {
       perm = torch::argsort(H.diagonal(), 0, /*descending=*/true);
     }
@@ -101,8 +101,8 @@ CompressedMatrix obs_compress(const torch::Tensor& weight, const torch::Tensor& 
   // Grids: static per group of original columns (computed before the sweep)
   // when reordering, so that each group stays contiguous in storage; else
   // per group as the sweep reaches it, from the updated weights, as GPTQ does.
-  auto scales = torch::zeros({rows, groups});
-  auto zeros = torch::zeros({rows, groups});
+  auto scales = torch::zeros({rows, groups}, W.options());
+  auto zeros = torch::zeros({rows, groups}, W.options());
   std::vector<Grid> static_grids;
   if (o.act_order || group == cols) {
     for (std::int64_t g = 0; g < groups; ++g) {
@@ -114,7 +114,7 @@ CompressedMatrix obs_compress(const torch::Tensor& weight, const torch::Tensor& 
   }
   std::vector<std::int64_t> order(static_cast<std::size_t>(cols));
   if (o.act_order) {
-    auto p = perm.to(torch::kInt64).contiguous();
+    auto p = perm.to(torch::kCPU, torch::kInt64).contiguous();
     std::copy(p.data_ptr<std::int64_t>(), p.data_ptr<std::int64_t>() + cols, order.begin());
   } else {
     for (std::int64_t c = 0; c < cols; ++c) order[static_cast<std::size_t>(c)] = c;
@@ -122,7 +122,7 @@ CompressedMatrix obs_compress(const torch::Tensor& weight, const torch::Tensor& 
 
   auto Q = torch::zeros_like(W);
   auto codes = torch::zeros_like(W);
-  auto pruned = torch::zeros({rows, cols}, torch::kBool);
+  auto pruned = torch::zeros({rows, cols}, W.options().dtype(torch::kBool));
   double loss = 0;
   Grid current;
   for (std::int64_t i1 = 0; i1 < cols; i1 += o.block_size) {
@@ -131,7 +131,7 @@ CompressedMatrix obs_compress(const torch::Tensor& weight, const torch::Tensor& 
     auto Err1 = torch::zeros_like(W1);
     auto U1 = U.narrow(0, i1, count).narrow(1, i1, count);
     auto diag1 = U1.diagonal();
-    auto mask1 = torch::zeros({rows, count}, torch::kBool);
+    auto mask1 = torch::zeros({rows, count}, W.options().dtype(torch::kBool));
     if (o.sparsity.kind == SparsityPattern::Kind::kUnstructured) {
       auto score = W1.pow(2) / diag1.pow(2).unsqueeze(0);
       auto sorted = std::get<0>(score.flatten().sort());
@@ -196,7 +196,7 @@ CompressedMatrix obs_compress(const torch::Tensor& weight, const torch::Tensor& 
 }
 
 CompressedMatrix rtn_compress(const torch::Tensor& weight, const CompressionOptions& options) {
-  auto identity = torch::eye(weight.size(1), torch::kFloat32);
+  auto identity = torch::eye(weight.size(1), weight.options().dtype(torch::kFloat32));
   auto o = options;
   o.damp = 0;
   o.act_order = false;
@@ -204,10 +204,11 @@ CompressedMatrix rtn_compress(const torch::Tensor& weight, const CompressionOpti
 }
 
 PackedMatrix CompressedMatrix::pack(const CompressionOptions& o) const {
-  auto c = codes.contiguous();
-  auto k = kept.to(torch::kUInt8).contiguous();
-  auto s = scales.to(torch::kHalf).contiguous();
-  auto z = zeros.contiguous();
+  // The sweep may have run on a GPU; packing reads host memory.
+  auto c = codes.to(torch::kCPU).contiguous();
+  auto k = kept.to(torch::kCPU, torch::kUInt8).contiguous();
+  auto s = scales.to(torch::kCPU, torch::kHalf).contiguous();
+  auto z = zeros.to(torch::kCPU).contiguous();
   const auto rows = c.size(0), cols = c.size(1);
   std::vector<std::uint16_t> scale_bits(static_cast<std::size_t>(s.numel()));
   std::memcpy(scale_bits.data(), s.data_ptr(), scale_bits.size() * 2);

@@ -13,9 +13,11 @@
 #include "common/file_io.h"
 #include "common/logging.h"
 #include "common/output_check.h"
+#include "model/device.h"
 #include "model/evaluation.h"
 #include "model/llama.h"
 #include "model/synthetic_tasks.h"
+#include "model/tensor_bridge.h"
 #include "model/tokenizer.h"
 
 namespace fleet::model {
@@ -123,10 +125,10 @@ std::vector<SyntheticTask> parse_tasks(const std::vector<std::string>& names) {
 }
 
 // Perplexity on the texts and accuracy on the tasks of one model folder, as JSON.
-nlohmann::json measure(const std::filesystem::path& folder, torch::ScalarType dtype,
+nlohmann::json measure(const std::filesystem::path& folder, torch::ScalarType dtype, torch::Device device,
                        const std::vector<std::filesystem::path>& text, const std::vector<SyntheticTask>& tasks,
                        std::size_t samples, std::uint64_t seed, std::int64_t window) {
-  auto model = LlamaModel::load(folder, dtype);
+  auto model = LlamaModel::load(folder, dtype, device);
   auto tokenizer = Tokenizer::load(folder);
   nlohmann::json out = {{"model", folder.string()}, {"tasks", nlohmann::json::array()}};
   if (!text.empty()) {
@@ -156,7 +158,9 @@ int run_eval(const EvalCommand& c) {
   if (c.text.empty() && c.tasks.empty()) throw UsageError("give --text FILE and/or --task NAME");
   auto tasks = parse_tasks(c.tasks);
   check_files(c.text);
-  auto out = measure(c.model, parse_torch_dtype(c.dtype), c.text, tasks, c.samples, c.seed, c.window);
+  const auto device = resolve_device(c.device);
+  const auto dtype = parse_torch_dtype(c.dtype.empty() ? default_compute_dtype(device) : c.dtype);
+  auto out = measure(c.model, dtype, torch_device(device), c.text, tasks, c.samples, c.seed, c.window);
   if (c.json) {
     std::cout << out.dump(2) << "\n";
     return 0;
@@ -177,9 +181,10 @@ int run_compare(const CompareCommand& c) {
   auto tasks = parse_tasks(c.tasks);
   check_files(c.text);
   for (const auto& [label, folder] : c.models) load_llama_config(folder);  // every folder valid before any work
+  const auto device = torch_device(resolve_device(c.device));
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& [label, folder] : c.models) {
-    auto row = measure(folder, torch::kFloat32, c.text, tasks, c.samples, c.seed, c.window);
+    auto row = measure(folder, torch::kFloat32, device, c.text, tasks, c.samples, c.seed, c.window);
     row["label"] = label;
     rows.push_back(row);
   }

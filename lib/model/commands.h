@@ -30,7 +30,7 @@ int run_init(const InitCommand& command);
 
 /// `sailor-run train`.
 struct TrainCommand {
-  TrainJob job;
+  TrainJob job;                 ///< job.device: cpu, cuda or auto
   int threads = 0;  ///< 0: libtorch's default
   bool json = false;
 };
@@ -53,7 +53,8 @@ struct EvalCommand {
   std::size_t samples = 100;
   std::uint64_t seed = 1;
   std::int64_t window = 256;
-  std::string dtype = "float32";
+  std::string dtype;              ///< empty: float32 on the CPU, bfloat16 on a GPU
+  std::string device = "auto";    ///< cpu, cuda or auto
   int threads = 0;
   bool json = false;
 };
@@ -67,6 +68,7 @@ struct CompareCommand {
   std::size_t samples = 100;
   std::uint64_t seed = 1;
   std::int64_t window = 256;
+  std::string device = "auto";    ///< cpu, cuda or auto (float32 on both: the three models are compared exactly)
   int threads = 0;
   bool json = false;
 };

@@ -8,6 +8,7 @@
 
 #include "common/dtype.h"
 #include "common/safetensors.h"
+#include "model/device.h"
 
 namespace fleet::model {
 
@@ -16,6 +17,11 @@ namespace fleet::model {
 torch::ScalarType torch_scalar_type(DType dtype);
 /// The stored dtype of a torch scalar type; InputError when it has none.
 DType dtype_of(torch::ScalarType type);
+
+/// The libtorch device of a resolved --device (the current CUDA device for kCuda).
+inline torch::Device torch_device(ComputeDevice device) {
+  return device == ComputeDevice::kCuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+}
 
 /// Copies a view into a new CPU tensor (the view's file may then be closed).
 torch::Tensor to_torch(const TensorView& view);

@@ -2,20 +2,23 @@
 
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <random>
 
 #include <torch/torch.h>
 
 #include "common/atomic_file.h"
-#include "common/output_check.h"
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/logging.h"
+#include "common/output_check.h"
 #include "common/progress.h"
 #include "common/safetensors.h"
+#include "model/device.h"
 #include "model/llama.h"
 #include "model/tensor_bridge.h"
 #include "model/tokenizer.h"
+#include "model/torch_compat.h"
 
 namespace fleet::model {
 namespace {
@@ -293,7 +296,8 @@ TrainResult train(const TrainJob& job) {
 
   // Inputs are checked before any work starts.
   for (const auto& f : data_files) check_input_file(f);
-  auto model = LlamaModel::load(source, torch::kFloat32);
+  const auto device = resolve_device(job.device);
+  auto model = LlamaModel::load(source, torch::kFloat32, torch_device(device));
   auto tokenizer = Tokenizer::load(source);
   if (tokenizer.vocab_size() > model.config().vocab_size)
     throw InputError("the tokenizer has " + std::to_string(tokenizer.vocab_size()) +
@@ -328,11 +332,17 @@ TrainResult train(const TrainJob& job) {
   Progress progress("train", static_cast<std::uint64_t>(end_step - start_step), "steps");
   const auto started = std::chrono::steady_clock::now();
   const std::int64_t pad = model.config().pad_token_id;
+  // Weights, gradients and optimizer state stay float32; on a GPU the matrix
+  // products run in bfloat16 under autocast (mixed precision).
+  std::optional<compat::CudaAutocast> autocast;
+  if (device == ComputeDevice::kCuda) autocast.emplace(torch::kBFloat16);
+  const auto on_device = torch_device(device);
   for (std::int64_t step = start_step; step < end_step; ++step) {
     double loss_sum = 0;
     for (std::int64_t micro = 0; micro < options.grad_accumulation; ++micro) {
       auto batch = sample_batch(data, options, step, micro, pad);
-      auto loss = causal_lm_loss(model.forward(batch.tokens), batch.tokens, batch.mask) /
+      const auto tokens = batch.tokens.to(on_device), mask = batch.mask.to(on_device);
+      auto loss = causal_lm_loss(model.forward(tokens).to(torch::kFloat32), tokens, mask) /
                   static_cast<double>(options.grad_accumulation);
       loss.backward();
       loss_sum += loss.item<double>();

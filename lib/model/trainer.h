@@ -45,6 +45,7 @@ struct TrainJob {
   TrainOptions options;
   bool resume = false;
   bool force = false;                    ///< replace a non-empty output folder (a finished run included)
+  std::string device = "auto";           ///< cpu, cuda or auto; on CUDA the products run in bfloat16 (autocast)
   std::int64_t checkpoint_every = 0;     ///< steps between checkpoints (0: only at the end)
   std::int64_t stop_after = 0;           ///< stop (with a checkpoint) after this many steps of this run; 0: run to the end
   std::int64_t log_every = 10;

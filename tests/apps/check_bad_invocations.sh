@@ -109,6 +109,10 @@ if [ "$torch" = 1 ]; then
   bad 2 "config.json"             "$dz" eval --model missing --task copy --threads 1
   bad 2 "--samples.*between"      "$dz" eval --model base --task copy --samples -5 --threads 1
   bad 2 "no such file"            "$dz" decompress missing.h5 --base base -o out
+  bad 2 "--device must be"        "$dz" eval --model base --task copy --device tpu --threads 1
+  if ! "$sr" --version | grep -q "^build: .*CUDA" || "$sr" --version | grep -q "^GPUs: none"; then
+    bad 2 "--device cuda: "       "$sr" train --model base --data copy.txt -o run --device cuda --threads 1
+  fi
 fi
 
 # Output I/O failing while working is a runtime failure (exit 1), not a usage error.

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/safetensors.h"
 #include "model/commands.h"
+#include "model/device.h"
 #include "model/generate.h"
 #include "model/llama.h"
 #include "model/sampler.h"
@@ -94,6 +95,21 @@ TEST(CpuThreads, OneThreadMeansOneBusyThread) {
   EXPECT_LT(cpu / wall, 1.3) << cpu << " s of CPU in " << wall << " s";
   EXPECT_TRUE(torch::isfinite(sink).all().item<bool>());
   EXPECT_THROW(set_cpu_threads(-1), UsageError);
+}
+
+TEST(Device, ResolvesTheFlag) {
+  EXPECT_EQ(resolve_device("cpu"), ComputeDevice::kCpu);
+  const bool gpu = torch::cuda::is_available();
+  EXPECT_EQ(resolve_device("auto"), gpu ? ComputeDevice::kCuda : ComputeDevice::kCpu);
+  if (gpu) {
+    EXPECT_EQ(resolve_device("cuda"), ComputeDevice::kCuda);
+  } else {
+    EXPECT_THROW(resolve_device("cuda"), UsageError);
+  }
+  EXPECT_THROW(resolve_device("tpu"), UsageError);
+  EXPECT_THROW(resolve_device(""), UsageError);
+  EXPECT_EQ(default_compute_dtype(ComputeDevice::kCpu), "float32");
+  EXPECT_EQ(default_compute_dtype(ComputeDevice::kCuda), "bfloat16");
 }
 
 class Training : public ::testing::Test {
