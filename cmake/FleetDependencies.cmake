@@ -42,6 +42,12 @@ if(WITH_TORCH)
   # wrong one. A folder holding only the system's fmt goes first instead.
   get_target_property(_fleet_fmt_dirs fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
   list(GET _fleet_fmt_dirs 0 _fleet_fmt_dir)
+  # PyTorch's libtorch.so 2.x exports a partial copy of std::filesystem
+  # (remove_all, equivalent, ...). Listed before libstdc++ it would take those
+  # calls, and some of its entry points crash. libstdc++ goes first instead.
+  if(Torch_VERSION VERSION_GREATER_EQUAL 2)
+    add_link_options("LINKER:--push-state,--no-as-needed" "-lstdc++" "LINKER:--pop-state")
+  endif()
   foreach(_fleet_dir IN LISTS TORCH_INCLUDE_DIRS)
     if(EXISTS "${_fleet_dir}/fmt/format.h" AND NOT _fleet_dir STREQUAL _fleet_fmt_dir)
       set(_fleet_shim "${CMAKE_BINARY_DIR}/generated/system-fmt")

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The one check to run on a GPU machine without network access: builds the
+# toolkit with CUDA against that machine's PyTorch libtorch, runs the tests
+# labelled `gpu`, measures inference against transformers on the same GPU and
+# a training step, and writes everything to one report. Under 10 minutes on
+# a 16-core machine: only what the GPU tests and benchmarks need is built,
+# for the local GPU's architecture only.
+#
+#   scripts/gpu-deps.sh             (beforehand, where Debian's mirror is reachable:
+#                                    the dependencies a bare machine lacks, in .gpu-deps/)
+#   scripts/gpu-check.sh            on the GPU machine; report in $OUT (or gpu-check-out/)
+#
+#   FLEET_TORCH_PREFIX=DIR          libtorch's CMake prefix (default: from python3's torch)
+#   FLEET_GPU_ARCH=9.0              TORCH_CUDA_ARCH_LIST (default: the GPU's, from nvidia-smi)
+# Users building for their cluster follow docs/gpu.md instead.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+out=${OUT:-$root/gpu-check-out}
+mkdir -p "$out"
+report="$out/gpu-check-report.txt"
+exec > >(tee "$report") 2>&1
+build="$root/build-gpu"
+started=$(date +%s)
+failures=()
+section() { printf '\n== %s (%ds)\n' "$*" $(( $(date +%s) - started )); }
+fail() { echo "FAILED: $*"; failures+=("$*"); }
+
+section "machine"
+date -u
+uname -srm
+nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader || fail "nvidia-smi"
+nvcc --version | tail -n 1 || fail "no nvcc"
+cmake --version | head -n 1 || { fail "no cmake"; exit 1; }
+python=$(command -v python3)
+"$python" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.is_available())' ||
+  fail "python3 has no torch"
+
+section "dependencies"
+deps="$root/.gpu-deps/root"
+prefixes=()
+runtime_libs=""
+cmake_deps=()
+if [ -d "$deps" ]; then
+  echo "using the prepared prefix $deps"
+  multiarch="$deps/usr/lib/x86_64-linux-gnu"
+  prefixes+=("$deps/usr")
+  runtime_libs="$multiarch:$multiarch/hdf5/serial"
+  # pkg-config from the prefix, looking only there; HDF5 by path (its h5cc
+  # wrapper names Debian's own folders).
+  mkdir -p "$build/bin-shims"
+  ln -sf "$deps/usr/bin/pkgconf" "$build/bin-shims/pkg-config"
+  export PATH="$build/bin-shims:$PATH"
+  export PKG_CONFIG_LIBDIR="$multiarch/pkgconfig:$deps/usr/share/pkgconfig"
+  export PKG_CONFIG_SYSROOT_DIR="$deps"
+  export LD_LIBRARY_PATH="$runtime_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  cmake_deps=(-DHDF5_C_COMPILER_EXECUTABLE=/nonexistent -DHDF5_ROOT="$deps/usr"
+              -DHDF5_C_INCLUDE_DIR="$deps/usr/include/hdf5/serial"
+              -DHDF5_C_LIBRARY_hdf5="$multiarch/hdf5/serial/libhdf5.so")
+else
+  echo "no .gpu-deps/: using the machine's own packages"
+fi
+
+section "configure"
+torch=${FLEET_TORCH_PREFIX:-$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)}
+[ -n "$torch" ] || { fail "no libtorch prefix"; exit 1; }
+arch=${FLEET_GPU_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1)}
+arch=${arch:-9.0}
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+prefix_path="$torch;$torch/../.."
+for p in "${prefixes[@]}"; do prefix_path+=";$p"; done
+cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DWITH_CUDA=ON -DFLEET_CCACHE=OFF \
+  "-DCMAKE_PREFIX_PATH=$prefix_path" "-DTORCH_CUDA_ARCH_LIST=$arch" "-DCMAKE_CUDA_ARCHITECTURES=${arch/./}" \
+  -DFLEET_PYTHON="$python" "${cmake_deps[@]}" ${FLEET_CMAKE_ARGS:-} || { fail "configure"; exit 1; }
+
+section "build (GPU tests, tools, benchmarks)"
+jobs=$(nproc)
+cmake --build "$build" -j "$jobs" --target test_devices_gpu test_model_gpu sailor-run dz-compress bench_model_inference ||
+  { fail "build"; exit 1; }
+"$build/bin/sailor-run" --version
+
+section "tests labelled gpu"
+(cd "$build" && ctest -L gpu --output-on-failure --timeout 300) || fail "gpu tests"
+
+section "inference: lib/model against transformers on the same GPU (bfloat16)"
+if "$python" -c 'import transformers' 2>/dev/null; then
+  FLEET_PYTHON="$python" DEVICE=cuda THREADS=$jobs scripts/bench/model_inference.sh "$build" || fail "inference benchmark"
+else
+  echo "transformers is not importable here: lib/model alone"
+  tmp=$(mktemp -d)
+  "$build/bin/sailor-run" -q init --preset 100m -o "$tmp/100m" &&
+    for shape in "1 128 32" "8 128 32"; do
+      set -- $shape
+      echo "100m $1 x $2 + $3: $("$build/bin/bench_model_inference" "$tmp/100m" "$1" "$2" "$3" "$jobs" 3 cuda)"
+    done || fail "inference benchmark"
+  rm -rf "$tmp"
+fi
+
+section "training steps on the GPU (100m preset, float32 weights, bfloat16 autocast)"
+tmp=$(mktemp -d)
+if "$build/bin/sailor-run" -q init --preset 100m -o "$tmp/init" &&
+   "$build/bin/sailor-run" -q make-corpus --task base --lines 20000 -o "$tmp/base.txt"; then
+  for device in cuda cpu; do
+    steps=$([ "$device" = cuda ] && echo 40 || echo 4)
+    "$build/bin/sailor-run" -q train --model "$tmp/init" --data "$tmp/base.txt" -o "$tmp/run-$device" --steps "$steps" \
+      --batch-size 8 --seq-len 256 --lr 1e-3 --warmup 2 --device "$device" --threads "$jobs" --json >"$tmp/$device.json" ||
+      fail "training on $device"
+    echo "$device: $(tr -d '\n ' <"$tmp/$device.json" | grep -o '"first_loss":[^,]*,"last_loss":[^,]*\|"tokens_per_second":[^,}]*' | tr '\n' ' ')"
+  done
+fi
+rm -rf "$tmp"
+
+section "summary"
+if [ ${#failures[@]} -eq 0 ]; then
+  echo "gpu-check: all passed in $(( $(date +%s) - started )) s; report: $report"
+else
+  echo "gpu-check: ${#failures[@]} failed: ${failures[*]}"
+  exit 1
+fi
