@@ -4,7 +4,18 @@ find_package(Threads REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
-find_package(HDF5 REQUIRED COMPONENTS C)
+# HDF5 through CMake's FindHDF5, or given by path (FLEET_HDF5_INCLUDE_DIR and
+# FLEET_HDF5_LIBRARY) for installs that FindHDF5 cannot interrogate, such as
+# a Debian package unpacked into a private prefix (scripts/gpu-check.sh).
+set(FLEET_HDF5_INCLUDE_DIR "" CACHE PATH "hdf5.h folder (with FLEET_HDF5_LIBRARY: skip FindHDF5)")
+set(FLEET_HDF5_LIBRARY "" CACHE FILEPATH "libhdf5 to link (with FLEET_HDF5_INCLUDE_DIR: skip FindHDF5)")
+if(FLEET_HDF5_INCLUDE_DIR AND FLEET_HDF5_LIBRARY)
+  set(HDF5_C_INCLUDE_DIRS "${FLEET_HDF5_INCLUDE_DIR}")
+  set(HDF5_C_LIBRARIES "${FLEET_HDF5_LIBRARY}")
+  message(STATUS "HDF5: ${FLEET_HDF5_LIBRARY} (given)")
+else()
+  find_package(HDF5 REQUIRED COMPONENTS C)
+endif()
 
 # zstd: prefer the CMake package, fall back to pkg-config (older distributions).
 find_package(zstd CONFIG QUIET)
@@ -29,10 +40,14 @@ target_link_libraries(fleet_hdf5 INTERFACE ${HDF5_C_LIBRARIES})
 target_compile_definitions(fleet_hdf5 INTERFACE ${HDF5_DEFINITIONS})
 
 set(FLEET_WITH_TORCH 0)
+set(FLEET_TORCH_CUDA 0)
 set(FLEET_TORCH_VERSION "")
 if(WITH_TORCH)
   find_package(Torch REQUIRED)
   set(FLEET_WITH_TORCH 1)
+  if(TARGET torch_cuda)
+    set(FLEET_TORCH_CUDA 1)  # a CUDA build of libtorch (PyTorch's), not Debian's CPU one
+  endif()
   if(DEFINED Torch_VERSION)
     set(FLEET_TORCH_VERSION "${Torch_VERSION}")
   endif()

@@ -65,9 +65,16 @@ function(fleet_add_gtest name)
   target_compile_definitions(${name} PRIVATE
     FLEET_SOURCE_DIR="${PROJECT_SOURCE_DIR}" FLEET_BINARY_DIR="${PROJECT_BINARY_DIR}")
   include(GoogleTest)
-  gtest_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}"
-                       ENVIRONMENT "LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/lsan-suppressions.txt"
+  gtest_discover_tests(${name}
+                       PROPERTIES ENVIRONMENT "LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/lsan-suppressions.txt"
                        DISCOVERY_TIMEOUT 60)
+  # Labels are set by a script CTest reads after the discovered list: passed
+  # through gtest_discover_tests, a list of labels is flattened and all but
+  # the first are lost (so `ctest -L gpu` would find nothing).
+  set(_labels_script "${CMAKE_CURRENT_BINARY_DIR}/${name}_labels.cmake")
+  file(WRITE "${_labels_script}"
+       "if(${name}_TESTS)\n  set_tests_properties(\${${name}_TESTS} PROPERTIES LABELS \"${ARG_LABELS}\")\nendif()\n")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${_labels_script}")
 endfunction()
 
 # fleet_add_python_test(name script labels args...) — a test run by the project's

@@ -54,9 +54,8 @@ if [ -d "$deps" ]; then
   export PKG_CONFIG_LIBDIR="$multiarch/pkgconfig:$deps/usr/share/pkgconfig"
   export PKG_CONFIG_SYSROOT_DIR="$deps"
   export LD_LIBRARY_PATH="$runtime_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  cmake_deps=(-DHDF5_C_COMPILER_EXECUTABLE=/nonexistent -DHDF5_ROOT="$deps/usr"
-              -DHDF5_C_INCLUDE_DIR="$deps/usr/include/hdf5/serial"
-              -DHDF5_C_LIBRARY_hdf5="$multiarch/hdf5/serial/libhdf5.so")
+  cmake_deps=(-DFLEET_HDF5_INCLUDE_DIR="$deps/usr/include/hdf5/serial"
+              -DFLEET_HDF5_LIBRARY="$multiarch/libhdf5_serial.so")
 else
   echo "no .gpu-deps/: using the machine's own packages"
 fi
@@ -89,11 +88,16 @@ if "$python" -c 'import transformers' 2>/dev/null; then
 else
   echo "transformers is not importable here: lib/model alone"
   tmp=$(mktemp -d)
-  "$build/bin/sailor-run" -q init --preset 100m -o "$tmp/100m" &&
+  if "$build/bin/sailor-run" -q init --preset 100m -o "$tmp/100m"; then
     for shape in "1 128 32" "8 128 32"; do
       set -- $shape
-      echo "100m $1 x $2 + $3: $("$build/bin/bench_model_inference" "$tmp/100m" "$1" "$2" "$3" "$jobs" 3 cuda)"
-    done || fail "inference benchmark"
+      result=$("$build/bin/bench_model_inference" "$tmp/100m" "$1" "$2" "$3" "$jobs" 3 cuda 2>"$tmp/err") ||
+        { fail "inference benchmark: $(head -n 1 "$tmp/err")"; break; }
+      echo "100m $1 x $2 + $3: $result"
+    done
+  else
+    fail "init for the inference benchmark"
+  fi
   rm -rf "$tmp"
 fi
 

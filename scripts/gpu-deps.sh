@@ -7,8 +7,8 @@
 #   scripts/gpu-deps.sh [DIR]      default .gpu-deps (ignored by git)
 #
 # scripts/gpu-check.sh uses DIR/root when it exists. The prefix must stay small
-# enough to travel with a working tree (64 MiB): static libraries other than
-# GoogleTest's, documentation and manuals are left out. Debian 12 binaries
+# enough to travel with a working tree (64 MiB): HDF5's static archives,
+# documentation and manuals are left out. Debian 12 binaries
 # need glibc 2.36 or newer on the GPU machine.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,8 +27,8 @@ mkdir -p "$dir/debs"
 (cd "$dir/debs" && apt-get download "${packages[@]}" >/dev/null)
 rm -rf "$dir/root"
 for deb in "$dir"/debs/*.deb; do dpkg -x "$deb" "$dir/root"; done
-# Keep headers, shared libraries, CMake/pkg-config files and GoogleTest's archives.
-find "$dir/root" -name '*.a' ! -name 'libgtest*.a' ! -name 'libgmock*.a' -delete
+# Keep headers, libraries, CMake and pkg-config files; drop HDF5's static archives.
+find "$dir/root" -name 'libhdf5*.a' -delete  # most of the size; no CMake file refers to them
 rm -rf "$dir/root/usr/share/doc" "$dir/root/usr/share/man" "$dir/root/usr/share/lintian" "$dir/debs"
 size=$(du -sm "$dir" | cut -f1)
 echo "gpu-deps: ${#packages[@]} packages unpacked into $dir/root (${size} MiB)"

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "fleet/config.h"
 
 namespace fleet::model {
 
@@ -12,7 +13,7 @@ ComputeDevice resolve_device(const std::string& choice) {
   if (choice == "auto") return gpu ? ComputeDevice::kCuda : ComputeDevice::kCpu;
   if (choice == "cuda") {
     if (gpu) return ComputeDevice::kCuda;
-    throw UsageError(at::hasCUDA() ? "--device cuda: libtorch sees no GPU (check CUDA_VISIBLE_DEVICES and the driver)"
+    throw UsageError(FLEET_TORCH_CUDA ? "--device cuda: libtorch sees no GPU (check the driver and CUDA_VISIBLE_DEVICES)"
                                       : "--device cuda: this build's libtorch has no CUDA (build against a CUDA "
                                         "libtorch: scripts/build-torch2.sh, docs/gpu.md)");
   }
