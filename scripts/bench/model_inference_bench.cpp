@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "model/commands.h"
 #include "model/llama.h"
 
 using namespace fleet::model;
@@ -28,7 +29,7 @@ int main(int argc, char** argv) try {
   };
   const std::int64_t batch = std::stoll(argv[2]), prompt = std::stoll(argv[3]), new_tokens = std::stoll(argv[4]);
   const int repeats = std::stoi(argv[6]);
-  torch::set_num_threads(std::stoi(argv[5]));
+  set_cpu_threads(std::stoi(argv[5]));  // libtorch's and OpenBLAS's threads, as the programs do
   auto model = LlamaModel::load(argv[1], cuda ? torch::kBFloat16 : torch::kFloat32, device);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(0);
   auto tokens = torch::randint(model.config().vocab_size, {batch, prompt}, gen, torch::kInt64).to(device);
