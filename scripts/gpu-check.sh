@@ -80,7 +80,9 @@ cmake --build "$build" -j "$jobs" --target test_devices_gpu test_model_gpu sailo
 "$build/bin/sailor-run" --version
 
 section "tests labelled gpu"
-(cd "$build" && ctest -L gpu --output-on-failure --timeout 300) || fail "gpu tests"
+(cd "$build" && ctest -L gpu --output-on-failure --timeout 300) | tee "$out/gpu-tests.txt" || fail "gpu tests"
+# On a machine with a GPU, a skipped GPU test is a failure of the check.
+if nvidia-smi >/dev/null 2>&1 && grep -q "Skipped" "$out/gpu-tests.txt"; then fail "gpu tests skipped on a GPU machine"; fi
 
 section "inference: lib/model against transformers on the same GPU (bfloat16)"
 if "$python" -c 'import transformers' 2>/dev/null; then
