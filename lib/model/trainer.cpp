@@ -319,7 +319,8 @@ TrainResult train(const TrainJob& job) {
       optimizer.save(dir / kOptimizerFile);
       copy_tokenizer_files(source, dir);
       std::vector<std::string> names;
-      for (const auto& f : data_files) names.push_back(fs::absolute(f).string());
+      // "-" stays "-": a resumed run reads standard input again (the fingerprint checks it is the same text).
+      for (const auto& f : data_files) names.push_back(is_stdio(f) ? f.string() : fs::absolute(f).string());
       nlohmann::json state = {{"format", kStateFormat}, {"version", kStateVersion}, {"step", step_done},
                               {"options", options.to_json()}, {"data", names},
                               {"data_fingerprint", data.fingerprint}, {"history", history}};

@@ -44,6 +44,13 @@ if [ "$torch" = 1 ]; then
   "$bin/sailor-run" -q make-corpus --task copy --lines 40 --seed 3 -o - |
     "$bin/dz-compress" -q eval --model "$tmp/base" --text - --threads 1 >"$tmp/out" || fail "make-corpus | eval --text -"
   grep -q "^text: [0-9]* tokens" "$tmp/out" || fail "eval of piped text: $(cat "$tmp/out")"
+  # Training from standard input, stopped and resumed from it again.
+  "$bin/sailor-run" -q make-corpus --task base --lines 200 --seed 4 -o "$tmp/corpus.txt" || fail "corpus"
+  "$bin/sailor-run" -q train --model "$tmp/base" --data - -o "$tmp/run" --steps 4 --stop-after 2 --batch-size 2 \
+    --seq-len 32 --threads 1 <"$tmp/corpus.txt" >/dev/null || fail "train --data -"
+  "$bin/sailor-run" train -o "$tmp/run" --resume --threads 1 <"$tmp/corpus.txt" >"$tmp/out" 2>/dev/null ||
+    fail "resume of a run trained from stdin"
+  grep -q "^trained steps 3-4" "$tmp/out" || fail "resume from stdin: $(cat "$tmp/out")"
   "$bin/dz-compress" -q compress --base "$tmp/base" --target "$tmp/tuned" -o - --bits 4 --sparsity 2:4 \
     --calib-samples 4 --seq-len 32 --threads 1 2>"$tmp/report" | "$bin/dz-compress" inspect - >"$tmp/out" ||
     fail "compress -o - | inspect -: $(cat "$tmp/report")"
