@@ -51,18 +51,18 @@ if(WITH_TORCH)
   if(DEFINED Torch_VERSION)
     set(FLEET_TORCH_VERSION "${Torch_VERSION}")
   endif()
-  # Torch's imported targets carry its ABI flag. PyTorch's libtorch 2.x also
-  # ships the headers of its own (newer) fmt, and its include folder comes
-  # before the system's: spdlog, built on the system's fmt, would then see the
-  # wrong one. A folder holding only the system's fmt goes first instead.
-  get_target_property(_fleet_fmt_dirs fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
-  list(GET _fleet_fmt_dirs 0 _fleet_fmt_dir)
   # PyTorch's libtorch.so 2.x exports a partial copy of std::filesystem
   # (remove_all, equivalent, ...). Listed before libstdc++ it would take those
   # calls, and some of its entry points crash. libstdc++ goes first instead.
   if(Torch_VERSION VERSION_GREATER_EQUAL 2)
     add_link_options("LINKER:--push-state,--no-as-needed" "-lstdc++" "LINKER:--pop-state")
   endif()
+  # Torch's imported targets carry its ABI flag. PyTorch's libtorch 2.x also
+  # ships the headers of its own (newer) fmt, and its include folder comes
+  # before the system's: spdlog, built on the system's fmt, would then see the
+  # wrong one. A folder holding only the system's fmt goes first instead.
+  get_target_property(_fleet_fmt_dirs fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
+  list(GET _fleet_fmt_dirs 0 _fleet_fmt_dir)
   foreach(_fleet_dir IN LISTS TORCH_INCLUDE_DIRS)
     if(EXISTS "${_fleet_dir}/fmt/format.h" AND NOT _fleet_dir STREQUAL _fleet_fmt_dir)
       set(_fleet_shim "${CMAKE_BINARY_DIR}/generated/system-fmt")

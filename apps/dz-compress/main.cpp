@@ -21,8 +21,7 @@ void add_scoring_options(CLI::App* command, Command& c, std::vector<std::string>
   command->add_option("--window", c.window, "Tokens per scoring window")->capture_default_str()
       ->check(fleet::in_range(2, 1e6));
   command->add_option("--device", c.device, "cpu, cuda or auto (the GPU when libtorch sees one)")->capture_default_str();
-  command->add_option("--threads", c.threads, "CPU threads, libtorch and BLAS (0: their defaults)")
-      ->check(fleet::in_range(0, 1024));
+  fleet::add_threads_option(command, &c.threads);
   fleet::add_json_flag(command, &c.json);
 }
 
@@ -69,8 +68,7 @@ int main(int argc, char** argv) {
       ->check(fleet::in_range(1, 22));
   cc->add_option("--device", compress.device, "cpu, cuda or auto: where the calibration forward and OBS sweeps run")
       ->capture_default_str();
-  cc->add_option("--threads", compress.threads, "CPU threads, libtorch and BLAS (0: their defaults)")
-      ->check(fleet::in_range(0, 1024));
+  fleet::add_threads_option(cc, &compress.threads);
   cc->add_flag("--force", compress.force, "Replace an existing output");
   fleet::add_json_flag(cc, &compress.json);
 

@@ -71,8 +71,7 @@ int main(int argc, char** argv) {
       ->check(fleet::in_range(0, 1e9));
   train_cmd->add_option("--device", job.device, "cpu, cuda or auto (the GPU when libtorch sees one; bfloat16 autocast)")
       ->capture_default_str();
-  train_cmd->add_option("--threads", train.threads, "CPU threads, libtorch and BLAS (0: their defaults)")
-      ->check(fleet::in_range(0, 1024));
+  fleet::add_threads_option(train_cmd, &train.threads);
   fleet::add_json_flag(train_cmd, &train.json);
 
   m::CorpusCommand corpus;

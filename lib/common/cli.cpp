@@ -111,6 +111,11 @@ CLI::Validator in_range(double min, double max) {
       "in [" + text(min) + ", " + text(max) + "]");
 }
 
+CLI::Option* add_threads_option(CLI::App* command, int* threads) {
+  return command->add_option("--threads", *threads, "CPU threads, libtorch and BLAS (0: their defaults)")
+      ->check(in_range(0, 1024));
+}
+
 CLI::Option* add_json_flag(CLI::App* command, bool* json) {
   return command->add_flag("--json", *json,
                            "Print the result as JSON on stdout (logs stay on stderr)");

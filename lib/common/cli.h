@@ -52,6 +52,10 @@ class Tool {
 /// a larger value would exhaust memory or time rather than do more work.
 CLI::Validator in_range(double min, double max);
 
+/// Adds `--threads N` (CPU threads of libtorch and of the BLAS it calls; 0
+/// keeps their defaults), checked to lie in [0, 1024].
+CLI::Option* add_threads_option(CLI::App* command, int* threads);
+
 /// Adds the `--json` flag (machine-readable result on stdout, logs on stderr).
 CLI::Option* add_json_flag(CLI::App* command, bool* json);
 

@@ -59,14 +59,10 @@ void read_all(int fd, const std::filesystem::path& path, std::string& out) {
 
 }  // namespace
 
-int open_input_file(const std::filesystem::path& path) {
-  struct stat st {};
-  return open_regular_file(path, &st);
-}
-
 void check_input_file(const std::filesystem::path& path) {
   if (is_stdio(path)) return;
-  FdGuard guard{open_input_file(path)};
+  struct stat st {};
+  FdGuard guard{open_regular_file(path, &st)};
 }
 
 std::string read_file(const std::filesystem::path& path) {

@@ -21,11 +21,9 @@ inline bool is_stdio(const std::filesystem::path& path) { return path == kStdioP
 /// missing, unreadable or a folder: a bad input, whatever the reason.
 std::string read_file(const std::filesystem::path& path);
 
-/// Opens `path` read-only and checks that it is a regular file (or a pipe);
-/// returns the descriptor. InputError naming the file and the cause otherwise.
-int open_input_file(const std::filesystem::path& path);
-
-/// Checks that `path` can be read as an input file without reading it.
+/// Checks that `path` ("-" always can) can be opened as an input file, without
+/// reading it; InputError naming the file and the cause (missing, unreadable,
+/// a folder) otherwise.
 void check_input_file(const std::filesystem::path& path);
 
 /// A read-only, private memory map of a whole file. Movable, not copyable.

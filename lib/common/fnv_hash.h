@@ -1,6 +1,6 @@
-// FNV-1a, 64 bits: the toolkit's one content hash (tensor checksums in the
-// HDF5 store, base-model identities, training-data fingerprints). Not
-// cryptographic: it detects corruption and mix-ups, not tampering.
+// FNV-1a, 64 bits, over bytes: the content hash of the HDF5 store's tensor
+// checksums and of base-model identities. Not cryptographic: it detects
+// corruption and mix-ups, not tampering.
 #pragma once
 
 #include <cstddef>

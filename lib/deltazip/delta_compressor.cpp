@@ -121,8 +121,8 @@ int run_compress(const CompressCommand& c) {
   if (c.dense_policy != "delta-zstd" && c.dense_policy != "full") throw UsageError("--dense-policy must be delta-zstd or full");
   if (c.calib_samples <= 0 || c.seq_len < 2) throw UsageError("--calib-samples and --seq-len must be positive");
   if (c.zstd_level < 1 || c.zstd_level > 22) throw UsageError("--zstd-level must be 1 to 22");
-  OutputCheck()
-      .input(c.base, "--base")
+  OutputCheck outputs;
+  outputs.input(c.base, "--base")
       .input(c.target, "--target")
       .input(c.calib, "--calib")
       .file(c.output, "--output")
@@ -195,7 +195,7 @@ int run_compress(const CompressCommand& c) {
   const auto size = writer.commit();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   double params = static_cast<double>(target.config().parameter_count());
-  std::ostream& report = is_stdio(c.output) ? std::cerr : std::cout;  // "-o -": stdout carries the container
+  std::ostream& report = report_stream(outputs);  // "-o -": stdout carries the container
   if (c.json) {
     nlohmann::json out = {{"output", c.output.string()}, {"bytes", size}, {"seconds", seconds},
                           {"seconds_per_million_parameters", seconds / (params / 1e6)},
