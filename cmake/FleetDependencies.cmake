@@ -34,6 +34,14 @@ endif()
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(ONIGURUMA REQUIRED IMPORTED_TARGET oniguruma)
 
+# cpp-httplib (Debian's libcpp-httplib-dev: a declarations header and the
+# compiled libcpp-httplib.so): dz-serve's server and load generator.
+find_path(FLEET_HTTPLIB_INCLUDE_DIR httplib.h REQUIRED)
+find_library(FLEET_HTTPLIB_LIBRARY cpp-httplib REQUIRED)
+add_library(fleet_httplib INTERFACE)
+target_include_directories(fleet_httplib SYSTEM INTERFACE "${FLEET_HTTPLIB_INCLUDE_DIR}")
+target_link_libraries(fleet_httplib INTERFACE "${FLEET_HTTPLIB_LIBRARY}" Threads::Threads)
+
 add_library(fleet_hdf5 INTERFACE)
 target_include_directories(fleet_hdf5 SYSTEM INTERFACE ${HDF5_C_INCLUDE_DIRS} ${HDF5_INCLUDE_DIRS})
 target_link_libraries(fleet_hdf5 INTERFACE ${HDF5_C_LIBRARIES})

@@ -1,11 +1,78 @@
-// dz-serve: the serving program; no subcommands in this build yet (help and version only).
+// dz-serve: serve many compressed fine-tunes of one base model at once over an OpenAI-compatible HTTP API,
+// and load-test such a server.
 #include "common/cli.h"
+#include "deltazip/serve/serve_command.h"
 #include "devices/device_info.h"
+#include "fleet/config.h"
 
 int main(int argc, char** argv) {
   fleet::Tool tool("dz-serve",
-                   "Not in this build yet: serving many compressed fine-tunes of one base model at once over an "
-                   "OpenAI-compatible HTTP API. It has no subcommands; today it answers --help and --version only.");
+                   "Serve many compressed fine-tunes (deltas written by dz-compress) of one resident base model at "
+                   "once over an OpenAI-compatible HTTP API, and load-test such a server.");
   tool.set_version_details(fleet::devices::version_details);
+  namespace dz = fleet::deltazip;
+#if FLEET_WITH_TORCH
+  dz::ServeCommand serve;
+  std::string base;
+  CLI::App* sc = tool.add_command("serve", "Start the server (SIGTERM or Ctrl-C: finish requests in flight, then stop)",
+                                  [&] {
+                                    serve.engine.base = base;
+                                    return dz::run_serve(serve);
+                                  });
+  sc->add_option("--base", base, "Base model folder (Hugging Face layout, with tokenizer.json)")->required();
+  sc->add_option("--base-name", serve.engine.base_name, "Model name of the base in the API (default: the folder's name)");
+  sc->add_option("--delta", serve.deltas, "A variant: NAME=FILE.h5 (repeatable)");
+  sc->add_option("--delta-dir", serve.delta_dir, "Serve every FILE.h5 in this folder, named FILE");
+  sc->add_option("--host", serve.http.host, "Address to listen on")->capture_default_str();
+  sc->add_option("--port", serve.http.port, "Port (0: any free port; see --port-file)")->capture_default_str()
+      ->check(fleet::in_range(0, 65535));
+  sc->add_option("--port-file", serve.http.port_file, "Write the bound port into this file once listening");
+  sc->add_option("--mode", serve.mode,
+                 "delta (base + packed deltas, mixed batches), swap (one reconstructed fine-tune resident at a "
+                 "time) or full (every variant resident as a full model)")
+      ->capture_default_str();
+  sc->add_option("--max-batch", serve.engine.max_batch, "Sequences running at once (KV-cache slots)")
+      ->capture_default_str()->check(fleet::in_range(1, 4096));
+  sc->add_option("--max-tokens-per-step", serve.engine.max_tokens_per_step,
+                 "Tokens per scheduler step: one per decoding sequence, the rest prompt chunks")
+      ->capture_default_str()->check(fleet::in_range(1, 1e6));
+  sc->add_option("--max-context", serve.engine.max_context,
+                 "Tokens per sequence, prompt included (0: the model's limit, at most 4096)")
+      ->capture_default_str()->check(fleet::in_range(0, 1e6));
+  sc->add_option("--max-queue", serve.engine.max_queue, "Waiting requests before 429")->capture_default_str()
+      ->check(fleet::in_range(1, 1e7));
+  sc->add_option("--delta-memory", serve.delta_memory,
+                 "Bytes of resident deltas, e.g. 512M or 4G (0: no limit); least recently used ones are dropped")
+      ->capture_default_str();
+  sc->add_option("--max-body", serve.http.max_body_bytes, "Largest request body in bytes (larger: 413)")
+      ->capture_default_str()->check(fleet::in_range(1024, 1e9));
+  sc->add_option("--http-threads", serve.http.threads, "Connections served at once (each stream holds one)")
+      ->capture_default_str()->check(fleet::in_range(1, 4096));
+  sc->add_option("--device", serve.engine.device, "cpu (this build computes on the CPU)")->capture_default_str();
+  fleet::add_threads_option(sc, &serve.threads);
+#endif
+
+  dz::BenchCommand bench;
+  CLI::App* bc = tool.add_command("bench", "Open-loop load test of a running server: Poisson arrivals, streamed "
+                                           "completions; throughput, TTFT and latency percentiles",
+                                  [&] { return dz::run_bench(bench); });
+  bc->add_option("--url", bench.url, "Server address")->capture_default_str();
+  bc->add_option("--variants", bench.variants, "Model names to request; popularity rank is the order given")
+      ->required()->delimiter(',');
+  bc->add_option("--rate", bench.rate, "Requests per second (Poisson arrivals)")->capture_default_str()
+      ->check(fleet::in_range(1e-6, 1e5));
+  bc->add_option("--duration", bench.duration, "Seconds of arrivals")->capture_default_str()
+      ->check(fleet::in_range(1e-3, 86400));
+  bc->add_option("--popularity", bench.popularity, "uniform or zipf:A (A > 0)")->capture_default_str();
+  bc->add_option("--prompts", bench.prompts, "Text file, one prompt per line (default: built-in sentences)");
+  bc->add_option("--max-tokens", bench.max_tokens, "Tokens to generate per request")->capture_default_str()
+      ->check(fleet::in_range(1, 1e6));
+  bc->add_option("--seed", bench.seed, "Seed of arrivals, variants and prompts")->capture_default_str()
+      ->check(fleet::in_range(0, 9.2e18));
+  bc->add_option("--timeout", bench.timeout, "Seconds one request may take")->capture_default_str()
+      ->check(fleet::in_range(1, 86400));
+  bc->add_option("--max-in-flight", bench.max_in_flight, "Outstanding requests before arrivals count as errors")
+      ->capture_default_str()->check(fleet::in_range(1, 1e5));
+  fleet::add_json_flag(bc, &bench.json);
   return tool.run(argc, argv);
 }

@@ -18,6 +18,7 @@
 #include "common/safetensors.h"
 #include "deltazip/container.h"
 #include "deltazip/obs_compressor.h"
+#include "deltazip/reconstruct.h"
 #include "model/commands.h"
 #include "model/llama.h"
 #include "model/synthetic_tasks.h"
@@ -209,6 +210,48 @@ int run_compress(const CompressCommand& c) {
   return 0;
 }
 
+model::LlamaConfig delta_config(const DeltaReader& reader) {
+  auto config_doc = parse_json(reader.header().config_json, reader.path().string() + ":config");
+  return model::parse_llama_config(config_doc.root());
+}
+
+void check_same_architecture(const LlamaConfig& base, const LlamaConfig& delta, const std::string& source) {
+  try {
+    check_same_shape(base, delta);
+  } catch (const InputError& e) {
+    throw InputError(source + ": not a delta of this base model's architecture (" + e.what() + ")");
+  }
+}
+
+LlamaModel reconstruct_model(const DeltaReader& reader, const LlamaModel& base) {
+  auto config = delta_config(reader);
+  check_same_architecture(base.config(), config, reader.path().string());
+  std::map<std::string, torch::Tensor> base_params;
+  for (const auto& [name, t] : base.named_parameters()) base_params[name] = t;
+  torch::NoGradGuard no_grad;
+  auto model = LlamaModel::uninitialized(config);  // every tensor is filled below
+  std::vector<std::pair<std::string, torch::Tensor>> values;
+  for (const auto& [name, t] : model.named_parameters()) {
+    const auto base_value = base_params.at(name).to(torch::kCPU, torch::kFloat32);
+    if (std::binary_search(reader.packed_names().begin(), reader.packed_names().end(), name)) {
+      auto packed = reader.packed(name);
+      auto delta = torch::empty({packed.rows, packed.cols}, torch::kFloat32);
+      unpack_matrix(packed, {delta.data_ptr<float>(), static_cast<std::size_t>(delta.numel())});
+      values.emplace_back(name, base_value + delta);
+    } else if (std::binary_search(reader.dense_names().begin(), reader.dense_names().end(), name)) {
+      auto entry = reader.dense(name);
+      auto stored = torch::empty(entry.tensor.shape, torch::TensorOptions().dtype(model::torch_scalar_type(entry.tensor.dtype)));
+      std::memcpy(stored.data_ptr(), entry.tensor.data.data(), entry.tensor.data.size());
+      values.emplace_back(name, entry.kind == DenseKind::kFull ? stored.to(torch::kFloat32)
+                                                               : base_value + stored.to(torch::kFloat32));
+    } else {
+      throw InputError(reader.path().string() + ": no entry for tensor '" + name + "'");
+    }
+  }
+  model.load_parameters(values);
+  return model;
+}
+
 int run_decompress(const DecompressCommand& c) {
   OutputCheck()
       .input(c.delta, "delta")
@@ -220,29 +263,8 @@ int run_decompress(const DecompressCommand& c) {
   if (identity != reader.header().base_identity)
     throw InputError(c.delta.string() + " was made for a base model with identity " + reader.header().base_identity +
                      ", but " + c.base.string() + " is " + identity + "; refusing to apply it");
-  auto config_doc = parse_json(reader.header().config_json, c.delta.string() + ":config");
-  auto config = model::parse_llama_config(config_doc.root());
-  SafetensorsCheckpoint base(model::model_weights_path(c.base));
-  const auto out_type = model::parse_torch_dtype(config.torch_dtype);
-  auto model = LlamaModel::uninitialized(config);  // every tensor is filled below
-  std::vector<std::pair<std::string, torch::Tensor>> values;
-  for (const auto& [name, t] : model.named_parameters()) {
-    if (std::binary_search(reader.packed_names().begin(), reader.packed_names().end(), name)) {
-      auto packed = reader.packed(name);
-      auto delta = torch::empty({packed.rows, packed.cols}, torch::kFloat32);
-      unpack_matrix(packed, {delta.data_ptr<float>(), static_cast<std::size_t>(delta.numel())});
-      values.emplace_back(name, base_tensor(base, name) + delta);
-    } else if (std::binary_search(reader.dense_names().begin(), reader.dense_names().end(), name)) {
-      auto entry = reader.dense(name);
-      auto stored = torch::empty(entry.tensor.shape, torch::TensorOptions().dtype(model::torch_scalar_type(entry.tensor.dtype)));
-      std::memcpy(stored.data_ptr(), entry.tensor.data.data(), entry.tensor.data.size());
-      values.emplace_back(name, entry.kind == DenseKind::kFull ? stored.to(torch::kFloat32)
-                                                               : base_tensor(base, name) + stored.to(torch::kFloat32));
-    } else {
-      throw InputError(c.delta.string() + ": no entry for tensor '" + name + "'");
-    }
-  }
-  model.load_parameters(values);
+  const auto out_type = model::parse_torch_dtype(delta_config(reader).torch_dtype);
+  auto model = reconstruct_model(reader, LlamaModel::load(c.base));
   write_directory_atomically(c.output, [&](const std::filesystem::path& dir) {
     model.save(dir, out_type);
     write_file_atomically(dir / "config.json", reader.header().config_json);

@@ -92,6 +92,7 @@ struct LlamaModel::CacheStep {
   std::vector<std::int64_t> starts;  ///< cache length of each row before this step
   std::int64_t key_length;           ///< keys attended to: max over rows of start + T
   std::optional<torch::Tensor> slot_index;  ///< set when the slots are not one contiguous run
+  const WeightOverlay* overlay = nullptr;
 };
 
 torch::ScalarType parse_torch_dtype(const std::string& name) {
@@ -252,15 +253,39 @@ torch::Tensor LlamaModel::rms_norm(const torch::Tensor& x, const torch::Tensor& 
   return weight * (x32 * torch::rsqrt(variance + config_.rms_norm_eps)).to(x.scalar_type());
 }
 
+torch::Tensor LlamaModel::project(std::size_t layer, Projection which, const torch::Tensor& x,
+                                  const CacheStep* step) const {
+  const auto& w = layers_[layer];
+  const torch::Tensor* weight = nullptr;
+  switch (which) {
+    case Projection::kQ: weight = &w.q_proj; break;
+    case Projection::kK: weight = &w.k_proj; break;
+    case Projection::kV: weight = &w.v_proj; break;
+    case Projection::kO: weight = &w.o_proj; break;
+    case Projection::kGate: weight = &w.gate_proj; break;
+    case Projection::kUp: weight = &w.up_proj; break;
+    case Projection::kDown: weight = &w.down_proj; break;
+  }
+  auto out = torch::linear(x, *weight);
+  if (step && step->overlay) step->overlay->add_linear(layer, which, x, out);
+  return out;
+}
+
+torch::Tensor LlamaModel::norm(std::size_t layer, NormSlot which, const torch::Tensor& x, const CacheStep* step) const {
+  const torch::Tensor& base = which == NormSlot::kFinal       ? norm_
+                              : which == NormSlot::kInput     ? layers_[layer].input_layernorm
+                                                              : layers_[layer].post_attention_layernorm;
+  return rms_norm(x, step && step->overlay ? step->overlay->norm_weight(layer, which, base) : base);
+}
+
 torch::Tensor LlamaModel::attention(std::size_t layer, const torch::Tensor& x, const torch::Tensor& cos,
                                     const torch::Tensor& sin, const torch::Tensor& positions,
                                     CacheStep* step) const {
-  const auto& w = layers_[layer];
   const std::int64_t B = x.size(0), T = x.size(1), H = config_.num_attention_heads, KV = config_.num_key_value_heads,
                      D = config_.head_dim, rep = H / KV;
-  auto q = torch::linear(x, w.q_proj).view({B, T, H, D}).transpose(1, 2);
-  auto k = torch::linear(x, w.k_proj).view({B, T, KV, D}).transpose(1, 2);
-  auto v = torch::linear(x, w.v_proj).view({B, T, KV, D}).transpose(1, 2);
+  auto q = project(layer, Projection::kQ, x, step).view({B, T, H, D}).transpose(1, 2);
+  auto k = project(layer, Projection::kK, x, step).view({B, T, KV, D}).transpose(1, 2);
+  auto v = project(layer, Projection::kV, x, step).view({B, T, KV, D}).transpose(1, 2);
   q = q * cos + rotate_half(q) * sin;
   k = k * cos + rotate_half(k) * sin;
 
@@ -331,12 +356,13 @@ LlamaModel::LayerInputs LlamaModel::layer_inputs(std::size_t i, const torch::Ten
 torch::Tensor LlamaModel::run_layers(torch::Tensor hidden, const torch::Tensor& positions, CacheStep* step) const {
   auto [cos, sin] = rotary(positions);
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    const auto& w = layers_[i];
-    hidden = hidden + torch::linear(attention(i, rms_norm(hidden, w.input_layernorm), cos, sin, positions, step), w.o_proj);
-    auto x = rms_norm(hidden, w.post_attention_layernorm);
-    hidden = hidden + torch::linear(torch::silu(torch::linear(x, w.gate_proj)) * torch::linear(x, w.up_proj), w.down_proj);
+    auto attended = attention(i, norm(i, NormSlot::kInput, hidden, step), cos, sin, positions, step);
+    hidden = hidden + project(i, Projection::kO, attended, step);
+    auto x = norm(i, NormSlot::kPostAttention, hidden, step);
+    auto gated = torch::silu(project(i, Projection::kGate, x, step)) * project(i, Projection::kUp, x, step);
+    hidden = hidden + project(i, Projection::kDown, gated, step);
   }
-  return rms_norm(hidden, norm_);
+  return norm(0, NormSlot::kFinal, hidden, step);
 }
 
 
@@ -353,12 +379,12 @@ torch::Tensor LlamaModel::forward(const torch::Tensor& tokens) const {
 
 torch::Tensor LlamaModel::forward_cached(KvCache& cache, const std::vector<std::int64_t>& slots,
                                          const torch::Tensor& tokens, const std::vector<std::int64_t>& counts,
-                                         bool all_positions) const {
+                                         bool all_positions, const WeightOverlay* overlay) const {
   check_tokens(tokens, config_.vocab_size);
   const std::int64_t B = tokens.size(0), T = tokens.size(1);
   if (static_cast<std::int64_t>(slots.size()) != B || static_cast<std::int64_t>(counts.size()) != B)
     throw InputError("forward_cached: one slot and one count per row are needed");
-  CacheStep step{&cache, &slots, &counts, {}, 0, std::nullopt};
+  CacheStep step{&cache, &slots, &counts, {}, 0, std::nullopt, overlay};
   std::vector<std::int64_t> position_rows;
   bool contiguous = true;
   for (std::int64_t b = 0; b < B; ++b) {
@@ -384,14 +410,21 @@ torch::Tensor LlamaModel::forward_cached(KvCache& cache, const std::vector<std::
   auto positions = torch::tensor(position_rows, torch::TensorOptions().dtype(torch::kInt64)).view({B, T}).to(tokens.device());
 
   torch::NoGradGuard no_grad;
-  auto hidden = run_layers(torch::embedding(embed_tokens_, tokens), positions, &step);
+  auto embedded = torch::embedding(embed_tokens_, tokens);
+  if (overlay) overlay->add_embedding(tokens, embedded);
+  auto hidden = run_layers(embedded, positions, &step);
   for (std::int64_t b = 0; b < B; ++b) cache.lengths_[static_cast<std::size_t>(slots[static_cast<std::size_t>(b)])] += counts[static_cast<std::size_t>(b)];
-  if (all_positions) return torch::linear(hidden, lm_head_).to(torch::kFloat32);
+  auto head = [&](const torch::Tensor& h) {
+    auto logits = torch::linear(h, lm_head_);
+    if (overlay) overlay->add_head(h, logits);
+    return logits.to(torch::kFloat32);
+  };
+  if (all_positions) return head(hidden);
   std::vector<std::int64_t> last(static_cast<std::size_t>(B));
   for (std::int64_t b = 0; b < B; ++b) last[static_cast<std::size_t>(b)] = std::max<std::int64_t>(counts[static_cast<std::size_t>(b)] - 1, 0);
   auto index = torch::tensor(last, torch::TensorOptions().dtype(torch::kInt64)).to(tokens.device());
   auto rows = hidden.gather(1, index.view({B, 1, 1}).expand({B, 1, hidden.size(2)})).squeeze(1);
-  return torch::linear(rows, lm_head_).to(torch::kFloat32);
+  return head(rows);
 }
 
 torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& tokens,

@@ -49,6 +49,29 @@ class KvCache {
   std::int64_t max_length_;
 };
 
+/// A linear layer of a decoder layer.
+enum class Projection { kQ, kK, kV, kO, kGate, kUp, kDown };
+/// A norm: a decoder layer's input or post-attention norm, or the final norm
+/// (layer index ignored).
+enum class NormSlot { kInput, kPostAttention, kFinal };
+
+/// Row-wise changes to the weights for one cached forward pass: how one
+/// batch serves several fine-tunes of the same base model at once (DeltaZip).
+/// Dim 0 of every tensor handed to a hook is the batch row; the overlay knows
+/// which variant each row belongs to and adds that variant's term in place.
+class WeightOverlay {
+ public:
+  virtual ~WeightOverlay() = default;
+  /// `out` = x · W_baseᵀ ([B, ..., out_features]); adds x_rows · Δᵀ per variant.
+  virtual void add_linear(std::size_t layer, Projection which, const torch::Tensor& x, torch::Tensor& out) const = 0;
+  /// The norm weight per row, [B, 1, hidden], or `base` when no row changes it.
+  virtual torch::Tensor norm_weight(std::size_t layer, NormSlot which, const torch::Tensor& base) const = 0;
+  /// `hidden` = embedding of `tokens` [B, T]; adds the rows' embedding deltas.
+  virtual void add_embedding(const torch::Tensor& tokens, torch::Tensor& hidden) const = 0;
+  /// `logits` = hidden · lm_headᵀ ([B, ..., vocab]); adds the rows' head deltas.
+  virtual void add_head(const torch::Tensor& hidden, torch::Tensor& logits) const = 0;
+};
+
 class LlamaModel {
  public:
   /// Loads config.json and the safetensors weights (one file or sharded) of a
@@ -81,8 +104,10 @@ class LlamaModel {
   /// `slots` (one per row; `counts[b]` tokens of row b are real) and returns
   /// float32 logits: [B, vocab] at each row's last real token, or [B, T,
   /// vocab] with `all_positions`. Rows may start at different cache lengths.
+  /// With an `overlay`, each row runs with its own variant's weights.
   torch::Tensor forward_cached(KvCache& cache, const std::vector<std::int64_t>& slots, const torch::Tensor& tokens,
-                               const std::vector<std::int64_t>& counts, bool all_positions = false) const;
+                               const std::vector<std::int64_t>& counts, bool all_positions = false,
+                               const WeightOverlay* overlay = nullptr) const;
 
   /// Hidden states after the token embedding, [B, T, hidden].
   torch::Tensor embed(const torch::Tensor& tokens) const;
@@ -121,6 +146,10 @@ class LlamaModel {
                           const torch::Tensor& sin, const torch::Tensor& positions, CacheStep* cache_step) const;
   std::pair<torch::Tensor, torch::Tensor> rotary(const torch::Tensor& positions) const;
   torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight) const;
+  // torch::linear, plus the overlay's term when the step has one.
+  torch::Tensor project(std::size_t layer, Projection which, const torch::Tensor& x, const CacheStep* step) const;
+  // rms_norm with the overlay's per-row weight when the step has one.
+  torch::Tensor norm(std::size_t layer, NormSlot which, const torch::Tensor& x, const CacheStep* step) const;
 
   LlamaConfig config_;
   torch::ScalarType dtype_;

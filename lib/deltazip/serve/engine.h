@@ -1,0 +1,132 @@
+// dz-serve's engine: one resident base model, many fine-tuned variants, and
+// a scheduler thread that batches requests of every variant together at
+// iteration level (continuous batching): each step decodes one token for
+// every running sequence and prefills prompt chunks within a token budget;
+// sequences join and leave the batch at every step, each in its own KV-cache
+// slot. Modes: delta (variants as packed deltas under an LRU, loaded
+// asynchronously, SBMM per layer), swap (one reconstructed fine-tune
+// resident at a time, the baseline DeltaZip compares against) and full
+// (every variant resident as a full model: the upper bound).
+// Torch-free header: the HTTP layer and the programs include it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/prometheus.h"
+#include "model/sampler.h"
+#include "model/tokenizer.h"
+
+namespace fleet::deltazip {
+
+enum class ServeMode { kDelta, kSwap, kFull };
+/// "delta", "swap" or "full"; UsageError otherwise.
+ServeMode parse_serve_mode(const std::string& text);
+std::string serve_mode_name(ServeMode mode);
+
+/// An error a client caused or must be told about, with its HTTP status and
+/// OpenAI error type ("invalid_request_error", "not_found_error", ...).
+class ServeError : public std::runtime_error {
+ public:
+  ServeError(int status, std::string type, const std::string& message, std::string param = "")
+      : std::runtime_error(message), status_(status), type_(std::move(type)), param_(std::move(param)) {}
+  int status() const { return status_; }
+  const std::string& type() const { return type_; }
+  const std::string& param() const { return param_; }
+
+ private:
+  int status_;
+  std::string type_, param_;
+};
+
+struct EngineOptions {
+  std::filesystem::path base;              ///< Hugging Face model folder
+  std::string base_name;                   ///< model name of the base (default: the folder's name)
+  ServeMode mode = ServeMode::kDelta;
+  std::int64_t max_batch = 32;             ///< sequences running at once (KV-cache slots)
+  std::int64_t max_tokens_per_step = 256;  ///< tokens one step computes: decodes + prompt chunks
+  std::int64_t max_context = 0;            ///< tokens per sequence (0: the model's limit, at most 4096)
+  std::uint64_t delta_memory = 0;          ///< bytes of resident deltas (0: no limit)
+  std::int64_t max_queue = 1024;           ///< waiting requests before 429
+  std::string device = "cpu";
+};
+
+/// One completion as the engine sees it (token ids in, token ids out).
+struct GenerationRequest {
+  std::string model;
+  std::vector<std::int64_t> prompt;
+  std::int64_t max_tokens = 16;
+  model::SamplingOptions sampling;
+};
+
+/// What a client holds while its request runs.
+class RequestStream {
+ public:
+  struct Update {
+    std::vector<std::int64_t> tokens;  ///< new since the last update
+    bool finished = false;
+    std::string finish_reason;         ///< "stop" (end of sequence), "length" or "cancelled"
+    std::string error;                 ///< set when the engine failed the request
+  };
+  virtual ~RequestStream() = default;
+  /// Waits up to `timeout` for new tokens or the end.
+  virtual Update wait(std::chrono::milliseconds timeout) = 0;
+  /// Ends the request at the next step and frees its slot (client gone or stop string seen).
+  virtual void cancel() = 0;
+  virtual std::int64_t prompt_tokens() const = 0;
+};
+
+struct ModelInfo {
+  std::string name;
+  bool is_base = false;
+  std::string path;
+  std::string state;  ///< resident, cold, loading, failed
+};
+
+class Engine {
+ public:
+  /// Loads the base model and its tokenizer, starts the scheduler.
+  explicit Engine(EngineOptions options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  /// Registers a variant: the container is opened, its base identity and
+  /// architecture checked (ServeError 400 with the reason otherwise). Full
+  /// mode reconstructs it now; delta and swap modes load it when needed.
+  void add_variant(const std::string& name, const std::filesystem::path& delta);
+  /// Forgets a variant (404 when unknown); running requests for it finish first.
+  void remove_variant(const std::string& name);
+  std::vector<ModelInfo> models() const;
+
+  /// Queues a request. ServeError: 404 unknown model, 413 prompt longer than
+  /// the context, 400 prompt + max_tokens beyond it, 429 queue full, 503
+  /// shutting down.
+  std::shared_ptr<RequestStream> submit(GenerationRequest request);
+
+  const model::Tokenizer& tokenizer() const;
+  const std::string& base_name() const;
+  std::int64_t max_context() const;
+  std::int64_t eos_token_id() const;
+  std::int64_t bos_token_id() const;
+
+  /// Prometheus text of every metric.
+  std::string metrics_text() const;
+  MetricsRegistry& metrics();
+
+  /// Stops taking requests (503); those queued or running go on.
+  void begin_shutdown();
+  /// True when nothing is queued or running.
+  bool idle() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace fleet::deltazip

@@ -1,0 +1,302 @@
+#include "deltazip/serve/http_server.h"
+
+#include <atomic>
+#include <csignal>
+#include <ctime>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "common/logging.h"
+#include "deltazip/serve/openai_api.h"
+
+namespace fleet::deltazip {
+namespace {
+
+using nlohmann::json;
+
+std::atomic<int> g_signal{0};
+extern "C" void on_stop_signal(int sig) { g_signal = sig; }
+
+void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(), "application/json");
+}
+
+void send_error(httplib::Response& res, const ServeError& e) {
+  send_json(res, e.status(), error_body(e.what(), e.type(), e.param(), e.status()));
+}
+
+std::string sse(const json& body) { return "data: " + body.dump() + "\n\n"; }
+
+class Frontend {
+ public:
+  Frontend(Engine& engine, const HttpOptions& options) : engine_(engine), options_(options) {}
+
+  void install(httplib::Server& server) {
+    server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      const bool stopping = g_signal != 0;
+      send_json(res, stopping ? 503 : 200, {{"status", stopping ? "shutting_down" : "ok"}});
+    });
+    server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { list_models(res); });
+    server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(engine_.metrics_text(), "text/plain; version=0.0.4; charset=utf-8");
+    });
+    server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { complete(req, res, false); });
+    server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { complete(req, res, true); });
+    server.Post("/v1/load_delta", [this](const httplib::Request& req, httplib::Response& res) { load_delta(req, res); });
+    server.Post("/v1/unload_delta", [this](const httplib::Request& req, httplib::Response& res) { unload_delta(req, res); });
+    server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      std::string what = "internal error";
+      try {
+        std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      spdlog::error("request failed: {}", what);
+      send_json(res, 500, error_body(what, "server_error", "", 500));
+    });
+    // Bodies httplib itself refuses (too large, unknown route) still get the error shape.
+    server.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+      std::string message = "error " + std::to_string(res.status);
+      std::string type = "invalid_request_error";
+      if (res.status == 404) {
+        message = "no endpoint " + req.method + " " + req.path;
+        type = "not_found_error";
+      } else if (res.status == 413) {
+        message = "the request body is larger than the server's limit";
+      }
+      send_json(res, res.status, error_body(message, type, "", res.status));
+      return httplib::Server::HandlerResponse::Handled;
+    }));
+  }
+
+ private:
+  void list_models(httplib::Response& res) {
+    json data = json::array();
+    for (const auto& m : engine_.models())
+      data.push_back({{"id", m.name}, {"object", "model"}, {"created", started_}, {"owned_by", "dz-serve"},
+                      {"root", engine_.base_name()}, {"parent", m.is_base ? json(nullptr) : json(engine_.base_name())},
+                      {"state", m.state}});
+    send_json(res, 200, {{"object", "list"}, {"data", data}});
+  }
+
+  static json parse_object(const httplib::Request& req) {
+    try {
+      auto body = json::parse(req.body);
+      if (body.is_object()) return body;
+    } catch (const json::exception&) {
+    }
+    throw ServeError(400, "invalid_request_error", "the body must be a JSON object", "");
+  }
+
+  static std::string string_field(const json& body, const char* key) {
+    auto it = body.find(key);
+    if (it == body.end() || !it->is_string() || it->get<std::string>().empty())
+      throw ServeError(400, "invalid_request_error", std::string(key) + " must be a non-empty string", key);
+    return it->get<std::string>();
+  }
+
+  void load_delta(const httplib::Request& req, httplib::Response& res) {
+    try {
+      auto body = parse_object(req);
+      const auto name = string_field(body, "name"), path = string_field(body, "path");
+      engine_.add_variant(name, path);
+      send_json(res, 200, {{"name", name}, {"path", path}, {"status", "registered"}});
+    } catch (const ServeError& e) {
+      send_error(res, e);
+    }
+  }
+
+  void unload_delta(const httplib::Request& req, httplib::Response& res) {
+    try {
+      const auto name = string_field(parse_object(req), "name");
+      engine_.remove_variant(name);
+      send_json(res, 200, {{"name", name}, {"status", "unloaded"}});
+    } catch (const ServeError& e) {
+      send_error(res, e);
+    }
+  }
+
+  std::vector<std::int64_t> prompt_tokens(const CompletionParams& p) const {
+    if (!p.prompt_tokens.empty()) return p.prompt_tokens;
+    const auto text = p.chat ? plain_chat_prompt(p.messages) : *p.prompt_text;
+    auto ids = engine_.tokenizer().encode(text, true);
+    return {ids.begin(), ids.end()};
+  }
+
+  json choice(const CompletionParams& p, const std::string& text, const json& finish, bool delta_form) const {
+    if (!p.chat) return {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}};
+    if (delta_form) {
+      json delta = json::object();
+      if (!text.empty()) delta["content"] = text;
+      return {{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish}};
+    }
+    return {{"index", 0}, {"message", {{"role", "assistant"}, {"content", text}}}, {"logprobs", nullptr},
+            {"finish_reason", finish}};
+  }
+
+  json envelope(const CompletionParams& p, const std::string& id, bool chunk) const {
+    const char* object = p.chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+    return {{"id", id}, {"object", object}, {"created", static_cast<std::int64_t>(std::time(nullptr))},
+            {"model", p.model}, {"system_fingerprint", nullptr}};
+  }
+
+  static json usage(std::int64_t prompt, std::int64_t completion) {
+    return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+  }
+
+  void complete(const httplib::Request& req, httplib::Response& res, bool chat) {
+    CompletionParams p;
+    std::shared_ptr<RequestStream> stream;
+    try {
+      p = parse_completion_request(req.body, chat);
+      GenerationRequest g;
+      g.model = p.model;
+      g.prompt = prompt_tokens(p);
+      g.max_tokens = p.max_tokens;
+      g.sampling.temperature = p.temperature;
+      g.sampling.top_p = p.top_p;
+      g.sampling.seed = p.seed ? *p.seed : std::random_device{}();
+      stream = engine_.submit(std::move(g));
+    } catch (const ServeError& e) {
+      send_error(res, e);
+      return;
+    }
+    const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
+    auto text = std::make_shared<TextStream>(engine_.tokenizer(), p.stop);
+    if (!p.stream) {
+      std::string out;
+      RequestStream::Update u;
+      do {
+        u = stream->wait(std::chrono::milliseconds(200));
+        out += text->push(u.tokens);
+        if (text->stopped()) stream->cancel();
+      } while (!u.finished);
+      if (!u.error.empty()) {
+        send_json(res, 500, error_body(u.error, "server_error", "", 500));
+        return;
+      }
+      out += text->flush();
+      const std::string reason = text->stopped() || u.finish_reason == "stop" ? "stop" : "length";
+      auto body = envelope(p, id, false);
+      body["choices"] = json::array({choice(p, out, reason, false)});
+      body["usage"] = usage(stream->prompt_tokens(), text->tokens());
+      send_json(res, 200, body);
+      return;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, p, id, stream, text, first = true](std::size_t, httplib::DataSink& sink) mutable {
+          auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+          if (first && p.chat) {
+            auto head = envelope(p, id, true);
+            head["choices"] = json::array({{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                            {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+            if (!write(sse(head))) return false;
+          }
+          first = false;
+          auto last_write = std::chrono::steady_clock::now();
+          while (true) {
+            auto u = stream->wait(std::chrono::milliseconds(100));
+            std::string piece = text->push(u.tokens);
+            if (text->stopped()) stream->cancel();
+            const bool done = u.finished || text->stopped();
+            if (done && u.error.empty()) piece += text->flush();
+            if (!piece.empty()) {
+              auto chunk = envelope(p, id, true);
+              chunk["choices"] = json::array({choice(p, piece, nullptr, true)});
+              if (!write(sse(chunk))) return false;
+              last_write = std::chrono::steady_clock::now();
+            } else if (!done && std::chrono::steady_clock::now() - last_write > std::chrono::seconds(1)) {
+              // A comment line: finds clients that went away while the request waits.
+              if (!write(": waiting\n\n")) return false;
+              last_write = std::chrono::steady_clock::now();
+            }
+            if (!done) continue;
+            if (!u.error.empty()) {
+              if (!write(sse(error_body(u.error, "server_error", "", 500)))) return false;
+            } else {
+              auto last = envelope(p, id, true);
+              const std::string reason = text->stopped() || u.finish_reason == "stop" ? "stop" : "length";
+              last["choices"] = json::array({choice(p, "", reason, true)});
+              if (!write(sse(last))) return false;
+              if (p.include_usage) {
+                auto tail = envelope(p, id, true);
+                tail["choices"] = json::array();
+                tail["usage"] = usage(stream->prompt_tokens(), text->tokens());
+                if (!write(sse(tail))) return false;
+              }
+            }
+            if (!write("data: [DONE]\n\n")) return false;
+            sink.done();
+            return true;
+          }
+        },
+        [stream](bool success) {
+          if (!success) stream->cancel();  // the client went away: free the slot
+        });
+  }
+
+  Engine& engine_;
+  HttpOptions options_;
+  std::atomic<std::uint64_t> next_id_{1};
+  std::int64_t started_ = static_cast<std::int64_t>(std::time(nullptr));
+};
+
+}  // namespace
+
+int serve_http(Engine& engine, const HttpOptions& options) {
+  if (options.port < 0 || options.port > 65535) throw UsageError("--port must be 0 to 65535");
+  if (options.threads < 1) throw UsageError("--http-threads must be positive");
+  httplib::Server server;
+  const int threads = options.threads;
+  server.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
+  server.set_payload_max_length(options.max_body_bytes);
+  server.set_read_timeout(30, 0);
+  server.set_write_timeout(30, 0);
+  Frontend frontend(engine, options);
+  frontend.install(server);
+
+  int port = options.port;
+  if (port == 0) {
+    port = server.bind_to_any_port(options.host);
+    if (port < 0) throw IoError("cannot listen on " + options.host);
+  } else if (!server.bind_to_port(options.host, port)) {
+    throw IoError("cannot listen on " + options.host + ":" + std::to_string(port) + " (in use, or not an address of this machine)");
+  }
+  if (!options.port_file.empty()) write_file_atomically(options.port_file, std::to_string(port) + "\n");
+  spdlog::info("listening on http://{}:{}", options.host, port);
+
+  g_signal = 0;
+  std::signal(SIGTERM, on_stop_signal);
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGPIPE, SIG_IGN);
+  std::atomic<bool> listening_done{false};
+  std::thread watcher([&] {
+    while (!listening_done && g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (listening_done) return;
+    spdlog::info("signal {}: no new requests; finishing those in flight", g_signal.load());
+    engine.begin_shutdown();
+    while (!engine.idle()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // Stops accepting; listen_after_bind() joins the worker threads, so the
+    // responses of finished requests are still written.
+    server.stop();
+  });
+  const bool ok = server.listen_after_bind();
+  listening_done = true;
+  watcher.join();
+  if (!ok && g_signal == 0) throw IoError("the HTTP server stopped unexpectedly");
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace fleet::deltazip

@@ -1,0 +1,203 @@
+#include "deltazip/serve/openai_api.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace fleet::deltazip {
+namespace {
+
+[[noreturn]] void bad(const std::string& message, const std::string& param) {
+  throw ServeError(400, "invalid_request_error", message, param);
+}
+
+double number_field(const nlohmann::json& body, const char* key, double fallback, double lo, double hi) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return fallback;
+  if (!it->is_number()) bad(std::string(key) + " must be a number", key);
+  const double v = it->get<double>();
+  if (!std::isfinite(v) || v < lo || v > hi)
+    bad(std::string(key) + " must be between " + nlohmann::json(lo).dump() + " and " + nlohmann::json(hi).dump(), key);
+  return v;
+}
+
+std::int64_t integer_field(const nlohmann::json& value, const char* key) {
+  if (value.is_number_integer() || value.is_number_unsigned()) {
+    if (value.is_number_unsigned() && value.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+      bad(std::string(key) + " is too large", key);
+    return value.get<std::int64_t>();
+  }
+  bad(std::string(key) + " must be an integer", key);
+}
+
+bool bool_field(const nlohmann::json& body, const char* key) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return false;
+  if (!it->is_boolean()) bad(std::string(key) + " must be true or false", key);
+  return it->get<bool>();
+}
+
+std::string text_content(const nlohmann::json& content, std::size_t index) {
+  const std::string param = "messages[" + std::to_string(index) + "].content";
+  if (content.is_string()) return content.get<std::string>();
+  if (content.is_null()) return "";
+  if (!content.is_array()) bad(param + " must be a string or an array of text parts", param);
+  std::string out;
+  for (const auto& part : content) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+      bad(param + ": only text parts ({\"type\": \"text\", \"text\": ...}) are supported", param);
+    out += part["text"].get<std::string>();
+  }
+  return out;
+}
+
+}  // namespace
+
+CompletionParams parse_completion_request(std::string_view body_text, bool chat, const ApiLimits& limits) {
+  nlohmann::json body;
+  try {
+    body = nlohmann::json::parse(body_text);
+  } catch (const nlohmann::json::exception& e) {
+    bad(std::string("the body is not valid JSON: ") + e.what(), "");
+  }
+  if (!body.is_object()) bad("the body must be a JSON object", "");
+  CompletionParams p;
+  p.chat = chat;
+  auto model = body.find("model");
+  if (model == body.end() || !model->is_string() || model->get<std::string>().empty())
+    bad("model must be a non-empty string", "model");
+  p.model = model->get<std::string>();
+
+  if (chat) {
+    auto messages = body.find("messages");
+    if (messages == body.end() || !messages->is_array() || messages->empty())
+      bad("messages must be a non-empty array", "messages");
+    for (std::size_t i = 0; i < messages->size(); ++i) {
+      const auto& m = (*messages)[i];
+      const std::string param = "messages[" + std::to_string(i) + "]";
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+        bad(param + " must be an object with a string role", param);
+      const auto role = m["role"].get<std::string>();
+      if (role != "system" && role != "user" && role != "assistant" && role != "developer")
+        bad(param + ".role must be system, developer, user or assistant", param + ".role");
+      p.messages.push_back({role, text_content(m.contains("content") ? m["content"] : nlohmann::json(), i)});
+    }
+  } else {
+    auto prompt = body.find("prompt");
+    if (prompt == body.end() || prompt->is_null()) bad("prompt is required", "prompt");
+    if (prompt->is_string()) {
+      p.prompt_text = prompt->get<std::string>();
+    } else if (prompt->is_array() && !prompt->empty() && ((*prompt)[0].is_number() || (*prompt)[0].is_array())) {
+      const nlohmann::json* ids = &*prompt;
+      if ((*prompt)[0].is_array()) {
+        if (prompt->size() != 1) bad("a batch of prompts is not supported: send one request per prompt", "prompt");
+        ids = &(*prompt)[0];
+      }
+      for (const auto& t : *ids) p.prompt_tokens.push_back(integer_field(t, "prompt"));
+      if (p.prompt_tokens.empty()) bad("prompt is empty", "prompt");
+    } else if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) {
+      p.prompt_text = (*prompt)[0].get<std::string>();
+    } else if (prompt->is_array() && prompt->size() > 1) {
+      bad("a batch of prompts is not supported: send one request per prompt", "prompt");
+    } else {
+      bad("prompt must be a string, a list of token ids, or a list of one of those", "prompt");
+    }
+  }
+
+  const char* max_key = chat && body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  auto max_tokens = body.find(max_key);
+  p.max_tokens = max_tokens == body.end() || max_tokens->is_null() ? limits.max_tokens_default : integer_field(*max_tokens, max_key);
+  if (p.max_tokens <= 0) bad(std::string(max_key) + " must be at least 1", max_key);
+  p.temperature = number_field(body, "temperature", 1.0, 0.0, 2.0);
+  p.top_p = number_field(body, "top_p", 1.0, 0.0, 1.0);
+  if (p.top_p <= 0) bad("top_p must be greater than 0", "top_p");
+  if (auto seed = body.find("seed"); seed != body.end() && !seed->is_null())
+    p.seed = static_cast<std::uint64_t>(integer_field(*seed, "seed"));
+  if (auto n = body.find("n"); n != body.end() && !n->is_null() && integer_field(*n, "n") != 1)
+    bad("only n = 1 is supported", "n");
+  if (auto best = body.find("best_of"); best != body.end() && !best->is_null() && integer_field(*best, "best_of") != 1)
+    bad("best_of is not supported", "best_of");
+  if (auto lp = body.find("logprobs"); lp != body.end() && !lp->is_null() && !(lp->is_boolean() && !lp->get<bool>()))
+    bad("logprobs are not supported", "logprobs");
+  if (bool_field(body, "echo")) bad("echo is not supported", "echo");
+  if (auto stop = body.find("stop"); stop != body.end() && !stop->is_null()) {
+    if (stop->is_string()) {
+      p.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      for (const auto& s : *stop) {
+        if (!s.is_string()) bad("stop must be a string or an array of strings", "stop");
+        p.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      bad("stop must be a string or an array of strings", "stop");
+    }
+    if (static_cast<std::int64_t>(p.stop.size()) > limits.max_stop_strings)
+      bad("at most " + std::to_string(limits.max_stop_strings) + " stop strings", "stop");
+    for (const auto& s : p.stop)
+      if (s.empty() || s.size() > limits.max_stop_length)
+        bad("stop strings must have 1 to " + std::to_string(limits.max_stop_length) + " bytes", "stop");
+  }
+  p.stream = bool_field(body, "stream");
+  if (auto options = body.find("stream_options"); options != body.end() && !options->is_null()) {
+    if (!options->is_object()) bad("stream_options must be an object", "stream_options");
+    p.include_usage = bool_field(*options, "include_usage");
+  }
+  return p;
+}
+
+std::string plain_chat_prompt(const std::vector<ChatMessage>& messages) {
+  std::string out;
+  for (const auto& m : messages) out += "<|" + m.role + "|>\n" + m.content + "\n";
+  return out + "<|assistant|>\n";
+}
+
+TextStream::TextStream(const model::Tokenizer& tokenizer, std::vector<std::string> stop)
+    : tokenizer_(tokenizer), stop_(std::move(stop)) {
+  for (const auto& s : stop_) longest_stop_ = std::max(longest_stop_, s.size());
+}
+
+std::string TextStream::push(const std::vector<std::int64_t>& tokens) {
+  if (stopped_) return "";
+  for (auto t : tokens) ids_.push_back(static_cast<std::int32_t>(t));
+  text_ = tokenizer_.decode(ids_, /*skip_special_tokens=*/true);
+  // The first stop string that ends anywhere after what was already sent.
+  std::size_t cut = std::string::npos;
+  const std::size_t from = sent_ > longest_stop_ ? sent_ - longest_stop_ : 0;
+  for (const auto& s : stop_) {
+    auto at = text_.find(s, from);
+    if (at != std::string::npos) cut = std::min(cut, at);
+  }
+  if (cut != std::string::npos) {
+    stopped_ = true;
+    text_.resize(std::max(cut, sent_));
+    auto out = text_.substr(sent_);
+    sent_ = text_.size();
+    return out;
+  }
+  // Hold back a possible stop-string prefix and an unfinished character.
+  std::size_t safe = text_.size() > longest_stop_ ? text_.size() - (longest_stop_ ? longest_stop_ - 1 : 0) : 0;
+  static const std::string kReplacement = "\xEF\xBF\xBD";
+  if (text_.size() >= kReplacement.size() && text_.compare(text_.size() - 3, 3, kReplacement) == 0)
+    safe = std::min(safe, text_.size() - 3);
+  while (safe > sent_ && safe < text_.size() && (static_cast<unsigned char>(text_[safe]) & 0xC0) == 0x80) --safe;
+  if (safe <= sent_) return "";
+  auto out = text_.substr(sent_, safe - sent_);
+  sent_ = safe;
+  return out;
+}
+
+std::string TextStream::flush() {
+  if (sent_ >= text_.size()) return "";
+  auto out = text_.substr(sent_);
+  sent_ = text_.size();
+  return out;
+}
+
+nlohmann::json error_body(const std::string& message, const std::string& type, const std::string& param, int code) {
+  nlohmann::json error = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+  if (!param.empty()) error["param"] = param;
+  if (code) error["code"] = code;
+  return {{"error", error}};
+}
+
+}  // namespace fleet::deltazip

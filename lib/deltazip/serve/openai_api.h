@@ -1,0 +1,82 @@
+// The OpenAI-compatible request and response bodies dz-serve speaks
+// (docs/serving.md): parsing and validating /v1/completions and
+// /v1/chat/completions requests, the plain chat template, incremental
+// detokenization with stop strings, and the error shape. No HTTP, no libtorch.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "deltazip/serve/engine.h"
+#include "model/tokenizer.h"
+
+namespace fleet::deltazip {
+
+/// Limits a request must stay within.
+struct ApiLimits {
+  std::int64_t max_tokens_default = 16;
+  std::int64_t max_stop_strings = 4;
+  std::size_t max_stop_length = 256;
+};
+
+struct ChatMessage {
+  std::string role, content;
+};
+
+/// A parsed /v1/completions or /v1/chat/completions body.
+struct CompletionParams {
+  bool chat = false;
+  std::string model;
+  std::optional<std::string> prompt_text;       ///< completions: a string prompt
+  std::vector<std::int64_t> prompt_tokens;      ///< completions: a token-id prompt
+  std::vector<ChatMessage> messages;            ///< chat
+  std::int64_t max_tokens = 16;
+  double temperature = 1.0, top_p = 1.0;
+  std::optional<std::uint64_t> seed;
+  std::vector<std::string> stop;
+  bool stream = false, include_usage = false;
+};
+
+/// Parses a request body; ServeError 400 naming the parameter for malformed
+/// JSON, a wrong type, an out-of-range value or an unsupported option (n > 1,
+/// best_of, logprobs, echo, a batch of prompts).
+CompletionParams parse_completion_request(std::string_view body, bool chat, const ApiLimits& limits = {});
+
+/// The documented plain chat template: each message as "<|role|>\n"
+/// content "\n", then "<|assistant|>\n" for the reply.
+std::string plain_chat_prompt(const std::vector<ChatMessage>& messages);
+
+/// Turns generated tokens into text as they arrive: holds back what could
+/// still become a stop string or an incomplete UTF-8 character, and stops at
+/// the first stop string (which is not returned).
+class TextStream {
+ public:
+  TextStream(const model::Tokenizer& tokenizer, std::vector<std::string> stop);
+  /// Text that became final with `tokens`.
+  std::string push(const std::vector<std::int64_t>& tokens);
+  /// What was held back, at the end of generation.
+  std::string flush();
+  bool stopped() const { return stopped_; }
+  std::int64_t tokens() const { return static_cast<std::int64_t>(ids_.size()); }
+
+ private:
+  const model::Tokenizer& tokenizer_;
+  std::vector<std::string> stop_;
+  std::size_t longest_stop_ = 0;
+  std::vector<std::int32_t> ids_;
+  std::string text_;
+  std::size_t sent_ = 0;
+  bool stopped_ = false;
+};
+
+/// {"error": {"message", "type", "param", "code"}}.
+nlohmann::json error_body(const std::string& message, const std::string& type, const std::string& param = "",
+                          int code = 0);
+
+}  // namespace fleet::deltazip

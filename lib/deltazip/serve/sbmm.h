@@ -1,0 +1,51 @@
+// Products with a compressed delta straight from its packed form: the CPU
+// half of DeltaZip's selective batched matrix multiply (SBMM). Every linear
+// layer of a mixed batch computes x·W_baseᵀ once and, for each variant's
+// rows, x_rows·Δᵀ with the variant's packed delta. Decoding is memory-bound,
+// so reading 2-4-bit codes instead of 32-bit weights is where the time goes
+// down; one output row of Δ is decoded at a time into a buffer the size of
+// one row (it stays in L1) and used for every input row. No libtorch.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "deltazip/packing.h"
+
+namespace fleet::deltazip {
+
+/// A packed delta matrix prepared for products: the packed bytes (padded so
+/// the decoder reads whole 64-bit words), float scales and zero points, and
+/// where each output row starts in the code and index streams.
+class SbmmMatrix {
+ public:
+  /// Validates `packed` (InputError for inconsistent sizes).
+  explicit SbmmMatrix(const PackedMatrix& packed);
+
+  std::int64_t rows() const { return rows_; }
+  std::int64_t cols() const { return cols_; }
+  /// Bytes this form keeps in memory.
+  std::uint64_t bytes() const;
+
+  /// y[r, o] += Σ_c x[r, c] · Δ[o, c] for r < n and o in [row_begin,
+  /// row_end): x is n rows of cols() floats `x_stride` apart, y n rows of
+  /// rows() floats `y_stride` apart. Disjoint row ranges may run on
+  /// different threads at once. Each sum is taken in a fixed order, so the
+  /// result does not depend on how rows are split.
+  void multiply_add(const float* x, std::int64_t n, std::int64_t x_stride, float* y, std::int64_t y_stride,
+                    std::int64_t row_begin, std::int64_t row_end) const;
+
+  /// Row `o` of Δ, dequantized into `out` (cols() floats): what
+  /// multiply_add uses; exposed for tests.
+  void decode_row(std::int64_t o, float* out) const;
+
+ private:
+  std::int64_t rows_ = 0, cols_ = 0, group_size_ = 0, groups_ = 0;
+  int bits_ = 0, index_bits_ = 0;
+  SparsityPattern sparsity_;
+  std::vector<std::uint8_t> codes_, indices_;  ///< packed streams + 8 bytes of padding
+  std::vector<float> scales_, zeros_;          ///< [rows, groups]
+  std::vector<std::uint64_t> row_code_bit_;    ///< unstructured: first code bit of each row
+};
+
+}  // namespace fleet::deltazip

@@ -1,0 +1,146 @@
+#include "deltazip/serve/variant_delta.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+#include "common/error.h"
+#include "deltazip/reconstruct.h"
+#include "model/tensor_bridge.h"
+
+namespace fleet::deltazip {
+namespace {
+
+constexpr const char* kProjectionNames[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                             "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
+                                             "mlp.down_proj"};
+
+std::string layer_tensor(std::size_t layer, const std::string& suffix) {
+  return "model.layers." + std::to_string(layer) + "." + suffix + ".weight";
+}
+
+bool contains(const std::vector<std::string>& sorted, const std::string& name) {
+  return std::binary_search(sorted.begin(), sorted.end(), name);
+}
+
+// A dense entry as float32: the variant's value minus the base's.
+torch::Tensor dense_delta(const DeltaReader& reader, const std::string& name, const torch::Tensor& base) {
+  auto entry = reader.dense(name);
+  auto stored = torch::empty(entry.tensor.shape, torch::TensorOptions().dtype(model::torch_scalar_type(entry.tensor.dtype)));
+  std::memcpy(stored.data_ptr(), entry.tensor.data.data(), entry.tensor.data.size());
+  if (stored.sizes() != base.sizes())
+    throw InputError(reader.path().string() + ": tensor '" + name + "' has another shape than the base's");
+  auto value = stored.to(torch::kFloat32);
+  return entry.kind == DenseKind::kFull ? value - base.to(torch::kCPU, torch::kFloat32) : value;
+}
+
+}  // namespace
+
+std::shared_ptr<const VariantDelta> VariantDelta::load(const std::string& name, const DeltaReader& reader,
+                                                       const model::LlamaModel& base) {
+  check_same_architecture(base.config(), delta_config(reader), reader.path().string());
+  std::map<std::string, torch::Tensor> base_params;
+  for (const auto& [param, t] : base.named_parameters()) base_params[param] = t;
+  auto v = std::make_shared<VariantDelta>();
+  v->name = name;
+  const auto layers = base.num_layers();
+  torch::NoGradGuard no_grad;
+  auto dense_or_zero = [&](const std::string& tensor) -> torch::Tensor {
+    if (!contains(reader.dense_names(), tensor)) return {};
+    auto d = dense_delta(reader, tensor, base_params.at(tensor));
+    v->bytes += static_cast<std::uint64_t>(d.nbytes());
+    return d;
+  };
+  // Norms are kept as the variant's full weights: the overlay hands them out per row.
+  auto norm = [&](const std::string& tensor) {
+    auto base_value = base_params.at(tensor).to(torch::kCPU, torch::kFloat32);
+    auto d = dense_or_zero(tensor);
+    return d.defined() ? base_value + d : base_value;
+  };
+  for (std::size_t l = 0; l < layers; ++l) {
+    for (const char* projection : kProjectionNames) {
+      const auto tensor = layer_tensor(l, projection);
+      if (!contains(reader.packed_names(), tensor))
+        throw InputError(reader.path().string() + ": no packed delta for '" + tensor +
+                         "' (dz-serve's delta mode needs every linear layer compressed)");
+      auto matrix = std::make_unique<SbmmMatrix>(reader.packed(tensor));
+      const auto& base_w = base_params.at(tensor);
+      if (matrix->rows() != base_w.size(0) || matrix->cols() != base_w.size(1))
+        throw InputError(reader.path().string() + ": '" + tensor + "' has another shape than the base's");
+      v->bytes += matrix->bytes();
+      v->linear.push_back(std::move(matrix));
+    }
+    v->input_norm.push_back(norm(layer_tensor(l, "input_layernorm")));
+    v->post_attention_norm.push_back(norm(layer_tensor(l, "post_attention_layernorm")));
+  }
+  v->final_norm = norm("model.norm.weight");
+  v->embedding_delta = dense_or_zero("model.embed_tokens.weight");
+  v->head_delta = base.config().tie_word_embeddings ? v->embedding_delta : dense_or_zero("lm_head.weight");
+  return v;
+}
+
+void sbmm_add(const SbmmMatrix& delta, const torch::Tensor& x, torch::Tensor& out) {
+  const auto n = x.size(0);
+  const float* xp = x.data_ptr<float>();
+  float* yp = out.data_ptr<float>();
+  // Enough output rows per task that each decodes a few KiB of codes.
+  const std::int64_t grain = std::max<std::int64_t>(16, 65536 / std::max<std::int64_t>(delta.cols(), 1));
+  at::parallel_for(0, delta.rows(), grain, [&](std::int64_t begin, std::int64_t end) {
+    delta.multiply_add(xp, n, delta.cols(), yp, delta.rows(), begin, end);
+  });
+}
+
+DeltaOverlay::DeltaOverlay(std::vector<VariantSegment> segments, std::int64_t batch) : batch_(batch) {
+  for (auto& s : segments)
+    if (s.variant && s.count > 0) segments_.push_back(s);
+}
+
+void DeltaOverlay::add_linear(std::size_t layer, model::Projection which, const torch::Tensor& x,
+                              torch::Tensor& out) const {
+  for (const auto& s : segments_) {
+    const auto& matrix = *s.variant->matrix(layer, which);
+    auto rows_x = x.narrow(0, s.begin, s.count).reshape({-1, x.size(-1)}).to(torch::kFloat32).contiguous();
+    auto rows_out = out.narrow(0, s.begin, s.count);
+    if (rows_out.is_contiguous() && rows_out.scalar_type() == torch::kFloat32) {
+      auto flat = rows_out.view({-1, out.size(-1)});
+      sbmm_add(matrix, rows_x, flat);
+    } else {
+      auto flat = torch::zeros({rows_x.size(0), out.size(-1)}, torch::kFloat32);
+      sbmm_add(matrix, rows_x, flat);
+      rows_out.add_(flat.view(rows_out.sizes()).to(out.scalar_type()));
+    }
+  }
+}
+
+torch::Tensor DeltaOverlay::norm_weight(std::size_t layer, model::NormSlot which, const torch::Tensor& base) const {
+  if (segments_.empty()) return base;
+  auto weights = base.to(torch::kFloat32).view({1, 1, -1}).repeat({batch_, 1, 1});
+  for (const auto& s : segments_) {
+    const auto& w = which == model::NormSlot::kFinal   ? s.variant->final_norm
+                    : which == model::NormSlot::kInput ? s.variant->input_norm[layer]
+                                                       : s.variant->post_attention_norm[layer];
+    weights.narrow(0, s.begin, s.count).copy_(w.view({1, 1, -1}).expand({s.count, 1, w.size(0)}));
+  }
+  return weights.to(base.scalar_type());
+}
+
+void DeltaOverlay::add_embedding(const torch::Tensor& tokens, torch::Tensor& hidden) const {
+  for (const auto& s : segments_) {
+    if (!s.variant->embedding_delta.defined()) continue;
+    hidden.narrow(0, s.begin, s.count)
+        .add_(torch::embedding(s.variant->embedding_delta, tokens.narrow(0, s.begin, s.count)).to(hidden.scalar_type()));
+  }
+}
+
+void DeltaOverlay::add_head(const torch::Tensor& hidden, torch::Tensor& logits) const {
+  for (const auto& s : segments_) {
+    if (!s.variant->head_delta.defined()) continue;
+    auto rows = hidden.narrow(0, s.begin, s.count).to(torch::kFloat32);
+    logits.narrow(0, s.begin, s.count).add_(torch::linear(rows, s.variant->head_delta).to(logits.scalar_type()));
+  }
+}
+
+}  // namespace fleet::deltazip

@@ -1,0 +1,71 @@
+// One fine-tuned variant as dz-serve keeps it in memory in delta mode: each
+// linear layer's delta in packed low-bit form (SbmmMatrix), the small dense
+// tensors (norms, embedding and head deltas) as float32 — and the overlay
+// that lets one batched forward pass run each row with its own variant.
+// Include only from torch targets.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "deltazip/container.h"
+#include "deltazip/serve/sbmm.h"
+#include "model/llama.h"
+
+namespace fleet::deltazip {
+
+struct VariantDelta {
+  std::string name;
+  /// Linear deltas by layer * 7 + projection (model::Projection order).
+  std::vector<std::unique_ptr<SbmmMatrix>> linear;
+  /// Norm weights of the variant (base + delta), [hidden], per layer.
+  std::vector<torch::Tensor> input_norm, post_attention_norm;
+  torch::Tensor final_norm;
+  /// Embedding and head deltas [vocab, hidden]; undefined when zero.
+  torch::Tensor embedding_delta, head_delta;
+  /// Bytes held in memory.
+  std::uint64_t bytes = 0;
+
+  /// Reads every tensor of `reader` (already checked against the base's
+  /// identity) into serving form. InputError for a malformed container or a
+  /// model of another architecture.
+  static std::shared_ptr<const VariantDelta> load(const std::string& name, const DeltaReader& reader,
+                                                  const model::LlamaModel& base);
+
+  const SbmmMatrix* matrix(std::size_t layer, model::Projection which) const {
+    return linear[layer * 7 + static_cast<std::size_t>(which)].get();
+  }
+};
+
+/// A batch as runs of rows by variant (nullptr: the base model itself).
+struct VariantSegment {
+  std::int64_t begin = 0, count = 0;
+  const VariantDelta* variant = nullptr;
+};
+
+/// The WeightOverlay of one batch: base products come from the model, and
+/// every segment with a variant adds its delta products (SBMM on the CPU).
+class DeltaOverlay final : public model::WeightOverlay {
+ public:
+  DeltaOverlay(std::vector<VariantSegment> segments, std::int64_t batch);
+
+  void add_linear(std::size_t layer, model::Projection which, const torch::Tensor& x, torch::Tensor& out) const override;
+  torch::Tensor norm_weight(std::size_t layer, model::NormSlot which, const torch::Tensor& base) const override;
+  void add_embedding(const torch::Tensor& tokens, torch::Tensor& hidden) const override;
+  void add_head(const torch::Tensor& hidden, torch::Tensor& logits) const override;
+
+ private:
+  std::vector<VariantSegment> segments_;  ///< only those with a variant
+  std::int64_t batch_;
+};
+
+/// x_rows · Δᵀ added into `out` rows for one packed matrix: `x` [n, in] and
+/// `out` [n, out] float32 contiguous; output rows split over libtorch's
+/// intra-op threads.
+void sbmm_add(const SbmmMatrix& delta, const torch::Tensor& x, torch::Tensor& out);
+
+}  // namespace fleet::deltazip

@@ -1,0 +1,160 @@
+// The OpenAI request layer: valid bodies parse into what they say, every
+// invalid one is a 400 naming the parameter, random bodies never crash the
+// parser, and streamed text stops exactly at a stop string.
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "deltazip/serve/openai_api.h"
+
+namespace fleet::deltazip {
+namespace {
+
+CompletionParams parse(const std::string& body, bool chat = false) { return parse_completion_request(body, chat); }
+
+std::pair<int, std::string> failure(const std::string& body, bool chat = false) {
+  try {
+    parse(body, chat);
+  } catch (const ServeError& e) {
+    return {e.status(), e.param()};
+  }
+  return {200, ""};
+}
+
+TEST(OpenAiRequests, CompletionFieldsAreRead) {
+  auto p = parse(R"({"model": "ft1", "prompt": "hi", "max_tokens": 7, "temperature": 0, "top_p": 0.5,
+                     "seed": 3, "stop": ["\n", "END"], "stream": true, "stream_options": {"include_usage": true}})");
+  EXPECT_EQ(p.model, "ft1");
+  EXPECT_EQ(*p.prompt_text, "hi");
+  EXPECT_EQ(p.max_tokens, 7);
+  EXPECT_EQ(p.temperature, 0);
+  EXPECT_EQ(p.top_p, 0.5);
+  EXPECT_EQ(*p.seed, 3u);
+  EXPECT_EQ(p.stop, (std::vector<std::string>{"\n", "END"}));
+  EXPECT_TRUE(p.stream && p.include_usage);
+  EXPECT_EQ(parse(R"({"model": "m", "prompt": [1, 2, 3]})").prompt_tokens, (std::vector<std::int64_t>{1, 2, 3}));
+  EXPECT_EQ(parse(R"({"model": "m", "prompt": [[4, 5]]})").prompt_tokens, (std::vector<std::int64_t>{4, 5}));
+  EXPECT_EQ(*parse(R"({"model": "m", "prompt": ["one"]})").prompt_text, "one");
+  EXPECT_EQ(parse(R"({"model": "m", "prompt": "x"})").max_tokens, 16);  // OpenAI's default
+  EXPECT_EQ(parse(R"({"model": "m", "prompt": "x", "stop": "."})").stop, std::vector<std::string>{"."});
+}
+
+TEST(OpenAiRequests, ChatMessagesAndTemplate) {
+  auto p = parse(R"({"model": "m", "max_completion_tokens": 3, "messages": [
+                      {"role": "system", "content": "Be brief."},
+                      {"role": "user", "content": [{"type": "text", "text": "Hello"}, {"type": "text", "text": "!"}]}]})",
+                 true);
+  ASSERT_EQ(p.messages.size(), 2u);
+  EXPECT_EQ(p.max_tokens, 3);
+  EXPECT_EQ(plain_chat_prompt(p.messages), "<|system|>\nBe brief.\n<|user|>\nHello!\n<|assistant|>\n");
+}
+
+TEST(OpenAiRequests, InvalidBodiesAre400sNamingTheParameter) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{", ""},
+      {"[1, 2]", ""},
+      {R"({"prompt": "x"})", "model"},
+      {R"({"model": 3, "prompt": "x"})", "model"},
+      {R"({"model": "m"})", "prompt"},
+      {R"({"model": "m", "prompt": 5})", "prompt"},
+      {R"({"model": "m", "prompt": ["a", "b"]})", "prompt"},
+      {R"({"model": "m", "prompt": [[1], [2]]})", "prompt"},
+      {R"({"model": "m", "prompt": [1, "a"]})", "prompt"},
+      {R"({"model": "m", "prompt": [1.5]})", "prompt"},
+      {R"({"model": "m", "prompt": "x", "max_tokens": 0})", "max_tokens"},
+      {R"({"model": "m", "prompt": "x", "max_tokens": -4})", "max_tokens"},
+      {R"({"model": "m", "prompt": "x", "max_tokens": "many"})", "max_tokens"},
+      {R"({"model": "m", "prompt": "x", "max_tokens": 99999999999999999999})", "max_tokens"},
+      {R"({"model": "m", "prompt": "x", "temperature": -1})", "temperature"},
+      {R"({"model": "m", "prompt": "x", "temperature": 3})", "temperature"},
+      {R"({"model": "m", "prompt": "x", "top_p": 0})", "top_p"},
+      {R"({"model": "m", "prompt": "x", "top_p": 1.5})", "top_p"},
+      {R"({"model": "m", "prompt": "x", "n": 2})", "n"},
+      {R"({"model": "m", "prompt": "x", "logprobs": 3})", "logprobs"},
+      {R"({"model": "m", "prompt": "x", "echo": true})", "echo"},
+      {R"({"model": "m", "prompt": "x", "stop": ["a", "b", "c", "d", "e"]})", "stop"},
+      {R"({"model": "m", "prompt": "x", "stop": [""]})", "stop"},
+      {R"({"model": "m", "prompt": "x", "stop": 4})", "stop"},
+      {R"({"model": "m", "prompt": "x", "stream": "yes"})", "stream"},
+      {R"({"model": "m", "prompt": "x", "seed": "s"})", "seed"},
+  };
+  for (const auto& [body, param] : cases) {
+    auto [status, got] = failure(body);
+    EXPECT_EQ(status, 400) << body;
+    EXPECT_EQ(got, param) << body;
+  }
+  EXPECT_EQ(failure(R"({"model": "m", "messages": []})", true).second, "messages");
+  EXPECT_EQ(failure(R"({"model": "m", "messages": [{"role": "robot", "content": "x"}]})", true).second, "messages[0].role");
+  EXPECT_EQ(failure(R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", true).second,
+            "messages[0].content");
+}
+
+// Random edits of valid bodies: each parses or is a 400, nothing else.
+TEST(OpenAiRequests, FuzzedBodiesParseOrAre400s) {
+  const std::vector<std::string> seeds = {
+      R"({"model": "ft1", "prompt": "hello", "max_tokens": 5, "stop": ["x"], "stream": true})",
+      R"({"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.5, "seed": 9})",
+      R"({"model": "m", "prompt": [[1, 2, 3]], "top_p": 0.9, "stream_options": {"include_usage": true}})"};
+  std::mt19937 rng(42);
+  const std::string alphabet = "{}[]\":,0123456789-.eE truefalsnul\\\x01\xff";
+  int parsed = 0, refused = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string body = seeds[static_cast<std::size_t>(i) % seeds.size()];
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits && !body.empty(); ++e) {
+      const auto at = rng() % body.size();
+      switch (rng() % 3) {
+        case 0: body[at] = alphabet[rng() % alphabet.size()]; break;
+        case 1: body.erase(at, 1 + rng() % 8); break;
+        default: body.insert(at, 1, alphabet[rng() % alphabet.size()]); break;
+      }
+    }
+    try {
+      parse(body, i % 3 == 1);
+      ++parsed;
+    } catch (const ServeError& e) {
+      ASSERT_EQ(e.status(), 400) << body;
+      ++refused;
+    }
+  }
+  EXPECT_GT(parsed, 100);
+  EXPECT_GT(refused, 1000);
+}
+
+std::vector<std::int64_t> bytes_as_tokens(const std::string& text) {
+  std::vector<std::int64_t> ids;
+  for (unsigned char c : text) ids.push_back(c + 4);  // the byte tokenizer: id = byte + 4
+  return ids;
+}
+
+TEST(TextStreams, StopStringEndsTheTextWhereverTheTokensSplitIt) {
+  auto tokenizer = model::Tokenizer::parse(model::byte_tokenizer_json(), "byte tokenizer");
+  const std::string generated = "Hello wor" "ld. END and more";
+  for (std::size_t chunk = 1; chunk <= 5; ++chunk) {
+    TextStream stream(tokenizer, {"END", "\n\n"});
+    std::string out;
+    const auto ids = bytes_as_tokens(generated);
+    for (std::size_t i = 0; i < ids.size() && !stream.stopped(); i += chunk)
+      out += stream.push(std::vector<std::int64_t>(ids.begin() + static_cast<std::ptrdiff_t>(i),
+                                                   ids.begin() + static_cast<std::ptrdiff_t>(std::min(i + chunk, ids.size()))));
+    out += stream.flush();
+    EXPECT_TRUE(stream.stopped());
+    EXPECT_EQ(out, "Hello world. ") << "chunk " << chunk;
+  }
+  TextStream plain(tokenizer, {});
+  EXPECT_EQ(plain.push(bytes_as_tokens("caf\xc3")), "caf");  // half a character is held back
+  EXPECT_EQ(plain.push(bytes_as_tokens("\xa9!")), "\xc3\xa9!");
+  EXPECT_FALSE(plain.stopped());
+}
+
+TEST(OpenAiErrors, HaveOpenAisShape) {
+  auto e = error_body("bad thing", "invalid_request_error", "max_tokens", 400);
+  EXPECT_EQ(e["error"]["message"], "bad thing");
+  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(e["error"]["param"], "max_tokens");
+  EXPECT_EQ(e["error"]["code"], 400);
+  EXPECT_TRUE(error_body("x", "server_error")["error"]["param"].is_null());
+}
+
+}  // namespace
+}  // namespace fleet::deltazip

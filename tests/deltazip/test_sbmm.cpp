@@ -1,0 +1,111 @@
+// The SBMM kernel against dequantize-then-matmul, for every bit width and
+// sparsity form, per-row and per-group scales, one and several input rows.
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "common/half.h"
+#include "deltazip/packing.h"
+#include "deltazip/serve/sbmm.h"
+
+namespace fleet::deltazip {
+namespace {
+
+struct Case {
+  int bits;
+  std::string sparsity;
+  std::int64_t group_size;
+};
+
+// A random packed matrix of the given form.
+PackedMatrix random_matrix(std::int64_t rows, std::int64_t cols, const Case& c, std::mt19937& rng) {
+  const auto pattern = SparsityPattern::parse(c.sparsity);
+  const std::int64_t group = c.group_size <= 0 ? cols : c.group_size;
+  const std::int64_t groups = (cols + group - 1) / group;
+  std::uniform_int_distribution<int> code(0, (1 << c.bits) - 1);
+  std::uniform_real_distribution<float> scale(0.001f, 0.05f), unit(0.0f, 1.0f);
+  std::vector<std::uint8_t> codes(static_cast<std::size_t>(rows * cols)), kept(codes.size(), 1);
+  for (auto& q : codes) q = static_cast<std::uint8_t>(code(rng));
+  if (pattern.kind == SparsityPattern::Kind::kNOfM) {
+    std::vector<int> order(static_cast<std::size_t>(pattern.m));
+    for (std::size_t g = 0; g < kept.size(); g += static_cast<std::size_t>(pattern.m)) {
+      for (int k = 0; k < pattern.m; ++k) order[static_cast<std::size_t>(k)] = k;
+      std::shuffle(order.begin(), order.end(), rng);
+      for (int k = 0; k < pattern.n; ++k) kept[g + static_cast<std::size_t>(order[static_cast<std::size_t>(k)])] = 0;
+    }
+  } else if (pattern.kind == SparsityPattern::Kind::kUnstructured) {
+    for (auto& k : kept) k = unit(rng) >= pattern.fraction;
+  }
+  std::vector<std::uint16_t> scales(static_cast<std::size_t>(rows * groups));
+  std::vector<std::uint8_t> zeros(scales.size());
+  for (std::size_t i = 0; i < scales.size(); ++i) {
+    scales[i] = float_to_f16(scale(rng));
+    zeros[i] = static_cast<std::uint8_t>(code(rng));
+  }
+  return pack_matrix(rows, cols, c.bits, c.group_size, pattern, codes, kept, std::move(scales), std::move(zeros));
+}
+
+class SbmmAgainstDequantized : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SbmmAgainstDequantized, EqualsDequantizeThenMatmul) {
+  const auto c = GetParam();
+  std::mt19937 rng(7);
+  const std::int64_t rows = 24, cols = 96;
+  const auto packed = random_matrix(rows, cols, c, rng);
+  std::vector<float> dense(static_cast<std::size_t>(rows * cols));
+  unpack_matrix(packed, dense);
+  const SbmmMatrix matrix(packed);
+  std::vector<float> row(static_cast<std::size_t>(cols));
+  for (std::int64_t o = 0; o < rows; ++o) {
+    matrix.decode_row(o, row.data());
+    for (std::int64_t k = 0; k < cols; ++k) ASSERT_EQ(row[static_cast<std::size_t>(k)], dense[static_cast<std::size_t>(o * cols + k)]);
+  }
+  for (std::int64_t n : {1, 5}) {
+    std::normal_distribution<float> normal(0, 1);
+    const std::int64_t x_stride = cols + 3, y_stride = rows + 2;  // strides wider than the rows
+    std::vector<float> x(static_cast<std::size_t>(n * x_stride)), y(static_cast<std::size_t>(n * y_stride), 0.5f);
+    for (auto& v : x) v = normal(rng);
+    // Two disjoint row ranges, as two threads would take them.
+    matrix.multiply_add(x.data(), n, x_stride, y.data(), y_stride, 0, 10);
+    matrix.multiply_add(x.data(), n, x_stride, y.data(), y_stride, 10, rows);
+    for (std::int64_t r = 0; r < n; ++r)
+      for (std::int64_t o = 0; o < rows; ++o) {
+        double expected = 0.5, magnitude = 0;
+        for (std::int64_t k = 0; k < cols; ++k) {
+          const double term = static_cast<double>(x[static_cast<std::size_t>(r * x_stride + k)]) *
+                              dense[static_cast<std::size_t>(o * cols + k)];
+          expected += term;
+          magnitude += std::abs(term);
+        }
+        EXPECT_NEAR(y[static_cast<std::size_t>(r * y_stride + o)], expected, 1e-5 * (magnitude + 1))
+            << "row " << r << " output " << o;
+      }
+    for (std::int64_t r = 0; r < n; ++r)  // padding columns untouched
+      for (std::int64_t o = rows; o < y_stride; ++o) EXPECT_EQ(y[static_cast<std::size_t>(r * y_stride + o)], 0.5f);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Forms, SbmmAgainstDequantized,
+    ::testing::Values(Case{2, "none", -1}, Case{3, "none", -1}, Case{4, "none", -1}, Case{8, "none", -1},
+                      Case{2, "2:4", -1}, Case{3, "2:4", -1}, Case{4, "2:4", -1}, Case{8, "2:4", -1},
+                      Case{4, "4:8", -1}, Case{4, "2:4", 32}, Case{2, "none", 32}, Case{3, "0.5", -1},
+                      Case{4, "0.7", 32}, Case{8, "0.3", -1}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      std::string s = info.param.sparsity;
+      for (auto& ch : s)
+        if (ch == ':' || ch == '.') ch = '_';
+      return "bits" + std::to_string(info.param.bits) + "_" + s + "_group" +
+             (info.param.group_size < 0 ? std::string("row") : std::to_string(info.param.group_size));
+    });
+
+TEST(Sbmm, RejectsRowRangesOutsideTheMatrix) {
+  std::mt19937 rng(1);
+  const SbmmMatrix matrix(random_matrix(4, 8, Case{4, "2:4", -1}, rng));
+  float x[8] = {}, y[4] = {};
+  EXPECT_ANY_THROW(matrix.multiply_add(x, 1, 8, y, 4, 0, 5));
+  EXPECT_ANY_THROW(matrix.multiply_add(x, 1, 8, y, 4, 3, 2));
+}
+
+}  // namespace
+}  // namespace fleet::deltazip

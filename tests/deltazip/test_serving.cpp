@@ -1,0 +1,272 @@
+// dz-serve's engine: a variant served from its packed delta in a mixed batch
+// computes what the model reconstructed by `dz-compress decompress` computes
+// alone (logits, and greedy tokens through the continuous-batching engine in
+// every mode), and requests it cannot serve are refused with the right status.
+#include <map>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "common/atomic_file.h"
+#include "deltazip/container.h"
+#include "deltazip/delta_compressor.h"
+#include "deltazip/reconstruct.h"
+#include "deltazip/serve/engine.h"
+#include "deltazip/serve/variant_delta.h"
+#include "model/generate.h"
+#include "model/llama.h"
+#include "model/tokenizer.h"
+#include "test_util.h"
+
+namespace fleet::deltazip {
+namespace {
+
+using model::LlamaModel;
+using fleet::testing::TempDir;
+
+// A tiny random base, two fine-tunes (base + noise) and their deltas: 4-bit
+// 2:4 round-to-nearest with float16 dense deltas, and 2-bit 2:4 OBS with full
+// dense tensors. Built once for the whole suite.
+class Serving : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    auto config = model::llama_preset("tiny");
+    config.max_position_embeddings = 128;
+    auto make = [&](const std::string& name, std::uint64_t seed) {
+      auto m = LlamaModel::random(config, seed);
+      std::filesystem::create_directories(*dir_ / name);
+      m.save(*dir_ / name);
+      write_file_atomically(*dir_ / name / "tokenizer.json", model::byte_tokenizer_json());
+      return m;
+    };
+    auto base = make("base", 1);
+    make("other-base", 2);
+    auto fine_tune = [&](const std::string& name, std::uint64_t seed) {
+      torch::manual_seed(static_cast<std::int64_t>(seed));
+      auto m = LlamaModel::load(*dir_ / "base");
+      std::vector<std::pair<std::string, torch::Tensor>> values;
+      for (const auto& [n, t] : m.named_parameters()) values.emplace_back(n, t + 0.03 * torch::randn_like(t));
+      m.load_parameters(values);
+      std::filesystem::create_directories(*dir_ / name);
+      m.save(*dir_ / name);
+      write_file_atomically(*dir_ / name / "tokenizer.json", model::byte_tokenizer_json());
+    };
+    fine_tune("ft1", 11);
+    fine_tune("ft2", 12);
+    auto compress = [&](const std::string& target, const std::string& base_name, int bits, const std::string& method,
+                        const std::string& dense, const std::string& out) {
+      CompressCommand c;
+      c.base = *dir_ / base_name;
+      c.target = *dir_ / target;
+      c.output = *dir_ / out;
+      c.bits = bits;
+      c.method = method;
+      c.dense_policy = dense;
+      c.calib_samples = 8;
+      c.seq_len = 32;
+      c.threads = 1;
+      ASSERT_EQ(run_compress(c), 0);
+    };
+    compress("ft1", "base", 4, "rtn", "delta-zstd", "ft1.h5");
+    compress("ft2", "base", 2, "obs", "full", "ft2.h5");
+    compress("ft1", "other-base", 4, "rtn", "delta-zstd", "foreign.h5");
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  static std::filesystem::path path(const std::string& name) { return *dir_ / name; }
+
+  static EngineOptions options(ServeMode mode) {
+    EngineOptions o;
+    o.base = path("base");
+    o.base_name = "base";
+    o.mode = mode;
+    o.max_batch = 3;            // fewer slots than requests: sequences join as others leave
+    o.max_tokens_per_step = 7;  // prompts prefilled in several chunks
+    o.max_context = 96;
+    return o;
+  }
+
+  static std::vector<std::int64_t> collect(const std::shared_ptr<RequestStream>& stream) {
+    std::vector<std::int64_t> out;
+    while (true) {
+      auto u = stream->wait(std::chrono::milliseconds(1000));
+      out.insert(out.end(), u.tokens.begin(), u.tokens.end());
+      EXPECT_TRUE(u.error.empty()) << u.error;
+      if (u.finished) return out;
+    }
+  }
+
+  static TempDir* dir_;
+};
+TempDir* Serving::dir_ = nullptr;
+
+std::vector<std::vector<std::int64_t>> prompts() {
+  return {{1, 40, 41, 42}, {1, 100, 7, 9, 200, 33, 34, 35, 36, 37, 38, 39, 12}, {1, 77}, {1, 5, 6, 7, 8, 9, 10, 11, 12, 13},
+          {1, 250, 251}, {1, 60, 61, 62, 63, 64}};
+}
+
+TEST_F(Serving, MixedBatchLogitsEqualEachReconstructedModelAlone) {
+  torch::NoGradGuard no_grad;
+  auto base = LlamaModel::load(path("base"));
+  DeltaReader r1(path("ft1.h5")), r2(path("ft2.h5"));
+  auto v1 = VariantDelta::load("ft1", r1, base);
+  auto v2 = VariantDelta::load("ft2", r2, base);
+  auto m1 = reconstruct_model(r1, base), m2 = reconstruct_model(r2, base);
+  // Rows: ft1, ft1, base, ft2 (sorted by variant, as the engine sorts them).
+  const std::vector<const LlamaModel*> alone = {&m1, &m1, &base, &m2};
+  auto tokens = torch::randint(4, 260, {4, 9}, torch::kInt64);
+  const std::vector<std::int64_t> counts = {9, 5, 9, 7};
+  model::KvCache cache(base.config(), 4, 32, torch::kFloat32);
+  DeltaOverlay overlay({{0, 2, v1.get()}, {2, 1, nullptr}, {3, 1, v2.get()}}, 4);
+  auto mixed = base.forward_cached(cache, {0, 1, 2, 3}, tokens, counts, true, &overlay);
+  for (std::int64_t b = 0; b < 4; ++b) {
+    model::KvCache own(base.config(), 1, 32, torch::kFloat32);
+    auto expected = alone[static_cast<std::size_t>(b)]->forward_cached(own, {0}, tokens.narrow(0, b, 1), {counts[static_cast<std::size_t>(b)]}, true);
+    const auto n = counts[static_cast<std::size_t>(b)];
+    auto got = mixed.narrow(0, b, 1).narrow(1, 0, n), want = expected.narrow(1, 0, n);
+    EXPECT_TRUE(torch::allclose(got, want, 1e-4, 1e-4)) << "row " << b << ": max difference "
+                                                        << (got - want).abs().max().item<float>();
+  }
+  // The deltas are not trivial: each variant's logits differ from the base's.
+  EXPECT_GT((mixed[0] - mixed[2]).abs().max().item<float>(), 1e-2);
+  EXPECT_GT((mixed[3] - mixed[2]).abs().max().item<float>(), 1e-2);
+  // Packed form: far fewer bytes than the float32 weights it stands for.
+  EXPECT_LT(v1->bytes, 4 * static_cast<std::uint64_t>(base.config().hidden_size) * 260 + 500000);
+}
+
+// Every mode serves every variant exactly as its reconstruction runs alone.
+class ServingModes : public Serving, public ::testing::WithParamInterface<ServeMode> {};
+
+TEST_P(ServingModes, GreedyTokensEqualTheReconstructedModelRunAlone) {
+  torch::NoGradGuard no_grad;
+  auto base = LlamaModel::load(path("base"));
+  DeltaReader r1(path("ft1.h5")), r2(path("ft2.h5"));
+  std::map<std::string, LlamaModel> alone;
+  alone.emplace("ft1", reconstruct_model(r1, base));
+  alone.emplace("ft2", reconstruct_model(r2, base));
+  alone.emplace("base", LlamaModel::load(path("base")));
+  const std::vector<std::string> names = {"ft1", "base", "ft2"};
+
+  Engine engine(options(GetParam()));
+  engine.add_variant("ft1", path("ft1.h5"));
+  engine.add_variant("ft2", path("ft2.h5"));
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> asked;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  const auto all = prompts();
+  for (std::size_t i = 0; i < 12; ++i) {
+    GenerationRequest r;
+    r.model = names[i % names.size()];
+    r.prompt = all[i % all.size()];
+    r.max_tokens = 10 + static_cast<std::int64_t>(i % 3);
+    asked.emplace_back(r.model, r.prompt);
+    streams.push_back(engine.submit(r));
+  }
+  std::map<std::string, std::vector<std::vector<std::int64_t>>> by_model;
+  for (std::size_t i = 0; i < streams.size(); ++i) {
+    auto got = collect(streams[i]);
+    model::GenerationOptions g;
+    g.max_new_tokens = 10 + static_cast<std::int64_t>(i % 3);
+    g.stop_tokens = {engine.eos_token_id()};
+    auto want = model::generate(alone.at(asked[i].first), {asked[i].second}, g)[0];
+    EXPECT_EQ(got, want) << "request " << i << " for " << asked[i].first;
+    by_model[asked[i].first].push_back(got);
+  }
+  // The check means something: the variants answer the same prompt differently.
+  EXPECT_NE(by_model["ft1"][0], by_model["base"][0]);
+  EXPECT_NE(by_model["ft2"][0], by_model["base"][0]);
+  EXPECT_TRUE(engine.idle());
+}
+
+INSTANTIATE_TEST_SUITE_P(AllModes, ServingModes, ::testing::Values(ServeMode::kDelta, ServeMode::kSwap, ServeMode::kFull),
+                         [](const ::testing::TestParamInfo<ServeMode>& info) { return serve_mode_name(info.param); });
+
+int status_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ServeError& e) {
+    return e.status();
+  }
+  return 200;
+}
+
+TEST_F(Serving, RefusesWhatItCannotServe) {
+  Engine engine(options(ServeMode::kDelta));
+  engine.add_variant("ft1", path("ft1.h5"));
+  GenerationRequest r;
+  r.model = "ft1";
+  r.prompt = {1, 2, 3};
+  r.max_tokens = 4;
+  auto with = [&](auto change) {
+    auto copy = r;
+    change(copy);
+    return status_of([&] { engine.submit(copy); });
+  };
+  EXPECT_EQ(with([](GenerationRequest& g) { g.model = "missing"; }), 404);
+  EXPECT_EQ(with([](GenerationRequest& g) { g.prompt.assign(97, 5); }), 413);
+  EXPECT_EQ(with([](GenerationRequest& g) { g.max_tokens = 94; }), 400);
+  EXPECT_EQ(with([](GenerationRequest& g) { g.max_tokens = 0; }), 400);
+  EXPECT_EQ(with([](GenerationRequest& g) { g.prompt = {1, 260}; }), 400);
+  EXPECT_EQ(with([](GenerationRequest& g) { g.prompt.clear(); }), 400);
+  // A delta made from another base, an unreadable file, a duplicate name.
+  EXPECT_EQ(status_of([&] { engine.add_variant("foreign", path("foreign.h5")); }), 400);
+  EXPECT_EQ(status_of([&] { engine.add_variant("gone", path("missing.h5")); }), 400);
+  write_file_atomically(path("garbage.h5"), "not an HDF5 file at all");
+  EXPECT_EQ(status_of([&] { engine.add_variant("garbage", path("garbage.h5")); }), 400);
+  EXPECT_EQ(status_of([&] { engine.add_variant("ft1", path("ft2.h5")); }), 400);
+  EXPECT_EQ(status_of([&] { engine.remove_variant("nothing"); }), 404);
+  // Still serving; then unloaded (404), then shutting down (503).
+  EXPECT_EQ(collect(engine.submit(r)).size(), 4u);
+  engine.remove_variant("ft1");
+  EXPECT_EQ(with([](GenerationRequest&) {}), 404);
+  engine.begin_shutdown();
+  EXPECT_EQ(with([](GenerationRequest& g) { g.model = "base"; }), 503);
+}
+
+TEST_F(Serving, DeltaMemoryKeepsOneVariantAndEvictsTheLeastRecentlyUsed) {
+  auto o = options(ServeMode::kDelta);
+  {
+    auto base = LlamaModel::load(path("base"));
+    DeltaReader r1(path("ft1.h5")), r2(path("ft2.h5"));
+    o.delta_memory = std::max(VariantDelta::load("a", r1, base)->bytes, VariantDelta::load("b", r2, base)->bytes);
+  }
+  Engine engine(o);
+  engine.add_variant("ft1", path("ft1.h5"));
+  engine.add_variant("ft2", path("ft2.h5"));
+  GenerationRequest r;
+  r.prompt = {1, 9, 8, 7};
+  r.max_tokens = 3;
+  std::map<std::string, std::vector<std::int64_t>> first;
+  for (const char* name : {"ft1", "ft2", "ft1", "ft2"}) {
+    r.model = name;
+    auto tokens = collect(engine.submit(r));
+    if (!first.count(name)) first[name] = tokens;
+    EXPECT_EQ(tokens, first[name]) << "reloaded " << name << " answers differently";
+  }
+  const auto& m = engine.metrics();
+  EXPECT_EQ(m.value("dz_delta_loads"), 4);
+  EXPECT_EQ(m.value("dz_delta_evictions"), 3);
+  EXPECT_LE(m.value("dz_resident_bytes", {{"part", "deltas"}}), static_cast<double>(o.delta_memory));
+}
+
+TEST_F(Serving, CancelledRequestFreesItsSlot) {
+  auto o = options(ServeMode::kDelta);
+  o.max_batch = 1;
+  Engine engine(o);
+  GenerationRequest r;
+  r.model = "base";
+  r.prompt = {1, 2, 3};
+  r.max_tokens = 90;
+  auto long_one = engine.submit(r);
+  long_one->wait(std::chrono::milliseconds(5000));  // running now
+  long_one->cancel();
+  r.max_tokens = 2;
+  EXPECT_EQ(collect(engine.submit(r)).size(), 2u);  // gets the only slot
+  auto u = long_one->wait(std::chrono::milliseconds(0));
+  EXPECT_TRUE(u.finished);
+  EXPECT_EQ(u.finish_reason, "cancelled");
+}
+
+}  // namespace
+}  // namespace fleet::deltazip
