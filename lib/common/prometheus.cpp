@@ -102,7 +102,10 @@ std::string MetricsRegistry::render() const {
   std::ostringstream out;
   for (const auto& f : families_) {
     const char* type = f.kind == Kind::kCounter ? "counter" : f.kind == Kind::kGauge ? "gauge" : "histogram";
-    out << "# HELP " << f.name << " " << f.help << "\n# TYPE " << f.name << " " << type << "\n";
+    // Counters are exposed under their _total name, HELP and TYPE included, as
+    // Prometheus's own clients write them.
+    const std::string exposed = f.name + (f.kind == Kind::kCounter ? "_total" : "");
+    out << "# HELP " << exposed << " " << f.help << "\n# TYPE " << exposed << " " << type << "\n";
     if (f.kind == Kind::kHistogram) {
       for (const auto& [labels, h] : f.histograms) {
         double cumulative = 0;

@@ -20,6 +20,8 @@ if [ "$torch" = 1 ]; then
   "$bin/sailor-run" -q init --preset tiny --seed 1 -o "$work/base" || fail "init base"
   "$bin/sailor-run" -q init --preset tiny --seed 2 -o "$work/tuned" || fail "init tuned"
   "$bin/sailor-run" -q make-corpus --task copy --lines 50 -o "$work/copy.txt" || fail "corpus"
+  "$bin/dz-compress" -q compress --base "$work/tuned" --target "$work/base" -o "$work/foreign.h5" --method rtn \
+    --threads 1 >/dev/null || fail "foreign delta"
 fi
 snapshot() { (cd "$work" && find . -type f -print0 | sort -z | xargs -0 md5sum; find . | sort) > "$1"; }
 snapshot "$tmp/before"
@@ -82,7 +84,13 @@ bad 2 "only one output"         "$orr" simulate -w "$wl" --trace - --csv -
 sed 's/"format"/"max_duration_s": 1e9, "format"/' "$wl" > "$tmp/huge.json"
 bad 2 "max_duration_s"          "$orr" simulate -w "$tmp/huge.json" --profiles "$ex/orion/profiles"
 
-bad 2 "no subcommands"          "$bin/dz-serve"
+ds="$bin/dz-serve"
+bad 2 "give a subcommand"       "$ds"
+bad 2 "--rate.*between"         "$ds" bench --variants a --rate -1
+bad 2 "zipf:A"                  "$ds" bench --variants a --popularity zipf:x
+bad 2 "--variants is required"  "$ds" bench --rate 1
+bad 2 "cannot reach"            "$ds" bench --variants a --url http://127.0.0.1:1 --duration 1
+bad 2 "no such file"            "$ds" bench --variants a --prompts missing.txt --url http://127.0.0.1:1
 
 if [ "$torch" = 1 ]; then
   sr="$bin/sailor-run" dz="$bin/dz-compress"
@@ -98,6 +106,18 @@ if [ "$torch" = 1 ]; then
   bad 2 "--batch-size.*between"   "$sr" train --model base --data copy.txt -o run --batch-size 0 --threads 1
   bad 2 "--threads.*between"      "$sr" train --model base --data copy.txt -o run --threads -2
   bad 2 "replacing it would remove the input" "$sr" train --model base --data copy.txt -o . --force --threads 1
+  bad 2 "config.json|tokenizer"  "$ds" -q serve --base missing
+  bad 2 "--mode must be"          "$ds" -q serve --base base --mode turbo
+  bad 2 "NAME=FILE"               "$ds" -q serve --base base --delta nameonly
+  bad 2 "no such file"            "$ds" -q serve --base base --delta a=missing.h5
+  bad 2 "not an HDF5 file"        "$ds" -q serve --base base --delta a=text.h5
+  bad 2 "was made for a base"     "$ds" -q serve --base base --delta a=foreign.h5
+  bad 2 "no such folder"          "$ds" -q serve --base base --delta-dir missing
+  bad 2 "holds no .h5"            "$ds" -q serve --base base --delta-dir existing-folder
+  bad 2 "--delta-memory"          "$ds" -q serve --base base --delta-memory lots
+  bad 2 "--port.*between"         "$ds" -q serve --base base --port 70000
+  bad 2 "--max-batch.*between"    "$ds" -q serve --base base --max-batch 0
+  bad 2 "max_position_embeddings" "$ds" -q serve --base base --max-context 100000
   bad 2 "no such file"            "$dz" inspect missing.h5
   bad 2 "is a folder"             "$dz" inspect existing-folder
   bad 2 "not an HDF5 file"        "$dz" inspect text.h5

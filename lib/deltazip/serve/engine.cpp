@@ -177,6 +177,7 @@ struct Engine::State {
 void Engine::State::declare_metrics() {
   const auto latency = exponential_buckets(0.005, 2, 16);
   metrics.counter("dz_requests", "Requests accepted, per model");
+  metrics.counter("dz_requests_finished", "Requests that left the engine, per reason (stop, length, cancelled, error)");
   metrics.counter("dz_requests_rejected", "Requests refused before queueing, per HTTP status");
   metrics.counter("dz_prompt_tokens", "Prompt tokens of accepted requests, per model");
   metrics.counter("dz_generated_tokens", "Tokens generated, per model");
@@ -298,7 +299,7 @@ void Engine::remove_variant(const std::string& name) {
   // Requests already running keep their pinned weights; queued ones fail.
   for (auto q = s.waiting.begin(); q != s.waiting.end();) {
     if ((*q)->variant == v) {
-      (*q)->finish("error", "model '" + name + "' was unloaded");
+      s.finish(*q, "error", "model '" + name + "' was unloaded");
       q = s.waiting.erase(q);
     } else {
       ++q;
@@ -383,6 +384,7 @@ void Engine::State::finish(const std::shared_ptr<Sequence>& seq, const std::stri
   seq->weights.reset();
   if (error.empty() && reason != "cancelled")
     metrics.observe("dz_request_latency_seconds", seconds_since(seq->arrived));
+  metrics.add("dz_requests_finished", 1, {{"reason", reason}});
   seq->finish(reason, error);
 }
 
@@ -471,10 +473,10 @@ void Engine::State::admit(std::unique_lock<std::mutex>& lock) {
   for (auto it = waiting.begin(); it != waiting.end();) {
     auto& seq = *it;
     if (seq->cancelled) {
-      seq->finish("cancelled");
+      finish(seq, "cancelled");
       it = waiting.erase(it);
     } else if (seq->variant && !seq->variant->failed.empty()) {
-      seq->finish("error", "model '" + seq->variant->name + "' could not be loaded: " + seq->variant->failed);
+      finish(seq, "error", "model '" + seq->variant->name + "' could not be loaded: " + seq->variant->failed);
       it = waiting.erase(it);
     } else {
       ++it;
@@ -677,7 +679,7 @@ void Engine::State::scheduler_loop() {
     }
   }
   for (auto& seq : running) finish(seq, "error", "the server stopped");
-  for (auto& seq : waiting) seq->finish("error", "the server stopped");
+  for (auto& seq : waiting) finish(seq, "error", "the server stopped");
   running.clear();
   waiting.clear();
 }

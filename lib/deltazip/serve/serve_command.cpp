@@ -35,8 +35,6 @@ int run_serve(const ServeCommand& c) {
   EngineOptions options = c.engine;
   options.mode = parse_serve_mode(c.mode);
   options.delta_memory = parse_byte_size(c.delta_memory, "--delta-memory");
-  if (c.deltas.empty() && c.delta_dir.empty())
-    spdlog::warn("no --delta or --delta-dir: serving the base model only (add variants with POST /v1/load_delta)");
   std::vector<std::pair<std::string, std::filesystem::path>> variants;
   for (const auto& spec : c.deltas) {
     auto eq = spec.find('=');
@@ -64,6 +62,8 @@ int run_serve(const ServeCommand& c) {
       throw InputError("--delta " + name + ": " + e.what());
     }
   }
+  if (variants.empty())
+    spdlog::warn("no --delta or --delta-dir: serving the base model only (add variants with POST /v1/load_delta)");
   return serve_http(engine, c.http);
 }
 

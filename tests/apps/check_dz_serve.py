@@ -1,0 +1,308 @@
+"""dz-serve end to end, with the `openai` package as a real client.
+
+Usage: check_dz_serve.py BIN_DIR
+
+A tiny random base and two fine-tunes of it (base + noise, so every variant
+answers differently), compressed by dz-compress; one reconstructed by
+decompress and served alone as a reference. Checks: the variants served
+together from their deltas answer exactly (greedy) what the reconstruction
+answers alone, also under concurrency; completions, chat, streaming and the
+models list through `openai`; /metrics parsed by prometheus_client; 64
+concurrent clients without a failure; bad requests are 4xx in OpenAI's error
+shape and the server keeps serving; load_delta / unload_delta; a client that
+disconnects mid-stream frees its slot; SIGTERM refuses new requests, finishes
+the one in flight and exits 0.
+"""
+import concurrent.futures
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+try:
+    import openai
+    import torch
+    from prometheus_client.parser import text_string_to_metric_families
+    from safetensors.torch import load_file, save_file
+except ImportError as e:  # the project's Python environment lacks a package
+    print(f"SKIP: {e}; run scripts/install-deps.sh")
+    sys.exit(77)
+
+BIN = Path(sys.argv[1])
+failures = []
+
+
+def check(condition, message):
+    if not condition:
+        failures.append(message)
+        print("FAIL:", message, flush=True)
+
+
+def run(*args):
+    subprocess.run([str(a) for a in args], check=True, stdout=subprocess.DEVNULL)
+
+
+class Server:
+    """A dz-serve process on a free port."""
+
+    def __init__(self, tmp, name, *args):
+        self.port_file = tmp / f"{name}.port"
+        self.log = open(tmp / f"{name}.log", "w")
+        self.proc = subprocess.Popen(
+            [str(BIN / "dz-serve"), "serve", "--port", "0", "--port-file", str(self.port_file), "--threads", "1",
+             *map(str, args)], stdout=self.log, stderr=subprocess.STDOUT)
+        for _ in range(600):
+            if self.port_file.exists() or self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        if not self.port_file.exists():
+            raise RuntimeError(f"{name} did not start: " + (tmp / f"{name}.log").read_text())
+        self.port = int(self.port_file.read_text())
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.client = openai.OpenAI(base_url=self.url + "/v1", api_key="none", max_retries=0, timeout=120)
+
+    def request(self, method, path, body=None, raw=None):
+        """(status, parsed JSON or text) of one HTTP request."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        text = resp.read().decode()
+        conn.close()
+        try:
+            return resp.status, json.loads(text)
+        except ValueError:
+            return resp.status, text
+
+    def metrics(self):
+        status, text = self.request("GET", "/metrics")
+        assert status == 200
+        return {f.name: f for f in text_string_to_metric_families(text)}
+
+    def sample(self, family, labels=None, suffix=""):
+        for s in self.metrics()[family].samples:
+            if s.name == family + suffix and all(s.labels.get(k) == v for k, v in (labels or {}).items()):
+                return s.value
+        return 0.0
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=120)
+        self.log.close()
+
+
+def make_fine_tune(base, out, seed):
+    out.mkdir()
+    weights = load_file(str(base / "model.safetensors"))
+    g = torch.Generator().manual_seed(seed)
+    save_file({k: v + 0.03 * torch.randn(v.shape, generator=g) for k, v in weights.items()},
+              str(out / "model.safetensors"), metadata={"format": "pt"})
+    for f in ("config.json", "tokenizer.json"):
+        shutil.copy(base / f, out / f)
+
+
+def greedy(server, model, prompt, max_tokens=24):
+    r = server.client.completions.create(model=model, prompt=prompt, max_tokens=max_tokens, temperature=0)
+    return r.choices[0].text, r.usage.completion_tokens
+
+
+def main():
+    tmp = Path(tempfile.mkdtemp(prefix="dz-serve-test-"))
+    servers = []
+    try:
+        run(BIN / "sailor-run", "-q", "init", "--preset", "tiny", "--seed", "1", "-o", tmp / "base")
+        make_fine_tune(tmp / "base", tmp / "ft1", 11)
+        make_fine_tune(tmp / "base", tmp / "ft2", 12)
+        run(BIN / "sailor-run", "-q", "init", "--preset", "tiny", "--seed", "2", "-o", tmp / "other")
+        for name, bits, base in (("ft1", 4, "base"), ("ft2", 2, "base"), ("foreign", 4, "other")):
+            target = "ft1" if name == "foreign" else name
+            run(BIN / "dz-compress", "-q", "compress", "--base", tmp / base, "--target", tmp / target, "-o",
+                tmp / f"{name}.h5", "--bits", bits, "--sparsity", "2:4", "--method", "rtn", "--threads", "1")
+        run(BIN / "dz-compress", "-q", "decompress", tmp / "ft1.h5", "--base", tmp / "base", "-o", tmp / "ft1-rec")
+
+        main_server = Server(tmp, "delta", "--base", tmp / "base", "--delta", f"ft1={tmp / 'ft1.h5'}",
+                             "--delta", f"ft2={tmp / 'ft2.h5'}", "--max-batch", 8, "--max-tokens-per-step", 32,
+                             "--max-context", 256, "--max-body", 65536)
+        servers.append(main_server)
+        reference = Server(tmp, "reference", "--base", tmp / "ft1-rec", "--max-context", 256)
+        servers.append(reference)
+        s = main_server
+
+        # Models list.
+        ids = sorted(m.id for m in s.client.models.list().data)
+        check(ids == ["base", "ft1", "ft2"], f"models list {ids}")
+
+        # Greedy text of a variant served from its delta = its reconstruction served alone,
+        # also while the other variants run in the same batches.
+        prompts = ["The weather today", "copy: abc =", "A list of colours:", "Hello", [1, 60, 61, 62, 63]]
+        expected = {str(p): greedy(reference, "ft1-rec", p)[0] for p in prompts}
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            jobs = [(m, p, pool.submit(greedy, s, m, p)) for p in prompts for m in ("ft1", "ft2", "base", "ft1")]
+            answers = {(m, str(p)): f.result()[0] for m, p, f in jobs}
+        for p in prompts:
+            check(answers[("ft1", str(p))] == expected[str(p)],
+                  f"ft1 on {p!r}: {answers[('ft1', str(p))]!r} != reconstruction {expected[str(p)]!r}")
+        distinct = sum(answers[("ft1", str(p))] != answers[("base", str(p))] for p in prompts)
+        check(distinct >= 3, "ft1 answers like the base: the comparison would prove nothing")
+        check(any(answers[("ft2", str(p))] != answers[("ft1", str(p))] for p in prompts), "ft2 answers like ft1")
+
+        # Usage counts, stop strings, streaming = non-streaming.
+        r = s.client.completions.create(model="ft1", prompt=[1, 60, 61, 62, 63], max_tokens=10, temperature=0)
+        check(r.usage.prompt_tokens == 5 and r.usage.completion_tokens == 10 and r.usage.total_tokens == 15,
+              f"usage {r.usage}")
+        full_text = r.choices[0].text
+        streamed = s.client.completions.create(model="ft1", prompt=[1, 60, 61, 62, 63], max_tokens=10, temperature=0,
+                                               stream=True, stream_options={"include_usage": True})
+        pieces, usage = [], None
+        for chunk in streamed:
+            if chunk.choices:
+                pieces.append(chunk.choices[0].text)
+            if chunk.usage:
+                usage = chunk.usage
+        check("".join(pieces) == full_text, f"stream {''.join(pieces)!r} != {full_text!r}")
+        check(usage is not None and usage.completion_tokens == 10, f"stream usage {usage}")
+        if len(full_text) > 4:
+            stop = full_text[2:4]
+            r = s.client.completions.create(model="ft1", prompt=[1, 60, 61, 62, 63], max_tokens=10, temperature=0,
+                                            stop=[stop])
+            check(r.choices[0].text == full_text[:full_text.find(stop)] and r.choices[0].finish_reason == "stop",
+                  f"stop {stop!r}: {r.choices[0].text!r}")
+
+        # Chat, plain and streamed; sampling with a seed repeats.
+        chat = s.client.chat.completions.create(model="ft2", messages=[{"role": "user", "content": "Hi"}],
+                                                max_tokens=8, temperature=0)
+        check(chat.choices[0].message.role == "assistant" and chat.usage.completion_tokens >= 1, f"chat {chat}")
+        stream = s.client.chat.completions.create(model="ft2", messages=[{"role": "user", "content": "Hi"}],
+                                                  max_tokens=8, temperature=0, stream=True)
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        check(text == chat.choices[0].message.content, f"chat stream {text!r} != {chat.choices[0].message.content!r}")
+        a = s.client.completions.create(model="base", prompt="x", max_tokens=12, temperature=0.9, top_p=0.9, seed=5)
+        b = s.client.completions.create(model="base", prompt="x", max_tokens=12, temperature=0.9, top_p=0.9, seed=5)
+        check(a.choices[0].text == b.choices[0].text, "same seed, different samples")
+
+        # Bad requests: 4xx in OpenAI's shape, and the server keeps serving.
+        bad = [
+            ("POST", "/v1/completions", None, b"{not json", 400),
+            ("POST", "/v1/completions", {"model": "nope", "prompt": "x"}, None, 404),
+            ("POST", "/v1/completions", {"model": "ft1", "prompt": "x", "max_tokens": 0}, None, 400),
+            ("POST", "/v1/completions", {"model": "ft1", "prompt": "x", "max_tokens": 100000}, None, 400),
+            ("POST", "/v1/completions", {"model": "ft1", "prompt": "y" * 400}, None, 413),
+            ("POST", "/v1/completions", {"model": "ft1", "prompt": "y" * 70000}, None, 413),
+            ("POST", "/v1/chat/completions", {"model": "ft1", "messages": "hi"}, None, 400),
+            ("POST", "/v1/load_delta", {"name": "x", "path": str(tmp / "foreign.h5")}, None, 400),
+            ("POST", "/v1/load_delta", {"name": "x", "path": str(tmp / "missing.h5")}, None, 400),
+            ("POST", "/v1/load_delta", {"name": "x", "path": str(tmp / "base" / "config.json")}, None, 400),
+            ("POST", "/v1/unload_delta", {"name": "never"}, None, 404),
+            ("GET", "/v1/nothing", None, None, 404),
+        ]
+        for method, path, body, raw, want in bad:
+            status, reply = s.request(method, path, body, raw)
+            shape = isinstance(reply, dict) and isinstance(reply.get("error"), dict) and "message" in reply["error"]
+            check(status == want and shape, f"{method} {path} {str(body)[:60]}: {status} {str(reply)[:200]}")
+        with socket.create_connection(("127.0.0.1", s.port)) as sock:  # garbage instead of HTTP
+            sock.sendall(b"\x00\x01GARBAGE / HTTP/9\r\n\r\n")
+            sock.settimeout(10)
+            try:
+                sock.recv(100)
+            except OSError:
+                pass
+        check(s.request("GET", "/health")[0] == 200, "server unhealthy after bad requests")
+        check(s.sample("dz_requests_rejected", {"status": "413"}, "_total") >= 1, "413 not counted")
+
+        # Variants added and removed at run time.
+        status, _ = s.request("POST", "/v1/load_delta", {"name": "ft1-again", "path": str(tmp / "ft1.h5")})
+        check(status == 200, f"load_delta {status}")
+        check(greedy(s, "ft1-again", "Hello")[0] == expected["Hello"], "a variant loaded at run time answers otherwise")
+        check(s.request("POST", "/v1/unload_delta", {"name": "ft1-again"})[0] == 200, "unload_delta")
+        check(s.request("POST", "/v1/completions", {"model": "ft1-again", "prompt": "x"})[0] == 404, "unloaded still served")
+
+        # 64 concurrent clients for a bounded number of requests: none fails.
+        def client_loop(i):
+            ok = 0
+            for j in range(3):
+                model = ("ft1", "ft2", "base")[(i + j) % 3]
+                r = s.client.completions.create(model=model, prompt=f"client {i} request {j}", max_tokens=6,
+                                                temperature=0.7, seed=i * 10 + j)
+                ok += r.usage.completion_tokens >= 1
+            return ok
+        with concurrent.futures.ThreadPoolExecutor(64) as pool:
+            results = list(pool.map(client_loop, range(64)))
+        check(sum(results) == 192, f"{192 - sum(results)} of 192 concurrent requests failed")
+
+        # Metrics, parsed by prometheus_client.
+        m = s.metrics()
+        for family in ("dz_requests", "dz_generated_tokens", "dz_queue_length", "dz_batch_size", "dz_step_seconds",
+                       "dz_time_to_first_token_seconds", "dz_request_latency_seconds", "dz_delta_loads",
+                       "dz_delta_hits", "dz_delta_evictions", "dz_resident_bytes"):
+            check(family in m, f"metric {family} missing")
+        check(s.sample("dz_requests", {"model": "ft1"}, "_total") >= 10, "requests of ft1 not counted")
+        check(s.sample("dz_batch_size", suffix="_count") > 0, "batch size histogram empty")
+        check(s.sample("dz_resident_bytes", {"part": "deltas"}) > 0, "resident delta bytes not reported")
+        check(max(s.sample("dz_batch_size", {"le": le}, "_bucket") for le in ("1.0",)) <
+              s.sample("dz_batch_size", suffix="_count"), "no step ever batched several sequences")
+
+        # A small model that decodes slowly enough to interrupt: disconnect, then SIGTERM.
+        run(BIN / "sailor-run", "-q", "init", "--preset", "small", "--seed", "3", "-o", tmp / "small")
+        slow = Server(tmp, "slow", "--base", tmp / "small", "--max-batch", 2, "--max-context", 1000)
+        servers.append(slow)
+        conn = http.client.HTTPConnection("127.0.0.1", slow.port, timeout=60)
+        conn.request("POST", "/v1/completions", json.dumps({"model": "small", "prompt": "go", "max_tokens": 900,
+                                                            "stream": True}), {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        resp.fp.readline()  # the first event
+        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
+        for _ in range(300):
+            if slow.sample("dz_requests_finished", {"reason": "cancelled"}, "_total") >= 1:
+                break
+            time.sleep(0.1)
+        check(slow.sample("dz_requests_finished", {"reason": "cancelled"}, "_total") == 1,
+              "a client that went away mid-stream was not cancelled")
+        check(slow.sample("dz_running_sequences") == 0, "the disconnected stream still holds its slot")
+
+        result = {}
+
+        def long_request():
+            conn = http.client.HTTPConnection("127.0.0.1", slow.port, timeout=300)
+            conn.request("POST", "/v1/completions", json.dumps({"model": "small", "prompt": "go", "max_tokens": 200,
+                                                                "temperature": 0}),
+                         {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            result["status"], result["body"] = resp.status, json.loads(resp.read())
+        t = threading.Thread(target=long_request)
+        t.start()
+        for _ in range(300):
+            if slow.sample("dz_running_sequences") >= 1:
+                break
+            time.sleep(0.05)
+        slow.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        try:
+            status, reply = slow.request("POST", "/v1/completions", {"model": "small", "prompt": "late"})
+            check(status == 503, f"request after SIGTERM: {status} {reply}")
+        except OSError:
+            pass  # already closed: also a refusal
+        t.join(timeout=300)
+        check(result.get("status") == 200 and result["body"]["usage"]["completion_tokens"] == 200,
+              f"in-flight request after SIGTERM: {str(result)[:200]}")
+        check(slow.proc.wait(timeout=120) == 0, "server did not exit 0 after SIGTERM")
+    finally:
+        for server in servers:
+            server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        sys.exit(1)
+    print("dz-serve: all checks passed")
+
+
+main()
