@@ -25,23 +25,6 @@ inline unsigned read_bits(const std::uint8_t* data, std::uint64_t bit, int count
   return static_cast<unsigned>((word >> (bit % 8)) & ((std::uint64_t{1} << count) - 1));
 }
 
-// Sum of a[i] * b[i] with eight interleaved partial sums, in a fixed order:
-// the compiler turns the lanes into vector registers.
-inline float dot(const float* a, const float* b, std::int64_t n) {
-  typedef float v8 __attribute__((vector_size(32)));
-  v8 acc = {0, 0, 0, 0, 0, 0, 0, 0};
-  std::int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    v8 va, vb;
-    std::memcpy(&va, a + i, sizeof va);
-    std::memcpy(&vb, b + i, sizeof vb);
-    acc += va * vb;
-  }
-  float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
 }  // namespace
 
 SbmmMatrix::SbmmMatrix(const PackedMatrix& p)
@@ -73,61 +56,201 @@ std::uint64_t SbmmMatrix::bytes() const {
          row_code_bit_.size() * sizeof(std::uint64_t);
 }
 
-void SbmmMatrix::decode_row(std::int64_t o, float* out) const {
+namespace {
+
+// The `count` codes of `bits` bits starting at bit `bit` of an LSB-first
+// stream, one per byte of `out`. Byte-aligned 1/2/4/8-bit streams (the
+// common case: a row of 2:4 codes at 2 or 4 bits) take shift-and-mask loops
+// the compiler vectorises; anything else reads 64-bit windows.
+template <int Bits>
+void unpack_aligned(const std::uint8_t* in, std::int64_t count, std::uint8_t* out) {
+  constexpr int kPerByte = 8 / Bits;
+  constexpr unsigned kMask = (1u << Bits) - 1;
+  const std::int64_t whole = count / kPerByte;
+  for (std::int64_t i = 0; i < whole; ++i) {
+    const unsigned byte = in[i];
+    for (int k = 0; k < kPerByte; ++k) out[i * kPerByte + k] = static_cast<std::uint8_t>((byte >> (k * Bits)) & kMask);
+  }
+  for (std::int64_t i = whole * kPerByte; i < count; ++i)
+    out[i] = static_cast<std::uint8_t>((in[i / kPerByte] >> ((i % kPerByte) * Bits)) & kMask);
+}
+
+void unpack_codes(const std::uint8_t* data, std::uint64_t bit, std::int64_t count, int bits, std::uint8_t* out) {
+  if (bit % 8 == 0) {
+    const std::uint8_t* in = data + bit / 8;
+    switch (bits) {
+      case 1: return unpack_aligned<1>(in, count, out);
+      case 2: return unpack_aligned<2>(in, count, out);
+      case 4: return unpack_aligned<4>(in, count, out);
+      case 8: return unpack_aligned<8>(in, count, out);
+      default: break;
+    }
+  }
+  for (std::int64_t i = 0; i < count; ++i, bit += static_cast<std::uint64_t>(bits))
+    out[i] = static_cast<std::uint8_t>(read_bits(data, bit, bits));
+}
+
+}  // namespace
+
+std::int64_t SbmmMatrix::kept_row(std::int64_t o, float* values, std::int32_t* columns) const {
   const float* scale = scales_.data() + o * groups_;
   const float* zero = zeros_.data() + o * groups_;
-  const std::uint8_t* codes = codes_.data();
-  // Value of a kept weight in column c with code q.
-  auto value = [&](std::int64_t c, unsigned q) {
-    const auto g = groups_ == 1 ? 0 : c / group_size_;
-    return scale[g] * (static_cast<float>(q) - zero[g]);
-  };
+  thread_local std::vector<std::uint8_t> codes, positions;
+  std::int64_t kept = cols_;
+  std::uint64_t code_bit = 0;
   switch (sparsity_.kind) {
-    case SparsityPattern::Kind::kDense: {
-      std::uint64_t bit = static_cast<std::uint64_t>(o * cols_) * static_cast<std::uint64_t>(bits_);
-      for (std::int64_t c = 0; c < cols_; ++c, bit += static_cast<std::uint64_t>(bits_))
-        out[c] = value(c, read_bits(codes, bit, bits_));
+    case SparsityPattern::Kind::kDense:
+      code_bit = static_cast<std::uint64_t>(o * cols_) * static_cast<std::uint64_t>(bits_);
+      for (std::int64_t c = 0; c < cols_; ++c) columns[c] = static_cast<std::int32_t>(c);
       break;
-    }
     case SparsityPattern::Kind::kNOfM: {
       const std::int64_t m = sparsity_.m, keep = sparsity_.kept_per_group();
-      const auto first = static_cast<std::uint64_t>(o * (cols_ / m) * keep);
-      std::uint64_t code_bit = first * static_cast<std::uint64_t>(bits_);
-      std::uint64_t index_bit = first * static_cast<std::uint64_t>(index_bits_);
-      std::fill(out, out + cols_, 0.0f);
-      for (std::int64_t g = 0; g < cols_; g += m)
-        for (std::int64_t k = 0; k < keep; ++k) {
-          const auto pos = static_cast<std::int64_t>(read_bits(indices_.data(), index_bit, index_bits_));
-          index_bit += static_cast<std::uint64_t>(index_bits_);
-          const auto c = g + std::min(pos, m - 1);  // validated containers never exceed m - 1
-          out[c] = value(c, read_bits(codes, code_bit, bits_));
-          code_bit += static_cast<std::uint64_t>(bits_);
+      kept = (cols_ / m) * keep;
+      code_bit = static_cast<std::uint64_t>(o * kept) * static_cast<std::uint64_t>(bits_);
+      positions.resize(static_cast<std::size_t>(kept));
+      unpack_codes(indices_.data(), static_cast<std::uint64_t>(o * kept) * static_cast<std::uint64_t>(index_bits_), kept,
+                   index_bits_, positions.data());
+      const std::uint8_t* pos = positions.data();
+      if (m == 4 && keep == 2) {  // 2:4, the common case, without the inner loop
+        for (std::int64_t g = 0; g < kept / 2; ++g) {
+          columns[2 * g] = static_cast<std::int32_t>(4 * g + (pos[2 * g] & 3));
+          columns[2 * g + 1] = static_cast<std::int32_t>(4 * g + (pos[2 * g + 1] & 3));
         }
-      break;
-    }
-    case SparsityPattern::Kind::kUnstructured: {
-      std::uint64_t code_bit = row_code_bit_[static_cast<std::size_t>(o)];
-      const auto mask_bit = static_cast<std::uint64_t>(o * cols_);
-      for (std::int64_t c = 0; c < cols_; ++c) {
-        if (read_bits(indices_.data(), mask_bit + static_cast<std::uint64_t>(c), 1)) {
-          out[c] = value(c, read_bits(codes, code_bit, bits_));
-          code_bit += static_cast<std::uint64_t>(bits_);
-        } else {
-          out[c] = 0.0f;
-        }
+      } else {
+        for (std::int64_t k = 0; k < kept; ++k)  // validated containers keep positions below m
+          columns[k] = static_cast<std::int32_t>((k / keep) * m + std::min<std::int64_t>(pos[k], m - 1));
       }
       break;
     }
+    case SparsityPattern::Kind::kUnstructured: {
+      code_bit = row_code_bit_[static_cast<std::size_t>(o)];
+      kept = static_cast<std::int64_t>((row_code_bit_[static_cast<std::size_t>(o) + 1] - code_bit) /
+                                       static_cast<std::uint64_t>(bits_));
+      positions.resize(static_cast<std::size_t>(cols_));
+      unpack_codes(indices_.data(), static_cast<std::uint64_t>(o * cols_), cols_, 1, positions.data());
+      std::int64_t k = 0;
+      for (std::int64_t c = 0; c < cols_ && k < kept; ++c)
+        if (positions[static_cast<std::size_t>(c)]) columns[k++] = static_cast<std::int32_t>(c);
+      kept = k;
+      break;
+    }
+  }
+  codes.resize(static_cast<std::size_t>(kept));
+  unpack_codes(codes_.data(), code_bit, kept, bits_, codes.data());
+  const std::uint8_t* q = codes.data();
+  if (groups_ == 1) {
+    // One scale per row: a table of the 2^bits values replaces a multiply per weight.
+    float table[256];
+    const int levels = 1 << bits_;
+    for (int v = 0; v < levels; ++v) table[v] = scale[0] * (static_cast<float>(v) - zero[0]);
+    for (std::int64_t k = 0; k < kept; ++k) values[k] = table[q[k]];
+  } else {
+    for (std::int64_t k = 0; k < kept; ++k) {
+      const auto g = columns[k] / group_size_;
+      values[k] = scale[g] * (static_cast<float>(q[k]) - zero[g]);
+    }
+  }
+  return kept;
+}
+
+void SbmmMatrix::decode_row(std::int64_t o, float* out) const {
+  thread_local std::vector<float> values;
+  thread_local std::vector<std::int32_t> columns;
+  values.resize(static_cast<std::size_t>(cols_));
+  columns.resize(static_cast<std::size_t>(cols_));
+  const auto kept = kept_row(o, values.data(), columns.data());
+  std::fill(out, out + cols_, 0.0f);
+  for (std::int64_t k = 0; k < kept; ++k) out[columns[static_cast<std::size_t>(k)]] = values[static_cast<std::size_t>(k)];
+}
+
+void SbmmMatrix::decode_rows(std::int64_t begin, std::int64_t end, float* out) const {
+  for (std::int64_t o = begin; o < end; ++o) decode_row(o, out + (o - begin) * cols_);
+}
+
+namespace {
+
+// The fused path for the most common form, 2:4 with one scale per row at 2
+// or 4 bits: reads a group's two positions and two codes straight from the
+// packed bytes and multiplies as it goes, touching nothing but the packed
+// row, a 16-entry table and x. N input rows, N <= 4.
+template <int Bits, int N>
+void multiply_2of4(const std::uint8_t* codes, const std::uint8_t* positions, std::int64_t groups, const float* table,
+                   const float* x, std::int64_t x_stride, float* sums) {
+  // Two partial sums per row (first and second kept weight of each group):
+  // independent chains, summed in a fixed order at the end.
+  float even[N] = {}, odd[N] = {};
+  for (std::int64_t g = 0; g < groups; ++g) {
+    const unsigned where = (positions[g >> 1] >> ((g & 1) * 4)) & 15u;  // two 2-bit positions
+    const unsigned what = Bits == 4 ? codes[g] : (codes[g >> 1] >> ((g & 1) * 4)) & 15u;
+    const float v0 = table[what & ((1u << Bits) - 1)], v1 = table[what >> Bits];
+    const std::int64_t c0 = 4 * g + (where & 3u), c1 = 4 * g + (where >> 2);
+    for (int r = 0; r < N; ++r) {
+      even[r] += v0 * x[r * x_stride + c0];
+      odd[r] += v1 * x[r * x_stride + c1];
+    }
+  }
+  for (int r = 0; r < N; ++r) sums[r] = even[r] + odd[r];
+}
+
+template <int Bits>
+void multiply_2of4_rows(int n, const std::uint8_t* codes, const std::uint8_t* positions, std::int64_t groups,
+                        const float* table, const float* x, std::int64_t x_stride, float* sums) {
+  switch (n) {
+    case 1: return multiply_2of4<Bits, 1>(codes, positions, groups, table, x, x_stride, sums);
+    case 2: return multiply_2of4<Bits, 2>(codes, positions, groups, table, x, x_stride, sums);
+    case 3: return multiply_2of4<Bits, 3>(codes, positions, groups, table, x, x_stride, sums);
+    default: return multiply_2of4<Bits, 4>(codes, positions, groups, table, x, x_stride, sums);
   }
 }
+
+}  // namespace
 
 void SbmmMatrix::multiply_add(const float* x, std::int64_t n, std::int64_t x_stride, float* y, std::int64_t y_stride,
                               std::int64_t row_begin, std::int64_t row_end) const {
   if (row_begin < 0 || row_end > rows_ || row_begin > row_end) throw UsageError("multiply_add: row range out of bounds");
-  std::vector<float> row(static_cast<std::size_t>(cols_));
+  const bool fused = sparsity_.kind == SparsityPattern::Kind::kNOfM && sparsity_.m == 4 && sparsity_.n == 2 &&
+                     groups_ == 1 && (bits_ == 2 || bits_ == 4) && cols_ % 8 == 0;
+  if (fused) {
+    // Rows of 2:4 start on byte boundaries: cols/2 kept weights, cols/8 bytes
+    // of positions, cols/2 * bits / 8 bytes of codes.
+    const std::int64_t groups = cols_ / 4, position_bytes = cols_ / 8, code_bytes = cols_ / 2 * bits_ / 8;
+    for (std::int64_t o = row_begin; o < row_end; ++o) {
+      float table[16];
+      for (int v = 0; v < (1 << bits_); ++v) table[v] = scales_[static_cast<std::size_t>(o)] * (static_cast<float>(v) - zeros_[static_cast<std::size_t>(o)]);
+      const std::uint8_t* codes = codes_.data() + o * code_bytes;
+      const std::uint8_t* positions = indices_.data() + o * position_bytes;
+      for (std::int64_t r0 = 0; r0 < n; r0 += 4) {
+        const int rows = static_cast<int>(std::min<std::int64_t>(4, n - r0));
+        float sums[4];
+        if (bits_ == 4) multiply_2of4_rows<4>(rows, codes, positions, groups, table, x + r0 * x_stride, x_stride, sums);
+        else multiply_2of4_rows<2>(rows, codes, positions, groups, table, x + r0 * x_stride, x_stride, sums);
+        for (int r = 0; r < rows; ++r) y[(r0 + r) * y_stride + o] += sums[r];
+      }
+    }
+    return;
+  }
+  thread_local std::vector<float> values;
+  thread_local std::vector<std::int32_t> columns;
+  values.resize(static_cast<std::size_t>(cols_));
+  columns.resize(static_cast<std::size_t>(cols_));
   for (std::int64_t o = row_begin; o < row_end; ++o) {
-    decode_row(o, row.data());
-    for (std::int64_t r = 0; r < n; ++r) y[r * y_stride + o] += dot(x + r * x_stride, row.data(), cols_);
+    const auto kept = kept_row(o, values.data(), columns.data());
+    const float* v = values.data();
+    const std::int32_t* c = columns.data();
+    for (std::int64_t r = 0; r < n; ++r) {
+      // Only the kept weights: a gather from x, four partial sums in a fixed order.
+      const float* xr = x + r * x_stride;
+      float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      std::int64_t k = 0;
+      for (; k + 4 <= kept; k += 4) {
+        s0 += v[k] * xr[c[k]];
+        s1 += v[k + 1] * xr[c[k + 1]];
+        s2 += v[k + 2] * xr[c[k + 2]];
+        s3 += v[k + 3] * xr[c[k + 3]];
+      }
+      for (; k < kept; ++k) s0 += v[k] * xr[c[k]];
+      y[r * y_stride + o] += (s0 + s1) + (s2 + s3);
+    }
   }
 }
 

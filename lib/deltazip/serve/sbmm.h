@@ -29,15 +29,21 @@ class SbmmMatrix {
 
   /// y[r, o] += Σ_c x[r, c] · Δ[o, c] for r < n and o in [row_begin,
   /// row_end): x is n rows of cols() floats `x_stride` apart, y n rows of
-  /// rows() floats `y_stride` apart. Disjoint row ranges may run on
-  /// different threads at once. Each sum is taken in a fixed order, so the
-  /// result does not depend on how rows are split.
+  /// rows() floats `y_stride` apart. Touches only the kept weights (the
+  /// path for a few rows; many rows go through decode_rows and BLAS).
+  /// Disjoint row ranges may run on different threads at once. Each sum is
+  /// taken in a fixed order, so the result does not depend on the split.
   void multiply_add(const float* x, std::int64_t n, std::int64_t x_stride, float* y, std::int64_t y_stride,
                     std::int64_t row_begin, std::int64_t row_end) const;
 
-  /// Row `o` of Δ, dequantized into `out` (cols() floats): what
-  /// multiply_add uses; exposed for tests.
+  /// The kept weights of row `o`: their values and columns (each array
+  /// cols() long); returns how many.
+  std::int64_t kept_row(std::int64_t o, float* values, std::int32_t* columns) const;
+  /// Row `o` of Δ, dequantized into `out` (cols() floats).
   void decode_row(std::int64_t o, float* out) const;
+  /// Rows [begin, end) of Δ into `out` ((end - begin) x cols(), row-major):
+  /// a tile that stays in cache for a BLAS product with many input rows.
+  void decode_rows(std::int64_t begin, std::int64_t end, float* out) const;
 
  private:
   std::int64_t rows_ = 0, cols_ = 0, group_size_ = 0, groups_ = 0;

@@ -83,13 +83,31 @@ std::shared_ptr<const VariantDelta> VariantDelta::load(const std::string& name, 
 }
 
 void sbmm_add(const SbmmMatrix& delta, const torch::Tensor& x, torch::Tensor& out) {
+  // Tiles of output rows: each is decoded from the packed form into a buffer
+  // that stays in cache and multiplied with every input row by BLAS, so the
+  // packed bytes are read once per step whatever the number of rows, and the
+  // whole matrix never exists dequantized.
+  constexpr std::int64_t kTile = 64;
   const auto n = x.size(0);
-  const float* xp = x.data_ptr<float>();
-  float* yp = out.data_ptr<float>();
-  // Enough output rows per task that each decodes a few KiB of codes.
-  const std::int64_t grain = std::max<std::int64_t>(16, 65536 / std::max<std::int64_t>(delta.cols(), 1));
-  at::parallel_for(0, delta.rows(), grain, [&](std::int64_t begin, std::int64_t end) {
-    delta.multiply_add(xp, n, delta.cols(), yp, delta.rows(), begin, end);
+  if (n <= 4) {  // a few rows: touch only the kept weights, no dense tile
+    const float* xp = x.data_ptr<float>();
+    float* yp = out.data_ptr<float>();
+    at::parallel_for(0, delta.rows(), kTile, [&](std::int64_t begin, std::int64_t end) {
+      delta.multiply_add(xp, n, delta.cols(), yp, out.size(1), begin, end);
+    });
+    return;
+  }
+  const std::int64_t tiles = (delta.rows() + kTile - 1) / kTile;
+  at::parallel_for(0, tiles, 1, [&](std::int64_t first, std::int64_t last) {
+    thread_local std::vector<float> buffer;
+    buffer.resize(static_cast<std::size_t>(kTile * delta.cols()));
+    for (std::int64_t t = first; t < last; ++t) {
+      const std::int64_t begin = t * kTile, count = std::min(kTile, delta.rows() - begin);
+      delta.decode_rows(begin, begin + count, buffer.data());
+      auto tile = torch::from_blob(buffer.data(), {count, delta.cols()}, torch::kFloat32);
+      auto slice = out.narrow(1, begin, count);
+      slice.addmm_(x, tile.t());
+    }
   });
 }
 

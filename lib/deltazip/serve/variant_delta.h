@@ -64,8 +64,8 @@ class DeltaOverlay final : public model::WeightOverlay {
 };
 
 /// x_rows · Δᵀ added into `out` rows for one packed matrix: `x` [n, in] and
-/// `out` [n, out] float32 contiguous; output rows split over libtorch's
-/// intra-op threads.
+/// `out` [n, out] float32 contiguous; tiles of output rows are decoded into
+/// cache and multiplied by BLAS, split over libtorch's intra-op threads.
 void sbmm_add(const SbmmMatrix& delta, const torch::Tensor& x, torch::Tensor& out);
 
 }  // namespace fleet::deltazip

@@ -1,0 +1,193 @@
+// DeltaZip serving microbenchmarks, printed as JSON lines; scripts/bench/dz_serve.sh runs them.
+//
+//   bench_dz_serve sbmm THREADS REPEATS
+//     the SBMM kernel on packed 4-bit 2:4 and 2-bit 2:4 deltas of the 100m
+//     preset's shapes against one dense float32 GEMM of the same shape
+//     (libtorch), and against what full mode does instead (one dense GEMM per
+//     variant), for 1-64 batch rows spread over 1-16 variants.
+//   bench_dz_serve decode BASE_DIR BATCH THREADS REPEATS DELTA.h5...
+//     one decode step of BATCH sequences spread over the deltas: delta mode
+//     (base + SBMM overlay) against full mode (one reconstructed model per
+//     variant), same cache, same batch.
+#include <chrono>
+#include <iostream>
+#include <random>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "common/half.h"
+#include "deltazip/container.h"
+#include "deltazip/reconstruct.h"
+#include "deltazip/serve/variant_delta.h"
+#include "model/commands.h"
+#include "model/llama.h"
+
+using namespace fleet;
+using namespace fleet::deltazip;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+template <typename F>
+double best_of(int repeats, F&& f) {
+  f();  // warm-up
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    auto t0 = Clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+PackedMatrix random_packed(std::int64_t rows, std::int64_t cols, int bits, std::mt19937& rng) {
+  std::vector<std::uint8_t> codes(static_cast<std::size_t>(rows * cols)), kept(codes.size(), 0);
+  for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<std::uint8_t>(rng() % (1u << bits));
+  for (std::size_t g = 0; g < kept.size(); g += 4) {  // 2:4, two kept at random positions
+    const auto a = rng() % 4, b = (a + 1 + rng() % 3) % 4;
+    kept[g + a] = kept[g + b] = 1;
+  }
+  std::vector<std::uint16_t> scales(static_cast<std::size_t>(rows), float_to_f16(0.01f));
+  std::vector<std::uint8_t> zeros(static_cast<std::size_t>(rows), static_cast<std::uint8_t>(1u << (bits - 1)));
+  return pack_matrix(rows, cols, bits, -1, SparsityPattern::parse("2:4"), codes, kept, scales, zeros);
+}
+
+int sbmm(int repeats) {
+  std::mt19937 rng(1);
+  const std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {{768, 768}, {2048, 768}, {768, 2048}};
+  for (int bits : {4, 2})
+    for (auto [rows, cols] : shapes) {
+      std::vector<SbmmMatrix> deltas;
+      std::vector<torch::Tensor> dense;
+      for (int v = 0; v < 16; ++v) {
+        deltas.emplace_back(random_packed(rows, cols, bits, rng));
+        dense.push_back(torch::randn({rows, cols}));
+      }
+      for (std::int64_t n : {1, 4, 16, 64})
+        for (std::int64_t variants : {1, 4, 16}) {
+          if (variants > n) continue;
+          auto x = torch::randn({n, cols});
+          auto y = torch::zeros({n, rows});
+          const std::int64_t per = n / variants;
+          auto run_sbmm = [&] {
+            for (std::int64_t v = 0; v < variants; ++v) {
+              auto xs = x.narrow(0, v * per, per).contiguous();
+              auto ys = y.narrow(0, v * per, per);
+              sbmm_add(deltas[static_cast<std::size_t>(v)], xs, ys);
+            }
+          };
+          auto run_one_gemm = [&] { y = torch::linear(x, dense[0]); };
+          auto run_per_variant_gemm = [&] {
+            for (std::int64_t v = 0; v < variants; ++v)
+              y.narrow(0, v * per, per).copy_(torch::linear(x.narrow(0, v * per, per), dense[static_cast<std::size_t>(v)]));
+          };
+          const double t_sbmm = best_of(repeats, run_sbmm), t_gemm = best_of(repeats, run_one_gemm),
+                       t_full = best_of(repeats, run_per_variant_gemm);
+          std::cout << nlohmann::json{{"bench", "sbmm"}, {"bits", bits}, {"rows", rows}, {"cols", cols}, {"batch", n},
+                                      {"variants", variants}, {"sbmm_us", t_sbmm * 1e6}, {"dense_gemm_us", t_gemm * 1e6},
+                                      {"per_variant_gemm_us", t_full * 1e6},
+                                      {"sbmm_over_dense", t_sbmm / t_gemm}, {"sbmm_over_per_variant", t_sbmm / t_full},
+                                      {"packed_bytes", deltas[0].bytes()}, {"dense_bytes", rows * cols * 4}}
+                           .dump()
+                    << std::endl;
+        }
+    }
+  return 0;
+}
+
+int decode(const std::string& base_dir, std::int64_t batch, int repeats, const std::vector<std::string>& files) {
+  torch::NoGradGuard no_grad;
+  auto base = model::LlamaModel::load(base_dir);
+  std::vector<std::shared_ptr<const VariantDelta>> deltas;
+  std::vector<model::LlamaModel> full;
+  for (const auto& f : files) {
+    DeltaReader reader(f);
+    deltas.push_back(VariantDelta::load(f, reader, base));
+    full.push_back(reconstruct_model(reader, base));
+  }
+  const auto variants = static_cast<std::int64_t>(files.size());
+  const std::int64_t context = 160, prompt = 128;
+  model::KvCache cache(base.config(), batch, context, torch::kFloat32);
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(batch));
+  for (std::int64_t b = 0; b < batch; ++b) slots[static_cast<std::size_t>(b)] = b;
+  // Row b belongs to variant b * variants / batch: contiguous segments.
+  std::vector<VariantSegment> segments;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const auto* v = deltas[static_cast<std::size_t>(b * variants / batch)].get();
+    if (segments.empty() || segments.back().variant != v) segments.push_back({b, 0, v});
+    segments.back().count++;
+  }
+  auto tokens = torch::randint(4, base.config().vocab_size, {batch, prompt}, torch::kInt64);
+  auto fill = [&] {  // a prompt in every slot, then decode steps from there
+    for (std::int64_t b = 0; b < batch; ++b) cache.reset(b);
+    base.forward_cached(cache, slots, tokens, std::vector<std::int64_t>(static_cast<std::size_t>(batch), prompt));
+  };
+  auto next = torch::randint(4, base.config().vocab_size, {batch, 1}, torch::kInt64);
+  const std::vector<std::int64_t> ones(static_cast<std::size_t>(batch), 1);
+  const int steps = 8;
+  auto delta_steps = [&] {
+    fill();
+    DeltaOverlay overlay(segments, batch);
+    auto t0 = Clock::now();
+    for (int s = 0; s < steps; ++s) base.forward_cached(cache, slots, next, ones, false, &overlay);
+    return std::chrono::duration<double>(Clock::now() - t0).count() / steps;
+  };
+  auto full_steps = [&] {
+    fill();
+    auto t0 = Clock::now();
+    for (int s = 0; s < steps; ++s)
+      for (const auto& seg : segments) {
+        const auto v = static_cast<std::size_t>(seg.begin * variants / batch);
+        std::vector<std::int64_t> part(slots.begin() + seg.begin, slots.begin() + seg.begin + seg.count);
+        full[v].forward_cached(cache, part, next.narrow(0, seg.begin, seg.count),
+                               std::vector<std::int64_t>(static_cast<std::size_t>(seg.count), 1));
+      }
+    return std::chrono::duration<double>(Clock::now() - t0).count() / steps;
+  };
+  auto base_steps = [&] {
+    fill();
+    auto t0 = Clock::now();
+    for (int s = 0; s < steps; ++s) base.forward_cached(cache, slots, next, ones);
+    return std::chrono::duration<double>(Clock::now() - t0).count() / steps;
+  };
+  double t_delta = 1e30, t_full = 1e30, t_base = 1e30;
+  for (int r = 0; r < repeats + 1; ++r) {  // interleaved, the first round warms up
+    const double d = delta_steps(), f = full_steps(), b = base_steps();
+    if (r == 0) continue;
+    t_delta = std::min(t_delta, d);
+    t_full = std::min(t_full, f);
+    t_base = std::min(t_base, b);
+  }
+  std::uint64_t delta_bytes = 0;
+  for (const auto& d : deltas) delta_bytes += d->bytes;
+  std::uint64_t model_bytes = 0;
+  for (const auto& [n, t] : base.named_parameters()) model_bytes += static_cast<std::uint64_t>(t.nbytes());
+  std::cout << nlohmann::json{{"bench", "decode"}, {"batch", batch}, {"variants", variants},
+                              {"delta_step_ms", t_delta * 1e3}, {"full_step_ms", t_full * 1e3}, {"base_step_ms", t_base * 1e3},
+                              {"delta_over_full", t_delta / t_full}, {"delta_over_base", t_delta / t_base},
+                              {"resident_delta_mode_bytes", model_bytes + delta_bytes},
+                              {"resident_full_mode_bytes", model_bytes * (1 + files.size())}}
+                   .dump()
+            << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const std::string what = argc > 1 ? argv[1] : "";
+  if (what == "sbmm" && argc == 4) {
+    model::set_cpu_threads(std::stoi(argv[2]));
+    return sbmm(std::stoi(argv[3]));
+  }
+  if (what == "decode" && argc >= 7) {
+    model::set_cpu_threads(std::stoi(argv[4]));
+    return decode(argv[2], std::stoll(argv[3]), std::stoi(argv[5]), std::vector<std::string>(argv + 6, argv + argc));
+  }
+  std::cerr << "usage: bench_dz_serve sbmm THREADS REPEATS | decode BASE_DIR BATCH THREADS REPEATS DELTA.h5...\n";
+  return 2;
+} catch (const std::exception& e) {
+  std::cerr << "bench_dz_serve: error: " << e.what() << "\n";
+  return 1;
+}
