@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the toolkit (installing what it needs) and runs the main job of each
 # program on the built-in examples: plans, kernel scheduling, and a tiny
-# language model trained from scratch with two fine-tuned variants. Programs
-# whose subcommands have not landed yet show their version instead.
+# language model trained from scratch with two fine-tuned variants, compressed
+# as deltas and served together over the OpenAI-compatible API.
 #
 #   scripts/demo.sh            FLEET_BUILD_DIR=dir to use another build folder
 set -euo pipefail
@@ -95,7 +95,36 @@ done
 "$bin/dz-compress" inspect "$models/copy-obs.h5" | tail -n 2
 
 echo
-echo "=== dz-serve: not in this build yet (no subcommands); its version and what its help says"
-"$bin/dz-serve" --version
-"$bin/dz-serve" --help | head -n 1
+echo
+echo "=== dz-serve: the base and both fine-tunes from one resident base model (deltas in mixed batches)"
+"$bin/dz-compress" -q compress --base "$models/base" --target "$models/ft-reverse" -o "$models/reverse-obs.h5" \
+  --bits 4 --sparsity 2:4 --calib "$models/reverse.txt" --threads 1
+rm -f "$out/dz-serve.port"
+"$bin/dz-serve" -q serve --base "$models/base" --base-name base --delta copy="$models/copy-obs.h5" \
+  --delta reverse="$models/reverse-obs.h5" --port 0 --port-file "$out/dz-serve.port" --threads 1 &
+server=$!
+for _ in $(seq 100); do [ -s "$out/dz-serve.port" ] && break; sleep 0.2; done
+url=http://127.0.0.1:$(cat "$out/dz-serve.port")
+echo "server at $url; the same prompt to each model (curl, greedy):"
+for model in base copy reverse; do
+  task=${model/base/copy}
+  printf '  %-8s %s -> ' "$model" "$task: stream ="
+  curl -s "$url/v1/completions" -H 'Content-Type: application/json' \
+    -d "{\"model\": \"$model\", \"prompt\": \"$task: stream =\", \"max_tokens\": 8, \"temperature\": 0, \"stop\": \"\\n\"}" |
+    /usr/bin/python3 -c 'import json, sys; print(repr(json.load(sys.stdin)["choices"][0]["text"]))'
+done
+echo "the openai Python client, streaming a chat reply from 'reverse':"
+.venv/bin/python - "$url" <<'PY'
+import sys
+from openai import OpenAI
+client = OpenAI(base_url=sys.argv[1] + "/v1", api_key="unused")
+stream = client.chat.completions.create(model="reverse", messages=[{"role": "user", "content": "reverse: fleet ="}],
+                                        max_tokens=12, temperature=0, stream=True)
+print("  " + repr("".join(c.choices[0].delta.content or "" for c in stream if c.choices)))
+PY
+echo "load test, 10 s at 8 requests/s, Zipf popularity over the three models:"
+"$bin/dz-serve" -q bench --url "$url" --variants copy,reverse,base --rate 8 --duration 10 --popularity zipf:1.0 \
+  --max-tokens 8 --prompts "$models/copy.txt"
+curl -s "$url/metrics" | grep -E '^dz_(requests_total|resident_bytes|delta_loads_total)'
+kill -TERM "$server" && wait "$server"
 echo "demo: done (binaries in $build/bin, outputs in $build/demo)"

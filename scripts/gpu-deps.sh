@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepares, on a machine with Debian's package mirror, the build dependencies
 # that a bare GPU machine may lack (HDF5, spdlog/fmt, CLI11, nlohmann-json,
-# zstd, Oniguruma, GoogleTest, pkg-config, and the libraries libhdf5 loads),
+# zstd, Oniguruma, GoogleTest, cpp-httplib, pkg-config, and the libraries
+# libhdf5 loads),
 # unpacked with `dpkg -x` into a private prefix, nothing installed:
 #
 #   scripts/gpu-deps.sh [DIR]      default .gpu-deps (ignored by git)
@@ -16,7 +17,7 @@ dir=${1:-$root/.gpu-deps}
 packages=(
   libhdf5-dev libhdf5-103-1 libsz2 libaec0
   libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libcli11-dev nlohmann-json3-dev
-  libzstd-dev libzstd1 libonig-dev libonig5 libgtest-dev
+  libzstd-dev libzstd1 libonig-dev libonig5 libgtest-dev libcpp-httplib-dev libcpp-httplib0.11
   pkgconf pkgconf-bin libpkgconf3
   # what libhdf5 (built with the ROS3 driver) loads: libcurl and its closure
   libcurl4 libbrotli1 libcom-err2 libdb5.3 libffi8 libgmp10 libgnutls30 libgssapi-krb5-2 libhogweed6 libidn2-0

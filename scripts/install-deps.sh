@@ -20,9 +20,10 @@ debian_packages=(
 # Versions known to work with Debian's torch 1.13 and numpy 1.24; PyPI's torch
 # wheels are never installed (they pull gigabytes of CUDA libraries).
 # openai, httpx and prometheus_client are the real client and parser the
-# dz-serve tests talk to the server with.
+# dz-serve tests talk to the server with; jinja2 renders chat templates for
+# transformers, the reference for ours.
 python_packages=(h5py==3.16.0 hdf5plugin==7.1.0 safetensors==0.8.0 tokenizers==0.19.1 transformers==4.44.2
-                 openai==1.59.9 httpx==0.28.1 prometheus_client==0.21.1)
+                 openai==1.59.9 httpx==0.28.1 prometheus_client==0.21.1 jinja2==3.1.4)
 
 log() { echo "install-deps: $*" >&2; }
 
@@ -58,7 +59,7 @@ for spec in sys.argv[1:]:
     name, wanted = spec.split("==")
     if version(name) != wanted:
         sys.exit(1)
-import h5py, hdf5plugin, safetensors, tokenizers, transformers, numpy, torch, openai, prometheus_client  # noqa: F401
+import h5py, hdf5plugin, safetensors, tokenizers, transformers, numpy, torch, openai, prometheus_client, jinja2  # noqa: F401
 PY
 then
   log "installing Python packages: ${python_packages[*]}"

@@ -120,6 +120,11 @@ def main():
     servers = []
     try:
         run(BIN / "sailor-run", "-q", "init", "--preset", "tiny", "--seed", "1", "-o", tmp / "base")
+        # A chat template of our own in the base's tokenizer_config.json (not part of the base identity).
+        config = json.loads((tmp / "base" / "tokenizer_config.json").read_text())
+        config["chat_template"] = ("{% for m in messages %}{{ '<|' + m['role'] + '|>' }}{{ m['content'] | trim }}\n"
+                                   "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}")
+        (tmp / "base" / "tokenizer_config.json").write_text(json.dumps(config))
         make_fine_tune(tmp / "base", tmp / "ft1", 11)
         make_fine_tune(tmp / "base", tmp / "ft2", 12)
         run(BIN / "sailor-run", "-q", "init", "--preset", "tiny", "--seed", "2", "-o", tmp / "other")
@@ -181,6 +186,12 @@ def main():
         chat = s.client.chat.completions.create(model="ft2", messages=[{"role": "user", "content": "Hi"}],
                                                 max_tokens=8, temperature=0)
         check(chat.choices[0].message.role == "assistant" and chat.usage.completion_tokens >= 1, f"chat {chat}")
+        # The prompt is the model's own chat template, tokenized as transformers does it.
+        from transformers import PreTrainedTokenizerFast
+        reference_ids = PreTrainedTokenizerFast.from_pretrained(str(tmp / "base")).apply_chat_template(
+            [{"role": "user", "content": "Hi"}], add_generation_prompt=True)
+        check(chat.usage.prompt_tokens == len(reference_ids),
+              f"chat prompt: {chat.usage.prompt_tokens} tokens, transformers' apply_chat_template {len(reference_ids)}")
         stream = s.client.chat.completions.create(model="ft2", messages=[{"role": "user", "content": "Hi"}],
                                                   max_tokens=8, temperature=0, stream=True)
         text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
@@ -252,7 +263,15 @@ def main():
 
         # A small model that decodes slowly enough to interrupt: disconnect, then SIGTERM.
         run(BIN / "sailor-run", "-q", "init", "--preset", "small", "--seed", "3", "-o", tmp / "small")
-        slow = Server(tmp, "slow", "--base", tmp / "small", "--max-batch", 2, "--max-context", 1000)
+        slow = Server(tmp, "slow", "--base", tmp / "small", "--max-batch", 1, "--max-queue", 1, "--max-context", 1000)
+
+        # Queue full: one running, one waiting, the rest 429 at once.
+        def burst(i):
+            return slow.request("POST", "/v1/completions", {"model": "small", "prompt": "go", "max_tokens": 60})
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            statuses = sorted(status for status, _ in pool.map(burst, range(8)))
+        check(statuses.count(200) >= 1 and statuses.count(429) >= 1 and set(statuses) <= {200, 429},
+              f"burst into a queue of one: {statuses}")
         servers.append(slow)
         conn = http.client.HTTPConnection("127.0.0.1", slow.port, timeout=60)
         conn.request("POST", "/v1/completions", json.dumps({"model": "small", "prompt": "go", "max_tokens": 900,

@@ -4,6 +4,8 @@
 //   tokenizer_helper TOKENIZER_JSON TEXTS_JSON   -> JSON on stdout:
 //     [{"ids": [...], "ids_plain": [...], "decoded": "...", "decoded_skip": "..."}, ...]
 //   tokenizer_helper --byte-tokenizer OUT_JSON   -> writes byte_tokenizer_json()
+//   tokenizer_helper --chat CASES_JSON           -> [rendered text or {"error": ...}, ...] for
+//     CASES_JSON [{"template": "...", "variables": {...}}, ...] (chat templates)
 #include <cstdio>
 #include <iostream>
 
@@ -12,11 +14,25 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/file_io.h"
+#include "model/chat_template.h"
 #include "model/tokenizer.h"
 
 int main(int argc, char** argv) try {
   if (argc == 3 && std::string(argv[1]) == "--byte-tokenizer") {
     fleet::write_file_atomically(argv[2], fleet::model::byte_tokenizer_json());
+    return 0;
+  }
+  if (argc == 3 && std::string(argv[1]) == "--chat") {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& c : nlohmann::json::parse(fleet::read_file(argv[2]))) {
+      try {
+        auto t = fleet::model::ChatTemplate::parse(c.at("template").get<std::string>(), "template");
+        out.push_back(t.render(c.at("variables")));
+      } catch (const fleet::Error& e) {
+        out.push_back({{"error", e.what()}});
+      }
+    }
+    std::cout << out.dump() << "\n";
     return 0;
   }
   if (argc != 3) {

@@ -6,6 +6,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -131,6 +132,7 @@ struct Engine::State {
   EngineOptions options;
   std::shared_ptr<const LlamaModel> base;
   model::Tokenizer tokenizer;
+  std::optional<model::ModelChatTemplate> chat_template;
   std::string identity;
   std::int64_t context = 0;
   std::uint64_t base_bytes = 0;
@@ -220,6 +222,7 @@ Engine::Engine(EngineOptions options) {
   if (s.options.base_name.empty()) s.options.base_name = std::filesystem::absolute(s.options.base).filename().string();
   s.base = std::make_shared<const LlamaModel>(LlamaModel::load(s.options.base));
   s.identity = base_identity(s.options.base);
+  s.chat_template = model::load_chat_template(s.options.base);
   s.base_bytes = model_bytes(*s.base);
   const auto limit = s.base->config().max_position_embeddings;
   if (s.options.max_context < 0) throw UsageError("--max-context must be positive");
@@ -685,6 +688,9 @@ void Engine::State::scheduler_loop() {
 }
 
 const model::Tokenizer& Engine::tokenizer() const { return state_->tokenizer; }
+const model::ModelChatTemplate* Engine::chat_template() const {
+  return state_->chat_template ? &*state_->chat_template : nullptr;
+}
 const std::string& Engine::base_name() const { return state_->options.base_name; }
 std::int64_t Engine::max_context() const { return state_->context; }
 std::int64_t Engine::eos_token_id() const { return state_->base->config().eos_token_id; }

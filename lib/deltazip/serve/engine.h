@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/prometheus.h"
+#include "model/chat_template.h"
 #include "model/sampler.h"
 #include "model/tokenizer.h"
 
@@ -110,6 +111,8 @@ class Engine {
   std::shared_ptr<RequestStream> submit(GenerationRequest request);
 
   const model::Tokenizer& tokenizer() const;
+  /// The base's chat template (tokenizer_config.json), or nullptr when it has none.
+  const model::ModelChatTemplate* chat_template() const;
   const std::string& base_name() const;
   std::int64_t max_context() const;
   std::int64_t eos_token_id() const;

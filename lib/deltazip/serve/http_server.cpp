@@ -127,8 +127,17 @@ class Frontend {
 
   std::vector<std::int64_t> prompt_tokens(const CompletionParams& p) const {
     if (!p.prompt_tokens.empty()) return p.prompt_tokens;
-    const auto text = p.chat ? plain_chat_prompt(p.messages) : *p.prompt_text;
-    auto ids = engine_.tokenizer().encode(text, true);
+    std::string text = p.chat ? "" : *p.prompt_text;
+    bool special = true;  // the tokenizer's own template adds <s>; a chat template writes its own
+    if (p.chat) {
+      if (const auto* chat = engine_.chat_template()) {
+        text = render_chat(*chat, p.messages);
+        special = false;
+      } else {
+        text = plain_chat_prompt(p.messages);
+      }
+    }
+    auto ids = engine_.tokenizer().encode(text, special);
     return {ids.begin(), ids.end()};
   }
 

@@ -151,6 +151,19 @@ std::string plain_chat_prompt(const std::vector<ChatMessage>& messages) {
   return out + "<|assistant|>\n";
 }
 
+std::string render_chat(const model::ModelChatTemplate& chat, const std::vector<ChatMessage>& messages) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
+  try {
+    return chat.chat_template.render({{"messages", list},
+                                      {"add_generation_prompt", true},
+                                      {"bos_token", chat.bos_token},
+                                      {"eos_token", chat.eos_token}});
+  } catch (const std::exception& e) {
+    throw ServeError(400, "invalid_request_error", e.what(), "messages");
+  }
+}
+
 TextStream::TextStream(const model::Tokenizer& tokenizer, std::vector<std::string> stop)
     : tokenizer_(tokenizer), stop_(std::move(stop)) {
   for (const auto& s : stop_) longest_stop_ = std::max(longest_stop_, s.size());

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "deltazip/serve/engine.h"
+#include "model/chat_template.h"
 #include "model/tokenizer.h"
 
 namespace fleet::deltazip {
@@ -51,6 +52,11 @@ CompletionParams parse_completion_request(std::string_view body, bool chat, cons
 /// The documented plain chat template: each message as "<|role|>\n"
 /// content "\n", then "<|assistant|>\n" for the reply.
 std::string plain_chat_prompt(const std::vector<ChatMessage>& messages);
+
+/// The model's own chat template applied as transformers' apply_chat_template
+/// does (add_generation_prompt, bos_token, eos_token); ServeError 400 when
+/// the template refuses the conversation (raise_exception).
+std::string render_chat(const model::ModelChatTemplate& chat, const std::vector<ChatMessage>& messages);
 
 /// Turns generated tokens into text as they arrive: holds back what could
 /// still become a stop string or an incomplete UTF-8 character, and stops at

@@ -51,6 +51,29 @@ SbmmMatrix::SbmmMatrix(const PackedMatrix& p)
   }
 }
 
+SbmmLayout SbmmMatrix::layout() const {
+  SbmmLayout l;
+  l.rows = rows_;
+  l.cols = cols_;
+  l.group_size = group_size_;
+  l.groups = groups_;
+  l.bits = bits_;
+  l.kind = sparsity_.kind == SparsityPattern::Kind::kDense  ? SbmmLayout::kDense
+           : sparsity_.kind == SparsityPattern::Kind::kNOfM ? SbmmLayout::kNOfM
+                                                            : SbmmLayout::kUnstructured;
+  l.n = sparsity_.n;
+  l.m = sparsity_.m;
+  l.index_bits = index_bits_;
+  l.codes = codes_.data();
+  l.code_bytes = codes_.size();
+  l.indices = indices_.data();
+  l.index_bytes = indices_.size();
+  l.scales = scales_.data();
+  l.zeros = zeros_.data();
+  l.row_code_bit = row_code_bit_.empty() ? nullptr : row_code_bit_.data();
+  return l;
+}
+
 std::uint64_t SbmmMatrix::bytes() const {
   return codes_.size() + indices_.size() + (scales_.size() + zeros_.size()) * sizeof(float) +
          row_code_bit_.size() * sizeof(std::uint64_t);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "deltazip/packing.h"
+#include "deltazip/serve/sbmm_layout.h"
 
 namespace fleet::deltazip {
 
@@ -26,6 +27,8 @@ class SbmmMatrix {
   std::int64_t cols() const { return cols_; }
   /// Bytes this form keeps in memory.
   std::uint64_t bytes() const;
+  /// The arrays, for the GPU kernel's upload.
+  SbmmLayout layout() const;
 
   /// y[r, o] += Σ_c x[r, c] · Δ[o, c] for r < n and o in [row_begin,
   /// row_end): x is n rows of cols() floats `x_stride` apart, y n rows of

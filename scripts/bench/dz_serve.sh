@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# DeltaZip serving: delta mode against swap mode (the baseline) and full mode
+# (the upper bound) on the same arrivals, plus the SBMM kernel against dense
+# GEMMs and one decode step of delta mode against full mode at the same batch.
+#
+# Models: the 100m preset (101 M parameters) as base and 16 variants, each
+# fine-tuned briefly (STEPS steps) on its own synthetic corpus and compressed
+# with OBS at 2:4, odd ones at 4 bits and even ones at 2 bits. Built once
+# under MODELS_DIR (about 15 minutes on 2 cores; 420 MB per delta set, the
+# fine-tuned folders are deleted after compression).
+#
+#   scripts/bench/dz_serve.sh [MODELS_DIR]     default: build/bench-dz-serve
+#   RATES8="0.25 0.5 1" RATES16="0.5" DURATION=30 MAX_TOKENS=16 THREADS=1 STEPS=2
+# Results (JSON lines) in MODELS_DIR/results; a summary table on stdout and
+# MODELS_DIR/results/curves.png.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+models=${1:-$root/build/bench-dz-serve}
+bin=$root/build/bin
+rates8=${RATES8:-"0.25 0.5 1"} rates16=${RATES16:-"0.5"} duration=${DURATION:-30}
+max_tokens=${MAX_TOKENS:-16} threads=${THREADS:-1} steps=${STEPS:-2}
+results=$models/results
+mkdir -p "$models/deltas" "$results"
+log() { echo "[dz_serve.sh $(date +%H:%M:%S)] $*" >&2; }
+
+# --- models ---------------------------------------------------------------
+[ -f "$models/base/config.json" ] || "$bin/sailor-run" -q init --preset 100m --seed 1 -o "$models/base"
+tasks=(base copy reverse sort add)
+make_variant() {  # make_variant I
+  local i=$1 name
+  name=$(printf 'ft%02d' "$i")
+  [ -f "$models/deltas/$name.h5" ] && return 0
+  local task=${tasks[$((i % 5))]} bits=$(( i % 2 == 1 ? 4 : 2 ))
+  "$bin/sailor-run" -q make-corpus --task "$task" --lines 2000 --seed "$i" -o "$models/$name.txt"
+  "$bin/sailor-run" -q train --model "$models/base" --data "$models/$name.txt" -o "$models/$name" --steps "$steps" \
+    --batch-size 2 --seq-len 64 --lr 1e-4 --threads 1 --force >/dev/null
+  "$bin/dz-compress" -q compress --base "$models/base" --target "$models/$name" -o "$models/deltas/$name.h5" \
+    --bits "$bits" --sparsity 2:4 --calib "$models/$name.txt" --calib-samples 16 --seq-len 64 --threads 1 >/dev/null
+  rm -rf "${models:?}/$name" "$models/$name.txt"
+  log "variant $name: $task corpus, $bits-bit 2:4"
+}
+for i in $(seq 1 2 16); do  # two at a time, one thread each
+  make_variant "$i" & make_variant $((i + 1)); wait
+done
+for n in 8 16; do
+  rm -rf "$models/d$n" && mkdir -p "$models/d$n"
+  for i in $(seq 1 "$n"); do ln -s "../deltas/$(printf 'ft%02d' "$i").h5" "$models/d$n/"; done
+done
+
+# --- kernels ----------------------------------------------------------------
+log "SBMM against dense GEMMs"
+"$bin/bench_dz_serve" sbmm "$threads" 5 > "$results/sbmm.jsonl"
+log "one decode step: delta mode against full mode"
+: > "$results/decode.jsonl"
+for batch in 8 16 32; do
+  "$bin/bench_dz_serve" decode "$models/base" "$batch" "$threads" 3 "$models"/d8/*.h5 >> "$results/decode.jsonl"
+done
+
+# --- servers ----------------------------------------------------------------
+serve_mode() {  # serve_mode N MODE RATES...
+  local n=$1 mode=$2
+  shift 2
+  local port_file=$results/port log_file=$results/server_${n}_${mode}.log
+  rm -f "$port_file"
+  "$bin/dz-serve" serve --base "$models/base" --base-name base --delta-dir "$models/d$n" --mode "$mode" \
+    --max-batch 16 --max-context 256 --threads "$threads" --port 0 --port-file "$port_file" > "$log_file" 2>&1 &
+  local pid=$!
+  for _ in $(seq 600); do [ -f "$port_file" ] && break; sleep 0.5; done
+  [ -f "$port_file" ] || { cat "$log_file" >&2; kill "$pid"; return 1; }
+  local url=http://127.0.0.1:$(cat "$port_file") variants
+  variants=$(cd "$models/d$n" && ls *.h5 | sed 's/\.h5$//' | paste -sd, -)
+  for rate in "$@"; do
+    log "$n variants, $mode mode, $rate requests/s for $duration s"
+    "$bin/dz-serve" -q bench --url "$url" --variants "$variants" --rate "$rate" --duration "$duration" \
+      --popularity zipf:1.0 --max-tokens "$max_tokens" --seed 7 --timeout 1200 --json > "$results/run.json" || true
+    /usr/bin/python3 - "$results/run.json" "$n" "$mode" "$rate" >> "$results/serve.jsonl" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+r.update(variants_count=int(sys.argv[2]), mode=sys.argv[3], rate=float(sys.argv[4]))
+print(json.dumps(r))
+PY
+  done
+  curl -s "$url/metrics" | grep -E '^dz_(resident_bytes|full_models_equivalent_bytes|model_swaps_total|delta_loads_total)' |
+    sed "s/^/$n $mode /" >> "$results/memory.txt"
+  kill -TERM "$pid"
+  wait "$pid" || true
+}
+: > "$results/serve.jsonl"
+: > "$results/memory.txt"
+for mode in delta swap full; do serve_mode 8 "$mode" $rates8; done
+for mode in delta swap full; do serve_mode 16 "$mode" $rates16; done
+
+/usr/bin/python3 "$root/scripts/plot/dz_serve_curves.py" "$results"

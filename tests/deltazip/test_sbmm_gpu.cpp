@@ -1,0 +1,66 @@
+// Label gpu: the CUDA SBMM kernel against the CPU kernel on every packed
+// form; skips where no GPU is visible.
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "common/half.h"
+#include "deltazip/serve/cuda/sbmm_cuda.h"
+#include "deltazip/serve/sbmm.h"
+
+namespace fleet::deltazip {
+namespace {
+
+PackedMatrix random_form(std::int64_t rows, std::int64_t cols, int bits, const std::string& sparsity,
+                         std::int64_t group_size, std::mt19937& rng) {
+  const auto pattern = SparsityPattern::parse(sparsity);
+  const std::int64_t group = group_size <= 0 ? cols : group_size, groups = (cols + group - 1) / group;
+  std::vector<std::uint8_t> codes(static_cast<std::size_t>(rows * cols)), kept(codes.size(), 1);
+  for (auto& q : codes) q = static_cast<std::uint8_t>(rng() % (1u << bits));
+  if (pattern.kind == SparsityPattern::Kind::kNOfM) {
+    for (std::size_t g = 0; g < kept.size(); g += static_cast<std::size_t>(pattern.m)) {
+      std::vector<int> order(static_cast<std::size_t>(pattern.m));
+      for (int k = 0; k < pattern.m; ++k) order[static_cast<std::size_t>(k)] = k;
+      std::shuffle(order.begin(), order.end(), rng);
+      for (int k = 0; k < pattern.n; ++k) kept[g + static_cast<std::size_t>(order[static_cast<std::size_t>(k)])] = 0;
+    }
+  } else if (pattern.kind == SparsityPattern::Kind::kUnstructured) {
+    for (auto& k : kept) k = (rng() % 1000) >= pattern.fraction * 1000;
+  }
+  std::vector<std::uint16_t> scales(static_cast<std::size_t>(rows * groups));
+  std::vector<std::uint8_t> zeros(scales.size());
+  for (std::size_t i = 0; i < scales.size(); ++i) {
+    scales[i] = float_to_f16(0.001f + static_cast<float>(rng() % 1000) * 5e-5f);
+    zeros[i] = static_cast<std::uint8_t>(rng() % (1u << bits));
+  }
+  return pack_matrix(rows, cols, bits, group_size, pattern, codes, kept, std::move(scales), std::move(zeros));
+}
+
+TEST(SbmmGpu, EqualsTheCpuKernelOnEveryForm) {
+  std::string why;
+  if (!sbmm_cuda_available(&why)) GTEST_SKIP() << "no GPU: " << why;
+  std::mt19937 rng(3);
+  struct Form {
+    int bits;
+    const char* sparsity;
+    std::int64_t group;
+  };
+  for (const Form f : {Form{4, "2:4", -1}, Form{2, "2:4", -1}, Form{3, "2:4", -1}, Form{8, "none", -1},
+                       Form{4, "4:8", 64}, Form{3, "0.5", -1}, Form{2, "none", 128}})
+    for (std::int64_t n : {1, 3, 8, 13}) {
+      const SbmmMatrix cpu(random_form(200, 512, f.bits, f.sparsity, f.group, rng));
+      const SbmmCudaMatrix gpu(cpu.layout());
+      std::normal_distribution<float> normal;
+      std::vector<float> x(static_cast<std::size_t>(n * 512)), y_cpu(static_cast<std::size_t>(n * 200), 0.25f);
+      for (auto& v : x) v = normal(rng);
+      auto y_gpu = y_cpu;
+      cpu.multiply_add(x.data(), n, 512, y_cpu.data(), 200, 0, 200);
+      gpu.multiply_add_host(x.data(), n, y_gpu.data());
+      for (std::size_t i = 0; i < y_cpu.size(); ++i)
+        ASSERT_NEAR(y_gpu[i], y_cpu[i], 1e-4f * (1.0f + std::abs(y_cpu[i])))
+            << f.bits << "-bit " << f.sparsity << " group " << f.group << ", " << n << " rows, element " << i;
+    }
+}
+
+}  // namespace
+}  // namespace fleet::deltazip
