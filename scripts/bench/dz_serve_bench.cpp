@@ -64,7 +64,7 @@ int sbmm(int repeats) {
         deltas.emplace_back(random_packed(rows, cols, bits, rng));
         dense.push_back(torch::randn({rows, cols}));
       }
-      for (std::int64_t n : {1, 4, 16, 64})
+      for (std::int64_t n : {1, 2, 4, 8, 16, 64})
         for (std::int64_t variants : {1, 4, 16}) {
           if (variants > n) continue;
           auto x = torch::randn({n, cols});

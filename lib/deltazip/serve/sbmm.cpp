@@ -199,20 +199,38 @@ namespace {
 template <int Bits, int N>
 void multiply_2of4(const std::uint8_t* codes, const std::uint8_t* positions, std::int64_t groups, const float* table,
                    const float* x, std::int64_t x_stride, float* sums) {
-  // Two partial sums per row (first and second kept weight of each group):
-  // independent chains, summed in a fixed order at the end.
-  float even[N] = {}, odd[N] = {};
+  // Two partial sums per row (first and second kept weight of each group),
+  // as named scalars so that they live in registers: independent chains,
+  // summed in a fixed order at the end.
+  float e0 = 0, e1 = 0, e2 = 0, e3 = 0, o0 = 0, o1 = 0, o2 = 0, o3 = 0;
+  const float* x0 = x;
+  const float* x1 = x + (N > 1 ? x_stride : 0);
+  const float* x2 = x + (N > 2 ? 2 * x_stride : 0);
+  const float* x3 = x + (N > 3 ? 3 * x_stride : 0);
   for (std::int64_t g = 0; g < groups; ++g) {
     const unsigned where = (positions[g >> 1] >> ((g & 1) * 4)) & 15u;  // two 2-bit positions
     const unsigned what = Bits == 4 ? codes[g] : (codes[g >> 1] >> ((g & 1) * 4)) & 15u;
     const float v0 = table[what & ((1u << Bits) - 1)], v1 = table[what >> Bits];
     const std::int64_t c0 = 4 * g + (where & 3u), c1 = 4 * g + (where >> 2);
-    for (int r = 0; r < N; ++r) {
-      even[r] += v0 * x[r * x_stride + c0];
-      odd[r] += v1 * x[r * x_stride + c1];
+    e0 += v0 * x0[c0];
+    o0 += v1 * x0[c1];
+    if constexpr (N > 1) {
+      e1 += v0 * x1[c0];
+      o1 += v1 * x1[c1];
+    }
+    if constexpr (N > 2) {
+      e2 += v0 * x2[c0];
+      o2 += v1 * x2[c1];
+    }
+    if constexpr (N > 3) {
+      e3 += v0 * x3[c0];
+      o3 += v1 * x3[c1];
     }
   }
-  for (int r = 0; r < N; ++r) sums[r] = even[r] + odd[r];
+  sums[0] = e0 + o0;
+  if constexpr (N > 1) sums[1] = e1 + o1;
+  if constexpr (N > 2) sums[2] = e2 + o2;
+  if constexpr (N > 3) sums[3] = e3 + o3;
 }
 
 template <int Bits>
