@@ -10,14 +10,16 @@
 # fine-tuned folders are deleted after compression).
 #
 #   scripts/bench/dz_serve.sh [MODELS_DIR]     default: build/bench-dz-serve
-#   RATES8="0.25 0.5 1" RATES16="0.5" DURATION=30 MAX_TOKENS=16 THREADS=1 STEPS=2
+#   RATES8="0.5 1 2" RATES16="1" DURATION=30 MAX_TOKENS=16 THREADS=1 STEPS=2 CAP=2
+#   (CAP: --max-variants-per-batch of the delta and full servers)
+#   MODES="delta" SKIP_KERNELS=1   rerun some modes only (their earlier results are replaced)
 # Results (JSON lines) in MODELS_DIR/results; a summary table on stdout and
 # MODELS_DIR/results/curves.png.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 models=${1:-$root/build/bench-dz-serve}
 bin=$root/build/bin
-rates8=${RATES8:-"0.25 0.5 1"} rates16=${RATES16:-"0.5"} duration=${DURATION:-30}
+rates8=${RATES8:-"0.5 1 2"} rates16=${RATES16:-"1"} duration=${DURATION:-30} cap=${CAP:-2}
 max_tokens=${MAX_TOKENS:-16} threads=${THREADS:-1} steps=${STEPS:-2}
 results=$models/results
 mkdir -p "$models/deltas" "$results"
@@ -48,6 +50,7 @@ for n in 8 16; do
 done
 
 # --- kernels ----------------------------------------------------------------
+if [ "${SKIP_KERNELS:-0}" != 1 ]; then
 log "SBMM against dense GEMMs"
 "$bin/bench_dz_serve" sbmm "$threads" 5 > "$results/sbmm.jsonl"
 log "one decode step: delta mode against full mode"
@@ -55,6 +58,7 @@ log "one decode step: delta mode against full mode"
 for batch in 8 16 32; do
   "$bin/bench_dz_serve" decode "$models/base" "$batch" "$threads" 3 "$models"/d8/*.h5 >> "$results/decode.jsonl"
 done
+fi
 
 # --- servers ----------------------------------------------------------------
 serve_mode() {  # serve_mode N MODE RATES...
@@ -63,7 +67,8 @@ serve_mode() {  # serve_mode N MODE RATES...
   local port_file=$results/port log_file=$results/server_${n}_${mode}.log
   rm -f "$port_file"
   "$bin/dz-serve" serve --base "$models/base" --base-name base --delta-dir "$models/d$n" --mode "$mode" \
-    --max-batch 16 --max-context 256 --threads "$threads" --port 0 --port-file "$port_file" > "$log_file" 2>&1 &
+    --max-batch 16 --max-context 256 --max-variants-per-batch "$cap" --threads "$threads" --port 0 \
+    --port-file "$port_file" > "$log_file" 2>&1 &
   local pid=$!
   for _ in $(seq 600); do [ -f "$port_file" ] && break; sleep 0.5; done
   [ -f "$port_file" ] || { cat "$log_file" >&2; kill "$pid"; return 1; }
@@ -85,9 +90,15 @@ PY
   kill -TERM "$pid"
   wait "$pid" || true
 }
-: > "$results/serve.jsonl"
-: > "$results/memory.txt"
-for mode in delta swap full; do serve_mode 8 "$mode" $rates8; done
-for mode in delta swap full; do serve_mode 16 "$mode" $rates16; done
+modes=${MODES:-delta swap full}
+touch "$results/serve.jsonl" "$results/memory.txt"
+for mode in $modes; do  # drop earlier results of the modes run now
+  grep -v "\"mode\": \"$mode\"" "$results/serve.jsonl" > "$results/keep" || true
+  mv "$results/keep" "$results/serve.jsonl"
+  grep -v "^[0-9]* $mode " "$results/memory.txt" > "$results/keep" || true
+  mv "$results/keep" "$results/memory.txt"
+done
+for mode in $modes; do serve_mode 8 "$mode" $rates8; done
+for mode in $modes; do serve_mode 16 "$mode" $rates16; done
 
 /usr/bin/python3 "$root/scripts/plot/dz_serve_curves.py" "$results"

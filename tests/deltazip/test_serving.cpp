@@ -149,7 +149,9 @@ TEST_P(ServingModes, GreedyTokensEqualTheReconstructedModelRunAlone) {
   alone.emplace("base", LlamaModel::load(path("base")));
   const std::vector<std::string> names = {"ft1", "base", "ft2"};
 
-  Engine engine(options(GetParam()));
+  auto o = options(GetParam());
+  o.max_variants_per_batch = 1;  // requests for the other variant wait for the batch to drain of one
+  Engine engine(o);
   engine.add_variant("ft1", path("ft1.h5"));
   engine.add_variant("ft2", path("ft2.h5"));
   std::vector<std::pair<std::string, std::vector<std::int64_t>>> asked;
@@ -177,6 +179,11 @@ TEST_P(ServingModes, GreedyTokensEqualTheReconstructedModelRunAlone) {
   EXPECT_NE(by_model["ft1"][0], by_model["base"][0]);
   EXPECT_NE(by_model["ft2"][0], by_model["base"][0]);
   EXPECT_TRUE(engine.idle());
+  // Never two variants in one step (the base rides along with either).
+  const auto text = engine.metrics_text();
+  const auto steps = text.substr(text.find("dz_batch_variants_count"));
+  const auto one = text.substr(text.find("dz_batch_variants_bucket{le=\"1\"}"));
+  EXPECT_EQ(std::stod(one.substr(one.find(' ') + 1)), std::stod(steps.substr(steps.find(' ') + 1)));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllModes, ServingModes, ::testing::Values(ServeMode::kDelta, ServeMode::kSwap, ServeMode::kFull),

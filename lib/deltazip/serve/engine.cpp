@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <torch/torch.h>
@@ -186,6 +187,8 @@ void Engine::State::declare_metrics() {
   metrics.gauge("dz_queue_length", "Requests waiting for a slot");
   metrics.gauge("dz_running_sequences", "Sequences in the running batch");
   metrics.histogram("dz_batch_size", "Sequences per scheduler step", exponential_buckets(1, 2, 10));
+  metrics.histogram("dz_batch_variants", "Distinct variants per scheduler step (the base not counted)",
+                    {1, 2, 3, 4, 6, 8, 12, 16, 32});
   metrics.histogram("dz_step_seconds", "Duration of one scheduler step (decode and prefill)", latency);
   metrics.histogram("dz_time_to_first_token_seconds", "Arrival to first generated token", latency);
   metrics.histogram("dz_request_latency_seconds", "Arrival to last generated token", latency);
@@ -214,6 +217,7 @@ Engine::Engine(EngineOptions options) {
   if (options.max_batch <= 0 || options.max_batch > 4096) throw UsageError("--max-batch must be 1 to 4096");
   if (options.max_tokens_per_step <= 0) throw UsageError("--max-tokens-per-step must be positive");
   if (options.max_queue <= 0) throw UsageError("--max-queue must be positive");
+  if (options.max_variants_per_batch < 0) throw UsageError("--max-variants-per-batch must be 0 (no limit) or more");
   if (model::resolve_device(options.device) != model::ComputeDevice::kCpu)
     throw UsageError("dz-serve computes on the CPU in this build (--device cpu); its CUDA SBMM kernel is not there yet");
   auto tokenizer = model::Tokenizer::load(options.base);
@@ -222,7 +226,12 @@ Engine::Engine(EngineOptions options) {
   if (s.options.base_name.empty()) s.options.base_name = std::filesystem::absolute(s.options.base).filename().string();
   s.base = std::make_shared<const LlamaModel>(LlamaModel::load(s.options.base));
   s.identity = base_identity(s.options.base);
-  s.chat_template = model::load_chat_template(s.options.base);
+  try {
+    s.chat_template = model::load_chat_template(s.options.base);
+  } catch (const InputError& e) {
+    // Serving completions does not need it: say why and chat with the plain template.
+    spdlog::warn("{}; chat requests use the plain template (docs/serving.md)", e.what());
+  }
   s.base_bytes = model_bytes(*s.base);
   const auto limit = s.base->config().max_position_embeddings;
   if (s.options.max_context < 0) throw UsageError("--max-context must be positive");
@@ -495,9 +504,19 @@ void Engine::State::admit(std::unique_lock<std::mutex>& lock) {
       return;
     }
   }
+  // Variants with sequences in the batch: each costs one delta product (or one
+  // model's forward) per layer and step, whatever its number of rows.
+  std::set<const Variant*> present;
+  for (const auto& r : running)
+    if (r->variant) present.insert(r->variant.get());
+  const auto cap = static_cast<std::size_t>(options.max_variants_per_batch);
   for (auto it = waiting.begin(); it != waiting.end() && !free_slots.empty();) {
     auto seq = *it;
     auto& v = seq->variant;
+    // A request for one more variant than the cap allows waits for one to
+    // leave the batch, and so does everything behind it (first come, first
+    // served: popular variants cannot starve the others).
+    if (v && cap > 0 && options.mode != ServeMode::kSwap && !present.count(v.get()) && present.size() >= cap) return;
     bool ready = true;
     switch (options.mode) {
       case ServeMode::kDelta:
@@ -532,6 +551,7 @@ void Engine::State::admit(std::unique_lock<std::mutex>& lock) {
     if (v) {
       v->active++;
       v->last_used = Clock::now();
+      present.insert(v.get());
     }
     seq->slot = free_slots.back();
     free_slots.pop_back();
@@ -657,6 +677,9 @@ void Engine::State::scheduler_loop() {
       prefill_width = std::max(prefill_width, chunk);
     }
     const auto batch = static_cast<double>(decode.seqs.size() + prefill.seqs.size());
+    std::set<const Variant*> stepping;
+    for (const auto& seq : running)
+      if (seq->variant) stepping.insert(seq->variant.get());
     lock.unlock();
     const auto started = Clock::now();
     std::string error;
@@ -670,6 +693,7 @@ void Engine::State::scheduler_loop() {
     lock.lock();
     metrics.observe("dz_step_seconds", seconds_since(started));
     metrics.observe("dz_batch_size", batch);
+    metrics.observe("dz_batch_variants", static_cast<double>(stepping.size()));
     for (auto it = running.begin(); it != running.end();) {
       auto& seq = *it;
       if (!error.empty() || seq->done) {

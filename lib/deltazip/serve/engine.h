@@ -54,6 +54,7 @@ struct EngineOptions {
   std::int64_t max_context = 0;            ///< tokens per sequence (0: the model's limit, at most 4096)
   std::uint64_t delta_memory = 0;          ///< bytes of resident deltas (0: no limit)
   std::int64_t max_queue = 1024;           ///< waiting requests before 429
+  std::int64_t max_variants_per_batch = 4; ///< distinct variants running at once (0: no limit); delta and full modes
   std::string device = "cpu";
 };
 

@@ -51,6 +51,11 @@ SbmmMatrix::SbmmMatrix(const PackedMatrix& p)
   }
 }
 
+bool SbmmMatrix::fused_2of4() const {
+  return sparsity_.kind == SparsityPattern::Kind::kNOfM && sparsity_.m == 4 && sparsity_.n == 2 && groups_ == 1 &&
+         (bits_ == 2 || bits_ == 4) && cols_ % 8 == 0;
+}
+
 SbmmLayout SbmmMatrix::layout() const {
   SbmmLayout l;
   l.rows = rows_;
@@ -195,53 +200,45 @@ namespace {
 // The fused path for the most common form, 2:4 with one scale per row at 2
 // or 4 bits: reads a group's two positions and two codes straight from the
 // packed bytes and multiplies as it goes, touching nothing but the packed
-// row, a 16-entry table and x. N input rows, N <= 4.
-template <int Bits, int N>
-void multiply_2of4(const std::uint8_t* codes, const std::uint8_t* positions, std::int64_t groups, const float* table,
-                   const float* x, std::int64_t x_stride, float* sums) {
-  // Two partial sums per row (first and second kept weight of each group),
-  // as named scalars so that they live in registers: independent chains,
-  // summed in a fixed order at the end.
-  float e0 = 0, e1 = 0, e2 = 0, e3 = 0, o0 = 0, o1 = 0, o2 = 0, o3 = 0;
-  const float* x0 = x;
-  const float* x1 = x + (N > 1 ? x_stride : 0);
-  const float* x2 = x + (N > 2 ? 2 * x_stride : 0);
-  const float* x3 = x + (N > 3 ? 3 * x_stride : 0);
+// row, a 16-entry table and x. One input row; two partial sums (first and
+// second kept weight of each group) make two independent chains, added in a
+// fixed order at the end.
+template <int Bits>
+float multiply_2of4_x1(const std::uint8_t* codes, const std::uint8_t* positions, std::int64_t groups, const float* table,
+                       const float* x) {
+  float even = 0, odd = 0;
   for (std::int64_t g = 0; g < groups; ++g) {
     const unsigned where = (positions[g >> 1] >> ((g & 1) * 4)) & 15u;  // two 2-bit positions
     const unsigned what = Bits == 4 ? codes[g] : (codes[g >> 1] >> ((g & 1) * 4)) & 15u;
     const float v0 = table[what & ((1u << Bits) - 1)], v1 = table[what >> Bits];
-    const std::int64_t c0 = 4 * g + (where & 3u), c1 = 4 * g + (where >> 2);
-    e0 += v0 * x0[c0];
-    o0 += v1 * x0[c1];
-    if constexpr (N > 1) {
-      e1 += v0 * x1[c0];
-      o1 += v1 * x1[c1];
-    }
-    if constexpr (N > 2) {
-      e2 += v0 * x2[c0];
-      o2 += v1 * x2[c1];
-    }
-    if constexpr (N > 3) {
-      e3 += v0 * x3[c0];
-      o3 += v1 * x3[c1];
-    }
+    even += v0 * x[4 * g + (where & 3u)];
+    odd += v1 * x[4 * g + (where >> 2)];
   }
-  sums[0] = e0 + o0;
-  if constexpr (N > 1) sums[1] = e1 + o1;
-  if constexpr (N > 2) sums[2] = e2 + o2;
-  if constexpr (N > 3) sums[3] = e3 + o3;
+  return even + odd;
 }
 
+// Four input rows at once: x transposed to [cols][4], so that one vector of
+// four lanes holds column c of every row and each kept weight costs one
+// vector multiply and add. Lane r computes exactly what the one-row kernel
+// computes for row r, in the same order.
 template <int Bits>
-void multiply_2of4_rows(int n, const std::uint8_t* codes, const std::uint8_t* positions, std::int64_t groups,
-                        const float* table, const float* x, std::int64_t x_stride, float* sums) {
-  switch (n) {
-    case 1: return multiply_2of4<Bits, 1>(codes, positions, groups, table, x, x_stride, sums);
-    case 2: return multiply_2of4<Bits, 2>(codes, positions, groups, table, x, x_stride, sums);
-    case 3: return multiply_2of4<Bits, 3>(codes, positions, groups, table, x, x_stride, sums);
-    default: return multiply_2of4<Bits, 4>(codes, positions, groups, table, x, x_stride, sums);
+void multiply_2of4_x4(const std::uint8_t* codes, const std::uint8_t* positions, std::int64_t groups, const float* table,
+                      const float* xt, float* sums) {
+  typedef float v4 __attribute__((vector_size(16)));
+  v4 even = {0, 0, 0, 0}, odd = {0, 0, 0, 0};
+  for (std::int64_t g = 0; g < groups; ++g) {
+    const unsigned where = (positions[g >> 1] >> ((g & 1) * 4)) & 15u;
+    const unsigned what = Bits == 4 ? codes[g] : (codes[g >> 1] >> ((g & 1) * 4)) & 15u;
+    const float v0 = table[what & ((1u << Bits) - 1)], v1 = table[what >> Bits];
+    const std::int64_t c0 = 4 * g + (where & 3u), c1 = 4 * g + (where >> 2);
+    v4 a, b;
+    std::memcpy(&a, xt + 4 * c0, sizeof a);
+    std::memcpy(&b, xt + 4 * c1, sizeof b);
+    even += v0 * a;
+    odd += v1 * b;
   }
+  const v4 total = even + odd;
+  std::memcpy(sums, &total, sizeof total);
 }
 
 }  // namespace
@@ -249,22 +246,38 @@ void multiply_2of4_rows(int n, const std::uint8_t* codes, const std::uint8_t* po
 void SbmmMatrix::multiply_add(const float* x, std::int64_t n, std::int64_t x_stride, float* y, std::int64_t y_stride,
                               std::int64_t row_begin, std::int64_t row_end) const {
   if (row_begin < 0 || row_end > rows_ || row_begin > row_end) throw UsageError("multiply_add: row range out of bounds");
-  const bool fused = sparsity_.kind == SparsityPattern::Kind::kNOfM && sparsity_.m == 4 && sparsity_.n == 2 &&
-                     groups_ == 1 && (bits_ == 2 || bits_ == 4) && cols_ % 8 == 0;
-  if (fused) {
+  if (fused_2of4()) {
     // Rows of 2:4 start on byte boundaries: cols/2 kept weights, cols/8 bytes
     // of positions, cols/2 * bits / 8 bytes of codes.
     const std::int64_t groups = cols_ / 4, position_bytes = cols_ / 8, code_bytes = cols_ / 2 * bits_ / 8;
-    for (std::int64_t o = row_begin; o < row_end; ++o) {
-      float table[16];
-      for (int v = 0; v < (1 << bits_); ++v) table[v] = scales_[static_cast<std::size_t>(o)] * (static_cast<float>(v) - zeros_[static_cast<std::size_t>(o)]);
-      const std::uint8_t* codes = codes_.data() + o * code_bytes;
-      const std::uint8_t* positions = indices_.data() + o * position_bytes;
-      for (std::int64_t r0 = 0; r0 < n; r0 += 4) {
-        const int rows = static_cast<int>(std::min<std::int64_t>(4, n - r0));
-        float sums[4];
-        if (bits_ == 4) multiply_2of4_rows<4>(rows, codes, positions, groups, table, x + r0 * x_stride, x_stride, sums);
-        else multiply_2of4_rows<2>(rows, codes, positions, groups, table, x + r0 * x_stride, x_stride, sums);
+    auto table_of = [&](std::int64_t o, float* table) {
+      for (int v = 0; v < (1 << bits_); ++v)
+        table[v] = scales_[static_cast<std::size_t>(o)] * (static_cast<float>(v) - zeros_[static_cast<std::size_t>(o)]);
+    };
+    if (n == 1) {
+      for (std::int64_t o = row_begin; o < row_end; ++o) {
+        float table[16];
+        table_of(o, table);
+        const std::uint8_t* codes = codes_.data() + o * code_bytes;
+        const std::uint8_t* positions = indices_.data() + o * position_bytes;
+        y[o] += bits_ == 4 ? multiply_2of4_x1<4>(codes, positions, groups, table, x)
+                           : multiply_2of4_x1<2>(codes, positions, groups, table, x);
+      }
+      return;
+    }
+    thread_local std::vector<float> xt;
+    xt.resize(static_cast<std::size_t>(cols_ * 4));
+    for (std::int64_t r0 = 0; r0 < n; r0 += 4) {
+      const int rows = static_cast<int>(std::min<std::int64_t>(4, n - r0));
+      for (std::int64_t c = 0; c < cols_; ++c)
+        for (int r = 0; r < 4; ++r) xt[static_cast<std::size_t>(4 * c + r)] = r < rows ? x[(r0 + r) * x_stride + c] : 0.0f;
+      for (std::int64_t o = row_begin; o < row_end; ++o) {
+        float table[16], sums[4];
+        table_of(o, table);
+        const std::uint8_t* codes = codes_.data() + o * code_bytes;
+        const std::uint8_t* positions = indices_.data() + o * position_bytes;
+        if (bits_ == 4) multiply_2of4_x4<4>(codes, positions, groups, table, xt.data(), sums);
+        else multiply_2of4_x4<2>(codes, positions, groups, table, xt.data(), sums);
         for (int r = 0; r < rows; ++r) y[(r0 + r) * y_stride + o] += sums[r];
       }
     }

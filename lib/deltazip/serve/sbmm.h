@@ -27,6 +27,9 @@ class SbmmMatrix {
   std::int64_t cols() const { return cols_; }
   /// Bytes this form keeps in memory.
   std::uint64_t bytes() const;
+  /// True for the form with a fused kernel (2:4, one scale per row, 2 or 4
+  /// bits), which multiply_add runs fast for up to 16 input rows.
+  bool fused_2of4() const;
   /// The arrays, for the GPU kernel's upload.
   SbmmLayout layout() const;
 

@@ -89,7 +89,7 @@ void sbmm_add(const SbmmMatrix& delta, const torch::Tensor& x, torch::Tensor& ou
   // whole matrix never exists dequantized.
   constexpr std::int64_t kTile = 64;
   const auto n = x.size(0);
-  if (n <= 4) {  // a few rows: touch only the kept weights, no dense tile
+  if (n <= (delta.fused_2of4() ? 16 : 4)) {  // a few rows: touch only the kept weights, no dense tile
     const float* xp = x.data_ptr<float>();
     float* yp = out.data_ptr<float>();
     at::parallel_for(0, delta.rows(), kTile, [&](std::int64_t begin, std::int64_t end) {
