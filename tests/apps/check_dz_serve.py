@@ -134,9 +134,11 @@ def main():
                 tmp / f"{name}.h5", "--bits", bits, "--sparsity", "2:4", "--method", "rtn", "--threads", "1")
         run(BIN / "dz-compress", "-q", "decompress", tmp / "ft1.h5", "--base", tmp / "base", "-o", tmp / "ft1-rec")
 
-        main_server = Server(tmp, "delta", "--base", tmp / "base", "--delta", f"ft1={tmp / 'ft1.h5'}",
-                             "--delta", f"ft2={tmp / 'ft2.h5'}", "--max-batch", 8, "--max-tokens-per-step", 32,
-                             "--max-context", 256, "--max-body", 65536)
+        (tmp / "deltas").mkdir()  # served by folder: variants named after the files
+        for name in ("ft1", "ft2"):
+            shutil.copy(tmp / f"{name}.h5", tmp / "deltas" / f"{name}.h5")
+        main_server = Server(tmp, "delta", "--base", tmp / "base", "--delta-dir", tmp / "deltas", "--max-batch", 8,
+                             "--max-tokens-per-step", 32, "--max-context", 256, "--max-body", 65536)
         servers.append(main_server)
         reference = Server(tmp, "reference", "--base", tmp / "ft1-rec", "--max-context", 256)
         servers.append(reference)

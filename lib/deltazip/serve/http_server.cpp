@@ -36,10 +36,10 @@ std::string sse(const json& body) { return "data: " + body.dump() + "\n\n"; }
 
 class Frontend {
  public:
-  Frontend(Engine& engine, const HttpOptions& options) : engine_(engine), options_(options) {}
+  explicit Frontend(Engine& engine) : engine_(engine) {}
 
   void install(httplib::Server& server) {
-    server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    server.Get("/health", [](const httplib::Request&, httplib::Response& res) {
       const bool stopping = g_signal != 0;
       send_json(res, stopping ? 503 : 200, {{"status", stopping ? "shutting_down" : "ok"}});
     });
@@ -256,7 +256,6 @@ class Frontend {
   }
 
   Engine& engine_;
-  HttpOptions options_;
   std::atomic<std::uint64_t> next_id_{1};
   std::int64_t started_ = static_cast<std::int64_t>(std::time(nullptr));
 };
@@ -272,7 +271,7 @@ int serve_http(Engine& engine, const HttpOptions& options) {
   server.set_payload_max_length(options.max_body_bytes);
   server.set_read_timeout(30, 0);
   server.set_write_timeout(30, 0);
-  Frontend frontend(engine, options);
+  Frontend frontend(engine);
   frontend.install(server);
 
   int port = options.port;
