@@ -2,6 +2,7 @@
 // computes what the model reconstructed by `dz-compress decompress` computes
 // alone (logits, and greedy tokens through the continuous-batching engine in
 // every mode), and requests it cannot serve are refused with the right status.
+#include <future>
 #include <map>
 #include <thread>
 
@@ -88,14 +89,20 @@ class Serving : public ::testing::Test {
     return o;
   }
 
+  // Every token of a request; gives up (a failure, not a hang) when the
+  // engine makes no progress for two minutes.
   static std::vector<std::int64_t> collect(const std::shared_ptr<RequestStream>& stream) {
     std::vector<std::int64_t> out;
-    while (true) {
+    for (int idle = 0; idle < 120;) {
       auto u = stream->wait(std::chrono::milliseconds(1000));
+      idle = u.tokens.empty() && !u.finished ? idle + 1 : 0;
       out.insert(out.end(), u.tokens.begin(), u.tokens.end());
       EXPECT_TRUE(u.error.empty()) << u.error;
       if (u.finished) return out;
     }
+    ADD_FAILURE() << "no progress for 120 s";
+    stream->cancel();
+    return out;
   }
 
   static TempDir* dir_;
@@ -255,6 +262,34 @@ TEST_F(Serving, DeltaMemoryKeepsOneVariantAndEvictsTheLeastRecentlyUsed) {
   EXPECT_EQ(m.value("dz_delta_loads"), 4);
   EXPECT_EQ(m.value("dz_delta_evictions"), 3);
   EXPECT_LE(m.value("dz_resident_bytes", {{"part", "deltas"}}), static_cast<double>(o.delta_memory));
+}
+
+TEST_F(Serving, ColdVariantLoadsWhileTheBatchKeepsRunning) {
+  auto o = options(ServeMode::kDelta);
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  o.before_delta_load = [released](const std::string&) { released.wait(); };  // the disk is "slow"
+  Engine engine(o);
+  engine.add_variant("ft1", path("ft1.h5"));
+  GenerationRequest cold;
+  cold.model = "ft1";
+  cold.prompt = {1, 9, 8, 7};
+  cold.max_tokens = 4;
+  auto waiting = engine.submit(cold);
+  // While ft1's load is held, requests for the base run to their end.
+  GenerationRequest warm = cold;
+  warm.model = "base";
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(collect(engine.submit(warm)).size(), 4u);
+  auto state = [&] {
+    for (const auto& m : engine.models())
+      if (m.name == "ft1") return m.state;
+    return std::string();
+  };
+  EXPECT_EQ(state(), "loading");
+  EXPECT_TRUE(waiting->wait(std::chrono::milliseconds(0)).tokens.empty());
+  release.set_value();
+  EXPECT_EQ(collect(waiting).size(), 4u);
+  EXPECT_EQ(state(), "resident");
 }
 
 TEST_F(Serving, CancelledRequestFreesItsSlot) {

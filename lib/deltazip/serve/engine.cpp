@@ -426,6 +426,7 @@ void Engine::State::loader_loop() {
     std::string error;
     const auto started = Clock::now();
     try {
+      if (options.before_delta_load) options.before_delta_load(v->name);
       DeltaReader reader(v->path);
       loaded = VariantDelta::load(v->name, reader, *base);
     } catch (const std::exception& e) {

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -56,6 +57,9 @@ struct EngineOptions {
   std::int64_t max_queue = 1024;           ///< waiting requests before 429
   std::int64_t max_variants_per_batch = 4; ///< distinct variants running at once (0: no limit); delta and full modes
   std::string device = "cpu";
+  /// Called on the loader thread before each delta is read (instrumentation
+  /// and tests: a hook that waits shows loads do not hold up the batch).
+  std::function<void(const std::string& variant)> before_delta_load;
 };
 
 /// One completion as the engine sees it (token ids in, token ids out).
