@@ -210,6 +210,12 @@ int run_compress(const CompressCommand& c) {
   return 0;
 }
 
+torch::Tensor dense_tensor(const DenseEntry& entry) {
+  auto stored = torch::empty(entry.tensor.shape, torch::TensorOptions().dtype(model::torch_scalar_type(entry.tensor.dtype)));
+  std::memcpy(stored.data_ptr(), entry.tensor.data.data(), entry.tensor.data.size());
+  return stored;
+}
+
 model::LlamaConfig delta_config(const DeltaReader& reader) {
   auto config_doc = parse_json(reader.header().config_json, reader.path().string() + ":config");
   return model::parse_llama_config(config_doc.root());
@@ -240,8 +246,7 @@ LlamaModel reconstruct_model(const DeltaReader& reader, const LlamaModel& base) 
       values.emplace_back(name, base_value + delta);
     } else if (std::binary_search(reader.dense_names().begin(), reader.dense_names().end(), name)) {
       auto entry = reader.dense(name);
-      auto stored = torch::empty(entry.tensor.shape, torch::TensorOptions().dtype(model::torch_scalar_type(entry.tensor.dtype)));
-      std::memcpy(stored.data_ptr(), entry.tensor.data.data(), entry.tensor.data.size());
+      auto stored = dense_tensor(entry);
       values.emplace_back(name, entry.kind == DenseKind::kFull ? stored.to(torch::kFloat32)
                                                                : base_value + stored.to(torch::kFloat32));
     } else {

@@ -14,6 +14,10 @@ namespace fleet::deltazip {
 /// the base in any shape (vocabulary, widths, layers, heads, tied head).
 void check_same_architecture(const model::LlamaConfig& base, const model::LlamaConfig& delta, const std::string& source);
 
+/// A dense entry's stored values as a tensor of its stored dtype (a delta or
+/// the full fine-tuned tensor, as `entry.kind` says).
+torch::Tensor dense_tensor(const DenseEntry& entry);
+
 /// The fine-tune's config (from the container's header).
 model::LlamaConfig delta_config(const DeltaReader& reader);
 

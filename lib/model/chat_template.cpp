@@ -487,7 +487,6 @@ class TemplateParser {
       const std::string keyword = p.peek().kind == Token::kName ? p.name() : "";
       if (std::find(stops.begin(), stops.end(), keyword) != stops.end()) {
         stop = keyword;
-        current_ = &tag;
         rest_ = std::make_shared<ExpressionParser>(std::move(p));
         return nodes;
       }
@@ -551,7 +550,6 @@ class TemplateParser {
   std::vector<Tag> tags_;
   std::string source_;
   std::size_t pos_ = 0;
-  const Tag* current_ = nullptr;
   std::shared_ptr<ExpressionParser> rest_;  ///< the stop statement's remaining tokens
 };
 
@@ -834,6 +832,13 @@ class Renderer {
     fail("unknown operator '" + op + "'");
   }
 
+  // The arguments of a call, filter or test: every operand after the first.
+  std::vector<json> operands(const Expr& e) {
+    std::vector<json> args;
+    for (const auto& a : e.args | std::views::drop(1)) args.push_back(eval(*a));
+    return args;
+  }
+
   json eval(const Expr& e) {
     switch (e.kind) {
       case Expr::kLiteral: return e.value;
@@ -868,8 +873,7 @@ class Renderer {
         return json(std::vector<json>(v.begin() + from, v.begin() + to));
       }
       case Expr::kCall: {
-        std::vector<json> args;
-        for (const auto& a : e.args | std::views::drop(1)) args.push_back(eval(*a));
+        const auto args = operands(e);
         const Expr& callee = *e.args[0];
         if (callee.kind == Expr::kAttr) return method(eval(*callee.args[0]), callee.name, args);
         if (callee.kind == Expr::kName) {
@@ -893,16 +897,8 @@ class Renderer {
         }
         fail("unsupported call");
       }
-      case Expr::kFilter: {
-        std::vector<json> args;
-        for (const auto& a : e.args | std::views::drop(1)) args.push_back(eval(*a));
-        return filter(e.name, eval(*e.args[0]), args);
-      }
-      case Expr::kTest: {
-        std::vector<json> args;
-        for (const auto& a : e.args | std::views::drop(1)) args.push_back(eval(*a));
-        return test(e.name, eval(*e.args[0]), args) != e.negated;
-      }
+      case Expr::kFilter: return filter(e.name, eval(*e.args[0]), operands(e));
+      case Expr::kTest: return test(e.name, eval(*e.args[0]), operands(e)) != e.negated;
       case Expr::kUnary: {
         const json v = eval(*e.args[0]);
         return v.is_number_integer() ? json(-v.get<std::int64_t>()) : json(-v.get<double>());

@@ -93,7 +93,7 @@ class Sequence final : public RequestStream {
   std::shared_ptr<const LlamaModel> weights;   ///< full and swap modes: the model it runs on
   std::int64_t slot = -1, prefilled = 0, generated = 0, last_token = 0;
   bool done = false;
-  std::string done_reason, done_error;
+  std::string done_reason;
 
  private:
   std::function<void()> wake_;

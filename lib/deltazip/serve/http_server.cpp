@@ -3,7 +3,6 @@
 #include <atomic>
 #include <csignal>
 #include <ctime>
-#include <fstream>
 #include <random>
 #include <thread>
 

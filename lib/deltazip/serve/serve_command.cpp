@@ -1,7 +1,6 @@
 #include "deltazip/serve/serve_command.h"
 
 #include <algorithm>
-#include <cctype>
 
 #include "common/error.h"
 #include "common/file_io.h"

@@ -1,7 +1,6 @@
 #include "deltazip/serve/variant_delta.h"
 
 #include <algorithm>
-#include <cstring>
 #include <map>
 
 #include <ATen/Parallel.h>
@@ -29,8 +28,7 @@ bool contains(const std::vector<std::string>& sorted, const std::string& name) {
 // A dense entry as float32: the variant's value minus the base's.
 torch::Tensor dense_delta(const DeltaReader& reader, const std::string& name, const torch::Tensor& base) {
   auto entry = reader.dense(name);
-  auto stored = torch::empty(entry.tensor.shape, torch::TensorOptions().dtype(model::torch_scalar_type(entry.tensor.dtype)));
-  std::memcpy(stored.data_ptr(), entry.tensor.data.data(), entry.tensor.data.size());
+  auto stored = dense_tensor(entry);
   if (stored.sizes() != base.sizes())
     throw InputError(reader.path().string() + ": tensor '" + name + "' has another shape than the base's");
   auto value = stored.to(torch::kFloat32);
