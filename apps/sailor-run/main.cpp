@@ -1,14 +1,18 @@
-// sailor-run: initialise and train models in one process (distributed training with a plan is not here yet).
+// sailor-run: initialise models and train them, in one process or as the ranks of a
+// data/pipeline-parallel job (a sailor-plan plan), launched here, by torchrun or by srun.
 #include "common/cli.h"
 #include "devices/device_info.h"
 #include "fleet/config.h"
 #if FLEET_WITH_TORCH
 #include "model/commands.h"
+#include "sailor/runtime/commands.h"
 #endif
+#include "sailor/runtime/launcher.h"
 
 int main(int argc, char** argv) {
   fleet::Tool tool("sailor-run", "Train models: initialise a model folder, make synthetic corpora, train with "
-                                 "AdamW and resumable checkpoints.");
+                                 "AdamW and resumable checkpoints, on one process or with a plan's data and "
+                                 "pipeline parallelism over several.");
   tool.set_version_details(fleet::devices::version_details);
 #if FLEET_WITH_TORCH
   namespace m = fleet::model;
@@ -24,14 +28,16 @@ int main(int argc, char** argv) {
   init_cmd->add_option("--dtype", init.dtype, "Stored dtype: float32, float16, bfloat16")->capture_default_str();
   init_cmd->add_flag("--force", init.force, "Replace a non-empty output folder");
 
-  m::TrainCommand train;
+  namespace rt = fleet::sailor::runtime;
+  rt::TrainCommand train;
   auto& job = train.job;
   auto& o = job.options;
   std::vector<std::string> data;
-  CLI::App* train_cmd = tool.add_command("train", "Train a model on text files (one process, world size 1)", [&] {
-    for (const auto& d : data) job.data.emplace_back(d);
-    return m::run_train(train);
-  });
+  CLI::App* train_cmd = tool.add_command(
+      "train", "Train a model on text files: one process, or one rank of a job (RANK/WORLD_SIZE or SLURM)", [&] {
+        for (const auto& d : data) job.data.emplace_back(d);
+        return rt::run_train(train);
+      });
   train_cmd->add_option("--model", job.model, "Model folder to start from");
   train_cmd->add_option("--data", data, "Training text files (repeatable)");
   train_cmd->add_option("-o,--output", job.output, "Checkpoint folder (model + optimizer + step), rewritten atomically")
@@ -40,11 +46,18 @@ int main(int argc, char** argv) {
   train_cmd->add_flag("--force", job.force, "Replace a non-empty output folder (a finished run included)");
   train_cmd->add_option("--steps", o.steps, "Optimizer steps of the whole run")->capture_default_str()
       ->check(fleet::in_range(1, 1e9));
-  train_cmd->add_option("--batch-size", o.batch_size, "Sequences per micro-batch")->capture_default_str()
+  train_cmd->add_option("--plan", job.plan, "A sailor-plan plan (stages, replicas, mbs, global batch) to train with")
+      ->check(CLI::ExistingFile);
+  train_cmd->add_option("--metrics", job.metrics, "Append one JSON object per step to this file (rank 0)");
+  train_cmd->add_option("--timeout", job.timeout_seconds, "Seconds to wait for the rendezvous and for a peer")
+      ->capture_default_str()
+      ->check(fleet::in_range(1, 1e6));
+  train_cmd->add_option("--batch-size", o.batch_size, "Sequences per micro-batch (a plan's mbs replaces it)")->capture_default_str()
       ->check(fleet::in_range(1, 65536));
   train_cmd->add_option("--seq-len", o.seq_len, "Tokens per sequence")->capture_default_str()
       ->check(fleet::in_range(2, 1e6));
-  train_cmd->add_option("--grad-accumulation", o.grad_accumulation, "Micro-batches per step")->capture_default_str()
+  train_cmd->add_option("--grad-accumulation", o.grad_accumulation,
+                        "Micro-batches per step and replica (global batch = ranks x batch size x this)")->capture_default_str()
       ->check(fleet::in_range(1, 1e6));
   train_cmd->add_option("--lr", o.lr, "Peak learning rate")->capture_default_str()
       ->check(fleet::in_range(1e-12, 10));
@@ -73,6 +86,20 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   fleet::add_threads_option(train_cmd, &train.threads);
   fleet::add_json_flag(train_cmd, &train.json);
+
+  rt::LaunchCommand launch;
+  CLI::App* launch_cmd = tool.add_command(
+      "launch", "Start the workers of a job on this machine: sailor-run launch --nprocs N -- train ...",
+      [&] { return rt::run_launch(launch); });
+  launch_cmd->add_option("--nprocs", launch.nprocs, "Workers to start (default: as many as --plan needs)")
+      ->check(fleet::in_range(1, 1024));
+  launch_cmd->add_option("--plan", launch.plan, "Plan to hand to every worker as --plan")->check(CLI::ExistingFile);
+  launch_cmd->add_option("--master-port", launch.master_port, "Rendezvous port on 127.0.0.1 (default: a free one)")
+      ->check(fleet::in_range(1, 65535));
+  launch_cmd->add_option("--grace", launch.grace_seconds, "Seconds between SIGTERM and SIGKILL when stopping workers")
+      ->capture_default_str()
+      ->check(fleet::in_range(0, 3600));
+  launch_cmd->add_option("worker", launch.arguments, "The workers' sailor-run command, after --")->required();
 
   m::CorpusCommand corpus;
   CLI::App* corpus_cmd = tool.add_command("make-corpus", "Write a synthetic training corpus (no downloads)",

@@ -88,23 +88,6 @@ int run_init(const InitCommand& c) {
   return 0;
 }
 
-int run_train(const TrainCommand& c) {
-  set_cpu_threads(c.threads);
-  if (!c.job.resume && c.job.model.empty()) throw UsageError("give --model (or --resume)");
-  auto result = train(c.job);
-  if (c.json) {
-    nlohmann::json j = {{"first_step", result.first_step}, {"last_step", result.last_step},
-                        {"first_loss", result.first_loss}, {"last_loss", result.last_loss},
-                        {"tokens_per_second", result.tokens_per_second}, {"losses", result.losses}};
-    std::cout << j.dump(2) << "\n";
-  } else {
-    std::cout << fmt::format("trained steps {}-{}: loss {:.4f} -> {:.4f}, {:.0f} tokens/s; checkpoint in {}\n",
-                             result.first_step + 1, result.last_step, result.first_loss, result.last_loss,
-                             result.tokens_per_second, c.job.output.string());
-  }
-  return 0;
-}
-
 int run_make_corpus(const CorpusCommand& c) {
   auto task = parse_synthetic_task(c.task);
   OutputCheck().file(c.output, "--output").check(Existing::kReplace);

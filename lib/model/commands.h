@@ -1,5 +1,6 @@
 // Entry points of the model-related subcommands: `sailor-run init`,
-// `sailor-run train`, `sailor-run make-corpus` and `dz-compress eval`.
+// `sailor-run make-corpus`, `dz-compress eval` and `compare` (training is
+// sailor/runtime/commands.h).
 // Torch-free header: the programs include it, the .cpp uses libtorch.
 #pragma once
 
@@ -27,14 +28,6 @@ struct InitCommand {
   bool force = false;                  ///< replace an existing folder
 };
 int run_init(const InitCommand& command);
-
-/// `sailor-run train`.
-struct TrainCommand {
-  TrainJob job;                 ///< job.device: cpu, cuda or auto
-  int threads = 0;  ///< 0: libtorch's default
-  bool json = false;
-};
-int run_train(const TrainCommand& command);
 
 /// `sailor-run make-corpus`.
 struct CorpusCommand {

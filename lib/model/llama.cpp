@@ -1,5 +1,6 @@
 #include "model/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -232,6 +233,44 @@ void LlamaModel::set_requires_grad(bool on) {
   for (auto& [name, t] : named_parameters()) t.set_requires_grad(on);
 }
 
+std::vector<std::pair<std::string, torch::Tensor>> LlamaModel::named_parameters(int first, int last) const {
+  const int blocks = static_cast<int>(layers_.size());
+  if (first < 0 || last > blocks + 2 || first >= last)
+    throw InputError("layers [" + std::to_string(first) + ", " + std::to_string(last) + ") are not a range of this " +
+                     std::to_string(blocks + 2) + "-layer model");
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  if (first == 0) out.emplace_back("model.embed_tokens.weight", embed_tokens_);
+  for (int i = std::max(first - 1, 0); i < std::min(last - 1, blocks); ++i)
+    for_each_layer_tensor(layers_[static_cast<std::size_t>(i)], [&](const char* suffix, const torch::Tensor& t) {
+      out.emplace_back(layer_name(static_cast<std::size_t>(i), suffix), t);
+    });
+  if (last == blocks + 2) {
+    out.emplace_back("model.norm.weight", norm_);
+    if (!config_.tie_word_embeddings) out.emplace_back("lm_head.weight", lm_head_);
+    else if (first > 0) out.emplace_back("model.embed_tokens.weight", lm_head_);
+  }
+  return out;
+}
+
+torch::Tensor LlamaModel::separate_tied_head() {
+  if (!config_.tie_word_embeddings) return {};
+  if (lm_head_.is_same(embed_tokens_)) lm_head_ = embed_tokens_.detach().clone();
+  return lm_head_;
+}
+
+void LlamaModel::keep_only_layers(int first, int last) {
+  const int blocks = static_cast<int>(layers_.size());
+  named_parameters(first, last);  // checks the range
+  const bool head = last == blocks + 2;
+  if (first > 0) embed_tokens_ = torch::Tensor();  // a tied head keeps its own handle (lm_head_)
+  if (!head) {
+    norm_ = torch::Tensor();
+    lm_head_ = torch::Tensor();
+  }
+  for (int i = 0; i < blocks; ++i)
+    if (i < first - 1 || i >= last - 1) layers_[static_cast<std::size_t>(i)] = LlamaLayerWeights{};
+}
+
 void LlamaModel::load_parameters(const std::vector<std::pair<std::string, torch::Tensor>>& values) {
   std::map<std::string, const torch::Tensor*> by_name;
   for (const auto& [name, t] : values) by_name[name] = &t;
@@ -354,26 +393,54 @@ LlamaModel::LayerInputs LlamaModel::layer_inputs(std::size_t i, const torch::Ten
 }
 
 torch::Tensor LlamaModel::run_layers(torch::Tensor hidden, const torch::Tensor& positions, CacheStep* step) const {
+  hidden = run_blocks(std::move(hidden), positions, 0, layers_.size(), step);
+  return norm(0, NormSlot::kFinal, hidden, step);
+}
+
+torch::Tensor LlamaModel::run_blocks(torch::Tensor hidden, const torch::Tensor& positions, std::size_t first,
+                                     std::size_t last, CacheStep* step) const {
   auto [cos, sin] = rotary(positions);
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
+  for (std::size_t i = first; i < last; ++i) {
     auto attended = attention(i, norm(i, NormSlot::kInput, hidden, step), cos, sin, positions, step);
     hidden = hidden + project(i, Projection::kO, attended, step);
     auto x = norm(i, NormSlot::kPostAttention, hidden, step);
     auto gated = torch::silu(project(i, Projection::kGate, x, step)) * project(i, Projection::kUp, x, step);
     hidden = hidden + project(i, Projection::kDown, gated, step);
   }
-  return norm(0, NormSlot::kFinal, hidden, step);
+  return hidden;
 }
 
-
 torch::Tensor LlamaModel::forward(const torch::Tensor& tokens) const {
-  check_tokens(tokens, config_.vocab_size);
-  const auto T = tokens.size(1);
+  return forward_layers(tokens, 0, static_cast<int>(layers_.size()) + 2);
+}
+
+torch::Tensor LlamaModel::forward_layers(const torch::Tensor& input, int first, int last) const {
+  const int blocks = static_cast<int>(layers_.size());
+  if (first < 0 || last > blocks + 2 || first >= last)
+    throw InputError("layers [" + std::to_string(first) + ", " + std::to_string(last) + ") are not a range of this " +
+                     std::to_string(blocks + 2) + "-layer model");
+  torch::Tensor hidden = input;
+  const auto T = input.size(1);
+  if (first == 0) {
+    check_tokens(input, config_.vocab_size);
+    hidden = torch::embedding(embed_tokens_, input);
+  } else if (input.dim() != 3 || input.size(2) != config_.hidden_size) {
+    throw InputError("a stage that starts at layer " + std::to_string(first) + " takes hidden states [B, T, " +
+                     std::to_string(config_.hidden_size) + "]");
+  }
   if (T > config_.max_position_embeddings)
     throw InputError("sequence of " + std::to_string(T) + " tokens is longer than max_position_embeddings (" +
                      std::to_string(config_.max_position_embeddings) + ")");
-  auto positions = torch::arange(T, tokens.options()).unsqueeze(0).expand({tokens.size(0), T});
-  auto hidden = run_layers(torch::embedding(embed_tokens_, tokens), positions, nullptr);
+  const auto first_block = static_cast<std::size_t>(std::max(first - 1, 0));
+  const auto last_block = static_cast<std::size_t>(std::clamp(last - 1, 0, blocks));
+  if (first_block < last_block) {
+    auto positions = torch::arange(T, torch::TensorOptions().dtype(torch::kInt64).device(hidden.device()))
+                         .unsqueeze(0)
+                         .expand({hidden.size(0), T});
+    hidden = run_blocks(std::move(hidden), positions, first_block, last_block, nullptr);
+  }
+  if (last < blocks + 2) return hidden;
+  hidden = norm(0, NormSlot::kFinal, hidden, nullptr);
   return torch::linear(hidden, lm_head_).to(torch::kFloat32);
 }
 

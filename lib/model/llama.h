@@ -100,6 +100,26 @@ class LlamaModel {
   /// (int64), each row one sequence from position 0. Differentiable.
   torch::Tensor forward(const torch::Tensor& tokens) const;
 
+  /// Runs the planner's layers [first, last) of this model, where layer 0 is
+  /// the token embedding, 1..L the decoder blocks and L+1 the head (final
+  /// norm + LM head): what one pipeline stage computes. `input` is token ids
+  /// [B, T] when first == 0, else hidden states [B, T, hidden]; the result is
+  /// hidden states, or float32 logits when the range ends with the head.
+  /// forward() is forward_layers(tokens, 0, L + 2). Differentiable.
+  torch::Tensor forward_layers(const torch::Tensor& input, int first, int last) const;
+  /// Parameters the planner's layers [first, last) use, under their Hugging
+  /// Face names (a tied head uses model.embed_tokens.weight).
+  std::vector<std::pair<std::string, torch::Tensor>> named_parameters(int first, int last) const;
+  /// For training a tied model: gives the head its own copy of the embedding
+  /// matrix, so the gradients of the two uses arrive separately (a trainer
+  /// sums them and keeps the copies equal, as it must when the embedding and
+  /// the head sit on different pipeline stages). Returns the head's matrix;
+  /// an undefined tensor for an untied model.
+  torch::Tensor separate_tied_head();
+  /// Frees the weights of every layer outside [first, last) (a pipeline stage
+  /// holds only its own); the model can then run only that range.
+  void keep_only_layers(int first, int last);
+
   /// Appends `tokens` [B, T] (int64, right-padded) to the sequences in
   /// `slots` (one per row; `counts[b]` tokens of row b are real) and returns
   /// float32 logits: [B, vocab] at each row's last real token, or [B, T,
@@ -141,6 +161,9 @@ class LlamaModel {
   template <typename Make>
   void allocate(Make&& make);
   torch::Tensor run_layers(torch::Tensor hidden, const torch::Tensor& positions, CacheStep* cache_step) const;
+  // Decoder blocks [first, last) without the final norm.
+  torch::Tensor run_blocks(torch::Tensor hidden, const torch::Tensor& positions, std::size_t first, std::size_t last,
+                           CacheStep* cache_step) const;
   // Attention output before o_proj, [B, T, heads * head_dim].
   torch::Tensor attention(std::size_t layer, const torch::Tensor& x, const torch::Tensor& cos,
                           const torch::Tensor& sin, const torch::Tensor& positions, CacheStep* cache_step) const;

@@ -1,6 +1,6 @@
-// Single-process training of a Llama model: AdamW, linear warm-up then cosine
-// decay, gradient clipping and accumulation, atomic checkpoints of model,
-// optimizer and step that resume bit-identically. Deterministic under a seed.
+// The options of a training run and its learning-rate schedule (AdamW,
+// linear warm-up then cosine decay, clipping). The training loop itself, for
+// one process or many, is sailor/runtime/trainer.h. No libtorch.
 #pragma once
 
 #include <cstdint>
@@ -16,9 +16,14 @@ namespace fleet::model {
 /// Everything that decides the result of a run (stored in the checkpoint).
 struct TrainOptions {
   std::int64_t steps = 100;
-  std::int64_t batch_size = 8;       ///< sequences per micro-batch
+  std::int64_t batch_size = 8;       ///< sequences per micro-batch (a plan's mbs replaces it)
   std::int64_t seq_len = 128;        ///< tokens per sequence
-  std::int64_t grad_accumulation = 1;
+  std::int64_t grad_accumulation = 1;  ///< micro-batches per step and data-parallel replica
+  /// Sequences per optimizer step over all replicas. 0 until a run fixes it
+  /// (a plan's global batch, else replicas x batch_size x grad_accumulation);
+  /// a checkpoint keeps it, so a resumed run trains on the same batches
+  /// whatever its layout.
+  std::int64_t global_batch = 0;
   double lr = 1e-3;
   double min_lr_ratio = 0.1;         ///< the cosine ends at lr * min_lr_ratio
   std::int64_t warmup_steps = 10;
@@ -36,32 +41,6 @@ struct TrainOptions {
 
 /// The learning rate at `step` (0-based) of a run with `options`.
 double learning_rate(const TrainOptions& options, std::int64_t step);
-
-/// One training run: from a model folder, or resuming the checkpoint in `output`.
-struct TrainJob {
-  std::filesystem::path model;           ///< model folder to start from (unused when resuming)
-  std::filesystem::path output;          ///< checkpoint folder, rewritten atomically
-  std::vector<std::filesystem::path> data;  ///< text files (unused when resuming: the checkpoint names them)
-  TrainOptions options;
-  bool resume = false;
-  bool force = false;                    ///< replace a non-empty output folder (a finished run included)
-  std::string device = "auto";           ///< cpu, cuda or auto; on CUDA the products run in bfloat16 (autocast)
-  std::int64_t checkpoint_every = 0;     ///< steps between checkpoints (0: only at the end)
-  std::int64_t stop_after = 0;           ///< stop (with a checkpoint) after this many steps of this run; 0: run to the end
-  std::int64_t log_every = 10;
-};
-
-/// What a run did.
-struct TrainResult {
-  std::int64_t first_step = 0, last_step = 0;  ///< steps [first, last) ran
-  double first_loss = 0, last_loss = 0;
-  double tokens_per_second = 0;
-  std::vector<double> losses;                   ///< per step of this run
-};
-
-/// Runs `job`. UsageError for bad options, InputError for unreadable data or
-/// a checkpoint whose data no longer matches.
-TrainResult train(const TrainJob& job);
 
 /// Files a model folder carries besides weights and config.
 const std::vector<std::string>& tokenizer_file_names();

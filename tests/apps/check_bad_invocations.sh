@@ -106,6 +106,14 @@ if [ "$torch" = 1 ]; then
   bad 2 "--batch-size.*between"   "$sr" train --model base --data copy.txt -o run --batch-size 0 --threads 1
   bad 2 "--threads.*between"      "$sr" train --model base --data copy.txt -o run --threads -2
   bad 2 "replacing it would remove the input" "$sr" train --model base --data copy.txt -o . --force --threads 1
+  bad 2 "--plan.*does not exist"  "$sr" train --model base --data copy.txt -o run --plan missing.json --threads 1
+  bad 2 "malformed JSON"          "$sr" train --model base --data copy.txt -o run --plan copy.txt --threads 1
+  bad 2 "worker.*required"        "$sr" launch --nprocs 2
+  bad 2 "--nprocs.*between"       "$sr" launch --nprocs 0 -- train --model base
+  bad 2 "--nprocs.*between"       "$sr" launch --nprocs -3 -- train --model base
+  bad 2 "RANK and WORLD_SIZE"     env RANK=0 "$sr" train --model base --data copy.txt -o run --threads 1
+  bad 2 "WORLD_SIZE='x'"          env RANK=0 WORLD_SIZE=x "$sr" train --model base --data copy.txt -o run --threads 1
+  bad 2 "--timeout.*between"      "$sr" train --model base --data copy.txt -o run --timeout 0 --threads 1
   bad 2 "config.json|tokenizer"  "$ds" -q serve --base missing
   bad 2 "--mode must be"          "$ds" -q serve --base base --mode turbo
   bad 2 "NAME=FILE"               "$ds" -q serve --base base --delta nameonly

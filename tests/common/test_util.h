@@ -15,11 +15,12 @@
 
 namespace fleet::testing {
 
-/// The message of the InputError `f` throws, or "no error".
-inline std::string error_of(const std::function<void()>& f) {
+/// The message of the error of type `E` (InputError by default) `f` throws, or "no error".
+template <typename E = InputError>
+std::string error_of(const std::function<void()>& f) {
   try {
     f();
-  } catch (const InputError& e) {
+  } catch (const E& e) {
     return e.what();
   }
   return "no error";

@@ -24,52 +24,6 @@
 namespace fleet::model {
 namespace {
 
-// A small byte-vocabulary model folder with its tokenizer.
-std::filesystem::path make_model_folder(const std::filesystem::path& dir) {
-  auto config = llama_preset("tiny");
-  config.hidden_size = 32;
-  config.intermediate_size = 64;
-  config.num_hidden_layers = 2;
-  config.num_attention_heads = 4;
-  config.num_key_value_heads = 2;
-  config.head_dim = 8;
-  auto folder = dir / "init";
-  std::filesystem::create_directories(folder);
-  LlamaModel::random(config, 3).save(folder);
-  write_file_atomically(folder / "tokenizer.json", byte_tokenizer_json());
-  return folder;
-}
-
-TrainJob small_job(const std::filesystem::path& model, const std::filesystem::path& data,
-                   const std::filesystem::path& out) {
-  TrainJob job;
-  job.model = model;
-  job.data = {data};
-  job.output = out;
-  job.options.steps = 6;
-  job.options.batch_size = 4;
-  job.options.seq_len = 24;
-  job.options.lr = 1e-2;
-  job.options.warmup_steps = 2;
-  job.options.grad_accumulation = 2;
-  job.options.seed = 5;
-  job.log_every = 0;
-  return job;
-}
-
-std::map<std::string, torch::Tensor> tensors_of(const std::filesystem::path& file) {
-  SafetensorsFile f(file);
-  std::map<std::string, torch::Tensor> out;
-  for (const auto& info : f.tensors()) out[info.name] = to_torch(f.view(info.name));
-  return out;
-}
-
-void expect_identical_files(const std::filesystem::path& a, const std::filesystem::path& b) {
-  auto ta = tensors_of(a), tb = tensors_of(b);
-  ASSERT_EQ(ta.size(), tb.size());
-  for (const auto& [name, t] : ta) EXPECT_TRUE(torch::equal(t, tb.at(name))) << name << " differs";
-}
-
 double cpu_seconds() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
@@ -110,67 +64,6 @@ TEST(Device, ResolvesTheFlag) {
   EXPECT_THROW(resolve_device(""), UsageError);
   EXPECT_EQ(default_compute_dtype(ComputeDevice::kCpu), "float32");
   EXPECT_EQ(default_compute_dtype(ComputeDevice::kCuda), "bfloat16");
-}
-
-class Training : public ::testing::Test {
- protected:
-  void SetUp() override {
-    model_ = make_model_folder(dir_.path());
-    data_ = dir_.path() / "base.txt";
-    write_file_atomically(data_, make_synthetic_corpus(SyntheticTask::kBase, 300, 1));
-  }
-  testing::TempDir dir_;
-  std::filesystem::path model_, data_;
-};
-
-TEST_F(Training, LowersTheLossDeterministically) {
-  auto first = train(small_job(model_, data_, dir_.path() / "a"));
-  auto second = train(small_job(model_, data_, dir_.path() / "b"));
-  ASSERT_EQ(first.losses.size(), 6u);
-  EXPECT_EQ(first.losses, second.losses);  // bit for bit
-  EXPECT_LT(first.last_loss, first.first_loss - 0.3);
-  expect_identical_files(dir_.path() / "a" / "model.safetensors", dir_.path() / "b" / "model.safetensors");
-  // The checkpoint is a model folder transformers-style tools read: config, weights, tokenizer.
-  EXPECT_TRUE(std::filesystem::exists(dir_.path() / "a" / "tokenizer.json"));
-  EXPECT_NO_THROW(LlamaModel::load(dir_.path() / "a"));
-}
-
-TEST_F(Training, ResumeContinuesBitIdentically) {
-  auto straight = train(small_job(model_, data_, dir_.path() / "straight"));
-  auto job = small_job(model_, data_, dir_.path() / "resumed");
-  job.stop_after = 3;
-  auto part1 = train(job);
-  EXPECT_EQ(part1.last_step, 3);
-  TrainJob resume;
-  resume.output = dir_.path() / "resumed";
-  resume.resume = true;
-  resume.log_every = 0;
-  auto part2 = train(resume);
-  EXPECT_EQ(part2.first_step, 3);
-  EXPECT_EQ(part2.last_step, 6);
-  std::vector<double> joined = part1.losses;
-  joined.insert(joined.end(), part2.losses.begin(), part2.losses.end());
-  EXPECT_EQ(joined, straight.losses);
-  expect_identical_files(dir_.path() / "straight" / "model.safetensors", dir_.path() / "resumed" / "model.safetensors");
-  expect_identical_files(dir_.path() / "straight" / "optimizer.safetensors",
-                         dir_.path() / "resumed" / "optimizer.safetensors");
-}
-
-TEST_F(Training, RefusesChangedDataAndExistingRuns) {
-  auto job = small_job(model_, data_, dir_.path() / "run");
-  job.stop_after = 2;
-  train(job);
-  auto before = tensors_of(dir_.path() / "run" / "model.safetensors");
-  // Starting a new run over a checkpoint would destroy it.
-  EXPECT_THROW(train(small_job(model_, data_, dir_.path() / "run")), UsageError);
-  write_file_atomically(data_, make_synthetic_corpus(SyntheticTask::kBase, 300, 2));
-  TrainJob resume;
-  resume.output = dir_.path() / "run";
-  resume.resume = true;
-  auto message = testing::error_of([&] { train(resume); });
-  EXPECT_NE(message.find("training data changed"), std::string::npos) << message;
-  auto after = tensors_of(dir_.path() / "run" / "model.safetensors");
-  for (const auto& [name, t] : before) EXPECT_TRUE(torch::equal(t, after.at(name))) << name;
 }
 
 TEST(Schedule, WarmsUpThenDecaysToTheFloor) {

@@ -1,0 +1,82 @@
+// The job's communication over libtorch's distributed layer (c10d): a
+// TCPStore for rendezvous (rank 0 serves it), Gloo process groups on CPU
+// over any subset of ranks, each on its own store prefix so a generation of
+// groups can be torn down and rebuilt inside a running process. Include only
+// from libtorch targets.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/version.h>
+
+#include "sailor/runtime/world.h"
+
+namespace fleet::sailor::runtime {
+
+// libtorch 2.x moved the collectives from ProcessGroup into Backend; the
+// backends (Gloo, NCCL) derive from the one this build has.
+#if TORCH_VERSION_MAJOR >= 2
+using GroupBackend = c10d::Backend;
+#else
+using GroupBackend = c10d::ProcessGroup;
+#endif
+
+/// A process group over some ranks of the job. Ranks are global ranks.
+class Group {
+ public:
+  Group(c10::intrusive_ptr<GroupBackend> backend, std::vector<int> ranks, int my_rank);
+  /// Members in group order.
+  const std::vector<int>& ranks() const { return ranks_; }
+  int size() const { return static_cast<int>(ranks_.size()); }
+
+  /// Sums `tensor` over the group in place (nothing for one member).
+  void all_reduce_sum(torch::Tensor& tensor);
+  /// Starts summing `tensor` in place; wait() on the result.
+  c10::intrusive_ptr<c10d::Work> all_reduce_sum_async(torch::Tensor& tensor);
+  /// Starts sending `tensor` to global rank `to`, matched by `tag`.
+  c10::intrusive_ptr<c10d::Work> send(torch::Tensor& tensor, int to, int tag);
+  /// Receives into `tensor` from global rank `from` (waits).
+  void recv(torch::Tensor& tensor, int from, int tag);
+  /// Waits until every member got here.
+  void barrier();
+
+ private:
+  int local(int global_rank) const;
+  c10::intrusive_ptr<GroupBackend> backend_;
+  std::vector<int> ranks_;
+};
+
+class Communicator {
+ public:
+  /// Joins the rendezvous of `world` (rank 0 serves the store). RuntimeFailure
+  /// when the master cannot be reached or not every rank arrives within `timeout`.
+  Communicator(const WorldInfo& world, std::chrono::milliseconds timeout);
+
+  int rank() const { return world_.rank; }
+  int size() const { return world_.world_size; }
+  c10d::Store& store() { return *store_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  /// A new group over `ranks` (sorted, containing this rank), its store keys
+  /// under `name`: every member must call it with the same arguments.
+  std::unique_ptr<Group> group(const std::string& name, std::vector<int> ranks);
+  /// Every rank: this communicator's world group.
+  Group& world() { return *world_group_; }
+
+  /// Publishes `value` under `key` for this rank and returns every rank's value, in rank order.
+  std::vector<std::string> all_gather_strings(const std::string& key, const std::string& value);
+
+ private:
+  WorldInfo world_;
+  std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::shared_ptr<::gloo::transport::Device> device_;
+  std::unique_ptr<Group> world_group_;
+};
+
+}  // namespace fleet::sailor::runtime

@@ -1,0 +1,605 @@
+#include "sailor/runtime/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <optional>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "common/file_io.h"
+#include "common/logging.h"
+#include "common/output_check.h"
+#include "common/progress.h"
+#include "common/safetensors.h"
+#include "model/device.h"
+#include "model/llama.h"
+#include "model/tensor_bridge.h"
+#include "model/tokenizer.h"
+#include "model/torch_compat.h"
+#include "model/training_parts.h"
+#include "sailor/runtime/communicator.h"
+#include "sailor/runtime/layout.h"
+#include "sailor/runtime/schedule.h"
+#include "sailor/runtime/world.h"
+
+namespace fleet::sailor::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+using model::TrainOptions;
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kStateFile = "trainer_state.json";
+constexpr const char* kStateFormat = "gpufleet-trainer-state";
+constexpr int kStateVersion = 1;
+constexpr const char* kTiedName = "model.embed_tokens.weight";
+constexpr std::uint64_t kMaxShardBytes = 4ull << 30;
+constexpr std::int64_t kBucketBytes = 25ll << 20;  // gradient all-reduce bucket, as DDP's default
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// A content hash of tensors (names, shapes, bytes), 8 bytes at a time.
+std::uint64_t tensor_fingerprint(const NamedTensors& tensors) {
+  std::uint64_t h = 1469598103934665603ull;
+  auto mix = [&](std::uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  for (const auto& [name, t] : tensors) {
+    for (char c : name) mix(static_cast<unsigned char>(c));
+    auto c = t.detach().to(torch::kCPU).contiguous();
+    for (auto d : c.sizes()) mix(static_cast<std::uint64_t>(d));
+    const auto* bytes = static_cast<const unsigned char*>(c.data_ptr());
+    const auto n = static_cast<std::size_t>(c.nbytes());
+    std::size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      std::uint64_t w;
+      std::memcpy(&w, bytes + i, 8);
+      mix(w);
+    }
+    for (; i < n; ++i) mix(bytes[i]);
+  }
+  return h;
+}
+
+// What a run resumes from, or starts with.
+struct RunState {
+  TrainOptions options;
+  std::vector<fs::path> data_files;
+  std::int64_t start_step = 0;
+  fs::path source;
+  nlohmann::json history = nlohmann::json::array();
+  std::optional<std::uint64_t> expected_fingerprint;
+};
+
+RunState read_run_state(const TrainJob& job) {
+  RunState s;
+  s.options = job.options;
+  s.data_files = job.data;
+  s.source = job.model;
+  if (!job.resume) {
+    s.options.validate();
+    if (fs::exists(job.output / kStateFile) && !job.force)
+      throw UsageError(job.output.string() +
+                       " already holds a training run; use --resume, --force or another output folder");
+    OutputCheck check;
+    check.input(job.model, "--model");
+    for (const auto& f : s.data_files) check.input(f, "--data");
+    check.folder(job.output, "--output").check(Existing::kNeedsForce, job.force);
+    return s;
+  }
+  auto doc = load_json_file(job.output / kStateFile);
+  auto state = doc.root();
+  if (state.get<std::string>("format") != kStateFormat) state.at("format").fail("not a trainer state");
+  if (state.get<int>("version") != kStateVersion) state.at("version").fail("unsupported version");
+  s.options = TrainOptions::from_json(state.at("options"));
+  s.start_step = state.get<std::int64_t>("step");
+  s.data_files.clear();
+  for (const auto& f : state.get<std::vector<std::string>>("data")) s.data_files.emplace_back(f);
+  s.expected_fingerprint = state.get<std::uint64_t>("data_fingerprint");
+  s.history = state.at("history").raw();
+  s.source = job.output;
+  return s;
+}
+
+// The layout of this job: the plan's, or data parallelism over the ranks.
+// Fixes options.global_batch for a new run; a resumed run keeps its own.
+Layout make_layout(const TrainJob& job, TrainOptions& options, int model_layers, int world_size) {
+  Layout layout;
+  if (!job.plan.empty()) {
+    JobSpec spec;
+    spec.global_batch = static_cast<int>(options.global_batch);
+    const Plan plan = load_plan(job.plan, spec);
+    layout = layout_from_plan(plan, model_layers);
+    if (options.global_batch == 0) options.global_batch = layout.global_batch;
+    if (layout.global_batch != options.global_batch)
+      throw UsageError(fmt::format("the plan's global batch is {} sequences but the checkpoint trains with {}: "
+                                   "a resumed run keeps its global batch", layout.global_batch, options.global_batch));
+    // The checkpoint records the plan's micro-batching, so a run resumed
+    // without a plan splits the batch the same way.
+    options.batch_size = layout.mbs;
+    options.grad_accumulation = layout.micro_batches(0);
+  } else {
+    const std::int64_t per_replica = options.batch_size * options.grad_accumulation;
+    if (options.global_batch == 0) options.global_batch = per_replica * world_size;
+    layout = data_parallel_layout(world_size, model_layers, options.batch_size, options.global_batch);
+  }
+  check_world_size(layout, world_size);
+  return layout;
+}
+
+// Refuses to start when the ranks disagree on the model, data or options:
+// every rank raises the same error instead of training different things.
+void check_same_inputs(Communicator& comm, const std::string& model_id, const std::string& data_id,
+                       const std::string& options_id) {
+  const auto all = comm.all_gather_strings("inputs", model_id + "\n" + data_id + "\n" + options_id);
+  for (std::size_t r = 1; r < all.size(); ++r) {
+    if (all[r] == all[0]) continue;
+    auto field = [](const std::string& s, int i) {
+      std::size_t begin = 0;
+      for (int k = 0; k < i; ++k) begin = s.find('\n', begin) + 1;
+      return s.substr(begin, s.find('\n', begin) - begin);
+    };
+    const char* what[] = {"model files", "training data", "options or plan"};
+    for (int i = 0; i < 3; ++i)
+      if (field(all[r], i) != field(all[0], i))
+        throw UsageError(fmt::format("rank {}'s {} differ from rank 0's (fingerprint {} vs {}): every worker must "
+                                     "read the same inputs", r, what[i], field(all[r], i), field(all[0], i)));
+  }
+}
+
+// Where each step's time went, on this rank.
+struct StepTimes {
+  double compute = 0, send = 0, recv = 0, allreduce = 0;
+};
+
+// One rank's part of the job: its stage's layers, parameters and optimizer,
+// its groups, and the 1F1B step.
+class StageRunner {
+ public:
+  StageRunner(const Layout& layout, int rank, Communicator* comm, model::LlamaModel& model,
+              const model::TrainingData& data, const TrainOptions& options, torch::Device device)
+      : layout_(layout),
+        place_(layout.place(rank)),
+        stage_(layout.stages[static_cast<std::size_t>(place_.stage)]),
+        comm_(comm),
+        model_(model),
+        data_(data),
+        options_(options),
+        device_(device) {
+    const int blocks = static_cast<int>(model.num_layers());
+    is_first_ = place_.stage == 0;
+    is_last_ = place_.stage == layout.pipeline_stages() - 1;
+    // A tied model trains with the head's copy of the embedding as its own
+    // leaf in every layout: the two uses' gradients are summed exactly (in
+    // float64), whether both sit on this stage or on two.
+    auto head_copy = model_.separate_tied_head();
+    model_.keep_only_layers(stage_.first, stage_.last);
+    params_ = model_.named_parameters(stage_.first, stage_.last);
+    const bool tied = model.config().tie_word_embeddings;
+    tied_copy_ = tied && stage_.first > 0 && stage_.last == blocks + 2;
+    if (tied && stage_.first == 0 && stage_.last == blocks + 2) local_head_copy_ = head_copy;
+    for (auto& [name, p] : params_) p.set_requires_grad(true);
+    if (local_head_copy_.defined()) local_head_copy_.set_requires_grad(true);
+    build_groups();
+    build_buckets();
+  }
+
+  const NamedTensors& parameters() const { return params_; }
+  const Layout::Place& place() const { return place_; }
+  bool writes_checkpoint() const { return place_.replica == 0 && place_.tp_rank == 0; }
+  bool holds_tied_copy() const { return tied_copy_; }
+
+  // Runs the step's forwards and backwards and sums the gradients over the
+  // replicas. Returns this rank's share of the loss (non-zero on the last stage only).
+  double run_step(std::int64_t step, StepTimes& times) {
+    const std::int64_t divisor = model::loss_tokens(data_, options_, step, layout_.global_batch);
+    if (divisor == 0) throw InputError(fmt::format("step {}'s batch holds no token to train on", step + 1));
+    const int micro_batches = layout_.micro_batches(place_.replica);
+    const auto ops = one_f_one_b(place_.stage, layout_.pipeline_stages(), micro_batches);
+    std::vector<torch::Tensor> received(static_cast<std::size_t>(micro_batches)),
+        outputs(static_cast<std::size_t>(micro_batches));
+    for (auto& flat : flat_grads_) flat.zero_();
+    std::vector<c10::intrusive_ptr<c10d::Work>> sends;
+    double loss_sum = 0;
+    const std::int64_t pad = model_.config().pad_token_id;
+    const auto hidden = model_.config().hidden_size;
+    const int prev = is_first_ ? -1 : layout_.rank_of(place_.stage - 1, place_.replica, 0);
+    const int next = is_last_ ? -1 : layout_.rank_of(place_.stage + 1, place_.replica, 0);
+    for (const auto& op : ops) {
+      const auto m = static_cast<std::size_t>(op.micro);
+      const auto [first, last] = layout_.micro_batch(place_.replica, op.micro);
+      if (op.kind == PipelineOp::Kind::kForward) {
+        model::Batch batch;
+        if (is_first_ || is_last_) batch = model::sample_sequences(data_, options_, step, first, last - first, pad);
+        torch::Tensor input;
+        if (is_first_) {
+          input = batch.tokens.to(device_);
+        } else {
+          auto t = Clock::now();
+          input = torch::empty({last - first, options_.seq_len, hidden}, torch::kFloat32);
+          comm_->world().recv(input, prev, 2 * op.micro);
+          times.recv += seconds_since(t);
+          // The received leaf goes through a view, so the gradients of its
+          // consumers add up in the same autograd buffer, in the same order,
+          // as they do when the previous layer runs in this process.
+          received[m] = input.to(device_).requires_grad_(true);
+          input = received[m].view_as(received[m]);
+        }
+        auto t = Clock::now();
+        auto output = model_.forward_layers(input, stage_.first, stage_.last);
+        if (is_last_) {
+          batch.tokens = batch.tokens.to(device_);
+          batch.mask = batch.mask.to(device_);
+          output = model::batch_loss(output.to(torch::kFloat32), batch, static_cast<double>(divisor));
+          loss_sum += output.item<double>();
+        }
+        times.compute += seconds_since(t);
+        if (!is_last_) {
+          t = Clock::now();
+          auto out = output.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+          sends.push_back(comm_->world().send(out, next, 2 * op.micro));
+          times.send += seconds_since(t);
+        }
+        outputs[m] = output;
+      } else {
+        auto t = Clock::now();
+        if (is_last_) {
+          outputs[m].backward();
+        } else {
+          auto grad = torch::empty(outputs[m].sizes(), torch::kFloat32);
+          comm_->world().recv(grad, next, 2 * op.micro + 1);
+          times.recv += seconds_since(t);
+          t = Clock::now();
+          outputs[m].backward(grad.to(device_, outputs[m].scalar_type()));
+        }
+        accumulate_gradients();
+        times.compute += seconds_since(t);
+        if (!is_first_) {
+          t = Clock::now();
+          auto g = received[m].grad().to(torch::kCPU, torch::kFloat32).contiguous();
+          sends.push_back(comm_->world().send(g, prev, 2 * op.micro + 1));
+          times.send += seconds_since(t);
+        }
+        received[m] = torch::Tensor();
+        outputs[m] = torch::Tensor();
+      }
+    }
+    auto t = Clock::now();
+    for (auto& w : sends) w->wait();
+    times.send += seconds_since(t);
+    t = Clock::now();
+    reduce_gradients();
+    times.allreduce += seconds_since(t);
+    return loss_sum;
+  }
+
+  // Σ g² of this rank's parameters that count towards the global norm (a
+  // tied copy counts once, on the embedding's stage), from the exact sums.
+  double gradient_sum_of_squares() const {
+    double total = 0;
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      if (!(tied_copy_ && params_[i].first == kTiedName)) total += grad_views_[i].pow(2).sum().item<double>();
+    return total;
+  }
+
+  // After the optimizer step: the head's copy of a tied embedding follows it.
+  void after_update() {
+    torch::NoGradGuard no_grad;
+    if (local_head_copy_.defined()) local_head_copy_.copy_(params_.front().second);
+    for (const auto& [name, p] : params_) p.mutable_grad() = torch::Tensor();
+  }
+
+ private:
+  void build_groups() {
+    if (comm_ == nullptr) return;
+    // Every rank walks the same list of groups in the same order and joins
+    // those it belongs to, so group construction never deadlocks.
+    const int stages = layout_.pipeline_stages();
+    for (int s = 0; s < stages; ++s) {
+      for (int tp = 0; tp < layout_.stages[static_cast<std::size_t>(s)].tp; ++tp) {
+        std::vector<int> ranks;
+        for (int r = 0; r < layout_.dp; ++r) ranks.push_back(layout_.rank_of(s, r, tp));
+        if (s == place_.stage && tp == place_.tp_rank && layout_.dp > 1)
+          dp_group_ = comm_->group(fmt::format("dp/{}/{}", s, tp), ranks);
+      }
+    }
+    const bool tied = model_.config().tie_word_embeddings && stages > 1;
+    for (int r = 0; tied && r < layout_.dp; ++r) {
+      std::vector<int> ranks{layout_.rank_of(0, r, 0), layout_.rank_of(stages - 1, r, 0)};
+      if (r == place_.replica && (is_first_ || is_last_) && place_.tp_rank == 0)
+        embedding_group_ = comm_->group(fmt::format("embedding/{}", r), ranks);
+    }
+  }
+
+  // Gradients add up in float64, in buckets of about kBucketBytes, last
+  // layers first (the order backward produces them). A float64 sum of a few
+  // float32 terms is exact, so it does not depend on the order the terms
+  // come in: every layout gets the same gradients for the same micro-batches.
+  void build_buckets() {
+    std::vector<std::vector<std::size_t>> buckets;
+    std::int64_t bytes = kBucketBytes;
+    for (std::size_t i = params_.size(); i-- > 0;) {
+      const std::int64_t size = params_[i].second.numel() * 8;
+      if (bytes + size > kBucketBytes) {
+        buckets.emplace_back();
+        bytes = 0;
+      }
+      buckets.back().push_back(i);
+      bytes += size;
+    }
+    grad_views_.resize(params_.size());
+    for (const auto& bucket : buckets) {
+      std::int64_t total = 0;
+      for (auto i : bucket) total += params_[i].second.numel();
+      flat_grads_.push_back(torch::zeros({total}, torch::TensorOptions().dtype(torch::kFloat64)));
+      std::int64_t offset = 0;
+      for (auto i : bucket) {
+        const auto& p = params_[i].second;
+        grad_views_[i] = flat_grads_.back().narrow(0, offset, p.numel()).view(p.sizes());
+        offset += p.numel();
+      }
+    }
+  }
+
+  // Moves this micro-batch's gradients into the float64 sums.
+  void accumulate_gradients() {
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      auto& p = params_[i].second;
+      if (!p.grad().defined()) continue;
+      grad_views_[i].add_(p.grad().to(torch::kCPU, torch::kFloat64));
+      p.mutable_grad() = torch::Tensor();
+    }
+    if (local_head_copy_.defined() && local_head_copy_.grad().defined()) {
+      grad_views_.front().add_(local_head_copy_.grad().to(torch::kCPU, torch::kFloat64));
+      local_head_copy_.mutable_grad() = torch::Tensor();
+    }
+  }
+
+  // Sums the gradients over the replicas (and the two copies of a tied
+  // embedding over their stages), then hands them to the optimizer as float32.
+  void reduce_gradients() {
+    torch::NoGradGuard no_grad;
+    if (dp_group_) {
+      std::vector<c10::intrusive_ptr<c10d::Work>> works;
+      for (auto& flat : flat_grads_) works.push_back(dp_group_->all_reduce_sum_async(flat));
+      for (auto& w : works) w->wait();
+    }
+    if (embedding_group_) {
+      for (std::size_t i = 0; i < params_.size(); ++i) {
+        if (params_[i].first != kTiedName) continue;
+        auto g = grad_views_[i].contiguous();
+        embedding_group_->all_reduce_sum(g);
+        grad_views_[i].copy_(g);
+      }
+    }
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      auto& p = params_[i].second;
+      p.mutable_grad() = grad_views_[i].to(p.device(), p.scalar_type());
+    }
+  }
+
+  const Layout& layout_;
+  Layout::Place place_;
+  StageLayers stage_;
+  Communicator* comm_;
+  model::LlamaModel& model_;
+  const model::TrainingData& data_;
+  const TrainOptions& options_;
+  torch::Device device_;
+  bool is_first_ = true, is_last_ = true, tied_copy_ = false;
+  NamedTensors params_;
+  torch::Tensor local_head_copy_;  // a tied head's copy on the embedding's own stage
+  std::unique_ptr<Group> dp_group_, embedding_group_;
+  std::vector<torch::Tensor> flat_grads_;  // float64 sums, one per bucket
+  std::vector<torch::Tensor> grad_views_;  // per parameter, into flat_grads_
+};
+
+// Shard files of a checkpoint: one per pipeline stage, or the plain names
+// (sharded above 4 GiB) for a single stage.
+std::string shard_name(const std::string& stem, int stage, int stages) {
+  return fmt::format("{}-{:05d}-of-{:05d}.safetensors", stem, stage + 1, stages);
+}
+
+// The index Hugging Face readers follow for a sharded `stem`.
+void write_shard_index(const fs::path& dir, const std::string& stem, int stages) {
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  std::uint64_t total = 0;
+  for (int s = 0; s < stages; ++s) {
+    const std::string file = shard_name(stem, s, stages);
+    SafetensorsFile shard(dir / file);
+    for (const auto& t : shard.tensors()) {
+      weight_map[t.name] = file;
+      total += t.nbytes();
+    }
+  }
+  nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  write_file_atomically(dir / (stem + ".safetensors.index.json"), index.dump(2) + "\n");
+}
+
+void write_named(const NamedTensors& tensors, const fs::path& dir, const std::string& stem, int stage, int stages,
+                 bool skip_tied) {
+  SafetensorsWriter writer;
+  writer.set_metadata("format", "pt");
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, t] : tensors) {
+    if (skip_tied && name.find(kTiedName) != std::string::npos) continue;
+    model::add_to_writer(writer, name, t.detach().to(torch::kFloat32));
+  }
+  if (stages == 1) {
+    writer.write_sharded(dir, kMaxShardBytes, stem);
+  } else {
+    writer.write(dir / shard_name(stem, stage, stages));
+  }
+}
+
+}  // namespace
+
+TrainResult train(const TrainJob& job) {
+  const WorldInfo world = world_from_environment();
+  RunState run = read_run_state(job);
+  TrainOptions& options = run.options;
+  for (const auto& f : run.data_files) check_input_file(f);
+  auto device = model::resolve_device(job.device);
+  if (world.distributed() && device == model::ComputeDevice::kCuda) {
+    if (job.device == "cuda")
+      throw UsageError("training on several processes runs on the CPU (Gloo) so far; use --device cpu");
+    device = model::ComputeDevice::kCpu;
+  }
+  const auto on_device = model::torch_device(device);
+  auto model = model::LlamaModel::load(run.source, torch::kFloat32, on_device);
+  auto tokenizer = model::Tokenizer::load(run.source);
+  if (tokenizer.vocab_size() > model.config().vocab_size)
+    throw InputError("the tokenizer has " + std::to_string(tokenizer.vocab_size()) +
+                     " tokens, more than the model's vocab_size " + std::to_string(model.config().vocab_size));
+  const auto data = model::load_training_data(run.data_files, tokenizer, model.config(), options);
+  if (run.expected_fingerprint && data.fingerprint != *run.expected_fingerprint)
+    throw InputError("the training data changed since the checkpoint in " + job.output.string() +
+                     " (token fingerprint differs); resume needs the same files");
+  const int model_layers = static_cast<int>(model.num_layers()) + 2;
+  const Layout layout = make_layout(job, options, model_layers, world.world_size);
+
+  std::unique_ptr<Communicator> comm;
+  if (world.distributed()) {
+    const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(job.timeout_seconds * 1000));
+    comm = std::make_unique<Communicator>(world, timeout);
+    check_same_inputs(*comm, fmt::format("{:016x}", tensor_fingerprint(model.named_parameters())),
+                      fmt::format("{:016x}", data.fingerprint),
+                      options.to_json().dump() + " " + layout.describe() + " " + job.output.string());
+  }
+  if (world.rank == 0) spdlog::info("training {} on {} rank(s): {}", run.source.string(), world.world_size, layout.describe());
+
+  StageRunner runner(layout, world.rank, comm.get(), model, data, options, on_device);
+  model::AdamW optimizer(runner.parameters(), options);
+  if (job.resume) optimizer.load(job.output);
+
+  std::int64_t end_step = options.steps;
+  if (job.stop_after > 0) end_step = std::min(end_step, run.start_step + job.stop_after);
+
+  const int stages = layout.pipeline_stages();
+  const int stage = runner.place().stage;
+  auto write_own_shards = [&](const fs::path& dir) {
+    if (!runner.writes_checkpoint()) return;
+    write_named(runner.parameters(), dir, "model", stage, stages, runner.holds_tied_copy());
+    write_named(optimizer.state(), dir, "optimizer", stage, stages, runner.holds_tied_copy());
+  };
+  auto save_checkpoint = [&](std::int64_t step_done) {
+    const std::string key = fmt::format("checkpoint/{}", step_done);
+    if (world.rank != 0) {
+      // Rank 0 names the staging folder; every stage writes its shards into it.
+      comm->store().wait({key}, comm->timeout());
+      auto bytes = comm->store().get(key);
+      const fs::path dir(std::string(bytes.begin(), bytes.end()));
+      comm->world().barrier();
+      write_own_shards(dir);
+      comm->world().barrier();
+      comm->world().barrier();  // rank 0 committed
+      return;
+    }
+    write_directory_atomically(job.output, [&](const fs::path& dir) {
+      if (comm) {
+        const std::string path = fs::absolute(dir).string();
+        comm->store().set(key, std::vector<std::uint8_t>(path.begin(), path.end()));
+        comm->world().barrier();
+      }
+      write_own_shards(dir);
+      if (comm) comm->world().barrier();
+      if (stages > 1) {
+        write_shard_index(dir, "model", stages);
+        write_shard_index(dir, "optimizer", stages);
+      }
+      auto config = model.config();
+      config.torch_dtype = "float32";
+      write_file_atomically(dir / "config.json", model::llama_config_json(config));
+      model::copy_tokenizer_files(run.source, dir);
+      std::vector<std::string> names;
+      // "-" stays "-": a resumed run reads standard input again (the fingerprint checks it is the same text).
+      for (const auto& f : run.data_files) names.push_back(is_stdio(f) ? f.string() : fs::absolute(f).string());
+      nlohmann::json state = {{"format", kStateFormat}, {"version", kStateVersion}, {"step", step_done},
+                              {"options", options.to_json()}, {"data", names},
+                              {"data_fingerprint", data.fingerprint}, {"layout", layout.describe()},
+                              {"history", run.history}};
+      write_file_atomically(dir / kStateFile, state.dump(2) + "\n");
+    });
+    if (comm) comm->world().barrier();
+  };
+
+  std::ofstream metrics;
+  if (world.rank == 0 && !job.metrics.empty()) {
+    metrics.open(job.metrics, job.resume ? std::ios::app : std::ios::trunc);
+    if (!metrics) throw IoError("cannot write --metrics " + job.metrics.string());
+  }
+
+  TrainResult result;
+  result.first_step = run.start_step;
+  result.rank = world.rank;
+  result.world_size = world.world_size;
+  result.layout = layout.describe();
+  Progress progress("train", static_cast<std::uint64_t>(end_step - run.start_step), "steps",
+                    world.rank == 0 ? ProgressStyle::kAuto : ProgressStyle::kSilent);
+  const auto started = Clock::now();
+  // Weights, gradients and optimizer state stay float32; on a GPU the matrix
+  // products run in bfloat16 under autocast (mixed precision).
+  std::optional<model::compat::CudaAutocast> autocast;
+  if (device == model::ComputeDevice::kCuda) autocast.emplace(torch::kBFloat16);
+  const double tokens_per_step = static_cast<double>(options.global_batch * options.seq_len);
+  for (std::int64_t step = run.start_step; step < end_step; ++step) {
+    const auto step_started = Clock::now();
+    StepTimes times;
+    const double loss_part = runner.run_step(step, times);
+    // One all-reduce carries the gradient norm's parts and the loss.
+    auto totals = torch::tensor({runner.gradient_sum_of_squares(), loss_part}, torch::kFloat64);
+    if (comm) {
+      auto t = Clock::now();
+      comm->world().all_reduce_sum(totals);
+      times.allreduce += seconds_since(t);
+    }
+    // Every replica of a stage holds the same summed gradients: count one.
+    const double grad_norm = std::sqrt(totals[0].item<double>() / layout.dp);
+    const double loss = totals[1].item<double>();
+    if (!std::isfinite(loss))
+      throw RuntimeFailure("the loss became " + std::to_string(loss) + " at step " + std::to_string(step + 1) +
+                           "; lower --lr");
+    model::clip_gradients(runner.parameters(), grad_norm, options.clip_norm);
+    const double lr = model::learning_rate(options, step);
+    auto t = Clock::now();
+    optimizer.step(lr, step + 1);
+    times.compute += seconds_since(t);
+    runner.after_update();
+    const double step_seconds = seconds_since(step_started);
+    result.losses.push_back(loss);
+    run.history.push_back({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm}});
+    if (metrics.is_open()) {
+      const double idle = std::max(0.0, step_seconds - times.compute - times.send - times.allreduce);
+      nlohmann::json line = {{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
+                             {"tokens_per_s", tokens_per_step / step_seconds}, {"step_s", step_seconds},
+                             {"compute_s", times.compute}, {"send_s", times.send}, {"recv_wait_s", times.recv},
+                             {"allreduce_s", times.allreduce}, {"idle_s", idle}};
+      metrics << line.dump() << "\n" << std::flush;
+    }
+    if (world.rank == 0 && job.log_every > 0 && ((step + 1) % job.log_every == 0 || step + 1 == end_step))
+      spdlog::info("step {}/{}: loss {:.4f}, lr {:.3g}, grad norm {:.3g}, {:.0f} tokens/s (compute {:.0f}%, "
+                   "send {:.0f}%, all-reduce {:.0f}%)", step + 1, options.steps, loss, lr, grad_norm,
+                   tokens_per_step / step_seconds, 100 * times.compute / step_seconds,
+                   100 * times.send / step_seconds, 100 * times.allreduce / step_seconds);
+    progress.advance();
+    if (job.checkpoint_every > 0 && (step + 1) % job.checkpoint_every == 0 && step + 1 < end_step)
+      save_checkpoint(step + 1);
+  }
+  progress.finish();
+  save_checkpoint(end_step);
+  const double seconds = seconds_since(started);
+  result.last_step = end_step;
+  if (!result.losses.empty()) {
+    result.first_loss = result.losses.front();
+    result.last_loss = result.losses.back();
+  }
+  result.tokens_per_second = seconds > 0 ? static_cast<double>(end_step - run.start_step) * tokens_per_step / seconds : 0;
+  return result;
+}
+
+}  // namespace fleet::sailor::runtime

@@ -1,0 +1,239 @@
+"""sailor-run train on several processes against one process.
+
+Usage: check_sailor_run_parallel.py BIN_DIR
+
+Real worker processes over loopback (one CPU thread each), started by
+`sailor-run launch` or by hand with torchrun's variables. Every layout —
+DP=2, PP=2 with an unequal split, DP=2 x PP=2, PP=3 with a short last
+micro-batch — trains the same global batch as world size 1; the losses and
+the final weights (read back with the `safetensors` library, the sharded
+checkpoints through their index) must equal the single process's within
+1e-5. A pipeline checkpoint loads in transformers, resumes under DP=2 and
+under one process. Bad plans, a worker with other model files, an
+unreachable master and a worker killed mid-step each end with one clear
+error and a non-zero exit instead of a hang.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+try:
+    import torch
+    from safetensors.torch import load_file
+    import transformers
+except ImportError as e:  # the project's Python environment lacks a package
+    print(f"SKIP: {e}; run scripts/install-deps.sh")
+    sys.exit(77)
+
+BIN = Path(sys.argv[1])
+RUN = str(BIN / "sailor-run")
+failures = []
+TOLERANCE = 1e-5
+
+
+def check(condition, message):
+    if not condition:
+        failures.append(message)
+        print("FAIL:", message, flush=True)
+
+
+def run(*args, env=None, timeout=300):
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def weights(folder):
+    """Every tensor of a model folder (single file or sharded)."""
+    folder = Path(folder)
+    index = folder / "model.safetensors.index.json"
+    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["model.safetensors"]
+    out = {}
+    for f in files:
+        out.update(load_file(str(folder / f)))
+    return out
+
+
+def relative_difference(a, b):
+    worst = 0.0
+    for name, t in a.items():
+        scale = max(t.abs().max().item(), 1e-12)
+        worst = max(worst, (t - b[name]).abs().max().item() / scale)
+    return worst
+
+
+def plan(tmp, name, splits, dp, mbs, global_batch=8):
+    stages = [{"layers": [a, b], "tp": 1, "replicas": [{"gpu": "cpu", "zone": "local"}] * dp} for a, b in splits]
+    path = tmp / f"{name}.json"
+    path.write_text(json.dumps({"format": "gpufleet-sailor-plan", "version": 1, "mbs": mbs,
+                                "global_batch": global_batch, "stages": stages}))
+    return path
+
+
+COMMON = ["--seq-len", "32", "--lr", "3e-3", "--warmup", "1", "--threads", "1", "--json", "--log-every", "0"]
+TRAIN = ["--steps", "4", *COMMON]
+
+
+def train(tmp, out, *extra, launch=None):
+    """Runs a training job; returns (losses, output folder)."""
+    head = [RUN, "launch", *launch, "--"] if launch else [RUN]
+    r = run(*head, "train", "--model", tmp / "init", "--data", tmp / "base.txt", "-o", tmp / out, *TRAIN, *extra)
+    if r.returncode != 0:
+        check(False, f"{out}: exit {r.returncode}: {r.stderr[-2000:]}")
+        return None, tmp / out
+    return json.loads(r.stdout)["losses"], tmp / out
+
+
+def compare(name, reference, candidate):
+    ref_losses, ref_dir = reference
+    losses, folder = candidate
+    if losses is None:
+        return
+    check(len(losses) == len(ref_losses), f"{name}: {len(losses)} losses")
+    loss_gap = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses))
+    weight_gap = relative_difference(weights(ref_dir), weights(folder))
+    print(f"{name}: loss relative difference {loss_gap:.2e}, weights {weight_gap:.2e}", flush=True)
+    check(loss_gap <= TOLERANCE, f"{name}: losses differ by {loss_gap:.2e}: {losses} vs {ref_losses}")
+    check(weight_gap <= TOLERANCE, f"{name}: weights differ by {weight_gap:.2e}")
+
+
+def expect_failure(name, result, code, text):
+    ok = result.returncode == code and text in result.stderr
+    check(ok, f"{name}: expected exit {code} and '{text}', got exit {result.returncode}: {result.stderr[-1500:]}")
+
+
+def start_worker(tmp, rank, world, port, model, out, steps="4", timeout="20", *extra):
+    env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    args = [RUN, "train", "--model", str(model), "--data", str(tmp / "base.txt"), "-o", str(tmp / out), *COMMON,
+            "--steps", steps, "--timeout", timeout, *[str(e) for e in extra]]
+    return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def main():
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        # A tied model (the head shares the embedding, so pipeline stages
+        # must sum the two copies' gradients) of 4 blocks: planner layers 0..5.
+        subprocess.run([RUN, "init", "--preset", "tiny", "-o", tmp / "init", "-q"], check=True)
+        subprocess.run([RUN, "make-corpus", "--task", "base", "--lines", "400", "-o", tmp / "base.txt", "-q"],
+                       check=True)
+        reference = train(tmp, "ws1", "--batch-size", "2", "--grad-accumulation", "4",
+                          "--metrics", tmp / "ws1.jsonl")
+        if reference[0] is None:
+            return
+        lines = [json.loads(l) for l in (tmp / "ws1.jsonl").read_text().splitlines()]
+        check([l["step"] for l in lines] == [1, 2, 3, 4] and all("loss" in l for l in lines), f"metrics: {lines}")
+
+        compare("DP=2", reference, train(tmp, "dp2", "--batch-size", "2", "--grad-accumulation", "2",
+                                         launch=["--nprocs", "2"]))
+        compare("PP=2 [0,2) [2,6)", reference,
+                train(tmp, "pp2", launch=["--plan", plan(tmp, "pp2", [(0, 2), (2, 6)], 1, 2)]))
+        compare("DP=2 x PP=2", reference,
+                train(tmp, "dp2pp2", launch=["--plan", plan(tmp, "dp2pp2", [(0, 4), (4, 6)], 2, 2)]))
+        compare("PP=3", reference,
+                train(tmp, "pp3", launch=["--plan", plan(tmp, "pp3", [(0, 1), (1, 3), (3, 6)], 1, 2)]))
+
+        # The pipeline's sharded checkpoint is a model folder transformers reads.
+        try:
+            hf = transformers.LlamaForCausalLM.from_pretrained(str(tmp / "pp2"))
+            ours = weights(tmp / "pp2")
+            check(torch.equal(hf.model.embed_tokens.weight.detach(), ours["model.embed_tokens.weight"]),
+                  "transformers reads other embedding weights")
+        except Exception as e:  # noqa: BLE001 - any failure to load is the finding
+            check(False, f"transformers cannot load the PP=2 checkpoint: {e}")
+
+        # Stop a PP=2 run half way; resume under DP=2 and under one process.
+        pp_plan = plan(tmp, "pp2b", [(0, 3), (3, 6)], 1, 2)
+        for name, resume_launch in (("PP=2 -> DP=2", ["--nprocs", "2"]), ("PP=2 -> one process", None)):
+            out = name.replace(" ", "_").replace(">", "").replace("=", "")
+            first = train(tmp, out, "--stop-after", "2", launch=["--plan", pp_plan])
+            if first[0] is None:
+                continue
+            saved = weights(tmp / out)
+            head = [RUN, "launch", *resume_launch, "--"] if resume_launch else [RUN]
+            r = run(*head, "train", "--resume", "-o", tmp / out, "--threads", "1", "--json", "--log-every", "0",
+                    "--stop-after", "0")
+            check(r.returncode == 0, f"{name}: resume failed: {r.stderr[-1500:]}")
+            if r.returncode == 0:
+                compare(name, reference, (first[0] + json.loads(r.stdout)["losses"], tmp / out))
+            check(len(saved) == len(weights(tmp / "ws1")), f"{name}: the checkpoint lacks tensors")
+
+        # Bad input: one clear error, non-zero exit, no hang.
+        r = run(RUN, "launch", "--plan", plan(tmp, "short", [(0, 2), (2, 5)], 1, 2), "--", "train", "--model",
+                tmp / "init", "--data", tmp / "base.txt", "-o", tmp / "bad1", *TRAIN)
+        expect_failure("plan for another model", r, 2, "but the model has 6")
+        r = run(RUN, "launch", "--nprocs", "3", "--plan", plan(tmp, "two", [(0, 2), (2, 6)], 1, 2), "--", "train",
+                "--model", tmp / "init", "--data", tmp / "base.txt", "-o", tmp / "bad2", *TRAIN)
+        expect_failure("launch with too many ranks", r, 2, "the plan needs 2 ranks")
+        r = run(RUN, "launch", "--nprocs", "3", "--", "train", "--plan", tmp / "two.json", "--model", tmp / "init",
+                "--data", tmp / "base.txt", "-o", tmp / "bad3", *TRAIN)
+        expect_failure("plan needing fewer ranks than started", r, 2, "needs 2 ranks but 3 were started")
+
+        # A worker whose model differs from rank 0's.
+        subprocess.run([RUN, "init", "--preset", "tiny", "--seed", "9", "-o", tmp / "other", "-q"], check=True)
+        port = free_port()
+        workers = [start_worker(tmp, 0, 2, port, tmp / "init", "bad4"),
+                   start_worker(tmp, 1, 2, port, tmp / "other", "bad4")]
+        for rank, w in enumerate(workers):
+            _, err = w.communicate(timeout=120)
+            check(w.returncode == 2 and "rank 1's model files differ from rank 0's" in err,
+                  f"differing model, rank {rank}: exit {w.returncode}: {err[-800:]}")
+
+        # Nobody serves the rendezvous: an error after --timeout, not a hang.
+        started = time.monotonic()
+        w = start_worker(tmp, 1, 2, free_port(), tmp / "init", "bad5", "4", "3")
+        _, err = w.communicate(timeout=120)
+        waited = time.monotonic() - started
+        check(w.returncode == 1 and "cannot join the rendezvous" in err and waited < 60,
+              f"unreachable master: exit {w.returncode} after {waited:.0f} s: {err[-800:]}")
+
+        # A worker killed mid-run: its peer fails within the timeout.
+        port = free_port()
+        workers = [start_worker(tmp, r, 2, port, tmp / "init", "bad6", "100000", "20", "--plan", tmp / "two.json")
+                   for r in range(2)]
+        time.sleep(4)
+        workers[1].send_signal(signal.SIGKILL)
+        try:
+            _, err = workers[0].communicate(timeout=90)
+            check(workers[0].returncode not in (0, None), f"the surviving worker exited {workers[0].returncode}")
+        except subprocess.TimeoutExpired:
+            workers[0].kill()
+            check(False, "the surviving worker hung after its peer was killed")
+        workers[1].communicate()
+
+        # Under the launcher, a killed worker stops the job with its status.
+        proc = subprocess.Popen([RUN, "launch", "--nprocs", "2", "--", "train", "--model", str(tmp / "init"),
+                                 "--data", str(tmp / "base.txt"), "-o", str(tmp / "bad7"), *COMMON, "--steps", "100000"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(4)
+        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        check(len(children) == 2, f"the launcher runs {len(children)} workers")
+        if children:
+            os.kill(int(children[-1]), signal.SIGKILL)
+        try:
+            _, err = proc.communicate(timeout=90)
+            check(proc.returncode == 128 + signal.SIGKILL and "failed (exit 137)" in err,
+                  f"launcher after a killed worker: exit {proc.returncode}: {err[-800:]}")
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            check(False, "the launcher hung after a worker was killed")
+        time.sleep(1)
+        left = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        check(not left, f"workers left running: {left}")
+
+
+main()
+if failures:
+    print(f"{len(failures)} failure(s)")
+    sys.exit(1)
+print("OK")
