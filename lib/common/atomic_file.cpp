@@ -175,6 +175,32 @@ void write_file_atomically(const std::filesystem::path& path,
 
 namespace fleet {
 
+void commit_directory_atomically(const std::filesystem::path& staging, const std::filesystem::path& target) {
+  namespace fs = std::filesystem;
+  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(staging)) {
+    if (!entry.is_regular_file()) continue;
+    const int fd = ::open(entry.path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      ::fsync(fd);
+      ::close(fd);
+    }
+  }
+  fsync_directory(staging);
+  if (fs::exists(target)) {
+    // One atomic exchange: readers see either the old folder or the new one.
+    if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0)
+      throw IoError(std::string("cannot replace the folder: ") + std::strerror(errno), context_for(target));
+    fsync_directory(parent);
+    fs::remove_all(staging, ec);  // now holds the previous contents
+  } else {
+    if (::rename(staging.c_str(), target.c_str()) != 0)
+      throw IoError(std::string("cannot create the folder: ") + std::strerror(errno), context_for(target));
+    fsync_directory(parent);
+  }
+}
+
 void write_directory_atomically(const std::filesystem::path& target,
                                 const std::function<void(const std::filesystem::path&)>& fill) {
   namespace fs = std::filesystem;
@@ -191,26 +217,7 @@ void write_directory_atomically(const std::filesystem::path& target,
   ::chmod(temp.c_str(), 0777 & ~current_umask());
   try {
     fill(temp);
-    for (const auto& entry : fs::directory_iterator(temp)) {
-      if (!entry.is_regular_file()) continue;
-      const int fd = ::open(entry.path().c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd >= 0) {
-        ::fsync(fd);
-        ::close(fd);
-      }
-    }
-    fsync_directory(temp);
-    if (fs::exists(target)) {
-      // One atomic exchange: readers see either the old folder or the new one.
-      if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0)
-        throw IoError(std::string("cannot replace the folder: ") + std::strerror(errno), context_for(target));
-      fsync_directory(parent);
-      fs::remove_all(temp, ec);  // now holds the previous contents
-    } else {
-      if (::rename(temp.c_str(), target.c_str()) != 0)
-        throw IoError(std::string("cannot create the folder: ") + std::strerror(errno), context_for(target));
-      fsync_directory(parent);
-    }
+    commit_directory_atomically(temp, target);
   } catch (...) {
     fs::remove_all(temp, ec);
     throw;

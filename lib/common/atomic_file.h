@@ -71,4 +71,10 @@ void write_file_atomically(const std::filesystem::path& path,
 void write_directory_atomically(const std::filesystem::path& target,
                                 const std::function<void(const std::filesystem::path&)>& fill);
 
+/// The commit step of write_directory_atomically for a folder built by other
+/// means (several processes writing into it): fsyncs its files, then puts
+/// `staging` in `target`'s place in one atomic exchange (or rename) and
+/// removes the previous contents. `staging` must sit beside `target`.
+void commit_directory_atomically(const std::filesystem::path& staging, const std::filesystem::path& target);
+
 }  // namespace fleet

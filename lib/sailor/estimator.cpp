@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "sailor/pipeline_schedule.h"
 
 namespace fleet::sailor {
 
@@ -204,23 +205,8 @@ void trace_plan(const Plan& plan, const Estimate& est, ChromeTrace& trace) {
   const int stages = static_cast<int>(plan.stages.size());
   const int nb = est.microbatches;
   trace.set_process_name(1, "one training iteration (simulated, 1F1B)");
-  // Per stage the op order of 1F1B: warm-up forwards, then forward/backward
-  // pairs, then the remaining backwards.
-  struct Op {
-    bool forward;
-    int mb;
-  };
-  std::vector<std::vector<Op>> order(static_cast<std::size_t>(stages));
-  for (int i = 0; i < stages; ++i) {
-    const int warmup = std::min(stages - i - 1, nb);
-    auto& ops = order[static_cast<std::size_t>(i)];
-    for (int j = 0; j < warmup; ++j) ops.push_back({true, j});
-    for (int j = 0; j < nb - warmup; ++j) {
-      ops.push_back({true, warmup + j});
-      ops.push_back({false, j});
-    }
-    for (int j = nb - warmup; j < nb; ++j) ops.push_back({false, j});
-  }
+  std::vector<std::vector<PipelineOp>> order;
+  for (int i = 0; i < stages; ++i) order.push_back(one_f_one_b(i, stages, nb));
   const double us = 1e6;
   std::vector<std::vector<double>> f_end(static_cast<std::size_t>(stages), std::vector<double>(nb, -1));
   std::vector<std::vector<double>> b_end = f_end;
@@ -238,27 +224,28 @@ void trace_plan(const Plan& plan, const Estimate& est, ChromeTrace& trace) {
     for (int i = 0; i < stages; ++i) {
       const auto si = static_cast<std::size_t>(i);
       if (next[si] >= order[si].size()) continue;
-      const Op op = order[si][next[si]];
+      const PipelineOp op = order[si][next[si]];
+      const bool forward = op.kind == PipelineOp::Kind::kForward;
       const StageEstimate& se = est.stages[si];
       double ready = free_at[si];
-      if (op.forward && i > 0) {
-        const double dep = f_end[si - 1][static_cast<std::size_t>(op.mb)];
+      if (forward && i > 0) {
+        const double dep = f_end[si - 1][static_cast<std::size_t>(op.micro)];
         if (dep < 0) continue;
         ready = std::max(ready, dep + est.stages[si - 1].send_s / 2 * us);
       }
-      if (!op.forward && i + 1 < stages) {
-        const double dep = b_end[si + 1][static_cast<std::size_t>(op.mb)];
+      if (!forward && i + 1 < stages) {
+        const double dep = b_end[si + 1][static_cast<std::size_t>(op.micro)];
         if (dep < 0) continue;
         ready = std::max(ready, dep + se.send_s / 2 * us);
       }
-      const double dur = (op.forward ? se.forward_s : se.backward_s) * us;
-      (op.forward ? f_end : b_end)[si][static_cast<std::size_t>(op.mb)] = ready + dur;
-      spans.push_back({i, (op.forward ? "F" : "B") + std::to_string(op.mb), op.forward ? "forward" : "backward", ready, dur});
-      if (op.forward && i + 1 < stages && se.send_s > 0) {
-        spans.push_back({i, "send act " + std::to_string(op.mb), "send", ready + dur, se.send_s / 2 * us});
+      const double dur = (forward ? se.forward_s : se.backward_s) * us;
+      (forward ? f_end : b_end)[si][static_cast<std::size_t>(op.micro)] = ready + dur;
+      spans.push_back({i, (forward ? "F" : "B") + std::to_string(op.micro), forward ? "forward" : "backward", ready, dur});
+      if (forward && i + 1 < stages && se.send_s > 0) {
+        spans.push_back({i, "send act " + std::to_string(op.micro), "send", ready + dur, se.send_s / 2 * us});
       }
-      if (!op.forward && i > 0 && est.stages[si - 1].send_s > 0) {
-        spans.push_back({i, "send grad " + std::to_string(op.mb), "send", ready + dur, est.stages[si - 1].send_s / 2 * us});
+      if (!forward && i > 0 && est.stages[si - 1].send_s > 0) {
+        spans.push_back({i, "send grad " + std::to_string(op.micro), "send", ready + dur, est.stages[si - 1].send_s / 2 * us});
       }
       free_at[si] = ready + dur;
       ++next[si];

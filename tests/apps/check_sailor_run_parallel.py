@@ -168,6 +168,29 @@ def main():
                 compare(name, reference, (first[0] + json.loads(r.stdout)["losses"], tmp / out))
             check(len(saved) == len(weights(tmp / "ws1")), f"{name}: the checkpoint lacks tensors")
 
+        # Killed while checkpoints are written in the background (one per
+        # step): the output always holds a whole earlier checkpoint that resumes.
+        names = set(weights(tmp / "ws1"))
+        for delay in (2.0, 2.6, 3.3):
+            proc = subprocess.Popen([RUN, "launch", "--plan", str(pp_plan), "--", "train", "--model", str(tmp / "init"),
+                                     "--data", str(tmp / "base.txt"), "-o", str(tmp / "crash"), *COMMON, "--steps",
+                                     "100000", "--checkpoint-every", "1", "--force"],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(delay)
+            for pid in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split():
+                os.kill(int(pid), signal.SIGKILL)
+            proc.wait(timeout=60)
+            try:
+                state = json.loads((tmp / "crash" / "trainer_state.json").read_text())
+                check(set(weights(tmp / "crash")) == names, f"crash after {delay} s: the checkpoint lacks tensors")
+                check(len(state["history"]) == state["step"], f"crash after {delay} s: history of {state['step']}")
+            except Exception as e:  # noqa: BLE001 - an unreadable checkpoint is the finding
+                check(False, f"crash after {delay} s: no whole checkpoint: {e}")
+        r = run(RUN, "train", "--resume", "-o", tmp / "crash", "--threads", "1", "--stop-after", "1", "--json")
+        check(r.returncode == 0, f"resume after crashes: {r.stderr[-800:]}")
+        stale = [p.name for p in tmp.iterdir() if p.name.startswith(".crash.staging-")]
+        check(not stale, f"unfinished staging folders left after a resume: {stale}")
+
         # Bad input: one clear error, non-zero exit, no hang.
         r = run(RUN, "launch", "--plan", plan(tmp, "short", [(0, 2), (2, 5)], 1, 2), "--", "train", "--model",
                 tmp / "init", "--data", tmp / "base.txt", "-o", tmp / "bad1", *TRAIN)

@@ -7,7 +7,7 @@
 
 #include "common/error.h"
 #include "sailor/runtime/layout.h"
-#include "sailor/runtime/schedule.h"
+#include "sailor/pipeline_schedule.h"
 #include "sailor/runtime/world.h"
 #include "test_util.h"
 

@@ -5,11 +5,13 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <random>
 
 #include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "common/atomic_file.h"
+#include "common/chrome_trace.h"
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/logging.h"
@@ -22,9 +24,10 @@
 #include "model/tokenizer.h"
 #include "model/torch_compat.h"
 #include "model/training_parts.h"
+#include "sailor/runtime/checkpoint.h"
 #include "sailor/runtime/communicator.h"
 #include "sailor/runtime/layout.h"
-#include "sailor/runtime/schedule.h"
+#include "sailor/pipeline_schedule.h"
 #include "sailor/runtime/world.h"
 
 namespace fleet::sailor::runtime {
@@ -39,7 +42,6 @@ constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kStateFormat = "gpufleet-trainer-state";
 constexpr int kStateVersion = 1;
 constexpr const char* kTiedName = "model.embed_tokens.weight";
-constexpr std::uint64_t kMaxShardBytes = 4ull << 30;
 constexpr std::int64_t kBucketBytes = 25ll << 20;  // gradient all-reduce bucket, as DDP's default
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -80,6 +82,10 @@ RunState read_run_state(const TrainJob& job) {
   s.options = job.options;
   s.data_files = job.data;
   s.source = job.model;
+  OutputCheck reports;
+  if (!job.metrics.empty()) reports.file(job.metrics, "--metrics");
+  if (!job.trace.empty()) reports.file(job.trace, "--trace");
+  reports.check(Existing::kReplace);
   if (!job.resume) {
     s.options.validate();
     if (fs::exists(job.output / kStateFile) && !job.force)
@@ -151,9 +157,24 @@ void check_same_inputs(Communicator& comm, const std::string& model_id, const st
   }
 }
 
-// Where each step's time went, on this rank.
+// Where each step's time went, on this rank; with `tracing`, also each span
+// (microseconds from the step's start) for --trace.
 struct StepTimes {
   double compute = 0, send = 0, recv = 0, allreduce = 0;
+  Clock::time_point step_start = Clock::now();
+  bool tracing = false;
+  nlohmann::json spans = nlohmann::json::array();
+
+  // Adds the time since `since` to `bucket`.
+  void add(double& bucket, Clock::time_point since, const std::string& name, const char* category) {
+    const auto now = Clock::now();
+    const double seconds = std::chrono::duration<double>(now - since).count();
+    bucket += seconds;
+    if (tracing)
+      spans.push_back({{"name", name}, {"cat", category},
+                       {"ts", std::chrono::duration<double, std::micro>(since - step_start).count()},
+                       {"dur", seconds * 1e6}});
+  }
 };
 
 // One rank's part of the job: its stage's layers, parameters and optimizer,
@@ -222,7 +243,7 @@ class StageRunner {
           auto t = Clock::now();
           input = torch::empty({last - first, options_.seq_len, hidden}, torch::kFloat32);
           comm_->world().recv(input, prev, 2 * op.micro);
-          times.recv += seconds_since(t);
+          times.add(times.recv, t, "recv act " + std::to_string(op.micro), "recv");
           // The received leaf goes through a view, so the gradients of its
           // consumers add up in the same autograd buffer, in the same order,
           // as they do when the previous layer runs in this process.
@@ -237,12 +258,12 @@ class StageRunner {
           output = model::batch_loss(output.to(torch::kFloat32), batch, static_cast<double>(divisor));
           loss_sum += output.item<double>();
         }
-        times.compute += seconds_since(t);
+        times.add(times.compute, t, "F" + std::to_string(op.micro), "forward");
         if (!is_last_) {
           t = Clock::now();
           auto out = output.detach().to(torch::kCPU, torch::kFloat32).contiguous();
           sends.push_back(comm_->world().send(out, next, 2 * op.micro));
-          times.send += seconds_since(t);
+          times.add(times.send, t, "send act " + std::to_string(op.micro), "send");
         }
         outputs[m] = output;
       } else {
@@ -252,17 +273,17 @@ class StageRunner {
         } else {
           auto grad = torch::empty(outputs[m].sizes(), torch::kFloat32);
           comm_->world().recv(grad, next, 2 * op.micro + 1);
-          times.recv += seconds_since(t);
+          times.add(times.recv, t, "recv grad " + std::to_string(op.micro), "recv");
           t = Clock::now();
           outputs[m].backward(grad.to(device_, outputs[m].scalar_type()));
         }
         accumulate_gradients();
-        times.compute += seconds_since(t);
+        times.add(times.compute, t, "B" + std::to_string(op.micro), "backward");
         if (!is_first_) {
           t = Clock::now();
           auto g = received[m].grad().to(torch::kCPU, torch::kFloat32).contiguous();
           sends.push_back(comm_->world().send(g, prev, 2 * op.micro + 1));
-          times.send += seconds_since(t);
+          times.add(times.send, t, "send grad " + std::to_string(op.micro), "send");
         }
         received[m] = torch::Tensor();
         outputs[m] = torch::Tensor();
@@ -270,10 +291,10 @@ class StageRunner {
     }
     auto t = Clock::now();
     for (auto& w : sends) w->wait();
-    times.send += seconds_since(t);
+    times.add(times.send, t, "wait for sends", "send");
     t = Clock::now();
     reduce_gradients();
-    times.allreduce += seconds_since(t);
+    times.add(times.allreduce, t, "all-reduce", "allreduce");
     return loss_sum;
   }
 
@@ -399,42 +420,26 @@ class StageRunner {
   std::vector<torch::Tensor> grad_views_;  // per parameter, into flat_grads_
 };
 
-// Shard files of a checkpoint: one per pipeline stage, or the plain names
-// (sharded above 4 GiB) for a single stage.
-std::string shard_name(const std::string& stem, int stage, int stages) {
-  return fmt::format("{}-{:05d}-of-{:05d}.safetensors", stem, stage + 1, stages);
-}
-
-// The index Hugging Face readers follow for a sharded `stem`.
-void write_shard_index(const fs::path& dir, const std::string& stem, int stages) {
-  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
-  std::uint64_t total = 0;
-  for (int s = 0; s < stages; ++s) {
-    const std::string file = shard_name(stem, s, stages);
-    SafetensorsFile shard(dir / file);
-    for (const auto& t : shard.tensors()) {
-      weight_map[t.name] = file;
-      total += t.nbytes();
-    }
+// The traced step of every rank in one Perfetto file, one row per rank laid
+// out like `sailor-plan simulate --trace` (row stage*1000 + replica). Times
+// are each rank's own, from the start of its step.
+void write_trace(const fs::path& path, Communicator* comm, const Layout& layout, int rank,
+                 const nlohmann::json& spans) {
+  std::vector<std::string> all{spans.dump()};
+  if (comm) all = comm->all_gather_strings("trace", spans.dump());
+  if (rank != 0) return;
+  ChromeTrace trace;
+  trace.set_process_name(1, "one training iteration (measured, 1F1B)");
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    const auto place = layout.place(static_cast<int>(r));
+    const int tid = place.stage * 1000 + place.replica;
+    const auto& st = layout.stages[static_cast<std::size_t>(place.stage)];
+    trace.set_thread_name(1, tid, fmt::format("stage {} replica {} (rank {}, layers [{}, {}))", place.stage,
+                                              place.replica, r, st.first, st.last), tid);
+    for (const auto& span : nlohmann::json::parse(all[r]))
+      trace.add_complete(1, tid, span.at("name"), span.at("cat"), span.at("ts"), span.at("dur"));
   }
-  nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-  write_file_atomically(dir / (stem + ".safetensors.index.json"), index.dump(2) + "\n");
-}
-
-void write_named(const NamedTensors& tensors, const fs::path& dir, const std::string& stem, int stage, int stages,
-                 bool skip_tied) {
-  SafetensorsWriter writer;
-  writer.set_metadata("format", "pt");
-  torch::NoGradGuard no_grad;
-  for (const auto& [name, t] : tensors) {
-    if (skip_tied && name.find(kTiedName) != std::string::npos) continue;
-    model::add_to_writer(writer, name, t.detach().to(torch::kFloat32));
-  }
-  if (stages == 1) {
-    writer.write_sharded(dir, kMaxShardBytes, stem);
-  } else {
-    writer.write(dir / shard_name(stem, stage, stages));
-  }
+  trace.write(path);
 }
 
 }  // namespace
@@ -480,52 +485,44 @@ TrainResult train(const TrainJob& job) {
   std::int64_t end_step = options.steps;
   if (job.stop_after > 0) end_step = std::min(end_step, run.start_step + job.stop_after);
 
-  const int stages = layout.pipeline_stages();
-  const int stage = runner.place().stage;
-  auto write_own_shards = [&](const fs::path& dir) {
-    if (!runner.writes_checkpoint()) return;
-    write_named(runner.parameters(), dir, "model", stage, stages, runner.holds_tied_copy());
-    write_named(optimizer.state(), dir, "optimizer", stage, stages, runner.holds_tied_copy());
-  };
+  // Replica 0 of each stage writes that stage's shards.
+  std::vector<int> writers;
+  for (int s = 0; s < layout.pipeline_stages(); ++s) writers.push_back(layout.rank_of(s, 0, 0));
+  std::string token = fmt::format("{:08x}", std::random_device()());
+  if (comm) token = comm->all_gather_strings("token", token).front();
+  if (world.rank == 0) CheckpointWriter::remove_stale_staging(job.output);
+  CheckpointWriter checkpoints(job.output, world, writers,
+                               token, std::chrono::milliseconds(static_cast<std::int64_t>(job.timeout_seconds * 1000)));
+  // Copies taken between two steps; the files are written while training goes on.
   auto save_checkpoint = [&](std::int64_t step_done) {
-    const std::string key = fmt::format("checkpoint/{}", step_done);
-    if (world.rank != 0) {
-      // Rank 0 names the staging folder; every stage writes its shards into it.
-      comm->store().wait({key}, comm->timeout());
-      auto bytes = comm->store().get(key);
-      const fs::path dir(std::string(bytes.begin(), bytes.end()));
-      comm->world().barrier();
-      write_own_shards(dir);
-      comm->world().barrier();
-      comm->world().barrier();  // rank 0 committed
-      return;
+    CheckpointSnapshot snapshot;
+    snapshot.step = step_done;
+    auto copy = [&](const NamedTensors& tensors, NamedTensors& into) {
+      torch::NoGradGuard no_grad;
+      for (const auto& [name, t] : tensors) {
+        // A tied head on a later stage: the first stage writes the embedding.
+        if (runner.holds_tied_copy() && name.find(kTiedName) != std::string::npos) continue;
+        into.emplace_back(name, t.detach().to(torch::kCPU, torch::kFloat32).clone());
+      }
+    };
+    if (runner.writes_checkpoint()) {
+      copy(runner.parameters(), snapshot.model);
+      copy(optimizer.state(), snapshot.optimizer);
     }
-    write_directory_atomically(job.output, [&](const fs::path& dir) {
-      if (comm) {
-        const std::string path = fs::absolute(dir).string();
-        comm->store().set(key, std::vector<std::uint8_t>(path.begin(), path.end()));
-        comm->world().barrier();
-      }
-      write_own_shards(dir);
-      if (comm) comm->world().barrier();
-      if (stages > 1) {
-        write_shard_index(dir, "model", stages);
-        write_shard_index(dir, "optimizer", stages);
-      }
+    if (world.rank == 0) {
       auto config = model.config();
       config.torch_dtype = "float32";
-      write_file_atomically(dir / "config.json", model::llama_config_json(config));
-      model::copy_tokenizer_files(run.source, dir);
+      snapshot.config_json = model::llama_config_json(config);
+      snapshot.tokenizer_source = run.source;
       std::vector<std::string> names;
       // "-" stays "-": a resumed run reads standard input again (the fingerprint checks it is the same text).
       for (const auto& f : run.data_files) names.push_back(is_stdio(f) ? f.string() : fs::absolute(f).string());
-      nlohmann::json state = {{"format", kStateFormat}, {"version", kStateVersion}, {"step", step_done},
-                              {"options", options.to_json()}, {"data", names},
-                              {"data_fingerprint", data.fingerprint}, {"layout", layout.describe()},
-                              {"history", run.history}};
-      write_file_atomically(dir / kStateFile, state.dump(2) + "\n");
-    });
-    if (comm) comm->world().barrier();
+      snapshot.trainer_state = {{"format", kStateFormat}, {"version", kStateVersion}, {"step", step_done},
+                                {"options", options.to_json()}, {"data", names},
+                                {"data_fingerprint", data.fingerprint}, {"layout", layout.describe()},
+                                {"history", run.history}};
+    }
+    checkpoints.write_async(std::move(snapshot));
   };
 
   std::ofstream metrics;
@@ -550,13 +547,15 @@ TrainResult train(const TrainJob& job) {
   for (std::int64_t step = run.start_step; step < end_step; ++step) {
     const auto step_started = Clock::now();
     StepTimes times;
+    times.step_start = step_started;
+    times.tracing = !job.trace.empty() && step + 1 == end_step;
     const double loss_part = runner.run_step(step, times);
     // One all-reduce carries the gradient norm's parts and the loss.
     auto totals = torch::tensor({runner.gradient_sum_of_squares(), loss_part}, torch::kFloat64);
     if (comm) {
       auto t = Clock::now();
       comm->world().all_reduce_sum(totals);
-      times.allreduce += seconds_since(t);
+      times.add(times.allreduce, t, "loss and norm all-reduce", "allreduce");
     }
     // Every replica of a stage holds the same summed gradients: count one.
     const double grad_norm = std::sqrt(totals[0].item<double>() / layout.dp);
@@ -568,8 +567,9 @@ TrainResult train(const TrainJob& job) {
     const double lr = model::learning_rate(options, step);
     auto t = Clock::now();
     optimizer.step(lr, step + 1);
-    times.compute += seconds_since(t);
+    times.add(times.compute, t, "optimizer step", "update");
     runner.after_update();
+    if (times.tracing) write_trace(job.trace, comm.get(), layout, world.rank, times.spans);
     const double step_seconds = seconds_since(step_started);
     result.losses.push_back(loss);
     run.history.push_back({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm}});
@@ -592,6 +592,7 @@ TrainResult train(const TrainJob& job) {
   }
   progress.finish();
   save_checkpoint(end_step);
+  checkpoints.wait();
   const double seconds = seconds_since(started);
   result.last_step = end_step;
   if (!result.losses.empty()) {

@@ -33,6 +33,7 @@ struct TrainJob {
   std::int64_t stop_after = 0;              ///< stop (with a checkpoint) after this many steps of this run; 0: to the end
   std::int64_t log_every = 10;
   std::filesystem::path metrics;            ///< JSON lines, one object per step (rank 0 writes it); empty: none
+  std::filesystem::path trace;              ///< Perfetto trace of the run's last step (rank 0 writes it); empty: none
   double timeout_seconds = 300;             ///< rendezvous and collective timeout
 };
 

@@ -1,8 +1,8 @@
-#include "sailor/runtime/schedule.h"
+#include "sailor/pipeline_schedule.h"
 
 #include <algorithm>
 
-namespace fleet::sailor::runtime {
+namespace fleet::sailor {
 
 std::vector<PipelineOp> one_f_one_b(int stage, int stages, int micro_batches) {
   using K = PipelineOp::Kind;
@@ -18,4 +18,4 @@ std::vector<PipelineOp> one_f_one_b(int stage, int stages, int micro_batches) {
   return ops;
 }
 
-}  // namespace fleet::sailor::runtime
+}  // namespace fleet::sailor

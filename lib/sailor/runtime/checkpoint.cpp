@@ -1,0 +1,156 @@
+#include "sailor/runtime/checkpoint.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/torch.h>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "common/logging.h"
+#include "common/safetensors.h"
+#include "model/tensor_bridge.h"
+#include "model/trainer.h"
+
+namespace fleet::sailor::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr std::uint64_t kMaxShardBytes = 4ull << 30;
+
+std::string shard_name(const std::string& stem, int stage, int stages) {
+  return fmt::format("{}-{:05d}-of-{:05d}.safetensors", stem, stage + 1, stages);
+}
+
+// One stage's tensors: `<stem>.safetensors` (sharded above 4 GiB) for a
+// single stage, else the stage's own shard.
+void write_tensors(const std::vector<std::pair<std::string, torch::Tensor>>& tensors, const fs::path& dir,
+                   const std::string& stem, int stage, int stages) {
+  SafetensorsWriter writer;
+  writer.set_metadata("format", "pt");
+  for (const auto& [name, t] : tensors) model::add_to_writer(writer, name, t);
+  if (stages == 1) {
+    writer.write_sharded(dir, kMaxShardBytes, stem);
+  } else {
+    writer.write(dir / shard_name(stem, stage, stages));
+  }
+}
+
+// The index Hugging Face readers follow, built from the shards' own headers.
+void write_shard_index(const fs::path& dir, const std::string& stem, int stages) {
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  std::uint64_t total = 0;
+  for (int s = 0; s < stages; ++s) {
+    const std::string file = shard_name(stem, s, stages);
+    SafetensorsFile shard(dir / file);
+    for (const auto& t : shard.tensors()) {
+      weight_map[t.name] = file;
+      total += t.nbytes();
+    }
+  }
+  nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  write_file_atomically(dir / (stem + ".safetensors.index.json"), index.dump(2) + "\n");
+}
+
+std::string staging_prefix(const fs::path& output) { return "." + output.filename().string() + ".staging-"; }
+
+}  // namespace
+
+CheckpointWriter::CheckpointWriter(fs::path output, const WorldInfo& world, std::vector<int> writers,
+                                   std::string token, std::chrono::milliseconds timeout)
+    : output_(std::move(output)), world_(world), writers_(std::move(writers)), token_(std::move(token)),
+      timeout_(timeout) {
+  auto it = std::find(writers_.begin(), writers_.end(), world.rank);
+  if (it != writers_.end()) stage_ = static_cast<int>(it - writers_.begin());
+  if (world.distributed()) {
+    c10d::TCPStoreOptions options;
+    options.port = static_cast<std::uint16_t>(world.master_port);
+    options.isServer = false;
+    options.waitWorkers = false;
+    options.timeout = timeout;
+    store_ = std::make_unique<c10d::TCPStore>(world.master_addr, options);
+  }
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  cancelled_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void CheckpointWriter::remove_stale_staging(const fs::path& output) {
+  const fs::path parent = output.parent_path().empty() ? fs::path(".") : output.parent_path();
+  std::error_code ec;
+  const std::string prefix = staging_prefix(output);
+  for (const auto& entry : fs::directory_iterator(parent, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) == 0) {
+      spdlog::info("removing {}, the unfinished checkpoint of an earlier run", entry.path().string());
+      fs::remove_all(entry.path(), ec);
+    }
+  }
+}
+
+fs::path CheckpointWriter::staging(std::int64_t step) const {
+  const fs::path parent = output_.parent_path().empty() ? fs::path(".") : output_.parent_path();
+  return parent / fmt::format("{}{}-{}", staging_prefix(output_), token_, step);
+}
+
+void CheckpointWriter::write_async(CheckpointSnapshot snapshot) {
+  wait();
+  if (stage_ < 0 && world_.rank != 0) return;
+  thread_ = std::thread([this, snapshot = std::move(snapshot)] {
+    try {
+      write(snapshot);
+    } catch (...) {
+      failure_ = std::current_exception();
+    }
+  });
+}
+
+void CheckpointWriter::wait() {
+  if (thread_.joinable()) thread_.join();
+  if (failure_) {
+    auto failure = failure_;
+    failure_ = nullptr;
+    std::rethrow_exception(failure);
+  }
+}
+
+void CheckpointWriter::write(const CheckpointSnapshot& snapshot) {
+  const auto started = std::chrono::steady_clock::now();
+  const fs::path dir = staging(snapshot.step);
+  const int stages = static_cast<int>(writers_.size());
+  fs::create_directories(dir);
+  const std::string key_prefix = fmt::format("checkpoint/{}/{}/", token_, snapshot.step);
+  if (stage_ >= 0) {
+    write_tensors(snapshot.model, dir, "model", stage_, stages);
+    write_tensors(snapshot.optimizer, dir, "optimizer", stage_, stages);
+    if (store_) store_->set(key_prefix + std::to_string(stage_), std::vector<std::uint8_t>{1});
+  }
+  if (world_.rank != 0) return;
+  // Every stage's shards must be there before the folder is committed.
+  for (int s = 0; store_ && s < stages; ++s) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    for (;;) {
+      if (store_->check({key_prefix + std::to_string(s)})) break;
+      if (cancelled_ || std::chrono::steady_clock::now() > deadline)
+        throw RuntimeFailure(fmt::format("the checkpoint of step {} misses stage {}'s shards (rank {} did not "
+                                         "write them); the previous checkpoint stays", snapshot.step, s,
+                                         writers_[static_cast<std::size_t>(s)]));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  if (stages > 1) {
+    write_shard_index(dir, "model", stages);
+    write_shard_index(dir, "optimizer", stages);
+  }
+  write_file_atomically(dir / "config.json", snapshot.config_json);
+  model::copy_tokenizer_files(snapshot.tokenizer_source, dir);
+  write_file_atomically(dir / "trainer_state.json", snapshot.trainer_state.dump(2) + "\n");
+  commit_directory_atomically(dir, output_);
+  last_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  spdlog::debug("checkpoint of step {} written in {:.2f} s", snapshot.step, last_seconds_);
+}
+
+}  // namespace fleet::sailor::runtime

@@ -1,0 +1,254 @@
+#include "sailor/runtime/profiler.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <iostream>
+#include <mutex>
+#include <unordered_map>
+
+#include <c10/core/CPUAllocator.h>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "common/json.h"
+#include "common/logging.h"
+#include "common/output_check.h"
+#include "common/progress.h"
+#include "model/commands.h"
+#include "model/device.h"
+#include "model/llama.h"
+#include "model/tensor_bridge.h"
+#include "model/training_parts.h"
+#include "sailor/estimator.h"
+#include "sailor/model_from_config.h"
+#include "sailor/specs.h"
+
+namespace fleet::sailor::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// Counts the bytes libtorch holds in CPU memory (current and peak), by
+// standing in front of the CPU allocator for the life of the profile.
+class CountingCpuAllocator final : public c10::Allocator {
+ public:
+  explicit CountingCpuAllocator(c10::Allocator* inner) : inner_(inner) { self_ = this; }
+  c10::DataPtr allocate(size_t n) const override {
+    c10::DataPtr inner = inner_->allocate(n);
+    void* data = inner.get();
+    // Only allocations whose context is their data (the default allocator's) are counted.
+    if (data == nullptr || inner.get_context() != data) return inner;
+    auto deleter = inner.get_deleter();
+    inner.release_context();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      live_[data] = {n, deleter};
+    }
+    const auto now = current_.fetch_add(n) + n;
+    std::size_t peak = peak_.load();
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+    }
+    return {data, data, &release, inner.device()};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+#endif
+
+  std::size_t current() const { return current_.load(); }
+  std::size_t peak() const { return peak_.load(); }
+  void reset_peak() { peak_ = current_.load(); }
+
+ private:
+  static void release(void* data) {
+    c10::DeleterFnPtr deleter = nullptr;
+    std::size_t n = 0;
+    {
+      std::lock_guard<std::mutex> lock(self_->mutex_);
+      auto it = self_->live_.find(data);
+      if (it == self_->live_.end()) return;
+      n = it->second.first;
+      deleter = it->second.second;
+      self_->live_.erase(it);
+    }
+    self_->current_ -= n;
+    if (deleter != nullptr) deleter(data);
+  }
+
+  c10::Allocator* inner_;
+  static inline CountingCpuAllocator* self_ = nullptr;
+  mutable std::mutex mutex_;
+  mutable std::unordered_map<void*, std::pair<std::size_t, c10::DeleterFnPtr>> live_;
+  mutable std::atomic<std::size_t> current_{0}, peak_{0};
+};
+
+// The one counting allocator of the process (the allocator must outlive every tensor).
+CountingCpuAllocator* counting_allocator() {
+  static CountingCpuAllocator* allocator = [] {
+    auto* a = new CountingCpuAllocator(c10::GetCPUAllocator());
+    c10::SetCPUAllocator(a, /*priority=*/1);
+    return a;
+  }();
+  return c10::GetCPUAllocator() == allocator ? allocator : nullptr;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const auto n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+struct LayerMeasurement {
+  double forward_s = 0, backward_s = 0, update_s = 0;
+  double kept_bytes = 0;  ///< held after forward for backward (output excluded)
+};
+
+std::vector<int> parse_positive(const std::vector<int>& values, const char* flag) {
+  if (values.empty()) throw UsageError(std::string(flag) + " needs at least one value");
+  for (int v : values)
+    if (v < 1) throw UsageError(std::string(flag) + " values must be positive");
+  std::vector<int> sorted = values;
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  return sorted;
+}
+
+}  // namespace
+
+int run_profile(const ProfileCommand& c) {
+  model::set_cpu_threads(c.threads);
+  if (c.gpu_type.empty()) throw UsageError("--gpu-type names this device as the cluster description does");
+  const auto mbs_list = parse_positive(c.mbs, "--mbs");
+  const auto tp_list = parse_positive(c.tp, "--tp");
+  if (tp_list != std::vector<int>{1})
+    throw UsageError("--tp: sailor-run trains without tensor parallelism so far; profile with --tp 1");
+  if (c.warmup < 0 || c.repeats < 1) throw UsageError("--repeats must be at least 1 and --warmup at least 0");
+  const fs::path model_output = c.model_output.empty() ? c.output.parent_path() / "model.json" : c.model_output;
+  OutputCheck check;
+  check.input(c.model, "--model");
+  check.file(c.output, "-o").file(model_output, "--model-out").check(Existing::kReplace);
+
+  const auto device = model::resolve_device(c.device);
+  const auto on_device = model::torch_device(device);
+  auto* counter = device == model::ComputeDevice::kCpu ? counting_allocator() : nullptr;
+  auto model = model::LlamaModel::load(c.model, torch::kFloat32, on_device);
+  const auto& config = model.config();
+  const int seq_len = c.seq_len > 0 ? c.seq_len : static_cast<int>(std::min<std::int64_t>(config.max_position_embeddings, 1024));
+  if (seq_len < 2 || seq_len > config.max_position_embeddings)
+    throw UsageError(fmt::format("--seq-len must be in [2, {}] (max_position_embeddings)", config.max_position_embeddings));
+  const int layers = static_cast<int>(model.num_layers()) + 2;
+  // Every layer's parameters train as their own leaves (a tied head, too).
+  model.separate_tied_head();
+  model::TrainOptions options;
+  options.seq_len = seq_len;
+  auto sync = [&] {
+    if (device == model::ComputeDevice::kCuda) torch::cuda::synchronize();
+  };
+
+  nlohmann::json entries = nlohmann::json::array();
+  std::vector<std::vector<LayerMeasurement>> all;
+  Progress progress("profile", static_cast<std::uint64_t>(mbs_list.size() * layers), "layers");
+  for (int mbs : mbs_list) {
+    std::vector<LayerMeasurement> measured;
+    nlohmann::json times = nlohmann::json::array(), kept = nlohmann::json::array();
+    for (int l = 0; l < layers; ++l) {
+      auto params = model.named_parameters(l, l + 1);
+      if (l == layers - 1 && config.tie_word_embeddings) params.back().second = model.separate_tied_head();
+      for (auto& [name, p] : params) p.set_requires_grad(true);
+      model::AdamW optimizer(params, options);
+      std::vector<double> fwd, bwd, upd, mem;
+      for (int r = 0; r < c.warmup + c.repeats; ++r) {
+        torch::Tensor input;
+        model::Batch batch;
+        if (l == 0) {
+          input = torch::randint(0, config.vocab_size, {mbs, seq_len}, torch::kInt64).to(on_device);
+        } else {
+          input = torch::randn({mbs, seq_len, config.hidden_size}, torch::kFloat32).to(on_device).requires_grad_(true);
+        }
+        if (l == layers - 1) {
+          batch.tokens = torch::randint(0, config.vocab_size, {mbs, seq_len}, torch::kInt64).to(on_device);
+          batch.mask = torch::ones({mbs, seq_len}, torch::kFloat32).to(on_device);
+        }
+        sync();
+        const std::size_t before = counter ? counter->current() : 0;
+        auto t0 = Clock::now();
+        auto output = model.forward_layers(input, l, l + 1);
+        if (l == layers - 1) output = model::batch_loss(output, batch, static_cast<double>(mbs * (seq_len - 1)));
+        sync();
+        auto t1 = Clock::now();
+        const double held = counter ? static_cast<double>(counter->current() - before) -
+                                          static_cast<double>(output.nbytes())
+                                    : 0;
+        if (l == layers - 1) output.backward(); else output.backward(torch::ones_like(output));
+        sync();
+        auto t2 = Clock::now();
+        optimizer.step(1e-4, r + 1);
+        sync();
+        auto t3 = Clock::now();
+        for (auto& [name, p] : params) p.mutable_grad() = torch::Tensor();
+        if (r < c.warmup) continue;
+        fwd.push_back(std::chrono::duration<double>(t1 - t0).count());
+        bwd.push_back(std::chrono::duration<double>(t2 - t1).count());
+        upd.push_back(std::chrono::duration<double>(t3 - t2).count());
+        mem.push_back(std::max(held, 0.0));
+      }
+      LayerMeasurement m{median(fwd), median(bwd), median(upd), median(mem)};
+      measured.push_back(m);
+      times.push_back({m.forward_s, m.backward_s, m.update_s});
+      kept.push_back(m.kept_bytes);
+      progress.advance();
+    }
+    entries.push_back({{"mbs", mbs}, {"tp", 1}, {"layers", times}, {"activation_bytes", kept},
+                       {"seq_len", seq_len}, {"device", device == model::ComputeDevice::kCuda ? "cuda" : "cpu"}});
+    all.push_back(std::move(measured));
+  }
+  progress.finish();
+  const std::string name = c.model.filename().empty() ? c.model.parent_path().filename().string()
+                                                       : c.model.filename().string();
+  nlohmann::json profile = {{"format", "gpufleet-sailor-profile"}, {"version", 1}, {"model", name},
+                            {"gpus", {{c.gpu_type, entries}}}};
+
+  // The planner's model: parameters and activations sent onward from the
+  // config; the activation memory kept for backward as measured (per
+  // sequence, in the simulator's float units), where it could be measured.
+  const JsonDocument config_doc = load_json_file(c.model / "config.json");
+  const double bytes_per_float = default_calibration().activation_bytes_per_float;
+  ModelSpec spec = model_spec_from_hf_config(config_doc.root(), seq_len, bytes_per_float, name);
+  if (counter != nullptr) {
+    // The largest micro-batch measures the per-sequence figure best.
+    const auto& m = all.back();
+    const double sequences = mbs_list.back();
+    for (int l = 0; l < layers; ++l)
+      spec.layers[static_cast<std::size_t>(l)].act_memory[1] =
+          m[static_cast<std::size_t>(l)].kept_bytes / sequences / bytes_per_float;
+  }
+  write_file_atomically(c.output, profile.dump(2) + "\n");
+  nlohmann::json model_json = to_json(spec);
+  write_file_atomically(model_output, model_json.dump(2) + "\n");
+
+  if (c.json) {
+    std::cout << nlohmann::json({{"profile", c.output.string()}, {"model", model_output.string()},
+                                 {"entries", entries}}).dump(2) << "\n";
+  } else {
+    for (std::size_t i = 0; i < mbs_list.size(); ++i) {
+      double f = 0, b = 0, u = 0, kept = 0;
+      for (const auto& m : all[i]) {
+        f += m.forward_s;
+        b += m.backward_s;
+        u += m.update_s;
+        kept += m.kept_bytes;
+      }
+      std::cout << fmt::format("mbs {}: forward {:.4f} s, backward {:.4f} s, update {:.4f} s over {} layers; "
+                               "{:.1f} MiB kept for backward\n",
+                               mbs_list[i], f, b, u, layers, kept / (1 << 20));
+    }
+    std::cout << fmt::format("wrote {} and {}\n", c.output.string(), model_output.string());
+  }
+  return 0;
+}
+
+}  // namespace fleet::sailor::runtime
