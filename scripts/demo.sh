@@ -68,12 +68,25 @@ done
 echo "base: 250 steps on the base language (templated sentences)"
 "$bin/sailor-run" -q train --model "$models/init" --data "$models/base.txt" -o "$models/base" \
   --steps 250 --batch-size 16 --seq-len 128 --lr 3e-3 --warmup 20 --threads 1
-echo "fine-tunes of the base, side by side: copy (700 steps) and reverse (1000 steps), loss on the answers only"
-for spec in copy:700 reverse:1000; do
-  task=${spec%%:*} steps=${spec##*:}
+echo "the same 20 steps of pre-training on one process, on 2 data-parallel workers and as a 2-stage pipeline:"
+cat >"$models/pp2-plan.json" <<'PLAN'
+{"format": "gpufleet-sailor-plan", "version": 1, "mbs": 4, "global_batch": 16,
+ "stages": [{"layers": [0, 2], "tp": 1, "replicas": [{"gpu": "cpu", "zone": "local"}]},
+            {"layers": [2, 6], "tp": 1, "replicas": [{"gpu": "cpu", "zone": "local"}]}]}
+PLAN
+common=(--model "$models/init" --data "$models/base.txt" --steps 20 --seq-len 64 --lr 3e-3 --warmup 5 --threads 1)
+"$bin/sailor-run" -q train "${common[@]}" --batch-size 4 --grad-accumulation 4 -o "$models/one-process"
+"$bin/sailor-run" -q launch --nprocs 2 -- train -q "${common[@]}" --batch-size 4 --grad-accumulation 2 \
+  -o "$models/data-parallel"
+"$bin/sailor-run" -q launch --plan "$models/pp2-plan.json" -- train -q "${common[@]}" -o "$models/pipeline" \
+  --trace "$out/pipeline_trace.json"
+echo "pipeline timeline: $out/pipeline_trace.json (open in ui.perfetto.dev)"
+echo "fine-tunes of the base, side by side: copy (1500 steps) and reverse (1000 steps), loss on the answers only"
+for spec in copy:1500:1 reverse:1000:0; do
+  IFS=: read -r task steps seed <<<"$spec"
   "$bin/sailor-run" -q train --model "$models/base" --data "$models/$task.txt" -o "$models/ft-$task" \
     --steps "$steps" --batch-size 32 --seq-len 28 --lr 1e-3 --warmup 30 --data-mode lines --loss-after " =" \
-    --threads 1 &
+    --seed "$seed" --threads 1 &
 done
 wait
 for model in base ft-copy ft-reverse; do

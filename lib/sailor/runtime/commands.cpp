@@ -16,6 +16,11 @@ int run_train(const TrainCommand& c) {
   auto result = train(c.job);
   // Every rank knows the job's losses; rank 0 reports them.
   if (result.rank != 0) return 0;
+  if (!c.json && result.last_step == result.first_step) {
+    std::cout << fmt::format("nothing to train: the run in {} finished at step {}\n", c.job.output.string(),
+                             result.last_step);
+    return 0;
+  }
   if (c.json) {
     nlohmann::json j = {{"first_step", result.first_step}, {"last_step", result.last_step},
                         {"first_loss", result.first_loss}, {"last_loss", result.last_loss},

@@ -1,0 +1,25 @@
+#!/bin/bash
+# examples/slurm/train.sbatch end to end on this machine, with a stand-in for
+# srun (tests/apps/fake-slurm/srun: N local copies with SLURM's variables):
+# profile, profile-net, plan, then train with the plan from SLURM_PROCID et al.
+# Usage: check_slurm_example.sh BIN_DIR SOURCE_DIR
+set -u
+bin=$1 src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+"$bin/sailor-run" -q init --preset tiny -o "$tmp/model" || fail "init"
+"$bin/sailor-run" -q make-corpus --task base --lines 500 -o "$tmp/base.txt" || fail "corpus"
+(cd "$tmp" && PATH="$src/tests/apps/fake-slurm:$PATH" SLURM_JOB_ID=$((RANDOM * 7)) SLURM_NTASKS=2 \
+  SLURM_NTASKS_PER_NODE=2 SLURM_JOB_NUM_NODES=1 FLEET_BIN="$bin" MODEL="$tmp/model" DATA="$tmp/base.txt" \
+  SEQ_LEN=32 GLOBAL_BATCH=8 STEPS=6 OUT="$tmp/run" bash "$src/examples/slurm/train.sbatch") >"$tmp/log" 2>&1 ||
+  fail "the batch script failed: $(tail -20 "$tmp/log")"
+for f in inputs/profile.json inputs/model.json inputs/cluster.json plan.json checkpoint/trainer_state.json \
+  metrics.jsonl trace.json; do
+  [ -s "$tmp/run/$f" ] || fail "no $f"
+done
+steps=$(wc -l < "$tmp/run/metrics.jsonl")
+[ "$steps" -eq 6 ] || fail "metrics has $steps lines, expected 6"
+grep -q '"step": 6' "$tmp/run/checkpoint/trainer_state.json" || fail "the checkpoint is not at step 6"
+grep -q "on 2 rank(s)" "$tmp/log" || fail "training did not run on the plan's 2 ranks: $(tail -5 "$tmp/log")"
+echo OK
