@@ -207,6 +207,7 @@ class StageRunner {
     if (local_head_copy_.defined()) local_head_copy_.set_requires_grad(true);
     build_groups();
     build_buckets();
+    if (dp_group_) register_overlap_hooks();
   }
 
   const NamedTensors& parameters() const { return params_; }
@@ -232,6 +233,9 @@ class StageRunner {
     const int next = is_last_ ? -1 : layout_.rank_of(place_.stage + 1, place_.replica, 0);
     for (const auto& op : ops) {
       const auto m = static_cast<std::size_t>(op.micro);
+      // The last backward of the step: each bucket's all-reduce starts as
+      // soon as the backward has produced every gradient in it.
+      if (&op == &ops.back() && dp_group_) start_overlap();
       const auto [first, last] = layout_.micro_batch(place_.replica, op.micro);
       if (op.kind == PipelineOp::Kind::kForward) {
         model::Batch batch;
@@ -277,6 +281,7 @@ class StageRunner {
           t = Clock::now();
           outputs[m].backward(grad.to(device_, outputs[m].scalar_type()));
         }
+        overlap_ = false;
         accumulate_gradients();
         times.add(times.compute, t, "B" + std::to_string(op.micro), "backward");
         if (!is_first_) {
@@ -353,7 +358,10 @@ class StageRunner {
       bytes += size;
     }
     grad_views_.resize(params_.size());
+    bucket_of_.resize(params_.size());
+    added_by_hook_.assign(params_.size(), false);
     for (const auto& bucket : buckets) {
+      for (auto i : bucket) bucket_of_[i] = flat_grads_.size();
       std::int64_t total = 0;
       for (auto i : bucket) total += params_[i].second.numel();
       flat_grads_.push_back(torch::zeros({total}, torch::TensorOptions().dtype(torch::kFloat64)));
@@ -366,19 +374,59 @@ class StageRunner {
     }
   }
 
-  // Moves this micro-batch's gradients into the float64 sums.
+  // Moves this micro-batch's gradients into the float64 sums (those the
+  // overlap hooks have already added are only released).
   void accumulate_gradients() {
     torch::NoGradGuard no_grad;
     for (std::size_t i = 0; i < params_.size(); ++i) {
       auto& p = params_[i].second;
       if (!p.grad().defined()) continue;
-      grad_views_[i].add_(p.grad().to(torch::kCPU, torch::kFloat64));
+      if (!added_by_hook_[i]) grad_views_[i].add_(p.grad().to(torch::kCPU, torch::kFloat64));
       p.mutable_grad() = torch::Tensor();
+      added_by_hook_[i] = false;
     }
     if (local_head_copy_.defined() && local_head_copy_.grad().defined()) {
-      grad_views_.front().add_(local_head_copy_.grad().to(torch::kCPU, torch::kFloat64));
+      if (!head_added_by_hook_) grad_views_.front().add_(local_head_copy_.grad().to(torch::kCPU, torch::kFloat64));
       local_head_copy_.mutable_grad() = torch::Tensor();
     }
+    head_added_by_hook_ = false;
+  }
+
+  // Hooks that, during the step's last backward, add each gradient to its
+  // float64 sum the moment autograd produces it and start the bucket's
+  // all-reduce when the bucket is complete, while backward goes on. Every
+  // replica of a stage runs the same graph, so buckets start in the same order.
+  void register_overlap_hooks() {
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      params_[i].second.register_hook([this, i](const torch::Tensor& grad) {
+        if (!overlap_) return;
+        torch::NoGradGuard no_grad;
+        grad_views_[i].add_(grad.to(torch::kCPU, torch::kFloat64));
+        added_by_hook_[i] = true;
+        contributed(bucket_of_[i]);
+      });
+    if (local_head_copy_.defined())
+      local_head_copy_.register_hook([this](const torch::Tensor& grad) {
+        if (!overlap_) return;
+        torch::NoGradGuard no_grad;
+        grad_views_.front().add_(grad.to(torch::kCPU, torch::kFloat64));
+        head_added_by_hook_ = true;
+        contributed(bucket_of_.front());
+      });
+  }
+
+  void start_overlap() {
+    overlap_ = true;
+    std::fill(added_by_hook_.begin(), added_by_hook_.end(), false);
+    head_added_by_hook_ = false;
+    pending_.assign(flat_grads_.size(), 0);
+    for (auto b : bucket_of_) ++pending_[b];
+    if (local_head_copy_.defined()) ++pending_[bucket_of_.front()];
+    bucket_works_.assign(flat_grads_.size(), c10::intrusive_ptr<c10d::Work>());
+  }
+
+  void contributed(std::size_t bucket) {
+    if (--pending_[bucket] == 0) bucket_works_[bucket] = dp_group_->all_reduce_sum_async(flat_grads_[bucket]);
   }
 
   // Sums the gradients over the replicas (and the two copies of a tied
@@ -386,9 +434,10 @@ class StageRunner {
   void reduce_gradients() {
     torch::NoGradGuard no_grad;
     if (dp_group_) {
-      std::vector<c10::intrusive_ptr<c10d::Work>> works;
-      for (auto& flat : flat_grads_) works.push_back(dp_group_->all_reduce_sum_async(flat));
-      for (auto& w : works) w->wait();
+      // Buckets with a parameter that got no gradient start now, in order.
+      for (std::size_t b = 0; b < flat_grads_.size(); ++b)
+        if (!bucket_works_[b]) bucket_works_[b] = dp_group_->all_reduce_sum_async(flat_grads_[b]);
+      for (auto& w : bucket_works_) w->wait();
     }
     if (embedding_group_) {
       for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -418,6 +467,12 @@ class StageRunner {
   std::unique_ptr<Group> dp_group_, embedding_group_;
   std::vector<torch::Tensor> flat_grads_;  // float64 sums, one per bucket
   std::vector<torch::Tensor> grad_views_;  // per parameter, into flat_grads_
+  std::vector<std::size_t> bucket_of_;     // per parameter
+  // Overlap of the last backward with the all-reduce (see register_overlap_hooks).
+  bool overlap_ = false, head_added_by_hook_ = false;
+  std::vector<char> added_by_hook_;
+  std::vector<int> pending_;
+  std::vector<c10::intrusive_ptr<c10d::Work>> bucket_works_;
 };
 
 // The traced step of every rank in one Perfetto file, one row per rank laid
