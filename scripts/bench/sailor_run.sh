@@ -29,22 +29,23 @@ lines = [json.loads(l) for l in open(sys.argv[1])][int(sys.argv[2]):]
 print(statistics.median(l["tokens_per_s"] for l in lines), statistics.median(l["step_s"] for l in lines))
 PY
 }
-train() {  # train NAME EXTRA... -> metrics in $tmp/NAME.jsonl
-  local name=$1
-  shift
-  "$run" -q launch "$@" -- train -q --model "$tmp/model" --data "$tmp/base.txt" -o "$tmp/$name" --force \
-    --steps $((steps + warm)) --seq-len "$seq" --threads 1 --lr 1e-4 --metrics "$tmp/$name.jsonl" >/dev/null
+train() {  # train NAME "LAUNCH OPTIONS" TRAIN OPTIONS... -> metrics in $tmp/NAME.jsonl
+  local name=$1 launch=$2
+  shift 2
+  # shellcheck disable=SC2086
+  "$run" -q launch $launch -- train -q --model "$tmp/model" --data "$tmp/base.txt" -o "$tmp/$name" --force \
+    --steps $((steps + warm)) --seq-len "$seq" --threads 1 --lr 1e-4 --metrics "$tmp/$name.jsonl" "$@" >/dev/null
 }
 
 echo "== data parallelism, 2 workers, $preset preset, micro-batch $batch x $seq tokens, 1 thread each"
-train dp --nprocs 2 --batch-size "$batch"
+train dp "--nprocs 2" --batch-size "$batch"
 read -r ours ours_step < <(median_rate "$tmp/dp.jsonl")
 theirs=$("$python" "$root/scripts/bench/ddp_baseline.py" "$tmp/model" 2 "$batch" "$seq" "$steps" "$warm" 2>/dev/null |
   /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["tokens_per_s"])')
 /usr/bin/python3 -c "import sys; o, t = map(float, sys.argv[1:]); print(f'sailor-run {o:9.0f} tokens/s   PyTorch DDP {t:9.0f} tokens/s   ratio {o / t:.2f}x')" "$ours" "$theirs"
 
 echo "== background checkpoints: one every step against none (same DP=2 job)"
-train ckpt --nprocs 2 --batch-size "$batch" --checkpoint-every 1
+train ckpt "--nprocs 2" --batch-size "$batch" --checkpoint-every 1
 read -r _ ckpt_step < <(median_rate "$tmp/ckpt.jsonl")
 /usr/bin/python3 -c "import sys; a, b = map(float, sys.argv[1:]); print(f'step {a * 1e3:.1f} ms without, {b * 1e3:.1f} ms with a checkpoint every step: {100 * (b / a - 1):+.1f} %')" "$ours_step" "$ckpt_step"
 
@@ -68,7 +69,7 @@ dp = 2 if layout == "dp2" else 1
 print(json.dumps({"format": "gpufleet-sailor-plan", "version": 1, "mbs": mbs, "global_batch": gb,
                   "stages": [{"layers": [a, b], "tp": 1, "replicas": [cpu] * dp} for a, b in splits]}))
 PY
-  train "$layout" --plan "$tmp/$layout-plan.json"
+  train "$layout" "--plan $tmp/$layout-plan.json"
   read -r _ measured < <(median_rate "$tmp/$layout.jsonl")
   predicted=$("$build/bin/sailor-plan" simulate -i "$tmp/inputs" -p "$tmp/$layout-plan.json" --json |
     /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["iteration_s"])')

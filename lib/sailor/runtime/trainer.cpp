@@ -629,7 +629,7 @@ TrainResult train(const TrainJob& job) {
     result.losses.push_back(loss);
     run.history.push_back({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm}});
     if (metrics.is_open()) {
-      const double idle = std::max(0.0, step_seconds - times.compute - times.send - times.allreduce);
+      const double idle = std::max(0.0, step_seconds - times.compute - times.send - times.recv - times.allreduce);
       nlohmann::json line = {{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
                              {"tokens_per_s", tokens_per_step / step_seconds}, {"step_s", step_seconds},
                              {"compute_s", times.compute}, {"send_s", times.send}, {"recv_wait_s", times.recv},
