@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
   number(train_cmd, "--lr", o.lr, "Peak learning rate", 1e-12, 10);
   number(train_cmd, "--min-lr-ratio", o.min_lr_ratio, "Final learning rate as a fraction of --lr", 0, 1);
   number(train_cmd, "--warmup", o.warmup_steps, "Linear warm-up steps", 0, 1e9);
+  number(train_cmd, "--adam-eps", o.eps, "AdamW epsilon", 1e-30, 1);
   number(train_cmd, "--weight-decay", o.weight_decay, "AdamW weight decay (matrices only)", 0, 10);
   number(train_cmd, "--clip-norm", o.clip_norm, "Clip the gradient norm to this (0: off)", 0, 1e9);
   number(train_cmd, "--seed", o.seed, "Seed of the batch sampling", 0, 9.2e18);

@@ -12,6 +12,7 @@
 #include "common/logging.h"
 #include "common/safetensors.h"
 #include "model/tensor_bridge.h"
+#include "model/tensor_parallel.h"
 
 namespace fleet::model {
 namespace {
@@ -252,6 +253,31 @@ std::vector<std::pair<std::string, torch::Tensor>> LlamaModel::named_parameters(
   return out;
 }
 
+void LlamaModel::shard_for_tensor_parallel(TensorParallelGroup& group) {
+  if (tp_ != nullptr) throw std::logic_error("the model is already sharded");
+  check_tensor_parallel(config_, group.size());
+  const bool aliased = lm_head_.defined() && lm_head_.is_same(embed_tokens_);
+  torch::NoGradGuard no_grad;
+  auto shard = [&](torch::Tensor& t, const std::string& name) {
+    if (!t.defined()) return;
+    const auto spec = shard_spec(config_, name, group.rank(), group.size());
+    if (spec.dim >= 0) t = t.narrow(spec.dim, spec.offset, spec.length).clone();
+  };
+  shard(embed_tokens_, "model.embed_tokens.weight");
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    for_each_layer_tensor(layers_[i], [&](const char* suffix, torch::Tensor& t) { shard(t, layer_name(i, suffix)); });
+  if (aliased) {
+    lm_head_ = embed_tokens_;
+  } else {
+    shard(lm_head_, "lm_head.weight");
+  }
+  tp_ = &group;
+}
+
+std::int64_t LlamaModel::vocab_start() const {
+  return tp_ ? config_.vocab_size / tp_->size() * tp_->rank() : 0;
+}
+
 torch::Tensor LlamaModel::separate_tied_head() {
   if (!config_.tie_word_embeddings) return {};
   if (lm_head_.is_same(embed_tokens_)) lm_head_ = embed_tokens_.detach().clone();
@@ -320,7 +346,10 @@ torch::Tensor LlamaModel::norm(std::size_t layer, NormSlot which, const torch::T
 torch::Tensor LlamaModel::attention(std::size_t layer, const torch::Tensor& x, const torch::Tensor& cos,
                                     const torch::Tensor& sin, const torch::Tensor& positions,
                                     CacheStep* step) const {
-  const std::int64_t B = x.size(0), T = x.size(1), H = config_.num_attention_heads, KV = config_.num_key_value_heads,
+  // This rank's heads under tensor parallelism, all of them otherwise.
+  const std::int64_t parts = tp_ ? tp_->size() : 1;
+  const std::int64_t B = x.size(0), T = x.size(1), H = config_.num_attention_heads / parts,
+                     KV = config_.num_key_value_heads / parts,
                      D = config_.head_dim, rep = H / KV;
   auto q = project(layer, Projection::kQ, x, step).view({B, T, H, D}).transpose(1, 2);
   auto k = project(layer, Projection::kK, x, step).view({B, T, KV, D}).transpose(1, 2);
@@ -400,12 +429,17 @@ torch::Tensor LlamaModel::run_layers(torch::Tensor hidden, const torch::Tensor& 
 torch::Tensor LlamaModel::run_blocks(torch::Tensor hidden, const torch::Tensor& positions, std::size_t first,
                                      std::size_t last, CacheStep* step) const {
   auto [cos, sin] = rotary(positions);
+  // Under tensor parallelism each rank computes its heads and MLP columns:
+  // the norms' outputs enter the column-parallel layers (q/k/v, gate/up)
+  // whole, the row-parallel outputs (o, down) are summed over the group.
+  auto enter = [&](torch::Tensor x) { return tp_ ? copy_to_tensor_parallel(x, *tp_) : x; };
+  auto leave = [&](torch::Tensor x) { return tp_ ? reduce_from_tensor_parallel(x, *tp_) : x; };
   for (std::size_t i = first; i < last; ++i) {
-    auto attended = attention(i, norm(i, NormSlot::kInput, hidden, step), cos, sin, positions, step);
-    hidden = hidden + project(i, Projection::kO, attended, step);
-    auto x = norm(i, NormSlot::kPostAttention, hidden, step);
+    auto attended = attention(i, enter(norm(i, NormSlot::kInput, hidden, step)), cos, sin, positions, step);
+    hidden = hidden + leave(project(i, Projection::kO, attended, step));
+    auto x = enter(norm(i, NormSlot::kPostAttention, hidden, step));
     auto gated = torch::silu(project(i, Projection::kGate, x, step)) * project(i, Projection::kUp, x, step);
-    hidden = hidden + project(i, Projection::kDown, gated, step);
+    hidden = hidden + leave(project(i, Projection::kDown, gated, step));
   }
   return hidden;
 }
@@ -423,7 +457,17 @@ torch::Tensor LlamaModel::forward_layers(const torch::Tensor& input, int first, 
   const auto T = input.size(1);
   if (first == 0) {
     check_tokens(input, config_.vocab_size);
-    hidden = torch::embedding(embed_tokens_, input);
+    if (tp_ == nullptr) {
+      hidden = torch::embedding(embed_tokens_, input);
+    } else {
+      // Vocabulary-parallel: each rank looks up the ids in its rows, zeros for the rest, and the group sums.
+      const auto rows = embed_tokens_.size(0), start = vocab_start();
+      auto local = input - start;
+      auto outside = (local < 0) | (local >= rows);
+      hidden = torch::embedding(embed_tokens_, local.clamp(0, rows - 1))
+                   .masked_fill(outside.unsqueeze(-1), 0.0);
+      hidden = reduce_from_tensor_parallel(hidden, *tp_);
+    }
   } else if (input.dim() != 3 || input.size(2) != config_.hidden_size) {
     throw InputError("a stage that starts at layer " + std::to_string(first) + " takes hidden states [B, T, " +
                      std::to_string(config_.hidden_size) + "]");
@@ -441,6 +485,7 @@ torch::Tensor LlamaModel::forward_layers(const torch::Tensor& input, int first, 
   }
   if (last < blocks + 2) return hidden;
   hidden = norm(0, NormSlot::kFinal, hidden, nullptr);
+  if (tp_) hidden = copy_to_tensor_parallel(hidden, *tp_);
   return torch::linear(hidden, lm_head_).to(torch::kFloat32);
 }
 
@@ -448,6 +493,7 @@ torch::Tensor LlamaModel::forward_cached(KvCache& cache, const std::vector<std::
                                          const torch::Tensor& tokens, const std::vector<std::int64_t>& counts,
                                          bool all_positions, const WeightOverlay* overlay) const {
   check_tokens(tokens, config_.vocab_size);
+  if (tp_ != nullptr) throw UsageError("a tensor-parallel shard of a model trains; it does not run cached inference");
   const std::int64_t B = tokens.size(0), T = tokens.size(1);
   if (static_cast<std::int64_t>(slots.size()) != B || static_cast<std::int64_t>(counts.size()) != B)
     throw InputError("forward_cached: one slot and one count per row are needed");

@@ -17,6 +17,8 @@
 
 namespace fleet::model {
 
+class TensorParallelGroup;
+
 /// The weights of one decoder layer, in the layout of Hugging Face's Linear
 /// modules ([out_features, in_features]).
 struct LlamaLayerWeights {
@@ -116,6 +118,14 @@ class LlamaModel {
   /// the head sit on different pipeline stages). Returns the head's matrix;
   /// an undefined tensor for an untied model.
   torch::Tensor separate_tied_head();
+  /// Keeps only this rank's slice of every weight (model/tensor_parallel.h's
+  /// shard_spec) and runs forward_layers with the group's collectives from
+  /// now on: heads, MLP columns and the vocabulary split `group.size()` ways,
+  /// the head then returning this rank's columns of the logits. The group
+  /// must outlive the model. Training only (forward_cached refuses).
+  void shard_for_tensor_parallel(TensorParallelGroup& group);
+  /// The first vocabulary id of this rank's logits (0 without tensor parallelism).
+  std::int64_t vocab_start() const;
   /// Frees the weights of every layer outside [first, last) (a pipeline stage
   /// holds only its own); the model can then run only that range.
   void keep_only_layers(int first, int last);
@@ -179,6 +189,7 @@ class LlamaModel {
   torch::Tensor embed_tokens_, norm_, lm_head_;  ///< lm_head_ aliases embed_tokens_ when tied
   std::vector<LlamaLayerWeights> layers_;
   torch::Tensor inv_freq_;                       ///< rotary frequencies, float32
+  TensorParallelGroup* tp_ = nullptr;            ///< set once the weights are sharded
 };
 
 /// Mean cross-entropy of predicting tokens[:, t+1] from logits[:, t], over

@@ -175,7 +175,8 @@ std::vector<std::pair<std::string, torch::Tensor>> AdamW::state() const {
   return out;
 }
 
-void AdamW::load(const std::filesystem::path& dir) {
+void AdamW::load(const std::filesystem::path& dir,
+                 const std::function<torch::Tensor(const std::string&, const torch::Tensor&)>& slice) {
   const auto index = dir / "optimizer.safetensors.index.json";
   SafetensorsCheckpoint file(std::filesystem::exists(index) ? index : dir / "optimizer.safetensors");
   torch::NoGradGuard no_grad;
@@ -184,6 +185,7 @@ void AdamW::load(const std::filesystem::path& dir) {
       const std::string name = prefix + names_[i];
       if (!file.contains(name)) throw InputError(dir.string() + ": the optimizer state lacks '" + name + "'");
       auto t = to_torch(file.view(name));
+      if (slice) t = slice(name, t);
       if (t.sizes() != target->sizes())
         throw InputError(dir.string() + ": optimizer state of '" + names_[i] + "' has the wrong shape");
       target->copy_(t);

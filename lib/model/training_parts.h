@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -70,7 +71,9 @@ class AdamW {
   std::vector<std::pair<std::string, torch::Tensor>> state() const;
   /// Reads the moments of every parameter from optimizer.safetensors, or
   /// from the shards an optimizer.safetensors.index.json names, in `dir`.
-  void load(const std::filesystem::path& dir);
+  /// `slice` (optional) turns a stored moment into this rank's part of it.
+  void load(const std::filesystem::path& dir,
+            const std::function<torch::Tensor(const std::string&, const torch::Tensor&)>& slice = {});
 
  private:
   TrainOptions options_;

@@ -66,7 +66,13 @@ TEST(Layout, RefusesPlansThatDoNotFitTheModel) {
   auto tp = two_stage_plan(1, 3, 8);
   tp.stages[0].tp = 2;
   message = testing::error_of([&] { layout_from_plan(tp, 8); });
-  EXPECT_NE(message.find("tensor parallelism"), std::string::npos) << message;
+  EXPECT_NE(message.find("tensor parallelism 1 and stage 0 has 2"), std::string::npos) << message;
+  tp.stages[1].tp = 2;
+  const auto layout = layout_from_plan(tp, 8);
+  EXPECT_EQ(layout.world_size(), 4);
+  EXPECT_EQ(layout.place(3).tp_rank, 1);
+  EXPECT_EQ(layout.place(3).stage, 1);
+  EXPECT_EQ(layout.rank_of(1, 0, 1), 3);
 }
 
 // Schedules as Megatron-LM's 1F1B runs them, written out by hand.

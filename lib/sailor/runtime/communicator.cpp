@@ -39,6 +39,14 @@ void Group::all_reduce_sum(torch::Tensor& tensor) {
   if (size() > 1) all_reduce_sum_async(tensor)->wait();
 }
 
+void Group::all_reduce_max(torch::Tensor& tensor) {
+  if (size() == 1) return;
+  std::vector<torch::Tensor> tensors{tensor};
+  c10d::AllreduceOptions options;
+  options.reduceOp = c10d::ReduceOp::MAX;
+  backend_->allreduce(tensors, options)->wait();
+}
+
 c10::intrusive_ptr<c10d::Work> Group::all_reduce_sum_async(torch::Tensor& tensor) {
   std::vector<torch::Tensor> tensors{tensor};
   return backend_->allreduce(tensors);

@@ -36,6 +36,8 @@ class Group {
 
   /// Sums `tensor` over the group in place (nothing for one member).
   void all_reduce_sum(torch::Tensor& tensor);
+  /// The element-wise maximum over the group, in place.
+  void all_reduce_max(torch::Tensor& tensor);
   /// Starts summing `tensor` in place; wait() on the result.
   c10::intrusive_ptr<c10d::Work> all_reduce_sum_async(torch::Tensor& tensor);
   /// Starts sending `tensor` to global rank `to`, matched by `tag`.

@@ -70,9 +70,10 @@ Layout layout_from_plan(const Plan& plan, int model_layers) {
     if (static_cast<int>(s.replicas.size()) != layout.dp)
       throw InputError(fmt::format("stage {} of the plan has {} replicas, stage 0 has {}: every stage needs the same",
                                    i, s.replicas.size(), layout.dp));
-    if (s.tp != 1)
-      throw InputError(fmt::format("stage {} of the plan asks for tensor parallelism {}; sailor-run trains with "
-                                   "pipeline and data parallelism only so far (plan with --tp 1)", i, s.tp));
+    if (s.tp < 1) throw InputError(fmt::format("stage {} of the plan has tensor parallelism {}", i, s.tp));
+    if (s.tp != plan.stages.front().tp)
+      throw InputError(fmt::format("stage {} of the plan has tensor parallelism {} and stage 0 has {}: sailor-run "
+                                   "runs one TP degree for all stages so far", i, s.tp, plan.stages.front().tp));
     layout.stages.push_back({s.first_layer, s.last_layer, s.tp});
     expected_first = s.last_layer;
   }

@@ -49,8 +49,7 @@ struct Layout {
 
 /// The layout of a plan for a model of `model_layers` planner layers
 /// (blocks + 2). InputError naming the stage when the stages do not cover
-/// the model exactly, replicas differ between stages, or a stage asks for
-/// tensor parallelism this runtime does not run yet.
+/// the model exactly, or replicas or TP degrees differ between stages.
 Layout layout_from_plan(const Plan& plan, int model_layers);
 
 /// Plain data parallelism over `world_size` ranks, each holding the whole model.

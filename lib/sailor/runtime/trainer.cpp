@@ -22,6 +22,7 @@
 #include "model/llama.h"
 #include "model/tensor_bridge.h"
 #include "model/tokenizer.h"
+#include "model/tensor_parallel.h"
 #include "model/torch_compat.h"
 #include "model/training_parts.h"
 #include "sailor/runtime/checkpoint.h"
@@ -177,8 +178,22 @@ struct StepTimes {
   }
 };
 
-// One rank's part of the job: its stage's layers, parameters and optimizer,
-// its groups, and the 1F1B step.
+// A process group as the model's tensor-parallel collectives.
+class TensorParallelGroupAdapter final : public model::TensorParallelGroup {
+ public:
+  TensorParallelGroupAdapter(std::unique_ptr<Group> group, int rank) : group_(std::move(group)), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return group_->size(); }
+  void all_reduce_sum(torch::Tensor& t) override { group_->all_reduce_sum(t); }
+  void all_reduce_max(torch::Tensor& t) override { group_->all_reduce_max(t); }
+
+ private:
+  std::unique_ptr<Group> group_;
+  int rank_;
+};
+
+// One rank's part of the job: its stage's layers (its slice of them under
+// tensor parallelism), parameters and optimizer, its groups, and the 1F1B step.
 class StageRunner {
  public:
   StageRunner(const Layout& layout, int rank, Communicator* comm, model::LlamaModel& model,
@@ -199,13 +214,17 @@ class StageRunner {
     // float64), whether both sit on this stage or on two.
     auto head_copy = model_.separate_tied_head();
     model_.keep_only_layers(stage_.first, stage_.last);
+    build_groups();
+    if (tp_group_) {
+      model_.shard_for_tensor_parallel(*tp_group_);
+      head_copy = model_.separate_tied_head();  // the head's slice
+    }
     params_ = model_.named_parameters(stage_.first, stage_.last);
     const bool tied = model.config().tie_word_embeddings;
     tied_copy_ = tied && stage_.first > 0 && stage_.last == blocks + 2;
     if (tied && stage_.first == 0 && stage_.last == blocks + 2) local_head_copy_ = head_copy;
     for (auto& [name, p] : params_) p.set_requires_grad(true);
     if (local_head_copy_.defined()) local_head_copy_.set_requires_grad(true);
-    build_groups();
     build_buckets();
     if (dp_group_) register_overlap_hooks();
   }
@@ -213,6 +232,31 @@ class StageRunner {
   const NamedTensors& parameters() const { return params_; }
   const Layout::Place& place() const { return place_; }
   bool writes_checkpoint() const { return place_.replica == 0 && place_.tp_rank == 0; }
+  /// Replica 0's ranks take part in a checkpoint (its TP ranks gather their slices).
+  bool gathers_checkpoint() const { return place_.replica == 0; }
+
+  /// The whole tensor of a parameter or optimizer moment from this rank's
+  /// slice of it, as a float32 CPU copy: a collective of the TP group.
+  torch::Tensor gather_whole(const std::string& name, const torch::Tensor& t) {
+    torch::NoGradGuard no_grad;
+    auto local = t.detach().to(torch::kCPU, torch::kFloat32);
+    const auto spec = tp_group_ ? model::shard_spec(model_.config(), name, place_.tp_rank, stage_.tp)
+                                : model::ShardSpec{};
+    if (spec.dim < 0) return local.clone();
+    auto sizes = local.sizes().vec();
+    sizes[static_cast<std::size_t>(spec.dim)] = spec.full;
+    auto whole = torch::zeros(sizes, torch::kFloat32);
+    whole.narrow(spec.dim, spec.offset, spec.length).copy_(local);
+    tp_group_->all_reduce_sum(whole);
+    return whole;
+  }
+
+  /// This rank's slice of a stored whole tensor (resuming under TP).
+  torch::Tensor slice_of(const std::string& name, const torch::Tensor& whole) const {
+    if (!tp_group_) return whole;
+    const auto spec = model::shard_spec(model_.config(), name, place_.tp_rank, stage_.tp);
+    return spec.dim < 0 ? whole : whole.narrow(spec.dim, spec.offset, spec.length).clone();
+  }
   bool holds_tied_copy() const { return tied_copy_; }
 
   // Runs the step's forwards and backwards and sums the gradients over the
@@ -229,8 +273,10 @@ class StageRunner {
     double loss_sum = 0;
     const std::int64_t pad = model_.config().pad_token_id;
     const auto hidden = model_.config().hidden_size;
-    const int prev = is_first_ ? -1 : layout_.rank_of(place_.stage - 1, place_.replica, 0);
-    const int next = is_last_ ? -1 : layout_.rank_of(place_.stage + 1, place_.replica, 0);
+    // TP rank t of a stage talks to TP rank t of its neighbours (every TP rank
+    // holds the whole activation between stages).
+    const int prev = is_first_ ? -1 : layout_.rank_of(place_.stage - 1, place_.replica, place_.tp_rank);
+    const int next = is_last_ ? -1 : layout_.rank_of(place_.stage + 1, place_.replica, place_.tp_rank);
     for (const auto& op : ops) {
       const auto m = static_cast<std::size_t>(op.micro);
       // The last backward of the step: each bucket's all-reduce starts as
@@ -259,8 +305,11 @@ class StageRunner {
         if (is_last_) {
           batch.tokens = batch.tokens.to(device_);
           batch.mask = batch.mask.to(device_);
-          output = model::batch_loss(output.to(torch::kFloat32), batch, static_cast<double>(divisor));
-          loss_sum += output.item<double>();
+          output = tp_group_ ? model::vocab_parallel_batch_loss(output, batch, static_cast<double>(divisor),
+                                                                 model_.vocab_start(), *tp_group_)
+                             : model::batch_loss(output.to(torch::kFloat32), batch, static_cast<double>(divisor));
+          // Every TP rank has the whole loss; one of them reports it.
+          if (place_.tp_rank == 0) loss_sum += output.item<double>();
         }
         times.add(times.compute, t, "F" + std::to_string(op.micro), "forward");
         if (!is_last_) {
@@ -307,8 +356,12 @@ class StageRunner {
   // tied copy counts once, on the embedding's stage), from the exact sums.
   double gradient_sum_of_squares() const {
     double total = 0;
-    for (std::size_t i = 0; i < params_.size(); ++i)
-      if (!(tied_copy_ && params_[i].first == kTiedName)) total += grad_views_[i].pow(2).sum().item<double>();
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (tied_copy_ && params_[i].first == kTiedName) continue;
+      // Under TP the norms are whole on every rank: rank 0 counts them.
+      if (tp_group_ && params_[i].second.dim() < 2 && place_.tp_rank != 0) continue;
+      total += grad_views_[i].pow(2).sum().item<double>();
+    }
     return total;
   }
 
@@ -334,10 +387,19 @@ class StageRunner {
       }
     }
     const bool tied = model_.config().tie_word_embeddings && stages > 1;
+    const int tp = stage_.tp;
     for (int r = 0; tied && r < layout_.dp; ++r) {
-      std::vector<int> ranks{layout_.rank_of(0, r, 0), layout_.rank_of(stages - 1, r, 0)};
-      if (r == place_.replica && (is_first_ || is_last_) && place_.tp_rank == 0)
-        embedding_group_ = comm_->group(fmt::format("embedding/{}", r), ranks);
+      for (int t = 0; t < tp; ++t) {
+        std::vector<int> ranks{layout_.rank_of(0, r, t), layout_.rank_of(stages - 1, r, t)};
+        if (r == place_.replica && t == place_.tp_rank && (is_first_ || is_last_))
+          embedding_group_ = comm_->group(fmt::format("embedding/{}/{}", r, t), ranks);
+      }
+    }
+    if (tp > 1) {
+      std::vector<int> ranks;
+      for (int t = 0; t < tp; ++t) ranks.push_back(layout_.rank_of(place_.stage, place_.replica, t));
+      tp_group_ = std::make_unique<TensorParallelGroupAdapter>(
+          comm_->group(fmt::format("tp/{}/{}", place_.stage, place_.replica), ranks), place_.tp_rank);
     }
   }
 
@@ -464,6 +526,7 @@ class StageRunner {
   bool is_first_ = true, is_last_ = true, tied_copy_ = false;
   NamedTensors params_;
   torch::Tensor local_head_copy_;  // a tied head's copy on the embedding's own stage
+  std::unique_ptr<TensorParallelGroupAdapter> tp_group_;
   std::unique_ptr<Group> dp_group_, embedding_group_;
   std::vector<torch::Tensor> flat_grads_;  // float64 sums, one per bucket
   std::vector<torch::Tensor> grad_views_;  // per parameter, into flat_grads_
@@ -535,7 +598,8 @@ TrainResult train(const TrainJob& job) {
 
   StageRunner runner(layout, world.rank, comm.get(), model, data, options, on_device);
   model::AdamW optimizer(runner.parameters(), options);
-  if (job.resume) optimizer.load(job.output);
+  if (job.resume)
+    optimizer.load(job.output, [&](const std::string& name, const torch::Tensor& t) { return runner.slice_of(name, t); });
 
   std::int64_t end_step = options.steps;
   if (job.stop_after > 0) end_step = std::min(end_step, run.start_step + job.stop_after);
@@ -553,14 +617,14 @@ TrainResult train(const TrainJob& job) {
     CheckpointSnapshot snapshot;
     snapshot.step = step_done;
     auto copy = [&](const NamedTensors& tensors, NamedTensors& into) {
-      torch::NoGradGuard no_grad;
       for (const auto& [name, t] : tensors) {
         // A tied head on a later stage: the first stage writes the embedding.
         if (runner.holds_tied_copy() && name.find(kTiedName) != std::string::npos) continue;
-        into.emplace_back(name, t.detach().to(torch::kCPU, torch::kFloat32).clone());
+        auto whole = runner.gather_whole(name, t);
+        if (runner.writes_checkpoint()) into.emplace_back(name, std::move(whole));
       }
     };
-    if (runner.writes_checkpoint()) {
+    if (runner.gathers_checkpoint()) {
       copy(runner.parameters(), snapshot.model);
       copy(optimizer.state(), snapshot.optimizer);
     }
