@@ -10,25 +10,23 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include "common/atomic_file.h"
 #include "common/chrome_trace.h"
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/logging.h"
 #include "common/output_check.h"
 #include "common/progress.h"
-#include "common/safetensors.h"
 #include "model/device.h"
 #include "model/llama.h"
 #include "model/tensor_bridge.h"
-#include "model/tokenizer.h"
 #include "model/tensor_parallel.h"
+#include "model/tokenizer.h"
 #include "model/torch_compat.h"
 #include "model/training_parts.h"
+#include "sailor/pipeline_schedule.h"
 #include "sailor/runtime/checkpoint.h"
 #include "sailor/runtime/communicator.h"
 #include "sailor/runtime/layout.h"
-#include "sailor/pipeline_schedule.h"
 #include "sailor/runtime/world.h"
 
 namespace fleet::sailor::runtime {
