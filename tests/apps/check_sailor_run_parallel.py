@@ -230,6 +230,40 @@ def main():
         stale = [p.name for p in tmp.iterdir() if p.name.startswith(".crash.staging-")]
         check(not stale, f"unfinished staging folders left after a resume: {stale}")
 
+        # The planner's inputs measured here: per-layer profile and model, the
+        # loopback link's bandwidth curve; sailor-plan simulates a plan on them.
+        inputs = tmp / "inputs"
+        inputs.mkdir()
+        r = run(RUN, "profile", "--model", tmp / "init", "--gpu-type", "cpu", "--mbs", "1,2", "--seq-len", "32",
+                "--repeats", "3", "--threads", "1", "-o", inputs / "profile.json")
+        check(r.returncode == 0, f"profile: {r.stderr[-800:]}")
+        r = run(RUN, "launch", "--nprocs", "2", "--", "profile-net", "--gpu-type", "cpu", "--max-bytes", "1048576",
+                "-o", inputs / "cluster.json")
+        check(r.returncode == 0, f"profile-net: {r.stderr[-800:]}")
+        if r.returncode == 0:
+            profile = json.loads((inputs / "profile.json").read_text())
+            entries = {e["mbs"]: e for e in profile["gpus"]["cpu"]}
+            check(sorted(entries) == [1, 2] and all(len(e["layers"]) == 6 for e in entries.values()),
+                  f"profile entries: {sorted(entries)}")
+            check(all(t > 0 for e in entries.values() for layer in e["layers"][1:] for t in layer),
+                  "a block's forward, backward or update time is not positive")
+            # Activations kept for backward grow with the micro-batch: twice the sequences, twice the bytes.
+            for layer in range(1, 5):
+                one, two = entries[1]["activation_bytes"][layer], entries[2]["activation_bytes"][layer]
+                check(one > 0 and abs(two / one - 2) < 0.2, f"block {layer}: {one} bytes at mbs 1, {two} at mbs 2")
+            model = json.loads((inputs / "model.json").read_text())
+            check(len(model["layers"]) == 6, "model.json layers")
+            cluster = json.loads((inputs / "cluster.json").read_text())
+            fit = cluster["network"]["intra_node"]["cpu"]
+            check(len(fit["fit"]) == 3 and fit["max_bytes_per_s"] > 1e6, f"bandwidth fit: {fit}")
+            (inputs / "job.json").write_text(json.dumps({"format": "gpufleet-sailor-job", "version": 1,
+                                                         "model": "init", "global_batch": 8,
+                                                         "sequence_length": 32, "precision": "fp32"}))
+            pp = plan(tmp, "pp2-cpu", [(0, 3), (3, 6)], 1, 2)
+            r = run(BIN / "sailor-plan", "simulate", "-i", inputs, "-p", pp, "--json")
+            check(r.returncode == 0 and json.loads(r.stdout)["iteration_s"] > 0,
+                  f"sailor-plan simulate on measured inputs: {r.stderr[-800:]}")
+
         # Bad input: one clear error, non-zero exit, no hang.
         r = run(RUN, "launch", "--plan", plan(tmp, "short", [(0, 2), (2, 5)], 1, 2), "--", "train", "--model",
                 tmp / "init", "--data", tmp / "base.txt", "-o", tmp / "bad1", *TRAIN)

@@ -202,7 +202,9 @@ int run_profile(const ProfileCommand& c) {
       kept.push_back(m.kept_bytes);
       progress.advance();
     }
-    entries.push_back({{"mbs", mbs}, {"tp", 1}, {"layers", times}, {"activation_bytes", kept},
+    // Bytes kept for backward are counted on the CPU only (null on a GPU).
+    entries.push_back({{"mbs", mbs}, {"tp", 1}, {"layers", times},
+                       {"activation_bytes", counter ? kept : nlohmann::json(nullptr)},
                        {"seq_len", seq_len}, {"device", device == model::ComputeDevice::kCuda ? "cuda" : "cpu"}});
     all.push_back(std::move(measured));
   }
