@@ -74,12 +74,12 @@ cat >"$models/pp2-plan.json" <<'PLAN'
  "stages": [{"layers": [0, 2], "tp": 1, "replicas": [{"gpu": "cpu", "zone": "local"}]},
             {"layers": [2, 6], "tp": 1, "replicas": [{"gpu": "cpu", "zone": "local"}]}]}
 PLAN
-common=(--model "$models/init" --data "$models/base.txt" --steps 20 --seq-len 64 --lr 3e-3 --warmup 5 --threads 1)
-"$bin/sailor-run" -q train "${common[@]}" --batch-size 4 --grad-accumulation 4 -o "$models/one-process"
+common=(--model "$models/init" --data "$models/base.txt" --steps 20 --seq-len 64 --lr 3e-3 --warmup 5)
+"$bin/sailor-run" -q train "${common[@]}" --batch-size 4 --grad-accumulation 4 -o "$models/one-process" --threads 1
 "$bin/sailor-run" -q launch --nprocs 2 -- train -q "${common[@]}" --batch-size 4 --grad-accumulation 2 \
-  -o "$models/data-parallel"
+  -o "$models/data-parallel" --threads 1
 "$bin/sailor-run" -q launch --plan "$models/pp2-plan.json" -- train -q "${common[@]}" -o "$models/pipeline" \
-  --trace "$out/pipeline_trace.json"
+  --trace "$out/pipeline_trace.json" --threads 1
 echo "pipeline timeline: $out/pipeline_trace.json (open in ui.perfetto.dev)"
 echo "fine-tunes of the base, side by side: copy (1500 steps) and reverse (1000 steps), loss on the answers only"
 for spec in copy:1500:1 reverse:1000:0; do

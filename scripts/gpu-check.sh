@@ -114,9 +114,9 @@ if "$build/bin/sailor-run" -q init --preset 100m -o "$tmp/init" &&
       fail "training on $device"
     echo "$device: $(tr -d '\n ' <"$tmp/$device.json" | grep -o '"first_loss":[^,]*,"last_loss":[^,]*\|"tokens_per_second":[^,}]*' | tr '\n' ' ')"
   done
-  section "sailor-run profile on the GPU (per-layer times for sailor-plan)"
+  section "per-layer times on the GPU for sailor-plan (the profile subcommand)"
   "$build/bin/sailor-run" profile --model "$tmp/init" --gpu-type H200 --mbs 1,4 --seq-len 512 --device cuda \
-    -o "$tmp/profile.json" || fail "profile on cuda"
+    --threads "$jobs" -o "$tmp/profile.json" || fail "profile on cuda"
 fi
 rm -rf "$tmp"
 
