@@ -90,7 +90,10 @@ int Tool::run(int argc, char** argv) {
     std::cerr << name_ << ": error: out of memory\n";
     return static_cast<int>(ExitCode::kFailure);
   } catch (const std::exception& e) {
-    std::cerr << name_ << ": error: " << e.what() << "\n";
+    // Libraries' own exceptions (libtorch's carry a backtrace) give their first line.
+    std::string message = e.what();
+    if (dynamic_cast<const Error*>(&e) == nullptr) message = message.substr(0, message.find('\n'));
+    std::cerr << name_ << ": error: " << message << "\n";
     return static_cast<int>(exit_code_for(e));
   }
 }

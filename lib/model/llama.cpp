@@ -170,7 +170,27 @@ LlamaModel LlamaModel::uninitialized(const LlamaConfig& config, torch::ScalarTyp
 }
 
 LlamaModel LlamaModel::load(const std::filesystem::path& dir, torch::ScalarType dtype, torch::Device device) {
+  const LlamaConfig config = load_llama_config(dir);
+  return load_layers(dir, 0, config.num_hidden_layers + 2, dtype, device);
+}
+
+LlamaModel LlamaModel::load_layers(const std::filesystem::path& dir, int first, int last, torch::ScalarType dtype,
+                                   torch::Device device) {
   LlamaConfig config = load_llama_config(dir);
+  const int blocks = config.num_hidden_layers;
+  if (first < 0 || last > blocks + 2 || first >= last)
+    throw InputError("layers [" + std::to_string(first) + ", " + std::to_string(last) + ") are not a range of this " +
+                     std::to_string(blocks + 2) + "-layer model");
+  const bool head = last == blocks + 2;
+  // Which stored tensors the range uses: the embedding (also as a tied head),
+  // its blocks, the final norm and an untied head.
+  auto wanted = [&](const std::string& name) {
+    if (name == "model.embed_tokens.weight") return first == 0 || (head && config.tie_word_embeddings);
+    if (name == "model.norm.weight" || name == "lm_head.weight") return head;
+    const std::string prefix = "model.layers.";
+    const auto i = std::stoi(name.substr(prefix.size()));
+    return i >= first - 1 && i < last - 1;
+  };
   const auto weights = model_weights_path(dir);
   SafetensorsCheckpoint checkpoint(weights);
 
@@ -187,20 +207,27 @@ LlamaModel LlamaModel::load(const std::filesystem::path& dir, torch::ScalarType 
     if (info.dtype != DType::kF32 && info.dtype != DType::kF16 && info.dtype != DType::kBF16)
       throw InputError(weights.string() + ": tensor '" + name + "' is " + std::string(dtype_name(info.dtype)) +
                        "; model weights must be F32, F16 or BF16");
-    loaded[name] = to_torch(checkpoint.view(name)).to(device, dtype);
+    if (wanted(name)) loaded[name] = to_torch(checkpoint.view(name)).to(device, dtype);
   }
+  const auto shapes = expected_shapes(config);
   for (const auto& name : checkpoint.names()) {
-    bool known = loaded.count(name) != 0 || (name == "lm_head.weight" && config.tie_word_embeddings) ||
+    bool known = std::any_of(shapes.begin(), shapes.end(), [&](const auto& e) { return e.first == name; }) ||
+                 (name == "lm_head.weight" && config.tie_word_embeddings) ||
                  name.find("rotary_emb.inv_freq") != std::string::npos;
     if (!known) spdlog::warn("{}: ignoring unexpected tensor '{}'", weights.string(), name);
   }
-  m.embed_tokens_ = loaded.at("model.embed_tokens.weight");
+  // Tensors outside the range stay undefined.
+  auto take = [&](const std::string& name) {
+    auto it = loaded.find(name);
+    return it == loaded.end() ? torch::Tensor() : it->second;
+  };
+  m.embed_tokens_ = first == 0 ? take("model.embed_tokens.weight") : torch::Tensor();
   m.layers_.resize(static_cast<std::size_t>(config.num_hidden_layers));
   for (std::size_t i = 0; i < m.layers_.size(); ++i)
     for_each_layer_tensor(m.layers_[i],
-                          [&](const char* suffix, torch::Tensor& t) { t = loaded.at(layer_name(i, suffix)); });
-  m.norm_ = loaded.at("model.norm.weight");
-  m.lm_head_ = config.tie_word_embeddings ? m.embed_tokens_ : loaded.at("lm_head.weight");
+                          [&](const char* suffix, torch::Tensor& t) { t = take(layer_name(i, suffix)); });
+  m.norm_ = take("model.norm.weight");
+  if (head) m.lm_head_ = config.tie_word_embeddings ? take("model.embed_tokens.weight") : take("lm_head.weight");
   m.inv_freq_ = m.inv_freq_.to(device);
   return m;
 }
@@ -280,7 +307,7 @@ std::int64_t LlamaModel::vocab_start() const {
 
 torch::Tensor LlamaModel::separate_tied_head() {
   if (!config_.tie_word_embeddings) return {};
-  if (lm_head_.is_same(embed_tokens_)) lm_head_ = embed_tokens_.detach().clone();
+  if (lm_head_.defined() && lm_head_.is_same(embed_tokens_)) lm_head_ = embed_tokens_.detach().clone();
   return lm_head_;
 }
 

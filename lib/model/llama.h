@@ -82,6 +82,11 @@ class LlamaModel {
   /// reported in the log and ignored.
   static LlamaModel load(const std::filesystem::path& dir, torch::ScalarType dtype = torch::kFloat32,
                          torch::Device device = torch::kCPU);
+  /// Loads only the weights the planner's layers [first, last) use (a
+  /// pipeline stage's; see forward_layers): every tensor is checked, the
+  /// others are neither read nor kept, as after keep_only_layers.
+  static LlamaModel load_layers(const std::filesystem::path& dir, int first, int last,
+                                torch::ScalarType dtype = torch::kFloat32, torch::Device device = torch::kCPU);
   /// A freshly initialised model: normal(0, initializer_range) weights, unit
   /// norms, from a seeded generator (same seed, same weights).
   static LlamaModel random(const LlamaConfig& config, std::uint64_t seed, torch::ScalarType dtype = torch::kFloat32);

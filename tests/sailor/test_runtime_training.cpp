@@ -161,5 +161,31 @@ TEST(StageForward, SlicesComposeToTheWholeModel) {
   EXPECT_EQ(names(tied.named_parameters(3, 5)).back(), "model.embed_tokens.weight");
 }
 
+// A stage reads only its layers' weights from a model folder, and computes
+// what the whole model's slice computes; a tied head's stage reads the embedding.
+TEST(StageLoad, ReadsOnlyTheStagesWeights) {
+  testing::TempDir dir;
+  for (bool tied : {false, true}) {
+    auto config = model::llama_preset("tiny");
+    config.num_hidden_layers = 3;
+    config.tie_word_embeddings = tied;
+    const auto folder = dir.path() / (tied ? "tied" : "untied");
+    std::filesystem::create_directories(folder);
+    LlamaModel::random(config, 5).save(folder);
+    auto whole = LlamaModel::load(folder);
+    auto tokens = torch::randint(0, config.vocab_size, {2, 7}, torch::kInt64);
+    auto hidden = whole.forward_layers(tokens, 0, 2);
+    auto middle = LlamaModel::load_layers(folder, 2, 4);
+    EXPECT_TRUE(torch::equal(middle.forward_layers(hidden, 2, 4), whole.forward_layers(hidden, 2, 4)));
+    EXPECT_FALSE(middle.layer(0).q_proj.defined());
+    EXPECT_TRUE(middle.layer(1).q_proj.defined());
+    EXPECT_THROW(middle.forward_layers(tokens, 0, 2), std::exception);  // the embedding was not read
+    auto last = LlamaModel::load_layers(folder, 4, 5);
+    auto h = whole.forward_layers(tokens, 0, 4);
+    EXPECT_TRUE(torch::equal(last.forward_layers(h, 4, 5), whole.forward_layers(h, 4, 5))) << "tied " << tied;
+    EXPECT_THROW(LlamaModel::load_layers(folder, 3, 7), InputError);
+  }
+}
+
 }  // namespace
 }  // namespace fleet::sailor::runtime

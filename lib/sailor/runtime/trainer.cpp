@@ -16,6 +16,7 @@
 #include "common/logging.h"
 #include "common/output_check.h"
 #include "common/progress.h"
+#include "common/safetensors.h"
 #include "model/device.h"
 #include "model/llama.h"
 #include "model/tensor_bridge.h"
@@ -45,23 +46,25 @@ constexpr std::int64_t kBucketBytes = 25ll << 20;  // gradient all-reduce bucket
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// A content hash of tensors (names, shapes, bytes), 8 bytes at a time.
-std::uint64_t tensor_fingerprint(const NamedTensors& tensors) {
+// A content hash of a model folder's config and weight files, 8 bytes at a
+// time: every rank reads the files (mapped, not loaded) to check it trains
+// the same model as rank 0, whichever layers it keeps.
+std::uint64_t model_files_fingerprint(const fs::path& dir) {
   std::uint64_t h = 1469598103934665603ull;
   auto mix = [&](std::uint64_t v) { h = (h ^ v) * 1099511628211ull; };
-  for (const auto& [name, t] : tensors) {
-    for (char c : name) mix(static_cast<unsigned char>(c));
-    auto c = t.detach().to(torch::kCPU).contiguous();
-    for (auto d : c.sizes()) mix(static_cast<std::uint64_t>(d));
-    const auto* bytes = static_cast<const unsigned char*>(c.data_ptr());
-    const auto n = static_cast<std::size_t>(c.nbytes());
+  std::vector<fs::path> files{dir / "config.json"};
+  for (const auto& f : SafetensorsCheckpoint(model::model_weights_path(dir)).files()) files.push_back(f);
+  for (const auto& file : files) {
+    MappedFile map(file);
+    const auto bytes = map.bytes();
     std::size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
+    for (; i + 8 <= bytes.size(); i += 8) {
       std::uint64_t w;
-      std::memcpy(&w, bytes + i, 8);
+      std::memcpy(&w, bytes.data() + i, 8);
       mix(w);
     }
-    for (; i < n; ++i) mix(bytes[i]);
+    for (; i < bytes.size(); ++i) mix(static_cast<std::uint64_t>(bytes[i]));
+    mix(bytes.size());
   }
   return h;
 }
@@ -572,23 +575,26 @@ TrainResult train(const TrainJob& job) {
     device = model::ComputeDevice::kCpu;
   }
   const auto on_device = model::torch_device(device);
-  auto model = model::LlamaModel::load(run.source, torch::kFloat32, on_device);
+  const auto config = model::load_llama_config(run.source);
   auto tokenizer = model::Tokenizer::load(run.source);
-  if (tokenizer.vocab_size() > model.config().vocab_size)
+  if (tokenizer.vocab_size() > config.vocab_size)
     throw InputError("the tokenizer has " + std::to_string(tokenizer.vocab_size()) +
-                     " tokens, more than the model's vocab_size " + std::to_string(model.config().vocab_size));
-  const auto data = model::load_training_data(run.data_files, tokenizer, model.config(), options);
+                     " tokens, more than the model's vocab_size " + std::to_string(config.vocab_size));
+  const auto data = model::load_training_data(run.data_files, tokenizer, config, options);
   if (run.expected_fingerprint && data.fingerprint != *run.expected_fingerprint)
     throw InputError("the training data changed since the checkpoint in " + job.output.string() +
                      " (token fingerprint differs); resume needs the same files");
-  const int model_layers = static_cast<int>(model.num_layers()) + 2;
+  const int model_layers = config.num_hidden_layers + 2;
   const Layout layout = make_layout(job, options, model_layers, world.world_size);
+  // Each rank reads only its stage's weights.
+  const auto& own = layout.stages[static_cast<std::size_t>(layout.place(world.rank).stage)];
+  auto model = model::LlamaModel::load_layers(run.source, own.first, own.last, torch::kFloat32, on_device);
 
   std::unique_ptr<Communicator> comm;
   if (world.distributed()) {
     const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(job.timeout_seconds * 1000));
     comm = std::make_unique<Communicator>(world, timeout);
-    check_same_inputs(*comm, fmt::format("{:016x}", tensor_fingerprint(model.named_parameters())),
+    check_same_inputs(*comm, fmt::format("{:016x}", model_files_fingerprint(run.source)),
                       fmt::format("{:016x}", data.fingerprint),
                       options.to_json().dump() + " " + layout.describe() + " " + job.output.string());
   }
