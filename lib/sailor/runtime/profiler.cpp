@@ -157,7 +157,6 @@ int run_profile(const ProfileCommand& c) {
     nlohmann::json times = nlohmann::json::array(), kept = nlohmann::json::array();
     for (int l = 0; l < layers; ++l) {
       auto params = model.named_parameters(l, l + 1);
-      if (l == layers - 1 && config.tie_word_embeddings) params.back().second = model.separate_tied_head();
       for (auto& [name, p] : params) p.set_requires_grad(true);
       model::AdamW optimizer(params, options);
       std::vector<double> fwd, bwd, upd, mem;
