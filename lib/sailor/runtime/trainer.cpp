@@ -243,7 +243,7 @@ class StageRunner {
     auto local = t.detach().to(torch::kCPU, torch::kFloat32);
     const auto spec = tp_group_ ? model::shard_spec(model_.config(), name, place_.tp_rank, stage_.tp)
                                 : model::ShardSpec{};
-    if (spec.dim < 0) return local.clone();
+    if (spec.dim < 0) return local.clone(torch::MemoryFormat::Contiguous);
     auto sizes = local.sizes().vec();
     sizes[static_cast<std::size_t>(spec.dim)] = spec.full;
     auto whole = torch::zeros(sizes, torch::kFloat32);
