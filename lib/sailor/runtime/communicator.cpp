@@ -118,7 +118,7 @@ std::vector<std::string> Communicator::all_gather_strings(const std::string& key
     const std::string k = prefix + std::to_string(r);
     try {
       store_->wait({k}, timeout_);
-    } catch (const std::exception& e) {
+    } catch (const std::exception&) {
       throw RuntimeFailure(fmt::format("rank {}: rank {} did not publish {} within {} s", world_.rank, r, key,
                                        timeout_.count() / 1000));
     }

@@ -61,8 +61,6 @@ class Communicator {
 
   int rank() const { return world_.rank; }
   int size() const { return world_.world_size; }
-  c10d::Store& store() { return *store_; }
-  std::chrono::milliseconds timeout() const { return timeout_; }
 
   /// A new group over `ranks` (sorted, containing this rank), its store keys
   /// under `name`: every member must call it with the same arguments.
