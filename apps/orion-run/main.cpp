@@ -2,6 +2,7 @@
 #include "common/cli.h"
 #include "devices/device_info.h"
 #include "orion/commands.h"
+#include "orion/live/exec_command.h"
 
 int main(int argc, char** argv) {
   fleet::Tool tool("orion-run",
@@ -42,5 +43,38 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(fleet::in_range(-1, 1e6));
   fleet::add_json_flag(simulate, &sim.json);
+
+  fleet::orion::live::ExecOptions ex;
+  std::string hp, log;
+  CLI::App* exec = tool.add_command(
+      "exec", "Run a high-priority command beside best-effort ones on one GPU, scheduling their kernels", [&] {
+        if (!hp.empty()) ex.hp = hp;
+        if (!log.empty()) ex.log = log;
+        return fleet::orion::live::run_exec(ex);
+      });
+  exec->add_option("--hp", hp, "High-priority command (shell syntax, e.g. 'python serve.py')");
+  exec->add_option("--be", ex.be, "Best-effort command (repeatable)");
+  exec->add_option("-p,--policy", ex.policy, "orion, temporal, streams, mps, reef, tick-tock")->capture_default_str();
+  exec->add_option("--profiles", ex.profiles, "Kernel profiles, one per command: HP first, then each --be")
+      ->delimiter(',');
+  exec->add_option("--device", ex.device, "GPU model for SM counts and occupancy (v100, a100, h100, h200)")
+      ->capture_default_str();
+  exec->add_option("--sm-threshold", ex.sm_threshold,
+                   "orion: largest SM need of a best-effort kernel during HP requests (-1: Orion's default)")
+      ->capture_default_str()
+      ->check(fleet::in_range(-1, 1e6));
+  exec->add_option("--dur-threshold", ex.dur_threshold,
+                   "orion: outstanding best-effort work cap, as a fraction of the HP request latency")
+      ->capture_default_str()
+      ->check(fleet::in_range(1e-9, 1));
+  exec->add_flag("--hp-trains", ex.hp_trains, "The HP command trains (Orion's SM threshold for training)");
+  exec->add_flag("--wait-be", ex.wait_be, "Wait for best-effort commands instead of stopping them when HP ends");
+  exec->add_option("--grace", ex.grace_s, "Seconds from SIGTERM to SIGKILL for stopped best-effort commands")
+      ->capture_default_str()
+      ->check(fleet::in_range(0, 3600));
+  exec->add_flag("--start-mps", ex.start_mps, "Start a private CUDA MPS daemon for the commands");
+  exec->add_option("--log", log, "Write every scheduling event as JSON lines");
+  exec->add_flag("--report", ex.report, "Print per-client latency, throughput and gating at the end");
+  fleet::add_json_flag(exec, &ex.json);
   return tool.run(argc, argv);
 }

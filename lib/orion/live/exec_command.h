@@ -1,0 +1,35 @@
+// `orion-run exec`: starts a high-priority command and best-effort commands
+// as separate processes with the interposer preloaded, schedules their
+// kernel launches with a policy over shared memory, and reports per client.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fleet::orion::live {
+
+/// Options of `orion-run exec`.
+struct ExecOptions {
+  std::string policy = "orion";
+  std::optional<std::string> hp;                  ///< the high-priority command (shell syntax)
+  std::vector<std::string> be;                    ///< best-effort commands
+  std::vector<std::filesystem::path> profiles;    ///< one per command: HP first, then BE, in order
+  std::string device = "h200";                    ///< GPU model for SM counts and occupancy
+  int sm_threshold = -1;
+  double dur_threshold = 0.025;
+  bool hp_trains = false;                         ///< the HP command trains (Orion's SM threshold rule)
+  bool wait_be = false;                           ///< wait for BE commands instead of stopping them after HP
+  double grace_s = 5;                             ///< SIGTERM to SIGKILL for stopped BE commands
+  bool start_mps = false;
+  std::optional<std::filesystem::path> log;       ///< JSON lines of every scheduling event
+  bool report = false;
+  bool json = false;
+};
+
+/// Runs the commands under the scheduler; returns the exit code (the HP
+/// command's, else the first failing command's, else 0).
+int run_exec(const ExecOptions& options);
+
+}  // namespace fleet::orion::live

@@ -1,0 +1,137 @@
+// The scheduler side of the protocol (docs/orion-live.md): consumes the
+// launches client processes post in the shared segment, keeps the view a
+// policy decides on (the same lib/orion Policy objects the simulator runs),
+// releases held best-effort launches when the policy admits them, and
+// accounts for completions, request markers and clients that die.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "orion/device.h"
+#include "orion/kernel_profile.h"
+#include "orion/live/shm_layout.h"
+#include "orion/policy.h"
+
+namespace fleet::orion::live {
+
+/// One command the scheduler serves.
+struct LiveClient {
+  std::string name;
+  bool high_priority = false;
+  bool training = false;
+  std::optional<KernelProfile> profile;  ///< one request/iteration; none: kernels judged by launch geometry
+};
+
+/// What the scheduler schedules.
+struct LiveConfig {
+  DeviceSpec device;
+  std::vector<LiveClient> clients;
+  std::string policy = "orion";
+  PolicyOptions policy_options;
+};
+
+/// Per-command outcome.
+struct LiveClientStats {
+  std::string name;
+  bool high_priority = false;
+  std::int64_t processes = 0;         ///< processes that connected
+  std::int64_t lost_processes = 0;    ///< of them, died with launches in flight or before disconnecting
+  std::int64_t kernels = 0;           ///< launches seen
+  std::int64_t unmatched = 0;         ///< launches whose kernel is not in the profile
+  std::int64_t held = 0;              ///< launches the policy did not admit at first
+  double held_ms = 0;                 ///< total time launches waited for release
+  std::int64_t requests = 0;          ///< completed begin/end marker pairs
+  std::vector<double> latencies_ms;   ///< request latencies (marker to marker)
+  std::int64_t first_ns = 0, last_ns = 0;  ///< first and last event seen
+};
+
+/// The scheduler's state machine over one segment. Not thread-safe: one thread polls.
+class LiveScheduler {
+ public:
+  /// Prepares `segment` (flags for the clients) for `config`; InputError for
+  /// a policy that does not fit the clients. `log` (may be null) receives one
+  /// JSON line per event.
+  LiveScheduler(SegmentHeader* segment, LiveConfig config, std::FILE* log = nullptr);
+  ~LiveScheduler();
+
+  /// One pass over every slot: new launches, completions, decisions. True if anything changed.
+  bool poll();
+  /// Frees the slots of processes that are gone; returns how many.
+  int reap_dead_clients();
+  /// Polls until `stop` is set, sleeping on the doorbell when idle.
+  void run(const std::atomic<bool>& stop);
+
+  /// Statistics per command, in config order.
+  const std::vector<LiveClientStats>& stats() const { return stats_; }
+  /// The policy in use.
+  const Policy& policy() const { return *policy_; }
+
+ private:
+  struct InFlight {
+    LaunchEntry* entry;
+    SimKernel kernel;
+    std::size_t index;
+    bool best_effort_outstanding;  ///< counted in be_outstanding_*
+  };
+  struct Held {
+    LaunchEntry* entry;
+    SimKernel kernel;
+    bool denied = false;
+  };
+  struct SlotTrack {
+    bool active = false;
+    std::uint32_t generation = 0;
+    int pid = 0;
+    int client = -1;
+    std::uint64_t tail = 0;
+    std::deque<Held> held;
+    std::vector<InFlight> in_flight;
+    std::size_t index_in_request = 0;
+    bool in_request = false;
+    std::int64_t request_begin_ns = 0;
+    std::unordered_map<std::uint64_t, SimKernel> kernel_cache;
+  };
+
+  bool consume_new(int slot_index);
+  bool collect_completions(int slot_index);
+  bool decide();
+  SchedulerView view() const;
+  SimKernel lookup(int slot_index, const LaunchEntry& e);
+  void release(int slot_index, Held h, std::int64_t now);
+  void finish(int slot_index, const InFlight& f);
+  void drop_slot(int slot_index, const char* why);
+  std::size_t request_length(int client) const;
+  bool hp_request_active() const;
+  void log_event(const char* format, ...);
+
+  SegmentHeader* segment_;
+  LiveConfig config_;
+  std::unique_ptr<Policy> policy_;
+  std::FILE* log_;
+  std::vector<std::vector<SimKernel>> profile_kernels_;  // per client, profile order
+  std::vector<std::unordered_map<std::string, std::vector<std::size_t>>> profile_index_;  // name key -> records
+  std::vector<double> median_duration_us_;
+  std::vector<LiveClientStats> stats_;
+  std::vector<SlotTrack> slots_;
+  int hp_client_ = -1;
+  double hp_request_solo_us_ = 0;
+  SimKernel hp_current_;
+  bool hp_seen_ = false;
+  const LaunchEntry* hp_current_entry_ = nullptr;
+  bool hp_current_done_ = true;
+  int hp_in_flight_ = 0;
+  double be_outstanding_us_ = 0;
+  int be_outstanding_kernels_ = 0;
+  int exclusive_owner_ = -1;  // temporal sharing: the client that holds the GPU
+  std::int64_t start_ns_ = 0;
+};
+
+}  // namespace fleet::orion::live

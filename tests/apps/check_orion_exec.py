@@ -1,0 +1,204 @@
+"""orion-run exec end to end: real client processes, the interposer, the
+scheduler, and the stand-in driver (tests/orion/fake_cuda).
+
+Usage: check_orion_exec.py BIN_DIR FAKE_CUDA_DIR
+
+- Every policy: an HP and a BE client, each run to completion, give the
+  same device-buffer checksums as alone (order of launches per stream kept,
+  copies and synchronisation pass through).
+- HP launches are never held; under orion a best-effort kernel that needs
+  more SMs than the threshold is never released inside an HP request, and
+  some are held; under mps they are released inside HP requests.
+- Launches reach the scheduler through every route: linked symbols,
+  cuLaunchKernelEx, and dlopen + cuGetProcAddress (as the CUDA runtime,
+  static or shared, reaches the driver).
+- Faults: a BE client killed with SIGKILL mid-run (the HP client finishes,
+  the scheduler frees its slot), the scheduler killed (clients finish
+  ungated, say so once), a program that never uses CUDA, missing or
+  malformed profiles and bad options (one error line, exit 2, nothing run).
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BIN = Path(sys.argv[1])
+FAKE = Path(sys.argv[2])
+ORION = str(BIN / "orion-run")
+APP = str(FAKE / "fake_cuda_app")
+APP_DLOPEN = str(FAKE / "fake_cuda_app_dlopen")
+failures = []
+
+
+def check(condition, message):
+    print(("ok   " if condition else "FAIL ") + message)
+    if not condition:
+        failures.append(message)
+
+
+def run(args, timeout=120, **kwargs):
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, **kwargs)
+
+
+def checksum_lines(text):
+    return sorted(line for line in text.splitlines() if line.startswith("requests "))
+
+
+def read_log(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def wait_for(predicate, seconds=30):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+tmp = Path(tempfile.mkdtemp(prefix="orion-exec-"))
+HP_CSV = tmp / "hp.csv"
+BE_CSV = tmp / "be.csv"
+HP_CSV.write_text("Name,Profile,Memory_footprint,SM_usage,Duration\n"
+                  "hpk_0,1,0,132,3000000\nhpk_1,0,0,132,3000000\n")
+BE_CSV.write_text("Name,Profile,Memory_footprint,SM_usage,Duration\n"
+                  "bek_0,1,0,100,200000\nbek_1,1,0,100,200000\n")
+PROFILES = f"{HP_CSV},{BE_CSV}"
+env = dict(os.environ, ORION_QUIET="0")
+
+# ---------------------------------------------------------------- results as alone
+hp_cmd = f"{APP} --name hpk --markers --requests 4 --kernels 4 --duration-us 3000 --think-us 2000"
+be_cmd = f"{APP} --name bek --requests 6 --kernels 6 --duration-us 200"
+alone = checksum_lines(run(["sh", "-c", hp_cmd]).stdout + run(["sh", "-c", be_cmd]).stdout)
+check(len(alone) == 2, f"both programs run alone on the stand-in driver: {alone}")
+for policy in ["orion", "temporal", "streams", "mps", "reef", "tick-tock"]:
+    r = run([ORION, "exec", "--policy", policy, "--hp", hp_cmd, "--be", be_cmd, "--wait-be",
+             "--profiles", PROFILES, "--device", "h200", "--report", "--json"])
+    together = checksum_lines(r.stdout)
+    check(r.returncode == 0 and together == alone,
+          f"{policy}: same checksums as alone (rc {r.returncode}: {together} {r.stderr[-300:]})")
+    try:
+        report = json.loads(r.stdout[r.stdout.index("{"):])["rows"]
+        hp_row = report[0]
+        check(hp_row["requests"] == 4 and hp_row["kernels"] == 16 and report[1]["kernels"] == 36,
+              f"{policy}: the report counts every request and launch ({hp_row['requests']} requests, "
+              f"{hp_row['kernels']} + {report[1]['kernels']} kernels)")
+        if policy != "temporal":
+            check(hp_row["kernels_held"] == 0 and hp_row["held_ms"] == 0,
+                  f"{policy}: no HP launch waited ({hp_row['kernels_held']}, {hp_row['held_ms']} ms)")
+    except (ValueError, KeyError, IndexError) as e:
+        check(False, f"{policy}: --report --json is JSON with a row per client ({e}): {r.stdout[-300:]}")
+
+# ---------------------------------------------------------------- decisions on a constructed situation
+def hp_request_windows(log):
+    return [(e["t_us"] - e["latency_ms"] * 1000, e["t_us"]) for e in log
+            if e["event"] == "request" and e["client"] == "hp"]
+
+
+for policy in ["orion", "mps"]:
+    ready = tmp / f"ready-{policy}"
+    log_path = tmp / f"{policy}.log"
+    hp = (f"{APP} --name hpk --markers --requests 4 --kernels 2 --duration-us 40000 --think-us 20000 "
+          f"--wait-file {ready}")
+    be = f"{APP} --name bek --requests 0 --kernels 4 --duration-us 2000 --ready-file {ready}"
+    r = run([ORION, "exec", "--policy", policy, "--hp", hp, "--be", be, "--profiles", PROFILES, "--log",
+             str(log_path), "--report", "--json", "--sm-threshold", "50"])
+    check(r.returncode == 0, f"{policy}: BE stopped when HP is done, exit 0 (rc {r.returncode} {r.stderr[-200:]})")
+    log = read_log(log_path)
+    windows = hp_request_windows(log)
+    be_releases = [e["t_us"] for e in log if e["event"] == "release" and e["client"] == "be0"]
+    inside = [t for t in be_releases if any(b + 500 < t < end - 500 for b, end in windows)]
+    hp_released = [e for e in log if e["event"] == "release" and e["client"] == "hp"]
+    check(len(windows) == 4 and be_releases, f"{policy}: 4 HP requests and BE launches in the log")
+    check(not hp_released, f"{policy}: HP launches go straight to the GPU (none released by the scheduler)")
+    if policy == "orion":
+        check(not inside, f"orion: no 100-SM BE kernel (threshold 50) released inside an HP request ({len(inside)} were)")
+        held = json.loads(r.stdout[r.stdout.index("{"):])["rows"][1]["kernels_held"]
+        check(held > 0, f"orion: BE kernels were held ({held})")
+    else:
+        check(len(inside) > 0, f"mps: BE kernels released during HP requests ({len(inside)})")
+
+# ---------------------------------------------------------------- every route to the driver
+for name, app, extra in [("cuLaunchKernelEx", APP, "--launch-ex"), ("dlopen + cuGetProcAddress", APP_DLOPEN, ""),
+                         ("cuGetProcAddress + cuLaunchKernelEx", APP_DLOPEN, "--launch-ex")]:
+    r = run([ORION, "exec", "--policy", "orion", "--hp", f"{app} --name hpk --markers --requests 3 {extra}",
+             "--profiles", str(HP_CSV), "--report", "--json"])
+    rows = json.loads(r.stdout[r.stdout.index("{"):])["rows"] if "{" in r.stdout else []
+    check(r.returncode == 0 and rows and rows[0]["kernels"] == 12 and rows[0]["requests"] == 3
+          and rows[0]["kernels_not_in_profile"] == 0 and rows[0]["lost_processes"] == 0,
+          f"launches through {name} reach the scheduler and match the profile: {rows}")
+
+# ---------------------------------------------------------------- a BE client killed mid-run
+ready = tmp / "ready-kill"
+log_path = tmp / "kill.log"
+hp = f"{APP} --name hpk --markers --requests 30 --kernels 2 --duration-us 2000 --think-us 10000"
+be = f"{APP} --name bek --requests 0 --kernels 4 --duration-us 1000 --ready-file {ready}"
+p = subprocess.Popen([ORION, "exec", "--hp", hp, "--be", be, "--profiles", PROFILES, "--log", str(log_path),
+                      "--report", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+check(wait_for(lambda: ready.exists() and ready.read_text().strip()), "BE client started")
+time.sleep(0.1)
+os.kill(int(ready.read_text()), signal.SIGKILL)
+out, err = p.communicate(timeout=60)
+check("requests 30" in out, f"the HP client finished all its requests after BE was killed: {out[-200:]}")
+check(p.returncode == 128 + 9, f"exec reports the killed BE command's status (rc {p.returncode})")
+leaves = [e for e in read_log(log_path) if e["event"] == "leave" and e["client"] == "be0"]
+check(leaves and leaves[0]["why"] == "killed", f"the scheduler freed the killed client's slot: {leaves}")
+rows = json.loads(out[out.index("{"):])["rows"] if "{" in out else []
+check(rows and rows[1]["lost_processes"] == 1 and rows[0]["lost_processes"] == 0,
+      f"the report counts the killed process as lost, the HP one not: {rows}")
+
+# ---------------------------------------------------------------- the scheduler killed
+hp_out, be_out = tmp / "hp.out", tmp / "be.out"
+hp = f"{APP} --name hpk --markers --requests 20 --kernels 4 --duration-us 3000 --think-us 2000"
+be = f"{APP} --name bek --requests 300 --kernels 6 --duration-us 200"
+p = subprocess.Popen([ORION, "exec", "--wait-be", "--hp", f"{hp} > {hp_out} 2>&1", "--be", f"{be} > {be_out} 2>&1",
+                      "--profiles", PROFILES], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+time.sleep(0.1)
+p.kill()
+p.communicate(timeout=30)
+done = wait_for(lambda: all(f.exists() and "checksum" in f.read_text() for f in (hp_out, be_out)), 60)
+check(done, "both clients finish after the scheduler was killed")
+if done:
+    texts = [f.read_text() for f in (hp_out, be_out)]
+    check(checksum_lines("".join(texts)) == checksum_lines(run(["sh", "-c", hp]).stdout + run(["sh", "-c", be]).stdout),
+          "and compute the same results as alone")
+    notices = sum(t.count("scheduler is gone") for t in texts)
+    check(notices >= 1 and all(t.count("scheduler is gone") <= 1 for t in texts),
+          f"each client that noticed says so once ({notices} notices): {texts[1][:200]}")
+leftover = [f for f in os.listdir("/dev/shm") if f.startswith(f"orion-{p.pid}-")]
+check(len(leftover) <= 1, "at most the killed scheduler's own segment is left")
+for f in leftover:
+    os.unlink(f"/dev/shm/{f}")
+
+# ---------------------------------------------------------------- programs without CUDA, bad input
+r = run([ORION, "exec", "--hp", f"{APP} --no-cuda", "--be", "echo plain program"])
+check(r.returncode == 0 and "no cuda used" in r.stdout and "plain program" in r.stdout,
+      f"programs that never use CUDA run unchanged (rc {r.returncode})")
+marker = tmp / "must-not-exist"
+for args, expect in [
+    (["--hp", f"touch {marker}", "--profiles", str(tmp / "missing.csv")], "missing.csv"),
+    (["--hp", f"touch {marker}", "--profiles", str(tmp / "bad.csv")], "bad.csv"),
+    (["--hp", f"touch {marker}", "--profiles", f"{HP_CSV},{BE_CSV}"], "one per command"),
+    (["--hp", f"touch {marker}", "--policy", "dedicated"], "simulator mode"),
+    (["--hp", f"touch {marker}", "--policy", "fastest"], "unknown policy"),
+    (["--hp", f"touch {marker}", "--device", "z80"], "z80"),
+    (["--be", f"touch {marker}", "--policy", "orion"], "high-priority"),
+    ([], "nothing to run"),
+]:
+    (tmp / "bad.csv").write_text("Name,Profile\nk,banana\n")
+    r = run([ORION, "exec"] + args)
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    check(r.returncode == 2 and expect in r.stderr and not marker.exists() and len(lines) <= 2,
+          f"exec {' '.join(args[-2:])}: exit 2 naming '{expect}', nothing started (rc {r.returncode}: {r.stderr.strip()[:200]})")
+r = run([ORION, "exec", "--hp", "true"], env=dict(os.environ, ORION_CLIENT_LIBRARY=str(tmp / "nope.so")))
+check(r.returncode == 2 and "ORION_CLIENT_LIBRARY" in r.stderr, f"a missing interposer is named: {r.stderr.strip()}")
+
+if failures:
+    print(f"{len(failures)} check(s) failed")
+    sys.exit(1)
+print("all orion-run exec checks passed")

@@ -1,0 +1,240 @@
+// A CUDA driver-API program for tests and benchmarks of the interposer and
+// `orion-run exec`. It runs "requests" of fake kernels (see fake_driver.cpp)
+// and prints a checksum of its device buffer, so results under a scheduler
+// can be compared with results alone.
+//
+// Built twice: linked against libcuda.so.1 (calls the driver's symbols
+// directly), and with FAKE_APP_DLOPEN, where it loads libcuda.so.1 with
+// dlopen and takes every entry point from cuGetProcAddress, as the CUDA
+// 12/13 runtime (shared or statically linked) does.
+#include <cuda.h>
+#include <cudaProfiler.h>
+#include <dlfcn.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+struct Driver {
+  CUresult (*init)(unsigned);
+  CUresult (*device_get)(CUdevice*, int);
+  CUresult (*primary_retain)(CUcontext*, CUdevice);
+  CUresult (*ctx_set)(CUcontext);
+  CUresult (*module_load)(CUmodule*, const void*);
+  CUresult (*get_function)(CUfunction*, CUmodule, const char*);
+  CUresult (*mem_alloc)(CUdeviceptr*, size_t);
+  CUresult (*htod)(CUdeviceptr, const void*, size_t);
+  CUresult (*dtoh)(void*, CUdeviceptr, size_t);
+  CUresult (*stream_create)(CUstream*, unsigned);
+  CUresult (*stream_sync)(CUstream);
+  CUresult (*ctx_sync)();
+  CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void**,
+                     void**);
+  CUresult (*launch_ex)(const CUlaunchConfig*, CUfunction, void**, void**);
+  CUresult (*profiler_start)();
+  CUresult (*profiler_stop)();
+};
+
+[[noreturn]] void fail(const char* what) {
+  std::fprintf(stderr, "fake_cuda_app: %s\n", what);
+  std::exit(1);
+}
+
+#ifdef FAKE_APP_DLOPEN
+template <class Fn>
+void entry(CUresult (*proc)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*), const char* name,
+           Fn& out) {
+  void* p = nullptr;
+  CUdriverProcAddressQueryResult status{};
+  if (proc(name, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS || p == nullptr) {
+    fail((std::string("driver has no ") + name).c_str());
+  }
+  out = reinterpret_cast<Fn>(p);
+}
+
+Driver load_driver() {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) fail("cannot load libcuda.so.1");
+  auto proc = reinterpret_cast<CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*)>(
+      dlsym(lib, "cuGetProcAddress_v2"));
+  if (proc == nullptr) fail("libcuda.so.1 has no cuGetProcAddress_v2");
+  Driver d{};
+  entry(proc, "cuInit", d.init);
+  entry(proc, "cuDeviceGet", d.device_get);
+  entry(proc, "cuDevicePrimaryCtxRetain", d.primary_retain);
+  entry(proc, "cuCtxSetCurrent", d.ctx_set);
+  entry(proc, "cuModuleLoadData", d.module_load);
+  entry(proc, "cuModuleGetFunction", d.get_function);
+  entry(proc, "cuMemAlloc", d.mem_alloc);
+  entry(proc, "cuMemcpyHtoD", d.htod);
+  entry(proc, "cuMemcpyDtoH", d.dtoh);
+  entry(proc, "cuStreamCreate", d.stream_create);
+  entry(proc, "cuStreamSynchronize", d.stream_sync);
+  entry(proc, "cuCtxSynchronize", d.ctx_sync);
+  entry(proc, "cuLaunchKernel", d.launch);
+  entry(proc, "cuLaunchKernelEx", d.launch_ex);
+  entry(proc, "cuProfilerStart", d.profiler_start);
+  entry(proc, "cuProfilerStop", d.profiler_stop);
+  return d;
+}
+#else
+Driver load_driver() {
+  return Driver{cuInit, cuDeviceGet, cuDevicePrimaryCtxRetain, cuCtxSetCurrent, cuModuleLoadData, cuModuleGetFunction,
+                cuMemAlloc, cuMemcpyHtoD, cuMemcpyDtoH, cuStreamCreate, cuStreamSynchronize, cuCtxSynchronize,
+                cuLaunchKernel, cuLaunchKernelEx, cuProfilerStart, cuProfilerStop};
+}
+#endif
+
+struct Options {
+  long requests = 5;       // 0: until SIGTERM
+  int kernels = 4;         // per request
+  int distinct = 2;        // distinct kernel names
+  std::uint64_t duration_us = 1000;
+  unsigned grid = 64, block = 256;
+  std::string name = "kernel";
+  bool markers = false;
+  bool launch_ex = false;
+  int streams = 1;
+  std::uint64_t elements = 1024;
+  std::uint64_t think_us = 0;
+  std::string ready_file, wait_file;
+  long bench = 0;          // >0: launch-latency benchmark with this many launches
+  bool no_cuda = false;
+};
+
+volatile sig_atomic_t stop_requested = 0;
+
+void check(CUresult r, const char* what) {
+  if (r != CUDA_SUCCESS) fail(what);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) fail(("missing value for " + a).c_str());
+      return argv[++i];
+    };
+    if (a == "--requests") o.requests = std::stol(value());
+    else if (a == "--kernels") o.kernels = std::stoi(value());
+    else if (a == "--distinct") o.distinct = std::max(1, std::stoi(value()));
+    else if (a == "--duration-us") o.duration_us = std::stoull(value());
+    else if (a == "--grid") o.grid = static_cast<unsigned>(std::stoul(value()));
+    else if (a == "--block") o.block = static_cast<unsigned>(std::stoul(value()));
+    else if (a == "--name") o.name = value();
+    else if (a == "--markers") o.markers = true;
+    else if (a == "--launch-ex") o.launch_ex = true;
+    else if (a == "--streams") o.streams = std::max(1, std::stoi(value()));
+    else if (a == "--elements") o.elements = std::stoull(value());
+    else if (a == "--think-us") o.think_us = std::stoull(value());
+    else if (a == "--ready-file") o.ready_file = value();
+    else if (a == "--wait-file") o.wait_file = value();
+    else if (a == "--bench") o.bench = std::stol(value());
+    else if (a == "--no-cuda") o.no_cuda = true;
+    else fail(("unknown option " + a).c_str());
+  }
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  if (o.no_cuda) {
+    std::printf("no cuda used\n");
+    return 0;
+  }
+  signal(SIGTERM, [](int) { stop_requested = 1; });
+  const Driver d = load_driver();
+  check(d.init(0), "cuInit");
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  check(d.device_get(&dev, 0), "cuDeviceGet");
+  check(d.primary_retain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  check(d.ctx_set(ctx), "cuCtxSetCurrent");
+  CUmodule module = nullptr;
+  check(d.module_load(&module, "fake module"), "cuModuleLoadData");
+  std::vector<CUfunction> functions(static_cast<std::size_t>(o.distinct));
+  for (int k = 0; k < o.distinct; ++k) {
+    check(d.get_function(&functions[static_cast<std::size_t>(k)], module, (o.name + "_" + std::to_string(k)).c_str()),
+          "cuModuleGetFunction");
+  }
+  std::vector<CUstream> streams(static_cast<std::size_t>(o.streams));
+  for (CUstream& s : streams) check(d.stream_create(&s, 0), "cuStreamCreate");
+  CUdeviceptr buffer = 0;
+  const std::size_t bytes = o.elements * sizeof(std::uint64_t);
+  check(d.mem_alloc(&buffer, bytes), "cuMemAlloc");
+  std::vector<std::uint64_t> host(o.elements);
+  for (std::size_t i = 0; i < host.size(); ++i) host[i] = i * 2654435761u;
+  check(d.htod(buffer, host.data(), bytes), "cuMemcpyHtoD");
+
+  std::uint64_t seed = 0, duration_ns = o.duration_us * 1000, elements = o.elements;
+  void* params[] = {&buffer, &elements, &seed, &duration_ns};
+  auto launch = [&](int k) {
+    CUfunction f = functions[static_cast<std::size_t>(k % o.distinct)];
+    CUstream s = streams[static_cast<std::size_t>(k % o.streams)];
+    if (o.launch_ex) {
+      CUlaunchConfig c{};
+      c.gridDimX = o.grid;
+      c.gridDimY = c.gridDimZ = 1;
+      c.blockDimX = o.block;
+      c.blockDimY = c.blockDimZ = 1;
+      c.hStream = s;
+      check(d.launch_ex(&c, f, params, nullptr), "cuLaunchKernelEx");
+    } else {
+      check(d.launch(f, o.grid, 1, 1, o.block, 1, 1, 0, s, params, nullptr), "cuLaunchKernel");
+    }
+  };
+
+  if (o.bench > 0) {
+    // Launch latency: wall time of each launch call, no work on the device.
+    duration_ns = 0;
+    elements = 0;
+    std::vector<double> ns;
+    ns.reserve(static_cast<std::size_t>(o.bench));
+    for (long i = 0; i < o.bench; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      launch(0);
+      ns.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
+      if (i % 256 == 255) check(d.ctx_sync(), "cuCtxSynchronize");
+    }
+    check(d.ctx_sync(), "cuCtxSynchronize");
+    std::sort(ns.begin(), ns.end());
+    std::printf("launches %ld median_ns %.0f p99_ns %.0f\n", o.bench, ns[ns.size() / 2], ns[ns.size() * 99 / 100]);
+    return 0;
+  }
+
+  if (!o.wait_file.empty()) {
+    for (int i = 0; i < 3000 && access(o.wait_file.c_str(), F_OK) != 0; ++i) usleep(1000);
+  }
+  long done = 0;
+  for (long r = 0; (o.requests == 0 || r < o.requests) && !stop_requested; ++r) {
+    if (o.markers) check(d.profiler_start(), "cuProfilerStart");
+    for (int k = 0; k < o.kernels; ++k) {
+      seed = static_cast<std::uint64_t>(r) * 1000 + static_cast<std::uint64_t>(k);
+      launch(k);
+      if (r == 0 && k == 0 && !o.ready_file.empty()) std::ofstream(o.ready_file) << getpid() << "\n";
+    }
+    check(d.ctx_sync(), "cuCtxSynchronize");
+    if (o.markers) check(d.profiler_stop(), "cuProfilerStop");
+    ++done;
+    if (o.think_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(o.think_us));
+  }
+  check(d.dtoh(host.data(), buffer, bytes), "cuMemcpyDtoH");
+  std::uint64_t sum = 1469598103934665603ull;
+  for (std::uint64_t v : host) sum = (sum ^ v) * 1099511628211ull;
+  std::printf("requests %ld checksum %016llx\n", done, static_cast<unsigned long long>(sum));
+  return 0;
+}

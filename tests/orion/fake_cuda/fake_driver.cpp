@@ -1,0 +1,420 @@
+// A stand-in for libcuda.so.1, built only for tests and never installed: the
+// subset of the driver API that the interposer intercepts and the test
+// programs use, on a virtual device of this process. Streams execute their
+// work in order; a kernel waits for its SM need to be free, then occupies it
+// for the duration the launch asks for, in real time; events and
+// synchronisation behave as on a GPU. Kernels do arithmetic on device
+// buffers (host memory here), so results can be checked by checksum.
+//
+// Every fake kernel has the same parameters, in kernelParams order:
+//   CUdeviceptr buffer, uint64 elements, uint64 seed, uint64 duration_ns
+// and computes buffer[i] = mix(buffer[i] + seed + i) for i < elements.
+// Environment: FAKE_CUDA_SMS (SM count, default 132), FAKE_CUDA_LOG (a file
+// that gets one line per kernel start: "<name> <grid> <block>").
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+#include <cudaProfiler.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+struct CUfunc_st {
+  std::string name;
+};
+struct CUmod_st {
+  std::map<std::string, std::unique_ptr<CUfunc_st>> functions;
+};
+struct CUevent_st {
+  std::uint64_t recorded = 0;   // records enqueued
+  std::uint64_t completed = 0;  // records reached
+};
+struct CUstream_st {
+  int priority = 0;
+};
+struct CUctx_st {};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Op {
+  enum Kind { kKernel, kCopy, kEvent } kind = kKernel;
+  // kernel
+  CUfunc_st* function = nullptr;
+  std::uint64_t grid = 1;
+  unsigned block = 1;
+  std::uint64_t* buffer = nullptr;
+  std::uint64_t elements = 0, seed = 0, duration_ns = 0;
+  int sms = 1;
+  bool started = false;
+  Clock::time_point end{};
+  // copy
+  void* dst = nullptr;
+  const void* src = nullptr;
+  std::size_t bytes = 0;
+  // event
+  CUevent_st* event = nullptr;
+  std::uint64_t event_record = 0;
+};
+
+std::uint64_t mix(std::uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  return x ^ (x >> 33);
+}
+
+class Device {
+ public:
+  Device() {
+    const char* sms = std::getenv("FAKE_CUDA_SMS");
+    sm_count_ = sms != nullptr ? std::max(1, std::atoi(sms)) : 132;
+    free_sms_ = sm_count_;
+    if (const char* log = std::getenv("FAKE_CUDA_LOG")) log_ = std::fopen(log, "a");
+    std::thread([this] { run(); }).detach();
+  }
+  int sm_count() const { return sm_count_; }
+
+  void enqueue(CUstream stream, Op op) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (op.kind == Op::kEvent) op.event_record = ++op.event->recorded;
+    queues_[stream].push_back(op);
+    changed_.notify_all();
+  }
+  void synchronize(CUstream stream) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] { return queues_[stream].empty(); });
+  }
+  void synchronize_all() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] {
+      return std::all_of(queues_.begin(), queues_.end(), [](const auto& q) { return q.second.empty(); });
+    });
+  }
+  bool event_done(CUevent_st* e) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return e->completed >= e->recorded;
+  }
+  void event_wait(CUevent_st* e) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] { return e->completed >= e->recorded; });
+  }
+  int kernel_sms(std::uint64_t grid, unsigned block) const {
+    const std::uint64_t per_sm = std::max<std::uint64_t>(1, std::min<std::uint64_t>(32, 2048 / std::max(1u, block)));
+    return static_cast<int>(std::clamp<std::uint64_t>((grid + per_sm - 1) / per_sm, 1, sm_count_));
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      const Clock::time_point now = Clock::now();
+      Clock::time_point next = now + std::chrono::seconds(1);
+      bool finished_any = false;
+      for (auto& [stream, queue] : queues_) {
+        while (!queue.empty()) {
+          Op& op = queue.front();
+          if (op.kind == Op::kKernel) {
+            if (!op.started) {
+              if (op.sms > free_sms_) break;  // waits for SMs held by other streams' kernels
+              free_sms_ -= op.sms;
+              op.started = true;
+              op.end = now + std::chrono::nanoseconds(op.duration_ns);
+              for (std::uint64_t i = 0; i < op.elements; ++i) op.buffer[i] = mix(op.buffer[i] + op.seed + i);
+              if (log_ != nullptr) {
+                std::fprintf(log_, "%s %llu %u\n", op.function->name.c_str(), static_cast<unsigned long long>(op.grid),
+                             op.block);
+                std::fflush(log_);
+              }
+            }
+            if (op.end > now) {
+              next = std::min(next, op.end);
+              break;
+            }
+            free_sms_ += op.sms;
+          } else if (op.kind == Op::kCopy) {
+            std::memcpy(op.dst, op.src, op.bytes);
+          } else {
+            op.event->completed = std::max(op.event->completed, op.event_record);
+          }
+          queue.pop_front();
+          finished_any = true;
+        }
+      }
+      if (finished_any) {
+        done_.notify_all();
+        continue;  // freed SMs may let another stream start
+      }
+      changed_.wait_until(lock, next);
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable changed_, done_;
+  std::map<CUstream, std::deque<Op>> queues_;
+  int sm_count_ = 132;
+  int free_sms_ = 132;
+  std::FILE* log_ = nullptr;
+};
+
+Device& device() {
+  static auto* d = new Device();  // never destroyed: its thread runs until exit
+  return *d;
+}
+
+std::atomic<bool> initialised{false};
+CUctx_st primary_context;
+thread_local CUcontext current_context = nullptr;
+
+CUresult launch(CUfunction f, std::uint64_t grid, unsigned block, CUstream stream, void** params) {
+  if (!initialised) return CUDA_ERROR_NOT_INITIALIZED;
+  if (f == nullptr || params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Op op;
+  op.kind = Op::kKernel;
+  op.function = f;
+  op.grid = grid;
+  op.block = block;
+  op.buffer = reinterpret_cast<std::uint64_t*>(*static_cast<CUdeviceptr*>(params[0]));
+  op.elements = *static_cast<std::uint64_t*>(params[1]);
+  op.seed = *static_cast<std::uint64_t*>(params[2]);
+  op.duration_ns = *static_cast<std::uint64_t*>(params[3]);
+  op.sms = device().kernel_sms(grid, block);
+  device().enqueue(stream, op);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+#define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
+
+FAKE_EXPORT CUresult cuInit(unsigned) {
+  device();
+  initialised = true;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuDriverGetVersion(int* v) {
+  *v = CUDA_VERSION;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuDeviceGetCount(int* n) {
+  *n = 1;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuDeviceGet(CUdevice* d, int ordinal) {
+  if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
+  *d = 0;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuDeviceGetName(char* name, int len, CUdevice) {
+  std::snprintf(name, static_cast<std::size_t>(len), "Fake GPU (test driver)");
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attribute, CUdevice) {
+  *value = attribute == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? device().sm_count() : 0;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice) {
+  *ctx = &primary_context;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice) { return CUDA_SUCCESS; }
+FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
+  current_context = ctx;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuCtxGetCurrent(CUcontext* ctx) {
+  *ctx = current_context;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuCtxSynchronize() {
+  device().synchronize_all();
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuCtxGetStreamPriorityRange(int* least, int* greatest) {
+  *least = 0;
+  *greatest = -5;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuModuleLoadData(CUmodule* module, const void*) {
+  *module = new CUmod_st();
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuModuleGetFunction(CUfunction* f, CUmodule module, const char* name) {
+  auto& slot = module->functions[name];
+  if (!slot) slot = std::make_unique<CUfunc_st>(CUfunc_st{name});
+  *f = slot.get();
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuFuncGetName(const char** name, CUfunction f) {
+  *name = f->name.c_str();
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
+  *p = reinterpret_cast<CUdeviceptr>(std::calloc(1, std::max<size_t>(bytes, 1)));
+  return *p != 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+FAKE_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
+  device().synchronize_all();
+  std::free(reinterpret_cast<void*>(p));
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t bytes) {
+  device().synchronize_all();
+  std::memcpy(reinterpret_cast<void*>(dst), src, bytes);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t bytes) {
+  device().synchronize_all();
+  std::memcpy(dst, reinterpret_cast<const void*>(src), bytes);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t bytes, CUstream s) {
+  Op op;
+  op.kind = Op::kCopy;
+  op.dst = reinterpret_cast<void*>(dst);
+  op.src = src;
+  op.bytes = bytes;
+  device().enqueue(s, op);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t bytes, CUstream s) {
+  Op op;
+  op.kind = Op::kCopy;
+  op.dst = dst;
+  op.src = reinterpret_cast<const void*>(src);
+  op.bytes = bytes;
+  device().enqueue(s, op);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuStreamCreateWithPriority(CUstream* s, unsigned, int priority) {
+  *s = new CUstream_st{priority};
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuStreamCreate(CUstream* s, unsigned flags) { return cuStreamCreateWithPriority(s, flags, 0); }
+FAKE_EXPORT CUresult cuStreamGetPriority(CUstream s, int* priority) {
+  *priority = s != nullptr ? s->priority : 0;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuStreamDestroy_v2(CUstream s) {
+  device().synchronize(s);
+  delete s;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuStreamSynchronize(CUstream s) {
+  device().synchronize(s);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream, CUstreamCaptureStatus* status) {
+  *status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuEventCreate(CUevent* e, unsigned) {
+  *e = new CUevent_st();
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent e) {
+  device().event_wait(e);
+  delete e;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuEventRecord(CUevent e, CUstream s) {
+  Op op;
+  op.kind = Op::kEvent;
+  op.event = e;
+  device().enqueue(s, op);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuEventQuery(CUevent e) { return device().event_done(e) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY; }
+FAKE_EXPORT CUresult cuEventSynchronize(CUevent e) {
+  device().event_wait(e);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                    unsigned bz, unsigned, CUstream s, void** params, void**) {
+  return launch(f, std::uint64_t{gx} * gy * gz, bx * by * bz, s, params);
+}
+FAKE_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** params, void**) {
+  if (c == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return launch(f, std::uint64_t{c->gridDimX} * c->gridDimY * c->gridDimZ, c->blockDimX * c->blockDimY * c->blockDimZ,
+                c->hStream, params);
+}
+FAKE_EXPORT CUresult cuProfilerStart() { return CUDA_SUCCESS; }
+FAKE_EXPORT CUresult cuProfilerStop() { return CUDA_SUCCESS; }
+FAKE_EXPORT CUresult cuGetErrorString(CUresult r, const char** text) {
+  *text = r == CUDA_SUCCESS ? "no error" : "fake driver error";
+  return CUDA_SUCCESS;
+}
+
+namespace {
+
+struct NamedEntry {
+  const char* name;
+  void* fn;
+};
+
+#define FAKE_ENTRY(fn) NamedEntry{#fn, reinterpret_cast<void*>(&fn)}
+const NamedEntry kEntries[] = {
+    FAKE_ENTRY(cuInit), FAKE_ENTRY(cuDriverGetVersion), FAKE_ENTRY(cuDeviceGetCount), FAKE_ENTRY(cuDeviceGet),
+    FAKE_ENTRY(cuDeviceGetName), FAKE_ENTRY(cuDeviceGetAttribute), FAKE_ENTRY(cuDevicePrimaryCtxRetain),
+    FAKE_ENTRY(cuCtxSetCurrent), FAKE_ENTRY(cuCtxGetCurrent), FAKE_ENTRY(cuCtxSynchronize),
+    FAKE_ENTRY(cuCtxGetStreamPriorityRange), FAKE_ENTRY(cuModuleLoadData), FAKE_ENTRY(cuModuleGetFunction),
+    FAKE_ENTRY(cuFuncGetName), FAKE_ENTRY(cuStreamCreate), FAKE_ENTRY(cuStreamCreateWithPriority),
+    FAKE_ENTRY(cuStreamGetPriority), FAKE_ENTRY(cuStreamSynchronize), FAKE_ENTRY(cuStreamIsCapturing),
+    FAKE_ENTRY(cuEventCreate), FAKE_ENTRY(cuEventRecord), FAKE_ENTRY(cuEventQuery), FAKE_ENTRY(cuEventSynchronize),
+    FAKE_ENTRY(cuLaunchKernel), FAKE_ENTRY(cuLaunchKernelEx), FAKE_ENTRY(cuProfilerStart), FAKE_ENTRY(cuProfilerStop),
+    FAKE_ENTRY(cuGetErrorString),
+    // Versioned names are asked for by their base name, as the runtime does.
+    NamedEntry{"cuMemAlloc", reinterpret_cast<void*>(&cuMemAlloc_v2)},
+    NamedEntry{"cuMemFree", reinterpret_cast<void*>(&cuMemFree_v2)},
+    NamedEntry{"cuMemcpyHtoD", reinterpret_cast<void*>(&cuMemcpyHtoD_v2)},
+    NamedEntry{"cuMemcpyDtoH", reinterpret_cast<void*>(&cuMemcpyDtoH_v2)},
+    NamedEntry{"cuMemcpyHtoDAsync", reinterpret_cast<void*>(&cuMemcpyHtoDAsync_v2)},
+    NamedEntry{"cuMemcpyDtoHAsync", reinterpret_cast<void*>(&cuMemcpyDtoHAsync_v2)},
+    NamedEntry{"cuStreamDestroy", reinterpret_cast<void*>(&cuStreamDestroy_v2)},
+    NamedEntry{"cuEventDestroy", reinterpret_cast<void*>(&cuEventDestroy_v2)},
+};
+#undef FAKE_ENTRY
+
+CUresult lookup(const char* symbol, void** pfn);
+
+}  // namespace
+
+FAKE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, cuuint64_t,
+                                         CUdriverProcAddressQueryResult* status) {
+  const CUresult r = lookup(symbol, pfn);
+  if (status != nullptr) *status = r == CUDA_SUCCESS ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  return r;
+}
+FAKE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int, cuuint64_t) { return lookup(symbol, pfn); }
+
+namespace {
+CUresult lookup(const char* symbol, void** pfn) {
+  if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (std::strcmp(symbol, "cuGetProcAddress") == 0) {
+    *pfn = reinterpret_cast<void*>(&cuGetProcAddress_v2);
+    return CUDA_SUCCESS;
+  }
+  for (const NamedEntry& e : kEntries) {
+    if (std::strcmp(e.name, symbol) == 0) {
+      *pfn = e.fn;
+      return CUDA_SUCCESS;
+    }
+  }
+  *pfn = nullptr;
+  return CUDA_ERROR_NOT_FOUND;
+}
+}  // namespace

@@ -1,0 +1,329 @@
+// The live scheduler's protocol and decisions, in one process: ClientGate
+// objects play the client processes, a LiveScheduler polled by the test
+// plays the scheduler, both on an in-memory segment. The constructed
+// situations are those of the simulator's policy tests.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "orion/device.h"
+#include "orion/live/client_gate.h"
+#include "orion/live/kernel_name.h"
+#include "orion/live/live_scheduler.h"
+#include "test_util.h"
+
+namespace fleet::orion::live {
+namespace {
+
+KernelRecord record(const std::string& name, std::int64_t sms, double duration_us, KernelClass cls,
+                    std::int64_t grid = 0) {
+  KernelRecord r;
+  r.name = name;
+  r.sm_usage = sms;
+  r.duration_ns = duration_us * 1000;
+  r.profile = cls;
+  r.grid_blocks = grid;
+  return r;
+}
+
+LiveConfig two_clients(const std::string& policy) {
+  LiveConfig c;
+  c.device = device_by_name("a100");
+  c.policy = policy;
+  LiveClient hp{"hp", true, false, KernelProfile{}};
+  hp.profile->kernels = {record("hp_gemm", 108, 1000, KernelClass::kCompute),
+                         record("hp_copy", 20, 1000, KernelClass::kMemory)};
+  LiveClient be{"be", false, true, KernelProfile{}};
+  be.profile->kernels = {record("be_big", 100, 10, KernelClass::kCompute),
+                         record("be_small", 4, 10, KernelClass::kMemory)};
+  c.clients = {hp, be};
+  return c;
+}
+
+// A dead process id: a child that has exited and been reaped.
+int dead_pid() {
+  const pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return pid;
+}
+
+struct Fixture {
+  explicit Fixture(const std::string& policy, LiveConfig config = {}) : segment(Segment::in_memory()) {
+    segment.header()->scheduler_pid = getpid();
+    if (config.clients.empty()) config = two_clients(policy);
+    scheduler = std::make_unique<LiveScheduler>(segment.header(), config);
+    EXPECT_TRUE(hp.connect(segment.header(), 0, kRoleHighPriority));
+    EXPECT_TRUE(be.connect(segment.header(), 1, kRoleBestEffort));
+    scheduler->poll();
+  }
+  Segment segment;
+  std::unique_ptr<LiveScheduler> scheduler;
+  ClientGate hp, be;
+};
+
+// Starts a BE launch on its own thread (it may block) and polls the
+// scheduler until the launch is posted.
+struct PendingLaunch {
+  PendingLaunch(Fixture& f, const char* name) : fixture(f) {
+    const std::uint32_t index = f.be.intern_name(name);
+    thread = std::thread([this, index] {
+      entry = fixture.be.before_launch(index, LaunchGeometry{1, 128, 0});
+      returned = true;
+    });
+    for (int i = 0; i < 10000 && !returned; ++i) {
+      fixture.scheduler->poll();
+      if (fixture.scheduler->stats()[1].kernels > launches_before) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+  // Polls until the launch is released (true) or `ms` pass (false).
+  bool released_within(int ms) {
+    for (int i = 0; i < ms * 10 && !returned; ++i) {
+      fixture.scheduler->poll();
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    return returned;
+  }
+  ~PendingLaunch() {
+    if (thread.joinable()) thread.join();
+  }
+  Fixture& fixture;
+  std::int64_t launches_before = fixture.scheduler->stats()[1].kernels;
+  std::atomic<bool> returned{false};
+  LaunchEntry* entry = nullptr;
+  std::thread thread;
+};
+
+TEST(KernelNameKey, MangledDemangledAndBaseNamesMeet) {
+  EXPECT_EQ(kernel_name_key("_ZN2at6native29vectorized_elementwise_kernelILi4EfEEviT0_"),
+            "at::native::vectorized_elementwise_kernel");
+  EXPECT_EQ(kernel_name_key("void at::native::vectorized_elementwise_kernel<4, float>(int, float)"),
+            "at::native::vectorized_elementwise_kernel");
+  EXPECT_EQ(kernel_name_key("void at::native::(anonymous namespace)::max_pool_forward_nchw<float>(int)"),
+            "at::native::(anonymous namespace)::max_pool_forward_nchw");
+  EXPECT_EQ(kernel_name_key("volta_sgemm_128x64_nn"), "volta_sgemm_128x64_nn");
+}
+
+TEST(LiveScheduler, HighPriorityLaunchNeverWaitsEvenWithoutAScheduler) {
+  Fixture f("orion");
+  // Nobody polls: an HP launch still goes straight through.
+  LaunchEntry* e = f.hp.before_launch(f.hp.intern_name("hp_gemm"), LaunchGeometry{1000, 256, 0});
+  ASSERT_NE(e, nullptr);
+  f.hp.after_launch(e, true);
+  EXPECT_EQ(e->state.load(), kLaunched);
+  f.scheduler->poll();
+  EXPECT_EQ(f.scheduler->stats()[0].kernels, 1);
+  f.hp.completed(e);
+  f.scheduler->poll();
+  EXPECT_EQ(e->state.load(), kFree);
+}
+
+TEST(LiveScheduler, OrionHoldsALargeBestEffortKernelDuringAnHpRequest) {
+  Fixture f("orion");
+  f.hp.marker(kRequestBegin);
+  LaunchEntry* h = f.hp.before_launch(f.hp.intern_name("hp_gemm"), LaunchGeometry{});
+  f.hp.after_launch(h, true);
+  f.scheduler->poll();
+  {
+    PendingLaunch big(f, "be_big");  // 100 SMs: above the threshold while HP runs
+    EXPECT_FALSE(big.released_within(30));
+    f.hp.completed(h);
+    f.hp.marker(kRequestEnd);
+    EXPECT_TRUE(big.released_within(2000));
+    ASSERT_NE(big.entry, nullptr);
+    EXPECT_EQ(big.entry->state.load(), kReleased);
+    f.be.after_launch(big.entry, true);
+    f.be.completed(big.entry);
+  }
+  f.scheduler->poll();
+  EXPECT_EQ(f.scheduler->stats()[1].held, 1);
+  EXPECT_EQ(f.scheduler->stats()[0].requests, 1);
+}
+
+TEST(LiveScheduler, OrionLetsAComplementarySmallKernelRunBesideHp) {
+  LiveConfig config = two_clients("orion");
+  config.policy_options.sm_threshold = 10;
+  Fixture f("orion", config);
+  f.hp.marker(kRequestBegin);
+  LaunchEntry* h = f.hp.before_launch(f.hp.intern_name("hp_gemm"), LaunchGeometry{});  // compute-bound
+  f.hp.after_launch(h, true);
+  f.scheduler->poll();
+  PendingLaunch small(f, "be_small");  // 4 SMs, memory-bound
+  EXPECT_TRUE(small.released_within(2000));
+  f.be.completed(small.entry);
+  f.hp.completed(h);
+}
+
+TEST(LiveScheduler, MpsReleasesEverythingAtOnce) {
+  Fixture f("mps");
+  f.hp.marker(kRequestBegin);
+  LaunchEntry* h = f.hp.before_launch(f.hp.intern_name("hp_gemm"), LaunchGeometry{});
+  f.hp.after_launch(h, true);
+  PendingLaunch big(f, "be_big");
+  EXPECT_TRUE(big.released_within(2000));
+  EXPECT_EQ(f.scheduler->stats()[1].held, 0);
+  f.be.completed(big.entry);
+  f.hp.completed(h);
+  EXPECT_EQ(f.segment.header()->hp_waits, 0u);
+  EXPECT_EQ(f.segment.header()->boost_hp_streams, 0u);
+}
+
+TEST(LiveScheduler, ReefNeedsAShorterSmallerKernelThanHps) {
+  Fixture f("reef");
+  f.hp.marker(kRequestBegin);
+  LaunchEntry* h = f.hp.before_launch(f.hp.intern_name("hp_copy"), LaunchGeometry{});  // 20 SMs, 1 ms
+  f.hp.after_launch(h, true);
+  f.scheduler->poll();
+  {
+    PendingLaunch small(f, "be_small");  // 4 SMs, 10 us: fits beside
+    EXPECT_TRUE(small.released_within(2000));
+    f.be.completed(small.entry);
+  }
+  PendingLaunch big(f, "be_big");  // 100 SMs: must wait for the request to end
+  EXPECT_FALSE(big.released_within(30));
+  f.hp.completed(h);
+  f.hp.marker(kRequestEnd);
+  EXPECT_TRUE(big.released_within(2000));
+  f.be.completed(big.entry);
+}
+
+TEST(LiveScheduler, TemporalSharingMakesTheHpClientWaitForTheGpu) {
+  Fixture f("temporal");
+  EXPECT_EQ(f.segment.header()->hp_waits, 1u);
+  f.be.marker(kRequestBegin);
+  PendingLaunch be_kernel(f, "be_small");
+  ASSERT_TRUE(be_kernel.released_within(2000));
+  // HP now has to wait until the BE request ends.
+  std::atomic<bool> hp_returned{false};
+  LaunchEntry* hp_entry = nullptr;
+  std::thread hp_thread([&] {
+    hp_entry = f.hp.before_launch(f.hp.intern_name("hp_gemm"), LaunchGeometry{});
+    hp_returned = true;
+  });
+  for (int i = 0; i < 300; ++i) {
+    f.scheduler->poll();
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  EXPECT_FALSE(hp_returned);
+  f.be.completed(be_kernel.entry);
+  f.be.marker(kRequestEnd);
+  for (int i = 0; i < 20000 && !hp_returned; ++i) {
+    f.scheduler->poll();
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  hp_thread.join();
+  EXPECT_TRUE(hp_returned);
+  f.hp.completed(hp_entry);
+}
+
+TEST(LiveScheduler, TickTockNeedsProfiles) {
+  LiveConfig config = two_clients("tick-tock");
+  config.clients[0].profile.reset();
+  Segment segment = Segment::in_memory();
+  EXPECT_NE(fleet::testing::error_of([&] { LiveScheduler s(segment.header(), config); }).find("profile"),
+            std::string::npos);
+}
+
+TEST(LiveScheduler, UnknownKernelsAreJudgedByTheirLaunchGeometry) {
+  LiveConfig config = two_clients("orion");
+  config.policy_options.sm_threshold = 10;
+  Fixture f("orion", config);
+  f.hp.marker(kRequestBegin);
+  LaunchEntry* h = f.hp.before_launch(f.hp.intern_name("not_profiled"), LaunchGeometry{});
+  f.hp.after_launch(h, true);
+  f.scheduler->poll();
+  // 10000 blocks of 1024 threads need every SM: held during the request.
+  const std::uint32_t name = f.be.intern_name("also_not_profiled");
+  std::atomic<bool> returned{false};
+  LaunchEntry* e = nullptr;
+  std::thread t([&] {
+    e = f.be.before_launch(name, LaunchGeometry{10000, 1024, 0});
+    returned = true;
+  });
+  for (int i = 0; i < 300; ++i) {
+    f.scheduler->poll();
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  EXPECT_FALSE(returned);
+  f.hp.completed(h);
+  f.hp.marker(kRequestEnd);
+  for (int i = 0; i < 20000 && !returned; ++i) {
+    f.scheduler->poll();
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  t.join();
+  f.be.completed(e);
+  f.scheduler->poll();
+  EXPECT_EQ(f.scheduler->stats()[0].unmatched, 1);
+  EXPECT_EQ(f.scheduler->stats()[1].unmatched, 1);
+}
+
+TEST(LiveScheduler, ClientsRunUngatedWhenTheSchedulerIsGone) {
+  Segment segment = Segment::in_memory();
+  segment.header()->scheduler_pid = dead_pid();
+  ClientGate be;
+  EXPECT_FALSE(be.connect(segment.header(), 1, kRoleBestEffort));
+  EXPECT_EQ(be.before_launch(0, LaunchGeometry{}), nullptr);  // returns at once, ungated
+
+  // A scheduler that dies while a launch waits: the launch goes ahead.
+  Fixture f("orion");
+  f.hp.marker(kRequestBegin);
+  LaunchEntry* h = f.hp.before_launch(f.hp.intern_name("hp_gemm"), LaunchGeometry{});
+  f.hp.after_launch(h, true);
+  f.scheduler->poll();
+  PendingLaunch big(f, "be_big");
+  EXPECT_FALSE(big.released_within(20));
+  f.segment.header()->scheduler_pid = dead_pid();
+  big.thread.join();
+  EXPECT_TRUE(big.returned);
+  EXPECT_EQ(big.entry, nullptr);
+  EXPECT_FALSE(f.be.gated());
+}
+
+TEST(LiveScheduler, ADeadClientsSlotIsFreedAndItsWorkForgotten) {
+  Fixture f("orion");
+  LaunchEntry* h = f.hp.before_launch(f.hp.intern_name("hp_gemm"), LaunchGeometry{});
+  f.hp.after_launch(h, true);
+  f.scheduler->poll();
+  ClientSlot* hp_slot = nullptr;
+  for (ClientSlot& s : f.segment.header()->slots) {
+    if (s.state.load() == kSlotActive && s.role == kRoleHighPriority) hp_slot = &s;
+  }
+  ASSERT_NE(hp_slot, nullptr);
+  hp_slot->pid = dead_pid();  // as if the HP process died with its kernel in flight
+  EXPECT_EQ(f.scheduler->reap_dead_clients(), 1);
+  EXPECT_EQ(hp_slot->state.load(), kSlotFree);
+  EXPECT_EQ(f.scheduler->stats()[0].lost_processes, 1);
+  // With the HP kernel forgotten, a large BE kernel is not held.
+  PendingLaunch big(f, "be_big");
+  EXPECT_TRUE(big.released_within(2000));
+  f.be.completed(big.entry);
+}
+
+TEST(LiveScheduler, TheRingWrapsAroundWithoutLosingLaunches) {
+  Fixture f("mps");
+  const std::uint32_t name = f.be.intern_name("be_small");
+  std::atomic<bool> done{false};
+  std::thread client([&] {
+    for (std::uint32_t i = 0; i < 3 * kRingEntries; ++i) {
+      LaunchEntry* e = f.be.before_launch(name, LaunchGeometry{});
+      ASSERT_NE(e, nullptr);
+      f.be.after_launch(e, true);
+      f.be.completed(e);
+    }
+    done = true;
+  });
+  while (!done) f.scheduler->poll();
+  client.join();
+  f.scheduler->poll();
+  EXPECT_EQ(f.scheduler->stats()[1].kernels, 3 * static_cast<std::int64_t>(kRingEntries));
+}
+
+}  // namespace
+}  // namespace fleet::orion::live
