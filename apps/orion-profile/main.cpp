@@ -2,6 +2,7 @@
 #include "common/cli.h"
 #include "devices/device_info.h"
 #include "orion/commands.h"
+#include "orion/live/capture_command.h"
 
 int main(int argc, char** argv) {
   fleet::Tool tool("orion-profile", "Profile GPU kernels: duration, SMs needed, compute- or memory-bound.");
@@ -20,5 +21,25 @@ int main(int argc, char** argv) {
                                          [&] { return fleet::orion::run_summarize(summary); });
   summarize->add_option("profile", summary.profile, "Profile CSV (ours or Orion's)")->required();
   fleet::add_json_flag(summarize, &summary.json);
+
+  fleet::orion::live::CaptureCommandOptions cap;
+  std::string from_records, keep_records, ncu;
+  CLI::App* capture = tool.add_command(
+      "capture", "Run a CUDA program under CUPTI and write the kernel profile of one iteration", [&] {
+        if (!from_records.empty()) cap.from_records = from_records;
+        if (!keep_records.empty()) cap.keep_records = keep_records;
+        if (!ncu.empty()) cap.conversion.ncu = ncu;
+        return fleet::orion::live::run_capture(cap);
+      });
+  capture->add_option("-o,--output", cap.output, "Profile CSV to write")->required();
+  capture->add_option("--device", cap.conversion.device, "GPU for occupancy: auto (from CUPTI), or a known name")
+      ->capture_default_str();
+  capture->add_option("--ncu", ncu, "ncu CSV export of the same program: compute/memory class by kernel name");
+  capture->add_option("--skip", cap.conversion.skip, "Marked iterations to leave out at the start (warm-up)")
+      ->capture_default_str()
+      ->check(fleet::in_range(0, 1e6));
+  capture->add_option("--from-records", from_records, "Convert a records file from an earlier capture instead");
+  capture->add_option("--keep-records", keep_records, "Also keep the raw kernel records (JSON lines) here");
+  capture->add_option("command", cap.command, "Program and its arguments, after --");
   return tool.run(argc, argv);
 }

@@ -198,6 +198,29 @@ for args, expect in [
 r = run([ORION, "exec", "--hp", "true"], env=dict(os.environ, ORION_CLIENT_LIBRARY=str(tmp / "nope.so")))
 check(r.returncode == 2 and "ORION_CLIENT_LIBRARY" in r.stderr, f"a missing interposer is named: {r.stderr.strip()}")
 
+# ---------------------------------------------------------------- orion-profile capture
+PROFILE = str(BIN / "orion-profile")
+records = tmp / "records.jsonl"
+records.write_text('{"kind":"device","name":"NVIDIA H200","sms":132}\n'
+                   '{"kind":"marker","what":"begin","t":100}\n'
+                   '{"kind":"kernel","name":"_Z4gemmv","grid":[264,1,1],"block":[256,1,1],"registers":64,'
+                   '"static_shared":0,"dynamic_shared":49152,"start":200,"end":5200,"stream":7}\n'
+                   '{"kind":"marker","what":"end","t":9000}\n')
+out_csv = tmp / "captured.csv"
+r = run([PROFILE, "capture", "--from-records", str(records), "-o", str(out_csv)])
+rows = out_csv.read_text().splitlines() if out_csv.exists() else []
+check(r.returncode == 0 and len(rows) == 2 and rows[1].startswith("_Z4gemmv,-1,0,") and ",5000," in rows[1],
+      f"capture --from-records writes the profile of the marked iteration: {rows} {r.stderr.strip()}")
+r = run([PROFILE, "capture", "-o", str(tmp / "none.csv"), "--", APP, "--requests", "1"])
+check(r.returncode == 1 and "no kernel records" in r.stderr and not (tmp / "none.csv").exists(),
+      f"a program CUPTI could not attach to (the stand-in driver has no CUPTI) is a clear error: {r.stderr.strip()}")
+for args, expect in [([], "either a program"), (["--from-records", str(records), "--", "true"], "either a program"),
+                     (["--from-records", str(tmp / "nope.jsonl")], "nope.jsonl"),
+                     (["--", str(tmp / "no-such-program")], "status 127")]:
+    r = run([PROFILE, "capture", "-o", str(tmp / "x.csv")] + args)
+    check(r.returncode != 0 and expect in r.stderr and not (tmp / "x.csv").exists(),
+          f"capture {' '.join(args)[-40:]}: error naming '{expect}' (rc {r.returncode}: {r.stderr.strip()[-160:]})")
+
 if failures:
     print(f"{len(failures)} check(s) failed")
     sys.exit(1)

@@ -12,7 +12,7 @@
 
 #include "orion/device.h"
 #include "orion/live/client_gate.h"
-#include "orion/live/kernel_name.h"
+#include "orion/kernel_name.h"
 #include "orion/live/live_scheduler.h"
 #include "test_util.h"
 

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "common/error.h"
-#include "orion/live/kernel_name.h"
+#include "orion/kernel_name.h"
 #include "orion/live/shm_segment.h"
 #include "orion/occupancy.h"
 #include "orion/workload.h"

@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "orion/live/client_gate.h"
-#include "orion/live/kernel_name.h"
+#include "orion/kernel_name.h"
 
 namespace fleet::orion::live {
 namespace {

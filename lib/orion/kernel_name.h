@@ -9,9 +9,9 @@
 #include <string>
 #include <string_view>
 
-namespace fleet::orion::live {
+namespace fleet::orion {
 
 /// Matching key of a kernel name (see above). Names that are not C++ symbols stay as they are.
 std::string kernel_name_key(std::string_view name);
 
-}  // namespace fleet::orion::live
+}  // namespace fleet::orion

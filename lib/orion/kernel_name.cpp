@@ -1,11 +1,11 @@
-#include "orion/live/kernel_name.h"
+#include "orion/kernel_name.h"
 
 #include <cxxabi.h>
 
 #include <cstdlib>
 #include <memory>
 
-namespace fleet::orion::live {
+namespace fleet::orion {
 
 namespace {
 
@@ -40,4 +40,4 @@ std::string kernel_name_key(std::string_view name) {
   return key.empty() ? std::string(name) : key;
 }
 
-}  // namespace fleet::orion::live
+}  // namespace fleet::orion

@@ -1,0 +1,184 @@
+#include "orion/capture.h"
+
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "common/file_io.h"
+#include "orion/kernel_name.h"
+#include "orion/ncu_import.h"
+#include "orion/occupancy.h"
+
+namespace fleet::orion {
+namespace {
+
+std::int64_t product3(const nlohmann::json& v, const char* field, std::size_t line, const std::string& file) {
+  if (!v.is_array() || v.size() != 3) throw InputError(fmt::format("{}:{}: '{}' must be [x, y, z]", file, line, field));
+  std::int64_t p = 1;
+  for (const auto& d : v) {
+    if (!d.is_number_integer() || d.get<std::int64_t>() < 1 || d.get<std::int64_t>() > (1ll << 31)) {
+      throw InputError(fmt::format("{}:{}: '{}' entries must be positive integers", file, line, field));
+    }
+    p *= d.get<std::int64_t>();
+  }
+  return p;
+}
+
+std::int64_t non_negative(const nlohmann::json& o, const char* field, std::size_t line, const std::string& file) {
+  if (!o.contains(field)) return 0;
+  const auto& v = o[field];
+  if (!v.is_number_integer() || v.get<std::int64_t>() < 0) {
+    throw InputError(fmt::format("{}:{}: '{}' must be a non-negative integer", file, line, field));
+  }
+  return v.get<std::int64_t>();
+}
+
+}  // namespace
+
+CaptureRecords read_capture_records(const std::filesystem::path& path) {
+  const std::string text = read_file(path);
+  const std::string file = path.string();
+  CaptureRecords r;
+  std::size_t line_no = 0, start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view line(text.data() + start, end - start);
+    start = end + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    nlohmann::json o = nlohmann::json::parse(line, nullptr, false);
+    if (o.is_discarded() || !o.is_object() || !o.contains("kind") || !o["kind"].is_string()) {
+      throw InputError(fmt::format("{}:{}: not a capture record (a JSON object with \"kind\")", file, line_no));
+    }
+    const std::string kind = o["kind"];
+    if (kind == "device") {
+      r.device_name = o.value("name", "");
+      r.device_sms = static_cast<int>(non_negative(o, "sms", line_no, file));
+    } else if (kind == "marker") {
+      const std::string what = o.value("what", "");
+      if (what != "begin" && what != "end") throw InputError(fmt::format("{}:{}: marker 'what' must be begin or end", file, line_no));
+      r.markers.emplace_back(static_cast<std::uint64_t>(non_negative(o, "t", line_no, file)), what == "begin");
+    } else if (kind == "kernel") {
+      CapturedKernel k;
+      if (!o.contains("name") || !o["name"].is_string()) throw InputError(fmt::format("{}:{}: kernel without a name", file, line_no));
+      k.name = o["name"];
+      k.grid_blocks = product3(o.value("grid", nlohmann::json()), "grid", line_no, file);
+      k.threads_per_block = static_cast<int>(product3(o.value("block", nlohmann::json()), "block", line_no, file));
+      k.registers_per_thread = static_cast<int>(non_negative(o, "registers", line_no, file));
+      k.static_shared_bytes = non_negative(o, "static_shared", line_no, file);
+      k.dynamic_shared_bytes = non_negative(o, "dynamic_shared", line_no, file);
+      k.start_ns = static_cast<std::uint64_t>(non_negative(o, "start", line_no, file));
+      k.end_ns = static_cast<std::uint64_t>(non_negative(o, "end", line_no, file));
+      k.stream = static_cast<std::uint32_t>(non_negative(o, "stream", line_no, file));
+      if (k.end_ns < k.start_ns) throw InputError(fmt::format("{}:{}: kernel ends before it starts", file, line_no));
+      r.kernels.push_back(std::move(k));
+    }  // other kinds are for later versions: skipped
+  }
+  std::sort(r.kernels.begin(), r.kernels.end(),
+            [](const CapturedKernel& a, const CapturedKernel& b) { return a.start_ns < b.start_ns; });
+  std::sort(r.markers.begin(), r.markers.end());
+  return r;
+}
+
+const DeviceSpec& device_for_name(const std::string& cupti_name, int sms) {
+  std::string upper = cupti_name;
+  std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
+  for (const char* model : {"H200", "H100", "V100"}) {
+    if (upper.find(model) != std::string::npos) return device_by_name(model);
+  }
+  if (upper.find("A100") != std::string::npos) return device_by_name(upper.find("80GB") != std::string::npos ? "a100-80" : "a100-40");
+  throw InputError(fmt::format("no device table for '{}' ({} SMs); pass --device with one of the known ones",
+                               cupti_name, sms));
+}
+
+KernelProfile profile_from_capture(const CaptureRecords& records, const CaptureOptions& options, std::string* summary) {
+  const DeviceSpec& device = options.device == "auto" ? device_for_name(records.device_name, records.device_sms)
+                                                      : device_by_name(options.device);
+  // Marked iterations: kernels that start between a begin and the next end.
+  std::vector<std::vector<const CapturedKernel*>> iterations;
+  std::optional<std::uint64_t> open;
+  std::size_t next = 0;
+  for (const auto& [t, begin] : records.markers) {
+    if (begin) {
+      open = t;
+      continue;
+    }
+    if (!open) continue;
+    std::vector<const CapturedKernel*> it;
+    while (next < records.kernels.size() && records.kernels[next].start_ns < *open) ++next;
+    for (std::size_t i = next; i < records.kernels.size() && records.kernels[i].start_ns <= t; ++i) {
+      it.push_back(&records.kernels[i]);
+    }
+    if (!it.empty()) iterations.push_back(std::move(it));
+    open.reset();
+  }
+  std::vector<std::vector<const CapturedKernel*>> used;
+  if (iterations.empty()) {
+    std::vector<const CapturedKernel*> all;
+    for (const CapturedKernel& k : records.kernels) all.push_back(&k);
+    if (!all.empty()) used.push_back(std::move(all));
+  } else {
+    const std::size_t skip = std::min<std::size_t>(static_cast<std::size_t>(std::max(0, options.skip)), iterations.size() - 1);
+    const auto& last = iterations.back();
+    auto same_sequence = [&](const std::vector<const CapturedKernel*>& it) {
+      if (it.size() != last.size()) return false;
+      for (std::size_t i = 0; i < it.size(); ++i) {
+        if (it[i]->name != last[i]->name) return false;
+      }
+      return true;
+    };
+    for (std::size_t i = skip; i < iterations.size(); ++i) {
+      if (same_sequence(iterations[i])) used.push_back(iterations[i]);
+    }
+  }
+  if (used.empty()) throw InputError("the capture has no kernels" + std::string(records.markers.empty() ? "" : " inside its marked iterations"));
+
+  std::map<std::string, KernelClass> classes;
+  if (options.ncu) {
+    const KernelProfile ncu = import_ncu_csv(read_file(*options.ncu), options.ncu->string(), device);
+    for (const KernelRecord& k : ncu.kernels) {
+      if (k.profile != KernelClass::kUnknown) classes[kernel_name_key(k.name)] = k.profile;
+    }
+  }
+  KernelProfile profile;
+  std::size_t classified = 0;
+  const auto& reference = used.back();
+  for (std::size_t i = 0; i < reference.size(); ++i) {
+    const CapturedKernel& k = *reference[i];
+    std::vector<double> durations;
+    for (const auto& it : used) durations.push_back(static_cast<double>(it[i]->end_ns - it[i]->start_ns));
+    std::nth_element(durations.begin(), durations.begin() + static_cast<long>(durations.size() / 2), durations.end());
+    KernelRecord r;
+    r.name = k.name;
+    r.duration_ns = durations[durations.size() / 2];
+    r.grid_blocks = k.grid_blocks;
+    r.threads_per_block = k.threads_per_block;
+    r.registers_per_thread = k.registers_per_thread;
+    r.static_shared_bytes = k.static_shared_bytes;
+    r.dynamic_shared_bytes = k.dynamic_shared_bytes;
+    LaunchConfig launch{k.grid_blocks, k.threads_per_block, k.registers_per_thread, k.static_shared_bytes,
+                        k.dynamic_shared_bytes};
+    r.sm_usage = compute_occupancy(launch, device).sms_needed;
+    auto c = classes.find(kernel_name_key(k.name));
+    if (c != classes.end()) {
+      r.profile = c->second;
+      ++classified;
+    }
+    profile.kernels.push_back(std::move(r));
+  }
+  if (summary != nullptr) {
+    *summary = fmt::format("{} kernels per iteration on {}; {} ({} kernels recorded); {} of them classified{}",
+                           profile.kernels.size(), device.name,
+                           iterations.empty() ? std::string("no cuProfilerStart/Stop markers: every kernel once")
+                                              : fmt::format("median over {} of {} marked iterations", used.size(),
+                                                            iterations.size()),
+                           records.kernels.size(), classified, options.ncu ? " from the ncu export" : " (no --ncu)");
+  }
+  return profile;
+}
+
+}  // namespace fleet::orion
