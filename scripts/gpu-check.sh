@@ -75,7 +75,8 @@ cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DWITH_CUDA=
 
 section "build (GPU tests, tools, benchmarks)"
 jobs=$(nproc)
-cmake --build "$build" -j "$jobs" --target test_devices_gpu test_model_gpu test_sailor_training_gpu test_deltazip_gpu sailor-run dz-compress bench_model_inference ||
+cmake --build "$build" -j "$jobs" --target test_devices_gpu test_model_gpu test_sailor_training_gpu test_deltazip_gpu sailor-run dz-compress bench_model_inference \
+  orion-run orion-profile orion_client orion_capture orion_static_cudart_app ||
   { fail "build"; exit 1; }
 "$build/bin/sailor-run" --version
 
@@ -119,6 +120,9 @@ if "$build/bin/sailor-run" -q init --preset 100m -o "$tmp/init" &&
     --threads "$jobs" -o "$tmp/profile.json" || fail "profile on cuda"
 fi
 rm -rf "$tmp"
+
+section "orion: PyTorch inference (HP) beside training (BE), alone / orion / mps"
+HP_REQUESTS=300 BE_SECONDS=20 scripts/bench/orion_gpu.sh "$build" "$python" || fail "orion on the GPU"
 
 section "summary"
 if [ ${#failures[@]} -eq 0 ]; then

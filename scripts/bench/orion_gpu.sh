@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Orion on a real GPU: a PyTorch inference client (HP) beside a training job
+# (BE), alone and under orion-run exec with the orion and mps policies.
+# Profiles are captured first with orion-profile capture. Prints HP p99 and
+# BE throughput, each against its dedicated (alone) run in the same session.
+#
+#   scripts/bench/orion_gpu.sh [BUILD_DIR] [PYTHON]
+set -uo pipefail
+build=${1:-build}
+python=${2:-python3}
+pair="$(cd "$(dirname "$0")" && pwd)/orion_torch_pair.py"
+bin="$build/bin"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+requests=${HP_REQUESTS:-300}
+be_seconds=${BE_SECONDS:-20}
+
+json_field() { "$python" -c "import json,sys
+for line in open(sys.argv[1]):
+    line=line.strip()
+    if line.startswith('{\"role\": \"$2\"'): print(json.loads(line)['$3'])" "$1"; }
+
+"$python" "$pair" --role hp --requests "$requests" >"$tmp/hp-alone.txt" || exit 1
+timeout -s TERM "$be_seconds" "$python" "$pair" --role be >"$tmp/be-alone.txt"
+hp_alone=$(json_field "$tmp/hp-alone.txt" hp p99_ms)
+be_alone=$(json_field "$tmp/be-alone.txt" be iterations_per_s)
+echo "alone: HP p99 $hp_alone ms, BE $be_alone it/s"
+
+"$bin/orion-profile" capture -o "$tmp/hp.csv" -- "$python" "$pair" --role hp --requests 30 || exit 1
+"$bin/orion-profile" capture -o "$tmp/be.csv" -- "$python" "$pair" --role be --iterations 10 || exit 1
+
+mps=()
+if command -v nvidia-cuda-mps-control >/dev/null; then mps=(--start-mps); else echo "no MPS control program: time slicing only"; fi
+for policy in orion mps; do
+  "$bin/orion-run" exec --policy "$policy" "${mps[@]}" --profiles "$tmp/hp.csv,$tmp/be.csv" --report \
+    --hp "$python $pair --role hp --requests $requests" --be "$python $pair --role be" >"$tmp/$policy.txt" ||
+    { echo "$policy: exec failed"; cat "$tmp/$policy.txt"; continue; }
+  hp=$(json_field "$tmp/$policy.txt" hp p99_ms)
+  be=$(json_field "$tmp/$policy.txt" be iterations_per_s)
+  grep -E '^(policy|orion|mps) ' "$tmp/$policy.txt"
+  "$python" -c "print(f'$policy: HP p99 {float($hp):.2f} ms = {float($hp)/float($hp_alone):.2f}x alone; BE {float($be):.1f} it/s = {float($be)/float($be_alone):.2f}x alone')"
+done
