@@ -10,10 +10,16 @@
 //   CUdeviceptr buffer, uint64 elements, uint64 seed, uint64 duration_ns
 // and computes buffer[i] = mix(buffer[i] + seed + i) for i < elements.
 // Environment: FAKE_CUDA_SMS (SM count, default 132), FAKE_CUDA_LOG (a file
-// that gets one line per kernel start: "<name> <grid> <block>").
+// that gets one line per kernel start: "<name> <grid> <block>"),
+// FAKE_CUDA_SHARED_DEVICE (a file: processes naming the same file share one
+// pool of SMs, as processes under MPS share a GPU; without it each process
+// has a device of its own).
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 #include <cudaProfiler.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -78,6 +84,12 @@ std::uint64_t mix(std::uint64_t x) {
   return x ^ (x >> 33);
 }
 
+// SMs shared by the processes that name the same file.
+struct SharedPool {
+  std::atomic<std::uint32_t> initialised;
+  std::atomic<int> free_sms;
+};
+
 class Device {
  public:
   Device() {
@@ -85,6 +97,18 @@ class Device {
     sm_count_ = sms != nullptr ? std::max(1, std::atoi(sms)) : 132;
     free_sms_ = sm_count_;
     if (const char* log = std::getenv("FAKE_CUDA_LOG")) log_ = std::fopen(log, "a");
+    if (const char* shared = std::getenv("FAKE_CUDA_SHARED_DEVICE")) {
+      const int fd = ::open(shared, O_RDWR | O_CREAT, 0600);
+      if (fd >= 0 && ftruncate(fd, sizeof(SharedPool)) == 0) {
+        void* p = mmap(nullptr, sizeof(SharedPool), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p != MAP_FAILED) {
+          pool_ = static_cast<SharedPool*>(p);
+          std::uint32_t expected = 0;
+          if (pool_->initialised.compare_exchange_strong(expected, 1)) pool_->free_sms.store(sm_count_);
+        }
+      }
+      if (fd >= 0) ::close(fd);
+    }
     std::thread([this] { run(); }).detach();
   }
   int sm_count() const { return sm_count_; }
@@ -130,8 +154,10 @@ class Device {
           Op& op = queue.front();
           if (op.kind == Op::kKernel) {
             if (!op.started) {
-              if (op.sms > free_sms_) break;  // waits for SMs held by other streams' kernels
-              free_sms_ -= op.sms;
+              if (!take_sms(op.sms)) {  // waits for SMs held by other streams' (or processes') kernels
+                if (pool_ != nullptr) next = std::min(next, now + std::chrono::microseconds(50));
+                break;
+              }
               op.started = true;
               op.end = now + std::chrono::nanoseconds(op.duration_ns);
               for (std::uint64_t i = 0; i < op.elements; ++i) op.buffer[i] = mix(op.buffer[i] + op.seed + i);
@@ -145,7 +171,7 @@ class Device {
               next = std::min(next, op.end);
               break;
             }
-            free_sms_ += op.sms;
+            give_sms(op.sms);
           } else if (op.kind == Op::kCopy) {
             std::memcpy(op.dst, op.src, op.bytes);
           } else {
@@ -163,9 +189,27 @@ class Device {
     }
   }
 
+  bool take_sms(int n) {
+    if (pool_ == nullptr) {
+      if (n > free_sms_) return false;
+      free_sms_ -= n;
+      return true;
+    }
+    int free = pool_->free_sms.load();
+    while (free >= n) {
+      if (pool_->free_sms.compare_exchange_weak(free, free - n)) return true;
+    }
+    return false;
+  }
+  void give_sms(int n) {
+    if (pool_ == nullptr) free_sms_ += n;
+    else pool_->free_sms.fetch_add(n);
+  }
+
   std::mutex mutex_;
   std::condition_variable changed_, done_;
   std::map<CUstream, std::deque<Op>> queues_;
+  SharedPool* pool_ = nullptr;
   int sm_count_ = 132;
   int free_sms_ = 132;
   std::FILE* log_ = nullptr;
