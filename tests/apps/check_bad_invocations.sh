@@ -69,6 +69,10 @@ bad 2 "malformed.csv"           "$op" summarize malformed.csv
 bad 2 "unknown device"          "$op" import-ncu ncu.csv --device tpu -o p.csv
 bad 2 "does not exist"          "$op" import-ncu ncu.csv -o nowhere/p.csv
 bad 2 "is also the input"       "$op" import-ncu ncu.csv -o ncu.csv
+bad 2 "either a program"        "$op" capture -o p.csv
+bad 2 "--skip.*between"         "$op" capture -o p.csv --skip -1 -- true
+bad 2 "malformed.json"          "$op" capture -o p.csv --from-records malformed.json
+bad 2 "is also the input"       "$op" capture -o ncu.csv --ncu ncu.csv -- true
 
 orr="$bin/orion-run" wl="$ex/orion/rnet50_inf_train.json"
 bad 2 "no such file"            "$orr" simulate -w missing.json
@@ -83,6 +87,13 @@ bad 2 "is also the output"      "$orr" simulate -w "$wl" --trace t.json --csv t.
 bad 2 "only one output"         "$orr" simulate -w "$wl" --trace - --csv -
 sed 's/"format"/"max_duration_s": 1e9, "format"/' "$wl" > "$tmp/huge.json"
 bad 2 "max_duration_s"          "$orr" simulate -w "$tmp/huge.json" --profiles "$ex/orion/profiles"
+bad 2 "nothing to run"          "$orr" exec
+bad 2 "--grace.*between"        "$orr" exec --hp true --grace -1
+bad 2 "--sm-threshold.*between" "$orr" exec --hp true --sm-threshold -7
+bad 2 "malformed.csv"           "$orr" exec --hp true --profiles malformed.csv
+bad 2 "unknown policy"          "$orr" exec --hp true --policy nope
+bad 2 "does not exist"          "$orr" exec --hp true --log nowhere/log.jsonl
+bad 2 "give a file"             "$orr" exec --hp true --log -
 
 ds="$bin/dz-serve"
 bad 2 "give a subcommand"       "$ds"

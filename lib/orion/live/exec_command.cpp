@@ -180,20 +180,24 @@ int run_exec(const ExecOptions& o) {
     check.file(*o.log, "--log").check(Existing::kReplace);
     log_path = *o.log;
   }
-  MpsEnvironment mps = prepare_mps(o.start_mps);
-  if (!mps.running && !mps.notice.empty()) std::fprintf(stderr, "orion-run exec: %s\n", mps.notice.c_str());
-
   Segment segment = Segment::create(segment_path());
   segment.header()->scheduler_pid.store(getpid());
+  const std::string policy_name = config.policy;
+  LiveScheduler scheduler(segment.header(), std::move(config));  // checks the policy against the clients
+  MpsEnvironment mps = prepare_mps(o.start_mps);
+  struct StopMpsAtExit {
+    MpsEnvironment& mps;
+    ~StopMpsAtExit() { stop_mps(mps); }
+  } stop_mps_at_exit{mps};
+  if (!mps.running && !mps.notice.empty()) std::fprintf(stderr, "orion-run exec: %s\n", mps.notice.c_str());
   std::FILE* log = nullptr;
   std::string log_tmp;
   if (log_path) {
     log_tmp = log_path->string() + ".tmp-" + std::to_string(getpid());
     log = std::fopen(log_tmp.c_str(), "w");
     if (log == nullptr) throw RuntimeFailure("cannot write " + log_tmp + ": " + std::strerror(errno));
+    scheduler.set_log(log);
   }
-  const std::string policy_name = config.policy;
-  LiveScheduler scheduler(segment.header(), std::move(config), log);
 
   std::vector<Child> children;
   if (o.hp) children.push_back(Child{*o.hp, true});
@@ -254,7 +258,6 @@ int run_exec(const ExecOptions& o) {
   scheduler_thread.join();
   scheduler.reap_dead_clients();
   segment.header()->shutting_down.store(1);
-  stop_mps(mps);
 
   if (log != nullptr) {
     std::fclose(log);

@@ -43,8 +43,8 @@ std::uint64_t geometry_key(std::uint32_t name_index, const LaunchEntry& e) {
 
 }  // namespace
 
-LiveScheduler::LiveScheduler(SegmentHeader* segment, LiveConfig config, std::FILE* log)
-    : segment_(segment), config_(std::move(config)), log_(log), slots_(kMaxSlots) {
+LiveScheduler::LiveScheduler(SegmentHeader* segment, LiveConfig config)
+    : segment_(segment), config_(std::move(config)), slots_(kMaxSlots) {
   const Workload workload = policy_workload(config_);
   if (config_.policy == "tick-tock") {
     for (const LiveClient& c : config_.clients) {
@@ -86,8 +86,12 @@ LiveScheduler::LiveScheduler(SegmentHeader* segment, LiveConfig config, std::FIL
   segment_->boost_hp_streams = policy_->priority_streams() ? 1 : 0;
   segment_->client_count = static_cast<std::int32_t>(config_.clients.size());
   start_ns_ = monotonic_ns();
-  log_event(R"({"t_us":0,"event":"start","policy":"%s","clients":%zu})", std::string(policy_->name()).c_str(),
-            config_.clients.size());
+}
+
+void LiveScheduler::set_log(std::FILE* log) {
+  log_ = log;
+  log_event(R"({"t_us":%.1f,"event":"start","policy":"%s","clients":%zu})", (monotonic_ns() - start_ns_) / 1e3,
+            std::string(policy_->name()).c_str(), config_.clients.size());
 }
 
 LiveScheduler::~LiveScheduler() = default;

@@ -57,10 +57,12 @@ struct LiveClientStats {
 class LiveScheduler {
  public:
   /// Prepares `segment` (flags for the clients) for `config`; InputError for
-  /// a policy that does not fit the clients. `log` (may be null) receives one
-  /// JSON line per event.
-  LiveScheduler(SegmentHeader* segment, LiveConfig config, std::FILE* log = nullptr);
+  /// a policy that does not fit the clients.
+  LiveScheduler(SegmentHeader* segment, LiveConfig config);
   ~LiveScheduler();
+
+  /// From now on writes one JSON line per event to `log` (null: none).
+  void set_log(std::FILE* log);
 
   /// One pass over every slot: new launches, completions, decisions. True if anything changed.
   bool poll();
@@ -115,7 +117,7 @@ class LiveScheduler {
   SegmentHeader* segment_;
   LiveConfig config_;
   std::unique_ptr<Policy> policy_;
-  std::FILE* log_;
+  std::FILE* log_ = nullptr;
   std::vector<std::vector<SimKernel>> profile_kernels_;  // per client, profile order
   std::vector<std::unordered_map<std::string, std::vector<std::size_t>>> profile_index_;  // name key -> records
   std::vector<double> median_duration_us_;
