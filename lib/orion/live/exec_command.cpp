@@ -171,7 +171,6 @@ LiveConfig build_config(const ExecOptions& o) {
 int run_exec(const ExecOptions& o) {
   // Everything that can be wrong with the input is found before anything starts.
   LiveConfig config = build_config(o);
-  const std::filesystem::path library = client_library();
   std::optional<std::filesystem::path> log_path;
   if (o.log) {
     if (*o.log == "-") throw InputError("--log: give a file (the commands own standard output)");
@@ -184,6 +183,7 @@ int run_exec(const ExecOptions& o) {
   segment.header()->scheduler_pid.store(getpid());
   const std::string policy_name = config.policy;
   LiveScheduler scheduler(segment.header(), std::move(config));  // checks the policy against the clients
+  const std::filesystem::path library = client_library();
   MpsEnvironment mps = prepare_mps(o.start_mps);
   struct StopMpsAtExit {
     MpsEnvironment& mps;

@@ -246,8 +246,12 @@ bool stream_capturing(CUstream stream) {
 }
 
 // The launch path shared by every launch entry point.
+// `per_thread`: the entry point is a per-thread-default-stream variant
+// (`_ptsz`), where stream 0 means this thread's default stream: the
+// completion event must go there too.
 template <class Call>
-CUresult gated_launch(CUfunction f, const LaunchGeometry& geometry, CUstream stream, Call&& call) {
+CUresult gated_launch(CUfunction f, const LaunchGeometry& geometry, CUstream stream, bool per_thread, Call&& call) {
+  if (stream == nullptr && per_thread) stream = CU_STREAM_PER_THREAD;
   ClientGate& g = gate();
   // Launches captured into a CUDA graph run later, through cuGraphLaunch: not gated.
   if (!g.connect_from_environment() || stream_capturing(stream)) return call();
@@ -259,21 +263,22 @@ CUresult gated_launch(CUfunction f, const LaunchGeometry& geometry, CUstream str
   return result;
 }
 
-CUresult launch_kernel(LaunchKernelFn real, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                       unsigned by, unsigned bz, unsigned shared, CUstream stream, void** params, void** extra) {
+CUresult launch_kernel(LaunchKernelFn real, bool per_thread, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                       unsigned bx, unsigned by, unsigned bz, unsigned shared, CUstream stream, void** params,
+                       void** extra) {
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   const LaunchGeometry geometry{std::uint64_t{gx} * gy * gz, bx * by * bz, shared};
-  return gated_launch(f, geometry, stream,
+  return gated_launch(f, geometry, stream, per_thread,
                       [&] { return real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra); });
 }
 
-CUresult launch_kernel_ex(LaunchKernelExFn real, const CUlaunchConfig* config, CUfunction f, void** params,
-                          void** extra) {
+CUresult launch_kernel_ex(LaunchKernelExFn real, bool per_thread, const CUlaunchConfig* config, CUfunction f,
+                          void** params, void** extra) {
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   if (config == nullptr) return real(config, f, params, extra);
   const LaunchGeometry geometry{std::uint64_t{config->gridDimX} * config->gridDimY * config->gridDimZ,
                                 config->blockDimX * config->blockDimY * config->blockDimZ, config->sharedMemBytes};
-  return gated_launch(f, geometry, config->hStream, [&] { return real(config, f, params, extra); });
+  return gated_launch(f, geometry, config->hStream, per_thread, [&] { return real(config, f, params, extra); });
 }
 
 CUresult profiler_marker(ProfilerFn real, EntryKind kind) {
@@ -310,6 +315,7 @@ constexpr std::size_t kVariants = 8;  // distinct real pointers per entry point
 template <class Fn>
 struct Variants {
   std::array<std::atomic<Fn>, kVariants> real{};
+  std::array<std::atomic<bool>, kVariants> per_thread{};  ///< a per-thread-default-stream variant
   std::mutex mutex;
 };
 
@@ -326,13 +332,14 @@ bool is_ours(const void* address) {
 }
 
 template <class Fn, std::size_t N>
-Fn pick(Variants<Fn>& v, Fn real, const std::array<Fn, N>& hooks) {
+Fn pick(Variants<Fn>& v, Fn real, const std::array<Fn, N>& hooks, bool per_thread) {
   if (real == nullptr || is_ours(reinterpret_cast<const void*>(real))) return real;
   std::lock_guard<std::mutex> lock(v.mutex);
   for (std::size_t i = 0; i < N; ++i) {
     Fn current = v.real[i].load();
     if (current == real) return hooks[i];
     if (current == nullptr) {
+      v.per_thread[i].store(per_thread);
       v.real[i].store(real);
       return hooks[i];
     }
@@ -348,17 +355,18 @@ Variants<StreamCreateWithPriorityFn> stream_priority_variants;
 Variants<GetProcAddressFn> proc_variants;
 Variants<GetProcAddressV1Fn> proc_v1_variants;
 
-void* wrap_symbol(const char* name, void* real);
-void* wrap_proc_answer(const char* name, void* real, int version);
+void* wrap_symbol(const char* name, void* real, bool per_thread = false);
+void* wrap_proc_answer(const char* name, void* real, int version, cuuint64_t flags);
 
 template <std::size_t I>
 CUresult launch_hook(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                      unsigned shared, CUstream s, void** p, void** e) {
-  return launch_kernel(launch_variants.real[I].load(), f, gx, gy, gz, bx, by, bz, shared, s, p, e);
+  return launch_kernel(launch_variants.real[I].load(), launch_variants.per_thread[I].load(), f, gx, gy, gz, bx, by, bz,
+                       shared, s, p, e);
 }
 template <std::size_t I>
 CUresult launch_ex_hook(const CUlaunchConfig* c, CUfunction f, void** p, void** e) {
-  return launch_kernel_ex(launch_ex_variants.real[I].load(), c, f, p, e);
+  return launch_kernel_ex(launch_ex_variants.real[I].load(), launch_ex_variants.per_thread[I].load(), c, f, p, e);
 }
 template <std::size_t I>
 CUresult start_hook() {
@@ -381,7 +389,7 @@ CUresult proc_hook(const char* symbol, void** pfn, int version, cuuint64_t flags
   GetProcAddressFn real = proc_variants.real[I].load();
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   const CUresult r = real(symbol, pfn, version, flags, st);
-  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = wrap_proc_answer(symbol, *pfn, version);
+  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = wrap_proc_answer(symbol, *pfn, version, flags);
   return r;
 }
 template <std::size_t I>
@@ -389,7 +397,7 @@ CUresult proc_v1_hook(const char* symbol, void** pfn, int version, cuuint64_t fl
   GetProcAddressV1Fn real = proc_v1_variants.real[I].load();
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   const CUresult r = real(symbol, pfn, version, flags);
-  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = wrap_proc_answer(symbol, *pfn, version);
+  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = wrap_proc_answer(symbol, *pfn, version, flags);
   return r;
 }
 
@@ -422,14 +430,20 @@ bool named(const char* name, const char* base) {
 }
 
 template <class Fn, std::size_t N>
-void* wrap_as(Variants<Fn>& v, void* real, const std::array<Fn, N>& hooks) {
-  return reinterpret_cast<void*>(pick(v, reinterpret_cast<Fn>(real), hooks));
+void* wrap_as(Variants<Fn>& v, void* real, const std::array<Fn, N>& hooks, bool per_thread = false) {
+  return reinterpret_cast<void*>(pick(v, reinterpret_cast<Fn>(real), hooks, per_thread));
 }
 
-void* wrap_symbol(const char* name, void* real) {
+bool ends_with_ptsz(const char* name) {
+  const std::size_t n = std::strlen(name);
+  return n > 5 && std::strcmp(name + n - 5, "_ptsz") == 0;
+}
+
+void* wrap_symbol(const char* name, void* real, bool per_thread) {
   if (name == nullptr || real == nullptr || name[0] != 'c' || name[1] != 'u') return real;
-  if (named(name, "cuLaunchKernel")) return wrap_as(launch_variants, real, launch_hooks);
-  if (named(name, "cuLaunchKernelEx")) return wrap_as(launch_ex_variants, real, launch_ex_hooks);
+  per_thread = per_thread || ends_with_ptsz(name);
+  if (named(name, "cuLaunchKernel")) return wrap_as(launch_variants, real, launch_hooks, per_thread);
+  if (named(name, "cuLaunchKernelEx")) return wrap_as(launch_ex_variants, real, launch_ex_hooks, per_thread);
   if (std::strcmp(name, "cuGetProcAddress_v2") == 0) return wrap_as(proc_variants, real, proc_hooks);
   if (std::strcmp(name, "cuGetProcAddress") == 0) return wrap_as(proc_v1_variants, real, proc_v1_hooks);
   if (std::strcmp(name, "cuProfilerStart") == 0) return wrap_as(start_variants, real, start_hooks);
@@ -442,11 +456,11 @@ void* wrap_symbol(const char* name, void* real) {
 // Through cuGetProcAddress the name "cuGetProcAddress" means the ABI of the
 // CUDA version asked for (five arguments from 12.0); by dlsym it is the
 // legacy four-argument one.
-void* wrap_proc_answer(const char* name, void* real, int version) {
+void* wrap_proc_answer(const char* name, void* real, int version, cuuint64_t flags) {
   if (name != nullptr && std::strcmp(name, "cuGetProcAddress") == 0 && version >= 12000) {
     return wrap_as(proc_variants, real, proc_hooks);
   }
-  return wrap_symbol(name, real);
+  return wrap_symbol(name, real, (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0);
 }
 
 }  // namespace
@@ -469,34 +483,34 @@ __attribute__((visibility("default"))) void* dlsym(void* handle, const char* nam
 FLEET_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                      unsigned bz, unsigned shared, CUstream s, void** p, void** e) {
   static auto real = driver<LaunchKernelFn>("cuLaunchKernel");
-  return launch_kernel(real, f, gx, gy, gz, bx, by, bz, shared, s, p, e);
+  return launch_kernel(real, false, f, gx, gy, gz, bx, by, bz, shared, s, p, e);
 }
 FLEET_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                           unsigned by, unsigned bz, unsigned shared, CUstream s, void** p, void** e) {
   static auto real = driver<LaunchKernelFn>("cuLaunchKernel_ptsz");
-  return launch_kernel(real, f, gx, gy, gz, bx, by, bz, shared, s, p, e);
+  return launch_kernel(real, true, f, gx, gy, gz, bx, by, bz, shared, s, p, e);
 }
 FLEET_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** p, void** e) {
   static auto real = driver<LaunchKernelExFn>("cuLaunchKernelEx");
-  return launch_kernel_ex(real, c, f, p, e);
+  return launch_kernel_ex(real, false, c, f, p, e);
 }
 FLEET_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* c, CUfunction f, void** p, void** e) {
   static auto real = driver<LaunchKernelExFn>("cuLaunchKernelEx_ptsz");
-  return launch_kernel_ex(real, c, f, p, e);
+  return launch_kernel_ex(real, true, c, f, p, e);
 }
 FLEET_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
                                           CUdriverProcAddressQueryResult* status) {
   static auto real = driver<GetProcAddressFn>("cuGetProcAddress_v2");
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   const CUresult r = real(symbol, pfn, version, flags, status);
-  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = wrap_proc_answer(symbol, *pfn, version);
+  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = wrap_proc_answer(symbol, *pfn, version, flags);
   return r;
 }
 FLEET_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags) {
   static auto real = driver<GetProcAddressV1Fn>("cuGetProcAddress");
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   const CUresult r = real(symbol, pfn, version, flags);
-  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = wrap_proc_answer(symbol, *pfn, version);
+  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = wrap_proc_answer(symbol, *pfn, version, flags);
   return r;
 }
 FLEET_EXPORT CUresult cuProfilerStart() {
