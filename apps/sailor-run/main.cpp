@@ -12,10 +12,8 @@
 #include "sailor/runtime/launcher.h"
 
 int main(int argc, char** argv) {
-  fleet::Tool tool("sailor-run",
-                   "Train models: initialise a model folder, make synthetic corpora, train with "
-                   "AdamW and resumable checkpoints, on one process or with a plan's data and "
-                   "pipeline parallelism over several.");
+  fleet::Tool tool("sailor-run", "Train models: initialise a model folder, make synthetic corpora, train with AdamW "
+                                 "and resumable checkpoints, on one process or with a plan's parallelism over several.");
   tool.set_version_details(fleet::devices::version_details);
 #if FLEET_WITH_TORCH
   // A numeric option with its default shown and its range checked.
@@ -133,6 +131,10 @@ int main(int argc, char** argv) {
       ->check(fleet::in_range(1, 65535));
   number(launch_cmd, "--grace", launch.grace_seconds, "Seconds between SIGTERM and SIGKILL when stopping workers", 0,
          3600);
+  launch_cmd->add_option("--elastic", launch.elastic_inputs, "Planner inputs folder: re-plan and go on when a worker is lost")
+      ->check(CLI::ExistingDirectory);
+  launch_cmd->add_option("--recovery", launch.recovery, "Elastic recovery: restart (from the last checkpoint)");
+  number(launch_cmd, "--max-reconfigurations", launch.max_reconfigurations, "Elastic: give up after this many", 0, 1e6);
   launch_cmd->add_option("worker", launch.arguments, "The workers' sailor-run command, after --")->required();
 
   m::CorpusCommand corpus;

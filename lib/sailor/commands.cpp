@@ -37,21 +37,6 @@ OutputCheck& with_inputs(OutputCheck& check, const InputPaths& p, const std::fil
   return check.input(p.inputs, "--inputs").input(plan, "--plan");
 }
 
-PlannerInputs load_inputs(const InputPaths& p) {
-  PlannerInputs in;
-  in.model = load_model_spec(p.resolve(p.model, "model"));
-  in.profiles = load_profile_set(p.resolve(p.profile, "profile"));
-  in.cluster = load_cluster_spec(p.resolve(p.cluster, "cluster"));
-  in.job = load_job_spec(p.resolve(p.job, "job"));
-  if (in.profiles.model != in.model.name) {
-    throw InputError("profile is for model '" + in.profiles.model + "' but the model is '" + in.model.name + "'");
-  }
-  if (in.job.model != in.model.name) {
-    throw InputError("job is for model '" + in.job.model + "' but the model is '" + in.model.name + "'");
-  }
-  return in;
-}
-
 Plan load_valid_plan(const std::filesystem::path& path, const PlannerInputs& in) {
   Plan plan = load_plan(path, in.job);
   try {
@@ -108,6 +93,21 @@ std::string format_report(const Plan& plan, const Estimate& est) {
 }
 
 }  // namespace
+
+PlannerInputs load_inputs(const InputPaths& p) {
+  PlannerInputs in;
+  in.model = load_model_spec(p.resolve(p.model, "model"));
+  in.profiles = load_profile_set(p.resolve(p.profile, "profile"));
+  in.cluster = load_cluster_spec(p.resolve(p.cluster, "cluster"));
+  in.job = load_job_spec(p.resolve(p.job, "job"));
+  if (in.profiles.model != in.model.name) {
+    throw InputError("profile is for model '" + in.profiles.model + "' but the model is '" + in.model.name + "'");
+  }
+  if (in.job.model != in.model.name) {
+    throw InputError("job is for model '" + in.job.model + "' but the model is '" + in.model.name + "'");
+  }
+  return in;
+}
 
 int run_import_hf(const ImportHfCommand& c) {
   auto file = !is_stdio(c.config) && std::filesystem::is_directory(c.config) ? c.config / "config.json" : c.config;

@@ -9,6 +9,8 @@
 
 namespace fleet::sailor {
 
+struct PlannerInputs;
+
 /// Where the four inputs are: a folder with model.json, profile.json,
 /// cluster.json and job.json, each replaceable by its own path.
 struct InputPaths {
@@ -17,6 +19,9 @@ struct InputPaths {
   /// The path of one input: the explicit one, else `inputs`/`name`.
   std::filesystem::path resolve(const std::filesystem::path& explicit_path, const char* name) const;
 };
+
+/// Loads the four inputs and checks they are about the same model.
+PlannerInputs load_inputs(const InputPaths& paths);
 
 /// Options of `sailor-plan import-sailor`.
 struct ImportCommand {

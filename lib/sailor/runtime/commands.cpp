@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
@@ -14,6 +15,12 @@ int run_train(const TrainCommand& c) {
   model::set_cpu_threads(c.threads);
   if (!c.job.resume && c.job.model.empty()) throw UsageError("give --model (or --resume)");
   auto result = train(c.job);
+  if (result.stop_code != 0) {
+    if (result.rank == 0) {
+      spdlog::warn("left at step {} for a reconfiguration; checkpoint in {}", result.last_step, c.job.output.string());
+    }
+    return result.stop_code;
+  }
   // Every rank knows the job's losses; rank 0 reports them.
   if (result.rank != 0) return 0;
   if (!c.json && result.last_step == result.first_step) {

@@ -21,6 +21,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "sailor/plan.h"
+#include "sailor/runtime/elastic.h"
 
 namespace fleet::sailor::runtime {
 namespace {
@@ -92,6 +93,7 @@ int exit_code_of(int status) {
   ::setenv("LOCAL_WORLD_SIZE", std::to_string(world).c_str(), 1);
   ::setenv("MASTER_ADDR", "127.0.0.1", 1);
   ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  if (!c.elastic_inputs.empty()) ::setenv(kEnvElastic, "1", 1);
   std::vector<char*> argv;
   const std::string program = c.program.empty() ? "/proc/self/exe" : c.program.string();
   std::string name = "sailor-run";
@@ -123,24 +125,8 @@ int free_local_port() {
   return ntohs(addr.sin_port);
 }
 
-int run_launch(const LaunchCommand& c) {
-  if (c.arguments.empty()) throw UsageError("give the worker's command after --, e.g. -- train --model DIR ...");
-  std::vector<std::string> args = c.arguments;
-  int world = c.nprocs;
-  if (!c.plan.empty()) {
-    JobSpec spec;
-    const Plan plan = load_plan(c.plan, spec);
-    if (world == 0) world = plan.gpus();
-    if (world != plan.gpus())
-      throw UsageError(fmt::format("--nprocs {} but the plan needs {} ranks", world, plan.gpus()));
-    args.push_back("--plan");
-    args.push_back(c.plan.string());
-  }
-  if (world < 1) throw UsageError("give --nprocs (at least 1) or a --plan");
-  if (world > 1024) throw UsageError("--nprocs above 1024 is not a job for one machine");
-  const int port = c.master_port > 0 ? c.master_port : free_local_port();
-  spdlog::info("launching {} worker(s), rendezvous at 127.0.0.1:{}", world, port);
-
+WorkerOutcome run_workers(const LaunchCommand& c, const std::vector<std::string>& args, int world, int port,
+                          const std::function<void()>& on_tick) {
   struct sigaction action {};
   action.sa_handler = remember_signal;
   sigemptyset(&action.sa_mask);
@@ -165,7 +151,7 @@ int run_launch(const LaunchCommand& c) {
     w.err = err[0];
   }
 
-  int first_failure = 0;
+  WorkerOutcome outcome;
   bool stopping = false;
   auto stop_time = std::chrono::steady_clock::now();
   bool killed = false;
@@ -195,23 +181,34 @@ int run_launch(const LaunchCommand& c) {
           w.exited = true;
           w.status = status;
           const int code = exit_code_of(status);
-          if (code != 0 && first_failure == 0 && !stopping) {
-            first_failure = code;
-            spdlog::error("worker {} failed (exit {}); stopping the others", w.rank, code);
+          if (code == kExitPreempted) outcome.left_ranks.push_back(w.rank);
+          // Leaving at a step boundary is orderly: the others stop at the same one by themselves.
+          const bool orderly = code == kExitPreempted || code == kExitStoppedWithPeers;
+          if (orderly) outcome.stopped_at_boundary = true;
+          if (code != 0 && !orderly && outcome.exit_code == 0 && !stopping) {
+            outcome.exit_code = code;
+            outcome.failed_rank = w.rank;
+            outcome.failed_at = std::chrono::steady_clock::now();
+            outcome.cause = WIFSIGNALED(status) ? fmt::format("worker {} killed by signal {}", w.rank, WTERMSIG(status))
+                                                : fmt::format("worker {} exited with status {}", w.rank, code);
+            spdlog::error("{}; stopping the others", outcome.cause);
           }
         }
       }
       all_done = all_done && w.exited && w.out < 0 && w.err < 0;
     }
     if (all_done) break;
-    if (!stopping && (first_failure != 0 || g_signal != 0)) {
-      if (g_signal != 0 && first_failure == 0) {
+    if (on_tick) on_tick();
+    if (!stopping && (outcome.exit_code != 0 || g_signal != 0)) {
+      if (g_signal != 0 && outcome.exit_code == 0) {
         spdlog::warn("signal {}: stopping the workers", g_signal.load());
-        first_failure = 128 + g_signal;
+        outcome.exit_code = 128 + g_signal;
+        outcome.interrupted = true;
       }
       stopping = true;
       stop_time = std::chrono::steady_clock::now();
-      stop_all(SIGTERM);
+      // An elastic job restarts from its checkpoint: the others' state is of no use, stop them at once.
+      stop_all(!c.elastic_inputs.empty() && !outcome.interrupted ? SIGKILL : SIGTERM);
     }
     if (stopping && !killed &&
         std::chrono::steady_clock::now() - stop_time > std::chrono::duration<double>(c.grace_seconds)) {
@@ -224,7 +221,29 @@ int run_launch(const LaunchCommand& c) {
   }
   ::sigaction(SIGINT, &old_int, nullptr);
   ::sigaction(SIGTERM, &old_term, nullptr);
-  return first_failure;
+  outcome.all_stopped_at = std::chrono::steady_clock::now();
+  return outcome;
+}
+
+int run_launch(const LaunchCommand& c) {
+  if (c.arguments.empty()) throw UsageError("give the worker's command after --, e.g. -- train --model DIR ...");
+  if (!c.elastic_inputs.empty()) return run_elastic_launch(c);
+  std::vector<std::string> args = c.arguments;
+  int world = c.nprocs;
+  if (!c.plan.empty()) {
+    JobSpec spec;
+    const Plan plan = load_plan(c.plan, spec);
+    if (world == 0) world = plan.gpus();
+    if (world != plan.gpus())
+      throw UsageError(fmt::format("--nprocs {} but the plan needs {} ranks", world, plan.gpus()));
+    args.push_back("--plan");
+    args.push_back(c.plan.string());
+  }
+  if (world < 1) throw UsageError("give --nprocs (at least 1) or a --plan");
+  if (world > 1024) throw UsageError("--nprocs above 1024 is not a job for one machine");
+  const int port = c.master_port > 0 ? c.master_port : free_local_port();
+  spdlog::info("launching {} worker(s), rendezvous at 127.0.0.1:{}", world, port);
+  return run_workers(c, args, world, port).exit_code;
 }
 
 }  // namespace fleet::sailor::runtime

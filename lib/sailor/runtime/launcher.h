@@ -7,7 +7,9 @@
 // exit code. No libtorch.
 #pragma once
 
+#include <chrono>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,7 +22,28 @@ struct LaunchCommand {
   double grace_seconds = 10;          ///< after a failure, SIGTERM, then SIGKILL after this long
   std::vector<std::string> arguments; ///< the worker's sailor-run subcommand and its options
   std::filesystem::path program;      ///< the worker program (default: this executable)
+  // Elastic jobs (docs/training-runtime.md, "Elastic jobs"):
+  std::filesystem::path elastic_inputs;  ///< planner inputs folder; set: survive lost workers by re-planning
+  std::string recovery = "restart";      ///< how: restart (every worker from the last checkpoint)
+  int max_reconfigurations = 16;         ///< give up after this many
 };
+
+/// How one set of workers ended.
+struct WorkerOutcome {
+  int exit_code = 0;        ///< 0, or the first failure's status (128 + signal)
+  int failed_rank = -1;     ///< the first worker that failed
+  std::string cause;        ///< "worker 2 killed by signal 9"
+  bool interrupted = false; ///< the launcher itself got SIGINT/SIGTERM
+  std::vector<int> left_ranks;       ///< workers that left at a step boundary after SIGTERM (elastic)
+  bool stopped_at_boundary = false;  ///< the workers stopped together at a step boundary (elastic)
+  std::chrono::steady_clock::time_point failed_at, all_stopped_at;
+};
+
+/// Starts `world` workers running `args` and supervises them until every one
+/// has exited; the first failure stops the others. `on_tick` runs about
+/// every 100 ms while they run.
+WorkerOutcome run_workers(const LaunchCommand& command, const std::vector<std::string>& args, int world, int port,
+                          const std::function<void()>& on_tick = {});
 
 /// Runs the workers and returns 0, or the exit status of the first worker
 /// that failed (128 + signal for one killed by a signal).

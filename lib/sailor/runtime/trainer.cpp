@@ -1,6 +1,8 @@
 #include "sailor/runtime/trainer.h"
 
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -27,11 +29,16 @@
 #include "sailor/pipeline_schedule.h"
 #include "sailor/runtime/checkpoint.h"
 #include "sailor/runtime/communicator.h"
+#include "sailor/runtime/elastic.h"
 #include "sailor/runtime/layout.h"
 #include "sailor/runtime/world.h"
 
 namespace fleet::sailor::runtime {
 namespace {
+
+// SIGTERM under the elastic launcher: leave at the next step boundary.
+std::atomic<int> g_leave_requested{0};
+extern "C" void request_leave(int) { g_leave_requested = 1; }
 
 namespace fs = std::filesystem;
 using model::TrainOptions;
@@ -607,6 +614,12 @@ TrainResult train(const TrainJob& job) {
 
   std::int64_t end_step = options.steps;
   if (job.stop_after > 0) end_step = std::min(end_step, run.start_step + job.stop_after);
+  if (std::getenv(kEnvElastic) != nullptr) {
+    struct sigaction action {};
+    action.sa_handler = request_leave;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(SIGTERM, &action, nullptr);
+  }
 
   // Replica 0 of each stage writes that stage's shards.
   std::vector<int> writers;
@@ -617,7 +630,9 @@ TrainResult train(const TrainJob& job) {
   CheckpointWriter checkpoints(job.output, world, writers,
                                token, std::chrono::milliseconds(static_cast<std::int64_t>(job.timeout_seconds * 1000)));
   // Copies taken between two steps; the files are written while training goes on.
+  std::int64_t saved_step = -1;
   auto save_checkpoint = [&](std::int64_t step_done) {
+    saved_step = step_done;
     CheckpointSnapshot snapshot;
     snapshot.step = step_done;
     auto copy = [&](const NamedTensors& tensors, NamedTensors& into) {
@@ -673,8 +688,11 @@ TrainResult train(const TrainJob& job) {
     times.step_start = step_started;
     times.tracing = !job.trace.empty() && step + 1 == end_step;
     const double loss_part = runner.run_step(step, times);
-    // One all-reduce carries the gradient norm's parts and the loss.
-    auto totals = torch::tensor({runner.gradient_sum_of_squares(), loss_part}, torch::kFloat64);
+    // One all-reduce carries the gradient norm's parts, the loss, and
+    // whether some rank was asked to leave (then all stop after this step).
+    const bool asked_to_leave = g_leave_requested.load() != 0;
+    auto totals = torch::tensor({runner.gradient_sum_of_squares(), loss_part, asked_to_leave ? 1.0 : 0.0},
+                                torch::kFloat64);
     if (comm) {
       auto t = Clock::now();
       comm->world().all_reduce_sum(totals);
@@ -712,9 +730,15 @@ TrainResult train(const TrainJob& job) {
     progress.advance();
     if (job.checkpoint_every > 0 && (step + 1) % job.checkpoint_every == 0 && step + 1 < end_step)
       save_checkpoint(step + 1);
+    if (totals[2].item<double>() > 0 && step + 1 < end_step) {
+      // A preemption notice: everyone checkpoints this step and leaves, so no step is redone.
+      result.stop_code = asked_to_leave ? kExitPreempted : kExitStoppedWithPeers;
+      end_step = step + 1;
+      break;
+    }
   }
   progress.finish();
-  save_checkpoint(end_step);
+  if (saved_step != end_step) save_checkpoint(end_step);
   checkpoints.wait();
   const double seconds = seconds_since(started);
   result.last_step = end_step;

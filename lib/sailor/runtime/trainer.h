@@ -45,6 +45,7 @@ struct TrainResult {
   std::vector<double> losses;                   ///< per step of this run
   int rank = 0, world_size = 1;
   std::string layout;                           ///< Layout::describe()
+  int stop_code = 0;  ///< kExitPreempted / kExitStoppedWithPeers: left at a step boundary (elastic.h)
 };
 
 /// Runs `job` as this process's rank of the job the environment describes

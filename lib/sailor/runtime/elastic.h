@@ -1,0 +1,43 @@
+// Elastic jobs on one machine (`sailor-run launch --elastic INPUTS`): when a
+// worker is lost, re-plan for the workers that remain with the planner's
+// search over the job's inputs, and continue the run under the new plan.
+// Recovery "restart" stops every worker and restarts them from the last
+// checkpoint (what torchrun's elastic agent does). No libtorch.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sailor/estimator.h"
+#include "sailor/plan.h"
+#include "sailor/runtime/launcher.h"
+
+namespace fleet::sailor::runtime {
+
+/// Set by the elastic launcher for its workers: SIGTERM then means "hand
+/// over and leave at the next step boundary" instead of "die now".
+inline constexpr const char* kEnvElastic = "SAILOR_ELASTIC";
+/// Exit status of a worker that left at a step boundary because it got SIGTERM.
+inline constexpr int kExitPreempted = 75;
+/// Exit status of the other workers of that job, which stopped at the same boundary.
+inline constexpr int kExitStoppedWithPeers = 76;
+
+/// The planner's inputs with the cluster's one GPU pool cut to `workers`
+/// GPUs. InputError when the cluster has more than one pool (a machine's
+/// workers are one type in one zone).
+PlannerInputs restrict_to_workers(const PlannerInputs& inputs, int workers);
+
+/// The best plan for `workers` GPUs; NoSolutionError when none fits.
+Plan plan_for_workers(const PlannerInputs& inputs, int workers);
+
+/// The value of a worker option (`-o DIR`, `--output DIR`, `--output=DIR`), if given.
+std::optional<std::string> worker_option(const std::vector<std::string>& args, const std::vector<std::string>& names);
+
+/// Runs an elastic job (launcher.h's LaunchCommand with elastic_inputs set);
+/// returns the exit code: 0 when training finished, 3 when the workers left
+/// admit no plan (the last checkpoint stays in the output folder).
+int run_elastic_launch(const LaunchCommand& command);
+
+}  // namespace fleet::sailor::runtime
