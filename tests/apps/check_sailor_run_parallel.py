@@ -318,7 +318,7 @@ def main():
             os.kill(int(children[-1]), signal.SIGKILL)
         try:
             _, err = proc.communicate(timeout=90)
-            check(proc.returncode == 128 + signal.SIGKILL and "failed (exit 137)" in err,
+            check(proc.returncode == 128 + signal.SIGKILL and "worker 1 killed by signal 9" in err,
                   f"launcher after a killed worker: exit {proc.returncode}: {err[-800:]}")
         except subprocess.TimeoutExpired:
             proc.kill()
