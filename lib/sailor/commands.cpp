@@ -106,6 +106,7 @@ PlannerInputs load_inputs(const InputPaths& p) {
   if (in.job.model != in.model.name) {
     throw InputError("job is for model '" + in.job.model + "' but the model is '" + in.model.name + "'");
   }
+  for (const std::string& note : complete_profiles(in.profiles, in.model)) spdlog::warn("{}", note);
   return in;
 }
 

@@ -96,6 +96,7 @@ ImportedInputs import_sailor(const ImportOptions& opt) {
   ImportedInputs out;
   out.model = import_model(opt.source / "llm_info.json", opt.model);
   out.profiles = import_profiles(opt.source, opt.model);
+  for (const std::string& note : complete_profiles(out.profiles, out.model)) spdlog::warn("{}", note);
 
   // GPU types: memory and node size from the cluster config, prices from the paper or --price.
   std::map<std::string, double> prices = kPaperPrices;

@@ -1,5 +1,7 @@
 #include "sailor/specs.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <optional>
 
@@ -96,6 +98,46 @@ double ModelSpec::act_memory(int first, int last, int tp) const {
 
 double ModelSpec::act_output(int layer, int tp) const {
   return lookup(layers.at(static_cast<std::size_t>(layer)).act_output, tp, layer, "activation output");
+}
+
+std::vector<std::string> complete_profiles(ProfileSet& profiles, const ModelSpec& model) {
+  std::vector<std::string> notes;
+  const std::size_t layers = model.layers.size();
+  for (auto& [gpu, entries] : profiles.gpus) {
+    std::map<std::size_t, int> filled;  // last measured block -> entries completed from it
+    for (auto& [key, times] : entries) {
+      const auto [mbs, tp] = key;
+      const std::string what = fmt::format("profile of {} (mbs {}, TP {})", gpu, mbs, tp);
+      if (times.size() == layers) continue;
+      if (times.size() > layers) {
+        throw InputError(fmt::format("{} has {} layers, the model '{}' {}", what, times.size(), model.name, layers));
+      }
+      if (times.size() < 3 || layers < 3) {
+        throw InputError(fmt::format("{} has {} of the model's {} layers: it needs at least the embedding, one block "
+                                     "and the head to be completed", what, times.size(), layers));
+      }
+      // The missing blocks must be copies of a measured one.
+      const std::size_t last_measured = times.size() - 2;
+      for (std::size_t b = last_measured + 1; b + 1 < layers; ++b) {
+        if (model.layers[b].params != model.layers[last_measured].params) {
+          throw InputError(fmt::format("{} has {} of the model's {} layers, and block {} differs in size from the "
+                                       "last measured block {}: it cannot be completed", what, times.size(), layers,
+                                       b, last_measured));
+        }
+      }
+      const LayerTimes head = times.back();
+      times.back() = times[last_measured];
+      times.resize(layers - 1, times[last_measured]);
+      times.push_back(head);
+      ++filled[last_measured];
+    }
+    for (const auto& [last_measured, count] : filled) {
+      notes.push_back(fmt::format("profile of {}: layers {}-{} not measured in {} of its {} (mbs, TP) entries; they "
+                                  "take block {}'s figures", gpu, last_measured + 1, layers - 2, count, entries.size(),
+                                  last_measured));
+    }
+  }
+  return notes;
 }
 
 const LayerTimes& ProfileSet::at(const std::string& gpu, int mbs, int tp, int layer) const {

@@ -48,6 +48,16 @@ struct ProfileSet {
   bool has(const std::string& gpu, int mbs, int tp) const;
 };
 
+/// Makes every profile entry cover the model's layers. An entry with fewer
+/// layers than the model (SAILOR measured some models only partly) is read
+/// as embedding, the blocks it measured, head; the missing blocks take the
+/// last measured block's figures, which holds because a transformer's
+/// blocks are identical (checked on the model's sizes). Returns one line per
+/// entry completed, naming the layers filled. InputError when an entry
+/// cannot be completed: more layers than the model, no measured block, or
+/// blocks of different sizes.
+std::vector<std::string> complete_profiles(ProfileSet& profiles, const ModelSpec& model);
+
 /// One kind of GPU: node size, memory and price.
 struct GpuType {
   int gpus_per_node = 1;

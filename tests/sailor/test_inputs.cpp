@@ -159,3 +159,67 @@ TEST(SailorInputs, BadInputNamesFileAndField) {
 
 }  // namespace
 }  // namespace fleet::sailor
+
+namespace fleet::sailor {
+namespace {
+
+TEST(ProfileCompletion, ShortSailorProfilesTakeTheirLastMeasuredBlock) {
+  // SAILOR measured GPT-Neo-2.7 (34 layers) on GH-96 up to block 24.
+  ImportOptions opt;
+  opt.source = kReference;
+  opt.model = "GPT-Neo-2.7";
+  opt.extra_quotas["GH-96"]["us-central1-a"] = 8;
+  const ImportedInputs imported = import_sailor(opt);
+  const JsonDocument raw = load_json_file(kReference / "profiles" / "GPT-Neo-2.7" / "GH-96" / "profile.json");
+  const auto& measured = raw.json().at("8").at("4");
+  ASSERT_EQ(measured.size(), 26u);
+  const auto& times = imported.profiles.gpus.at("GH-96").at({8, 4});
+  ASSERT_EQ(times.size(), 34u);
+  for (int b = 25; b <= 32; ++b) EXPECT_EQ(times[static_cast<std::size_t>(b)], times[24]) << b;
+  EXPECT_DOUBLE_EQ(times[33][0], measured.at("25").at(0).get<double>());  // the head stays the head
+  EXPECT_DOUBLE_EQ(times[24][1], measured.at("24").at(1).get<double>());
+
+  // And a GH-96 plan of the whole model can now be simulated.
+  PlannerInputs in{imported.model, imported.profiles, imported.cluster, imported.job};
+  fleet::testing::TempDir dir;
+  write_file_atomically(dir / "plan.json",
+                        R"({"format": "gpufleet-sailor-plan", "version": 1, "mbs": 8, "global_batch": 64, "stages": [
+                              {"layers": [0, 17], "tp": 4, "replicas": [{"gpu": "GH-96", "zone": "us-central1-a"}]},
+                              {"layers": [17, 34], "tp": 4, "replicas": [{"gpu": "GH-96", "zone": "us-central1-a"}]}]})");
+  in.job.global_batch = 64;
+  const Estimate e = estimate_file(dir / "plan.json", in);
+  EXPECT_GT(e.iteration_s, 0.0);
+  EXPECT_TRUE(std::isfinite(e.iteration_s));
+}
+
+TEST(ProfileCompletion, ProfilesThatCannotBeCompletedAreRefused) {
+  ModelSpec model;
+  model.name = "m";
+  model.layers.resize(5);  // embedding, three identical blocks, head
+  for (auto& l : model.layers) l.params = {{1, 100.0}};
+  model.layers[0].params = {{1, 7.0}};
+  const LayerTimes t{1, 2, 3};
+  auto refused = [&](std::vector<LayerTimes> times) {
+    ProfileSet p;
+    p.gpus["g"][{1, 1}] = std::move(times);
+    return error_of([&] { complete_profiles(p, model); });
+  };
+  EXPECT_NE(refused({t, t}).find("at least the embedding, one block and the head"), std::string::npos);
+  EXPECT_NE(refused({t, t, t, t, t, t}).find("has 6 layers"), std::string::npos);
+  model.layers[3].params = {{1, 200.0}};
+  EXPECT_NE(refused({t, t, t, t}).find("block 3 differs in size"), std::string::npos);
+
+  model.layers[3].params = {{1, 100.0}};
+  ProfileSet ok;
+  ok.gpus["g"][{1, 1}] = {t, LayerTimes{4, 5, 6}, LayerTimes{7, 8, 9}};
+  const auto notes = complete_profiles(ok, model);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("layers 2-3 not measured"), std::string::npos) << notes[0];
+  const auto& filled = ok.gpus["g"][{1, 1}];
+  ASSERT_EQ(filled.size(), 5u);
+  EXPECT_EQ(filled[2], (LayerTimes{4, 5, 6}));
+  EXPECT_EQ(filled[4], (LayerTimes{7, 8, 9}));
+}
+
+}  // namespace
+}  // namespace fleet::sailor
