@@ -41,6 +41,15 @@ Plan load_valid_plan(const std::filesystem::path& path, const PlannerInputs& in)
   Plan plan = load_plan(path, in.job);
   try {
     validate_plan(plan, in.model, in.cluster);
+    for (std::size_t i = 0; i < plan.stages.size(); ++i) {
+      const Stage& s = plan.stages[i];
+      for (const Replica& r : s.replicas) {
+        if (!in.profiles.has(r.gpu, plan.mbs, s.tp)) {
+          throw InputError(fmt::format("stage {}: the profile has no entry for {} with micro-batch size {} and TP {}",
+                                       i, r.gpu, plan.mbs, s.tp));
+        }
+      }
+    }
   } catch (const InputError& e) {
     throw InputError(e.message(), {path.string(), e.context().field, std::nullopt});
   }

@@ -1,6 +1,7 @@
 #include "sailor/plan.h"
 
 #include <map>
+#include <tuple>
 
 #include "common/error.h"
 #include "common/json.h"
@@ -43,6 +44,24 @@ Plan load_sailor_layout(const JsonValue& root, const JobSpec& job) {
   const auto layer_lists = pipeline.at("layers_per_stage").elements();
   const auto tmp = pipeline.at("tmp_per_stage").elements();
   if (layer_lists.size() != tmp.size()) pipeline.fail("layers_per_stage and tmp_per_stage differ in length");
+  if (pipeline.has("num_stages") && pipeline.get<std::size_t>("num_stages") != layer_lists.size()) {
+    pipeline.at("num_stages").fail("num_stages is " + std::to_string(pipeline.get<std::size_t>("num_stages")) +
+                                   " but layers_per_stage lists " + std::to_string(layer_lists.size()) + " stages");
+  }
+  if (pipeline.has("dp")) {
+    // SAILOR writes the data-parallel degree per stage; it must match the replicas listed.
+    const JsonValue dp = pipeline.at("dp");
+    const auto per_stage = dp.is_array() ? dp.as<std::vector<std::size_t>>()
+                                         : std::vector<std::size_t>(tmp.size(), dp.as<std::size_t>());
+    if (per_stage.size() != tmp.size()) dp.fail("dp lists " + std::to_string(per_stage.size()) + " stages, not " +
+                                                std::to_string(tmp.size()));
+    for (std::size_t i = 0; i < tmp.size(); ++i) {
+      if (per_stage[i] != tmp[i].elements().size()) {
+        dp.fail("stage " + std::to_string(i) + " has dp " + std::to_string(per_stage[i]) + " but tmp_per_stage lists " +
+                std::to_string(tmp[i].elements().size()) + " replicas");
+      }
+    }
+  }
   for (std::size_t i = 0; i < layer_lists.size(); ++i) {
     Stage st;
     const auto layers = layer_lists[i].as<std::vector<int>>();
@@ -121,6 +140,11 @@ void validate_plan(const Plan& plan, const ModelSpec& model, const ClusterSpec& 
   int expected_first = 0;
   const std::size_t dp = plan.stages.front().replicas.size();
   std::map<std::pair<std::string, std::string>, int> used;
+  std::map<std::tuple<std::string, std::string, int>, int> used_on_node;
+  auto quota_of = [&](const std::string& gpu, const std::string& zone) {
+    const auto q = cluster.quotas.find(gpu);
+    return (q != cluster.quotas.end() && q->second.count(zone)) ? q->second.at(zone) : 0;
+  };
   for (std::size_t i = 0; i < plan.stages.size(); ++i) {
     const Stage& s = plan.stages[i];
     if (s.first_layer != expected_first || s.last_layer <= s.first_layer) {
@@ -140,6 +164,20 @@ void validate_plan(const Plan& plan, const ModelSpec& model, const ClusterSpec& 
                           std::to_string(type->second.gpus_per_node) + " " + r.gpu);
       }
       used[{r.gpu, r.zone}] += s.tp;
+      if (r.node < -1) fail_stage(i, "node index " + std::to_string(r.node) + " is negative");
+      if (r.node >= 0) {
+        // Nodes of a type in a zone are numbered 0.. within its quota.
+        const int per_node = type->second.gpus_per_node;
+        const int nodes = (quota_of(r.gpu, r.zone) + per_node - 1) / per_node;
+        if (r.node >= nodes) {
+          fail_stage(i, "replica on node " + std::to_string(r.node) + " of " + r.gpu + " in " + r.zone +
+                            ", but the quota there makes " + std::to_string(nodes) + " node(s), numbered from 0");
+        }
+        if ((used_on_node[{r.gpu, r.zone, r.node}] += s.tp) > per_node) {
+          fail_stage(i, "node " + std::to_string(r.node) + " of " + r.gpu + " in " + r.zone + " would hold more than its " +
+                            std::to_string(per_node) + " GPUs");
+        }
+      }
     }
   }
   if (expected_first != static_cast<int>(model.layers.size())) {
@@ -147,8 +185,7 @@ void validate_plan(const Plan& plan, const ModelSpec& model, const ClusterSpec& 
                      std::to_string(model.layers.size()));
   }
   for (const auto& [key, n] : used) {
-    const auto q = cluster.quotas.find(key.first);
-    const int quota = (q != cluster.quotas.end() && q->second.count(key.second)) ? q->second.at(key.second) : 0;
+    const int quota = quota_of(key.first, key.second);
     if (n > quota) {
       throw InputError("plan uses " + std::to_string(n) + " " + key.first + " in " + key.second + " but the quota is " +
                        std::to_string(quota));

@@ -57,6 +57,10 @@ bad 2 "--top.*between 1 and"    "$sp" search -i "$opt" --top 100000000
 bad 2 "--max-gpus.*not a number" "$sp" search -i "$opt" --max-gpus lots
 bad 2 "does not exist"          "$sp" search -i "$opt" -o nowhere/plan.json
 bad 2 "is also the input"       "$sp" export -i "$opt" -p "$plan" -o "$plan"
+sed 's/"mbs": 8/"mbs": 3/' "$plan" > "$tmp/mbs3.json"
+bad 2 "no entry for GH-96 with micro-batch size 3" "$sp" export -i "$opt" -p "$tmp/mbs3.json" -o x.json
+bad 2 "quota.*GPU count"        "$sp" import-sailor "$ex/sailor/sailor-data" -m OPT-350 -o imp --quota GH-96@us-central1-a=99999999999
+bad 2 "--global-batch.*between" "$sp" import-sailor "$ex/sailor/sailor-data" -m OPT-350 -o imp --global-batch -5
 bad 2 "--seq-len.*between"      "$sp" import-hf "$opt/model.json" --seq-len -5 -o m.json
 bad 2 "malformed.json"          "$sp" import-hf malformed.json -o m.json
 bad 2 "no such file"            "$sp" import-sailor missing -m OPT-350 -o imported

@@ -223,3 +223,41 @@ TEST(ProfileCompletion, ProfilesThatCannotBeCompletedAreRefused) {
 
 }  // namespace
 }  // namespace fleet::sailor
+
+namespace fleet::sailor {
+namespace {
+
+TEST(PlanChecks, NodeIndicesMustLieInsideTheQuota) {
+  const PlannerInputs in = example_inputs("opt-350");
+  Plan plan = load_plan(kExamples / "plans" / "opt350_gh200_pp2.json", in.job);
+  validate_plan(plan, in.model, in.cluster);
+  plan.stages[0].replicas[0].node = 999;
+  EXPECT_NE(error_of([&] { validate_plan(plan, in.model, in.cluster); }).find("node 999"), std::string::npos);
+  plan.stages[0].replicas[0].node = -4;
+  EXPECT_NE(error_of([&] { validate_plan(plan, in.model, in.cluster); }).find("negative"), std::string::npos);
+  // Two TP-4 replicas on one node of 4 GPUs.
+  plan.stages[0].replicas[0].node = 0;
+  plan.stages[1].replicas[0].node = 0;
+  EXPECT_NE(error_of([&] { validate_plan(plan, in.model, in.cluster); }).find("more than its 4 GPUs"),
+            std::string::npos);
+}
+
+TEST(PlanChecks, SailorLayoutCountsMustAgreeWithItsStages) {
+  const PlannerInputs in = example_inputs("opt-350");
+  const Plan plan = load_plan(kExamples / "plans" / "opt350_gh200_pp2.json", in.job);
+  nlohmann::json sailor = plan_to_sailor_json(plan, in.cluster);
+  fleet::testing::TempDir dir;
+  auto load_with = [&](const char* key, nlohmann::json value) {
+    nlohmann::json changed = sailor;
+    changed["pipeline_list"][0][key] = std::move(value);
+    write_file_atomically(dir / "p.json", changed.dump());
+    return error_of([&] { load_plan(dir / "p.json", in.job); });
+  };
+  EXPECT_NE(load_with("num_stages", 3).find("num_stages is 3 but layers_per_stage lists 2"), std::string::npos);
+  EXPECT_NE(load_with("dp", {2, 1}).find("stage 0 has dp 2"), std::string::npos);
+  EXPECT_NE(load_with("dp", {1}).find("dp lists 1 stages"), std::string::npos);
+  EXPECT_EQ(load_with("dp", 1), "no error");
+}
+
+}  // namespace
+}  // namespace fleet::sailor
