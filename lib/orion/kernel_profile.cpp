@@ -51,7 +51,10 @@ KernelProfile read_kernel_profile(const std::filesystem::path& path) {
     k.sm_usage = table.integer(r, sms);
     if (k.sm_usage < 0) table.fail(r, sms, "SM usage cannot be negative");
     k.duration_ns = table.number(r, duration);
-    if (k.duration_ns < 0) table.fail(r, duration, "duration cannot be negative");
+    // A kernel runs for nanoseconds to seconds; over 1000 s (1e12 ns) is a unit error, not a kernel.
+    if (!(k.duration_ns >= 0 && k.duration_ns <= 1e12)) {
+      table.fail(r, duration, "duration must be between 0 and 1e12 ns");
+    }
     auto int_or_zero = [&](const std::optional<std::size_t>& c) -> long long {
       if (!c || table.at(r, *c).empty()) return 0;
       const long long v = table.integer(r, *c);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "common/error.h"
 #include "common/stats.h"
@@ -28,8 +29,8 @@ struct RunningKernel {
 
 struct ClientRun {
   const ClientSpec* spec = nullptr;
-  std::vector<double> arrivals_us;  // open loop
-  std::size_t next_arrival = 0;
+  std::optional<ArrivalStream> arrivals;  // open loop
+  double next_arrival_us = kInf;          // the next request's arrival (open loop), infinite when none is left
   std::int64_t requests_started = 0;
   // Current request.
   const std::vector<SimKernel>* kernels = nullptr;
@@ -62,8 +63,8 @@ class Simulation {
         for (const SimKernel& k : c.spec->kernels) view_.hp_request_solo_us += k.duration_us;
       }
       if (c.spec->arrivals.kind != ArrivalKind::kClosedLoop) {
-        const std::int64_t n = c.spec->requests > 0 ? c.spec->requests : open_loop_horizon(*c.spec);
-        for (double t : generate_arrivals(c.spec->arrivals, n, w.seed + 7919 * c.spec->arrival_stream)) c.arrivals_us.push_back(t * 1e6);
+        c.arrivals.emplace(c.spec->arrivals, w.seed + 7919 * c.spec->arrival_stream);
+        c.next_arrival_us = c.arrivals->next() * 1e6;
       }
     }
     view_.device_sms = sms_;
@@ -85,8 +86,20 @@ class Simulation {
   }
 
   SimResult run() {
+    // Work that takes no simulated time at all (zero-duration kernels and no
+    // launch overhead in a closed loop) would repeat forever at one instant.
+    std::uint64_t events_at_this_time = 0;
+    double last_time = -1;
     start_requests();
     while (!done()) {
+      if (now_ > last_time) {
+        last_time = now_;
+        events_at_this_time = 0;
+      } else if (++events_at_this_time > options_.max_events_without_time) {
+        throw RuntimeFailure("no simulated time passes under policy '" + std::string(policy_.name()) +
+                             "': the kernels take no time and launching them neither (zero durations with "
+                             "launch_overhead_us 0); give the kernels durations or a launch overhead");
+      }
       schedule();
       update_speeds();
       trace_sm_counter();
@@ -104,13 +117,6 @@ class Simulation {
   }
 
  private:
-  // Open-loop clients without a request count run until the others finish;
-  // generate generously (they are drawn lazily only up to the end time).
-  std::int64_t open_loop_horizon(const ClientSpec& s) const {
-    const double horizon_s = w_.max_duration_s > 0 ? w_.max_duration_s : 3600.0;
-    return static_cast<std::int64_t>(std::ceil(horizon_s * s.arrivals.rate_per_s * 1.2)) + 16;
-  }
-
   bool done() const {
     if (w_.max_duration_s > 0 && now_ >= w_.max_duration_s * 1e6) return true;
     bool any_bounded = false;
@@ -152,14 +158,14 @@ class Simulation {
     if (c.active || c.limit_reached()) return false;
     double arrival = now_;
     if (c.spec->arrivals.kind != ArrivalKind::kClosedLoop) {
-      if (c.next_arrival >= c.arrivals_us.size() || c.arrivals_us[c.next_arrival] > now_ + kEps) return false;
-      arrival = c.arrivals_us[c.next_arrival];
+      if (c.next_arrival_us > now_ + kEps) return false;
+      arrival = c.next_arrival_us;
     }
     if (gpu_owned_by_other(i)) {
       // Temporal sharing: the HP client goes first when the GPU frees up.
       return false;
     }
-    if (c.spec->arrivals.kind != ArrivalKind::kClosedLoop) ++c.next_arrival;
+    if (c.arrivals) c.next_arrival_us = c.arrivals->next() * 1e6;
     c.active = true;
     c.request_arrival_us = arrival;
     c.kernels = (c.requests_started == 0 && !c.spec->first_kernels.empty()) ? &c.spec->first_kernels : &c.spec->kernels;
@@ -251,8 +257,8 @@ class Simulation {
       if (c.active && c.launched < c.count()) t = std::min(t, c.next_launch_us);
       // A client kept off the GPU by temporal sharing retries when a request ends.
       if (!c.active && !c.limit_reached() && c.spec->arrivals.kind != ArrivalKind::kClosedLoop &&
-          c.next_arrival < c.arrivals_us.size() && !gpu_owned_by_other(static_cast<int>(i))) {
-        t = std::min(t, std::max(now_, c.arrivals_us[c.next_arrival]));
+          c.next_arrival_us < kInf && !gpu_owned_by_other(static_cast<int>(i))) {
+        t = std::min(t, std::max(now_, c.next_arrival_us));
       }
     }
     if (w_.max_duration_s > 0) t = std::min(t, std::max(now_, w_.max_duration_s * 1e6));

@@ -38,6 +38,7 @@ struct SimOptions {
   PolicyOptions policy;
   ContentionModel model;
   std::size_t trace_kernel_limit = 20000;  ///< kernels recorded in a trace (the first ones)
+  std::uint64_t max_events_without_time = 20'000'000;  ///< events at one instant before the run is called stuck
 };
 
 /// Per-client outcome.

@@ -1,7 +1,10 @@
 #include "orion/workload.h"
 
 #include <algorithm>
+#include <limits>
 #include <random>
+
+#include <fmt/format.h>
 
 #include "common/error.h"
 #include "common/json.h"
@@ -153,6 +156,7 @@ Workload load_orion_config(const JsonValue& root, const std::filesystem::path& d
           w.device);
     }
     const double rps = args.get_or<double>("rps", 0.0);
+    if (!(rps >= 0)) args.at("rps").fail("rps must be 0 (closed loop) or a positive rate");
     if (auto input = args.find("input_file")) {
       // A trace of inter-arrival gaps (JSON list of seconds), found like the profiles.
       s.arrivals.kind = ArrivalKind::kTrace;
@@ -196,19 +200,26 @@ Workload load_workload(const std::filesystem::path& path, const std::vector<std:
     if (c.kernels.empty()) throw InputError("client '" + c.name + "' has an empty kernel profile", {path.string(), "", std::nullopt});
   }
   if (high > 1) throw InputError("at most one client may have high priority", {path.string(), "/clients", std::nullopt});
-  // Every arrival is materialised: cap what a run may generate, so a typo in a
-  // rate or a horizon is an error message, not an out-of-memory kill.
-  constexpr double kMaxRequests = 1e7;
-  if (w.max_duration_s < 0 || w.max_duration_s > 1e6) {
+  // A typo in a count, a rate or a horizon is an error message, not a run
+  // that never ends: bound the simulated time and the requests.
+  constexpr double kMaxRequests = 1e7, kMaxSimulatedSeconds = 1e6, kMaxRate = 1e7;
+  if (!(w.max_duration_s >= 0 && w.max_duration_s <= kMaxSimulatedSeconds)) {
     throw InputError("max_duration_s must be between 0 and 1e6 seconds", {path.string(), "/max_duration_s", std::nullopt});
   }
   for (const ClientSpec& c : w.clients) {
-    const double open_loop = c.arrivals.kind == ArrivalKind::kPoisson || c.arrivals.kind == ArrivalKind::kUniform
-                                 ? c.arrivals.rate_per_s * (w.max_duration_s > 0 ? w.max_duration_s : 3600.0)
-                                 : 0.0;
-    if (static_cast<double>(c.requests) > kMaxRequests || (c.requests == 0 && open_loop > kMaxRequests)) {
-      throw InputError("client '" + c.name + "' would make more than 1e7 requests (its requests, or its rate times "
-                       "max_duration_s, default 3600 s)",
+    const bool rated = c.arrivals.kind == ArrivalKind::kPoisson || c.arrivals.kind == ArrivalKind::kUniform;
+    if (rated && !(c.arrivals.rate_per_s > 0 && c.arrivals.rate_per_s <= kMaxRate)) {
+      throw InputError("client '" + c.name + "': the request rate must be above 0 and at most 1e7 per second",
+                       {path.string(), "", std::nullopt});
+    }
+    if (static_cast<double>(c.requests) > kMaxRequests) {
+      throw InputError("client '" + c.name + "' would make more than 1e7 requests", {path.string(), "", std::nullopt});
+    }
+    if (rated && c.requests > 0 && w.max_duration_s == 0 &&
+        static_cast<double>(c.requests) / c.arrivals.rate_per_s > kMaxSimulatedSeconds) {
+      throw InputError(fmt::format("client '{}': {} requests at {:g} per second span more than 1e6 simulated "
+                                   "seconds; raise the rate or set max_duration_s", c.name, c.requests,
+                                   c.arrivals.rate_per_s),
                        {path.string(), "", std::nullopt});
     }
   }
@@ -221,22 +232,26 @@ Workload load_workload(const std::filesystem::path& path, const std::vector<std:
   return w;
 }
 
+ArrivalStream::ArrivalStream(const ArrivalSpec& spec, std::uint64_t seed)
+    : spec_(spec), rng_(seed), exponential_(spec.rate_per_s > 0 ? spec.rate_per_s : 1.0) {}
+
+double ArrivalStream::next() {
+  switch (spec_.kind) {
+    case ArrivalKind::kPoisson: t_ += exponential_(rng_); break;
+    case ArrivalKind::kUniform: t_ += 1.0 / spec_.rate_per_s; break;
+    case ArrivalKind::kTrace: t_ += spec_.trace_gaps_s[index_ % spec_.trace_gaps_s.size()]; break;
+    case ArrivalKind::kClosedLoop: return std::numeric_limits<double>::infinity();
+  }
+  ++index_;
+  return t_;
+}
+
 std::vector<double> generate_arrivals(const ArrivalSpec& spec, std::int64_t count, std::uint64_t seed) {
   std::vector<double> out;
   if (spec.kind == ArrivalKind::kClosedLoop || count <= 0) return out;
   out.reserve(static_cast<std::size_t>(count));
-  std::mt19937_64 rng(seed);
-  std::exponential_distribution<double> exponential(spec.rate_per_s > 0 ? spec.rate_per_s : 1.0);
-  double t = 0;
-  for (std::int64_t i = 0; i < count; ++i) {
-    switch (spec.kind) {
-      case ArrivalKind::kPoisson: t += exponential(rng); break;
-      case ArrivalKind::kUniform: t += 1.0 / spec.rate_per_s; break;
-      case ArrivalKind::kTrace: t += spec.trace_gaps_s[static_cast<std::size_t>(i) % spec.trace_gaps_s.size()]; break;
-      case ArrivalKind::kClosedLoop: break;
-    }
-    out.push_back(t);
-  }
+  ArrivalStream stream(spec, seed);
+  for (std::int64_t i = 0; i < count; ++i) out.push_back(stream.next());
   return out;
 }
 

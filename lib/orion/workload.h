@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -65,8 +66,25 @@ std::vector<SimKernel> to_sim_kernels(const KernelProfile& profile, const Device
 /// ".csv" gets it added (Orion writes them that way).
 Workload load_workload(const std::filesystem::path& path, const std::vector<std::filesystem::path>& profile_dirs = {});
 
+/// The arrival times of an open-loop client, drawn one at a time (a run
+/// holds one number per client, whatever its rate and length), deterministic
+/// for a seed.
+class ArrivalStream {
+ public:
+  ArrivalStream(const ArrivalSpec& spec, std::uint64_t seed);
+  /// The next arrival in seconds; +infinity for a closed-loop client.
+  double next();
+
+ private:
+  ArrivalSpec spec_;
+  std::mt19937_64 rng_;
+  std::exponential_distribution<double> exponential_;
+  double t_ = 0;
+  std::size_t index_ = 0;
+};
+
 /// Arrival times in seconds of the first `count` requests of an open-loop
-/// client, deterministic for a seed. Empty for closed-loop clients.
+/// client (ArrivalStream's first `count`). Empty for closed-loop clients.
 std::vector<double> generate_arrivals(const ArrivalSpec& spec, std::int64_t count, std::uint64_t seed);
 
 }  // namespace fleet::orion

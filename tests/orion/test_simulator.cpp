@@ -2,6 +2,7 @@
 // workload loading, and the Orion target on the reference workload.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <map>
 
 #include "common/atomic_file.h"
@@ -204,6 +205,61 @@ TEST(Workload, BadWorkloadsNameTheField) {
   bad = good;
   bad.replace(bad.find("\"requests\": 10"), 14, "\"requestz\": 10");
   EXPECT_NE(error_for("[" + bad + "]").find("unknown field 'requestz'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fleet::orion
+
+namespace fleet::orion {
+namespace {
+
+TEST(SimulatorBounds, WorkThatTakesNoTimeStopsWithAnError) {
+  using testing::client;
+  using testing::kernel;
+  // Zero-duration kernels, no launch overhead, closed loop: every request ends the instant it starts.
+  Workload w = testing::workload({client("hp", {kernel(0, 10, KernelClass::kCompute)}, true, false, 1000000),
+                                  client("be", {kernel(0, 10, KernelClass::kMemory)}, false, true, 0)});
+  SimOptions options;
+  options.max_events_without_time = 10000;
+  EXPECT_NE(fleet::testing::error_of<RuntimeFailure>([&] { simulate(w, "orion", options); }).find("no simulated time"),
+            std::string::npos);
+}
+
+TEST(SimulatorBounds, ArrivalsAreDrawnLazily) {
+  using testing::client;
+  using testing::kernel;
+  // 2e4 requests per second: drawn one at a time, whatever the horizon would have been.
+  Workload w = testing::workload({client("hp", {kernel(20, 10, KernelClass::kCompute)}, true, false, 5000, 2e4),
+                                  client("be", {kernel(100, 40, KernelClass::kMemory)}, false, true, 0)});
+  const SimResult r = simulate(w, "orion");
+  EXPECT_EQ(r.clients[0].completed, 5000);
+  // The stream gives the same times as the listed arrivals.
+  ArrivalStream stream(w.clients[0].arrivals, 9);
+  const auto listed = generate_arrivals(w.clients[0].arrivals, 100, 9);
+  for (double t : listed) EXPECT_DOUBLE_EQ(stream.next(), t);
+}
+
+TEST(SimulatorBounds, AbsurdRatesDurationsAndNegativeRpsAreRefused) {
+  fleet::testing::TempDir dir;
+  std::ofstream(dir / "k.csv") << "Name,Profile,Memory_footprint,SM_usage,Duration\nk,1,0,10,1000\n";
+  std::ofstream(dir / "huge.csv") << "Name,Profile,Memory_footprint,SM_usage,Duration\nk,1,0,10,1e308\n";
+  auto ours = [&](const std::string& profile, const std::string& arrivals) {
+    std::ofstream(dir / "w.json") << R"({"format": "gpufleet-orion-workload", "version": 1, "device": "v100",
+      "clients": [{"name": "hp", "profile": ")" << profile << R"(", "priority": "high", "kind": "inference", "arrivals": )" << arrivals
+                                  << R"(, "requests": 100}]})";
+    return fleet::testing::error_of([&] { load_workload(dir / "w.json"); });
+  };
+  EXPECT_NE(ours("k.csv", R"({"type": "poisson", "rate": 1e-300})").find("more than 1e6 simulated seconds"),
+            std::string::npos);
+  EXPECT_NE(ours("k.csv", R"({"type": "poisson", "rate": 1e300})").find("at most 1e7 per second"), std::string::npos);
+  EXPECT_NE(ours("huge.csv", R"({"type": "closed"})").find("between 0 and 1e12 ns"), std::string::npos);
+  EXPECT_EQ(ours("k.csv", R"({"type": "poisson", "rate": 50})"), "no error");
+
+  std::ofstream(dir / "orion.json")
+      << R"([{"arch": "resnet50", "kernel_file": "k", "num_kernels": 1, "num_iters": 10,
+              "args": {"model_name": "resnet50", "batchsize": 4, "rps": -5, "uniform": false, "train": false}}])";
+  EXPECT_NE(fleet::testing::error_of([&] { load_workload(dir / "orion.json"); }).find("rps must be 0"),
+            std::string::npos);
 }
 
 }  // namespace
