@@ -123,6 +123,16 @@ for policy in ["orion", "mps"]:
     else:
         check(len(inside) > 0, f"mps: BE kernels released during HP requests ({len(inside)})")
 
+# ---------------------------------------------------------------- a program that outlives its shell
+# "; true" keeps the shell from exec'ing the program: SIGTERM ends the shell
+# at once while the program finishes its request. exec waits for it too.
+r = run([ORION, "exec", "--hp", f"{APP} --name hpk --markers --requests 5 --duration-us 2000",
+         "--be", f"{APP} --name bek --requests 0 --kernels 4 --duration-us 500; true", "--report", "--json"])
+report_at = r.stdout.find("{")
+be_line = r.stdout.find("requests", r.stdout.find("requests") + 1)
+check(r.returncode == 0 and 0 < be_line < report_at and "scheduler is gone" not in r.stderr,
+      f"exec waits for a program that outlives its shell before the report (rc {r.returncode}): {r.stdout[:300]}")
+
 # ---------------------------------------------------------------- every route to the driver
 for name, app, extra in [("cuLaunchKernelEx", APP, "--launch-ex"), ("dlopen + cuGetProcAddress", APP_DLOPEN, ""),
                          ("cuGetProcAddress + cuLaunchKernelEx", APP_DLOPEN, "--launch-ex")]:

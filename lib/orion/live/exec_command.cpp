@@ -1,6 +1,7 @@
 #include "orion/live/exec_command.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -209,6 +210,10 @@ int run_exec(const ExecOptions& o) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 
+  // Processes a command's shell leaves behind (a program that outlives a
+  // SIGTERMed shell) are re-parented to us, so we wait for every one of them
+  // before the report: a command is done when all its processes are.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
   std::atomic<bool> stop{false};
   std::thread scheduler_thread([&] { scheduler.run(stop); });
   for (std::size_t i = 0; i < children.size(); ++i) {
@@ -220,7 +225,7 @@ int run_exec(const ExecOptions& o) {
   int forwarded = 0;
   auto signal_group = [&](bool best_effort_only, int sig) {
     for (Child& c : children) {
-      if (c.exited || (best_effort_only && c.high_priority)) continue;
+      if (best_effort_only && c.high_priority) continue;
       if (best_effort_only) c.stopped_by_us = true;
       kill(-c.pid, sig);
     }
@@ -237,8 +242,7 @@ int run_exec(const ExecOptions& o) {
       }
       continue;
     }
-    if (pid < 0 && errno == ECHILD) break;
-    if (std::all_of(children.begin(), children.end(), [](const Child& c) { return c.exited; })) break;
+    if (pid < 0 && errno == ECHILD) break;  // the commands and everything they started have exited
     if (const int sig = g_signal.exchange(0); sig != 0) {
       forwarded = sig;
       signal_group(false, sig);
