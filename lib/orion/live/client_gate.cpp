@@ -68,7 +68,6 @@ bool ClientGate::connect(SegmentHeader* segment, int client, ClientRole role) {
     slot.pid.store(static_cast<std::int32_t>(getpid()));
     slot.state.store(kSlotActive, std::memory_order_release);
     slot_ = &slot;
-    connected_ = true;
     ring_doorbell();
     return true;
   }

@@ -42,8 +42,6 @@ class ClientGate {
 
   /// True while launches go through the scheduler.
   bool gated() const { return slot_ != nullptr && !ungated_.load(std::memory_order_relaxed); }
-  /// This process's role.
-  ClientRole role() const { return role_; }
   /// True when HP streams should get the highest priority.
   bool boost_streams() const;
 
@@ -77,7 +75,6 @@ class ClientGate {
   ClientRole role_ = kRoleBestEffort;
   std::atomic<bool> ungated_{false};
   std::once_flag connect_once_;
-  bool connected_ = false;
   std::mutex names_mutex_;
   std::unordered_map<std::string, std::uint32_t> names_;
 };

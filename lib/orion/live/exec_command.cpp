@@ -151,7 +151,7 @@ LiveConfig build_config(const ExecOptions& o) {
   config.policy_options.sm_threshold = o.sm_threshold;
   config.policy_options.dur_threshold_fraction = o.dur_threshold;
   std::size_t i = 0;
-  auto add = [&](const std::string& command, bool hp) {
+  auto add = [&](bool hp) {
     LiveClient c;
     c.name = fmt::format("{}{}", hp ? "hp" : "be", hp ? std::string() : std::to_string(i - (o.hp ? 1 : 0)));
     c.high_priority = hp;
@@ -159,11 +159,10 @@ LiveConfig build_config(const ExecOptions& o) {
     if (o.policy == "tick-tock") c.training = true;
     if (!o.profiles.empty()) c.profile = read_kernel_profile(o.profiles[i]);
     config.clients.push_back(std::move(c));
-    (void)command;
     ++i;
   };
-  if (o.hp) add(*o.hp, true);
-  for (const std::string& b : o.be) add(b, false);
+  if (o.hp) add(true);
+  for (std::size_t b = 0; b < o.be.size(); ++b) add(false);
   return config;
 }
 

@@ -73,8 +73,6 @@ class LiveScheduler {
 
   /// Statistics per command, in config order.
   const std::vector<LiveClientStats>& stats() const { return stats_; }
-  /// The policy in use.
-  const Policy& policy() const { return *policy_; }
 
  private:
   struct InFlight {
