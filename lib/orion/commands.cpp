@@ -61,6 +61,7 @@ int run_simulate(const SimulateOptions& options) {
 
   SimOptions sim;
   sim.policy.dur_threshold_fraction = options.dur_threshold;
+  sim.max_be_wait_us = options.max_be_wait_ms * 1e3;
   sim.policy.sm_threshold = options.sm_threshold;
   spdlog::info("simulating {} client(s) on {} from {}", workload.clients.size(), workload.device.name, workload.source);
   const SimResult dedicated = simulate(workload, "dedicated", sim);

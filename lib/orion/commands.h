@@ -20,6 +20,7 @@ struct SimulateOptions {
   std::optional<std::uint64_t> seed;
   std::optional<std::int64_t> requests;         ///< overrides the HP client's request count
   double dur_threshold = 0.025;
+  double max_be_wait_ms = 100;                  ///< a held BE kernel is admitted after this long (0: never)
   int sm_threshold = -1;
   bool json = false;
 };

@@ -26,8 +26,12 @@ std::vector<ComparisonRow> compare_to_dedicated(const std::vector<SimResult>& re
       row.p99_ms = c.p99_ms;
       row.mean_ms = c.mean_ms;
       row.throughput_per_s = c.throughput_per_s;
-      row.p99_vs_dedicated = d.p99_ms > 0 ? c.p99_ms / d.p99_ms : 0;
-      row.throughput_vs_dedicated = d.throughput_per_s > 0 ? c.throughput_per_s / d.throughput_per_s : 0;
+      row.outcome = c.completed == 0 ? "starved" : c.completed < kMinCompletedForRatios ? "too few" : "ok";
+      row.forced_admissions = c.forced_admissions;
+      if (row.outcome == "ok") {
+        row.p99_vs_dedicated = d.p99_ms > 0 ? c.p99_ms / d.p99_ms : 0;
+        row.throughput_vs_dedicated = d.throughput_per_s > 0 ? c.throughput_per_s / d.throughput_per_s : 0;
+      }
       row.busy_fraction = r.busy_fraction;
       row.sm_utilization = r.sm_utilization;
       rows.push_back(row);
@@ -44,10 +48,12 @@ std::string format_comparison_table(const std::vector<ComparisonRow>& rows) {
   for (const ComparisonRow& r : rows) {
     if (!last_policy.empty() && r.policy != last_policy) out << "\n";
     last_policy = r.policy;
-    out << fmt::format("{:<10} {:<22} {:<5} {:>7} {:>9.2f} {:>9.2f} {:>9.2f} {:>8.2f} {:>10.2f} {:>8.2f} {:>6.1f}\n",
+    // A client that completed (almost) nothing has no meaningful ratio: name the outcome.
+    const std::string p99_ratio = r.outcome == "ok" ? fmt::format("{:.2f}", r.p99_vs_dedicated) : r.outcome;
+    const std::string thru_ratio = r.outcome == "ok" ? fmt::format("{:.2f}", r.throughput_vs_dedicated) : r.outcome;
+    out << fmt::format("{:<10} {:<22} {:<5} {:>7} {:>9.2f} {:>9.2f} {:>9.2f} {:>8} {:>10.2f} {:>8} {:>6.1f}\n",
                        r.policy, r.client.substr(0, 22), r.high_priority ? "HP" : "BE", r.completed, r.p50_ms, r.p95_ms,
-                       r.p99_ms, r.p99_vs_dedicated, r.throughput_per_s, r.throughput_vs_dedicated,
-                       100.0 * r.busy_fraction);
+                       r.p99_ms, p99_ratio, r.throughput_per_s, thru_ratio, 100.0 * r.busy_fraction);
   }
   return out.str();
 }
@@ -58,9 +64,12 @@ nlohmann::json comparison_to_json(const std::vector<ComparisonRow>& rows) {
     out.push_back({{"policy", r.policy}, {"client", r.client}, {"role", r.high_priority ? "high" : "best-effort"},
                    {"kind", r.training ? "training" : "inference"}, {"completed", r.completed}, {"p50_ms", r.p50_ms},
                    {"p95_ms", r.p95_ms}, {"p99_ms", r.p99_ms}, {"mean_ms", r.mean_ms},
-                   {"throughput_per_s", r.throughput_per_s}, {"p99_vs_dedicated", r.p99_vs_dedicated},
-                   {"throughput_vs_dedicated", r.throughput_vs_dedicated}, {"gpu_busy_fraction", r.busy_fraction},
-                   {"sm_utilization", r.sm_utilization}});
+                   {"throughput_per_s", r.throughput_per_s},
+                   {"p99_vs_dedicated", r.outcome == "ok" ? nlohmann::json(r.p99_vs_dedicated) : nlohmann::json()},
+                   {"throughput_vs_dedicated",
+                    r.outcome == "ok" ? nlohmann::json(r.throughput_vs_dedicated) : nlohmann::json()},
+                   {"gpu_busy_fraction", r.busy_fraction}, {"sm_utilization", r.sm_utilization},
+                   {"outcome", r.outcome}, {"forced_admissions", r.forced_admissions}});
   }
   return {{"rows", out}};
 }
@@ -68,12 +77,14 @@ nlohmann::json comparison_to_json(const std::vector<ComparisonRow>& rows) {
 std::string comparison_csv(const std::vector<ComparisonRow>& rows) {
   std::ostringstream out;
   out << "policy,client,role,kind,completed,p50_ms,p95_ms,p99_ms,mean_ms,throughput_per_s,p99_vs_dedicated,"
-         "throughput_vs_dedicated,gpu_busy_fraction,sm_utilization\n";
+         "throughput_vs_dedicated,gpu_busy_fraction,sm_utilization,outcome,forced_admissions\n";
   for (const ComparisonRow& r : rows) {
     out << csv_escape(r.policy) << ',' << csv_escape(r.client) << ',' << (r.high_priority ? "high" : "best-effort") << ','
         << (r.training ? "training" : "inference") << ',' << r.completed << ','
-        << fmt::format("{},{},{},{},{},{},{},{},{}\n", r.p50_ms, r.p95_ms, r.p99_ms, r.mean_ms, r.throughput_per_s,
-                       r.p99_vs_dedicated, r.throughput_vs_dedicated, r.busy_fraction, r.sm_utilization);
+        << fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n", r.p50_ms, r.p95_ms, r.p99_ms, r.mean_ms,
+                       r.throughput_per_s, r.outcome == "ok" ? fmt::format("{}", r.p99_vs_dedicated) : "",
+                       r.outcome == "ok" ? fmt::format("{}", r.throughput_vs_dedicated) : "", r.busy_fraction,
+                       r.sm_utilization, r.outcome, r.forced_admissions);
   }
   return out.str();
 }

@@ -25,6 +25,8 @@ struct ComparisonRow {
   double throughput_vs_dedicated = 0;  ///< throughput / dedicated throughput
   double busy_fraction = 0;            ///< GPU time with work, for the policy's run
   double sm_utilization = 0;
+  std::string outcome = "ok";          ///< ok; "starved" (nothing completed); "too few" (< kMinCompletedForRatios): no ratios then
+  std::int64_t forced_admissions = 0;  ///< BE kernels admitted after the bounded wait
 };
 
 /// Rows for every client of every result, relative to `dedicated`.

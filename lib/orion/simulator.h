@@ -39,6 +39,7 @@ struct SimOptions {
   ContentionModel model;
   std::size_t trace_kernel_limit = 20000;  ///< kernels recorded in a trace (the first ones)
   std::uint64_t max_events_without_time = 20'000'000;  ///< events at one instant before the run is called stuck
+  double max_be_wait_us = 100'000;  ///< a best-effort kernel held this long is admitted anyway (0: never forced)
 };
 
 /// Per-client outcome.
@@ -50,7 +51,12 @@ struct ClientResult {
   double throughput_per_s = 0;       ///< measured requests/iterations per second
   double mean_ms = 0, p50_ms = 0, p95_ms = 0, p99_ms = 0;  ///< latency (iteration time for training)
   std::vector<double> latencies_ms;  ///< measured latencies, in completion order
+  std::int64_t forced_admissions = 0;  ///< BE kernels admitted after waiting max_be_wait_us
 };
+
+/// Requests/iterations a client must complete for its figures to be compared
+/// with its dedicated run; below it the report names the outcome instead.
+inline constexpr std::int64_t kMinCompletedForRatios = 5;
 
 /// Outcome of one simulation.
 struct SimResult {

@@ -8,6 +8,7 @@
 #include "common/atomic_file.h"
 #include "common/chrome_trace.h"
 #include "common/error.h"
+#include "orion/report.h"
 #include "orion/simulator.h"
 #include "sim_fixtures.h"
 #include "test_util.h"
@@ -260,6 +261,53 @@ TEST(SimulatorBounds, AbsurdRatesDurationsAndNegativeRpsAreRefused) {
               "args": {"model_name": "resnet50", "batchsize": 4, "rps": -5, "uniform": false, "train": false}}])";
   EXPECT_NE(fleet::testing::error_of([&] { load_workload(dir / "orion.json"); }).find("rps must be 0"),
             std::string::npos);
+}
+
+}  // namespace
+}  // namespace fleet::orion
+
+namespace fleet::orion {
+namespace {
+
+TEST(SimulatorOutcomes, BestEffortNeverStarvesBehindAClosedLoopHpClient) {
+  using testing::client;
+  using testing::kernel;
+  // HP trains in a closed loop with no gap between iterations, so an HP
+  // request is always active; the BE kernel needs more SMs than orion's
+  // threshold for training HP clients (half the largest BE kernel's need).
+  Workload w = testing::workload({client("hp", {kernel(1000, 80, KernelClass::kCompute)}, true, true, 3000),
+                                  client("be", {kernel(1000, 80, KernelClass::kCompute)}, false, true, 0)});
+  SimOptions never;
+  never.max_be_wait_us = 0;
+  const SimResult starved = simulate(w, "orion", never);
+  EXPECT_EQ(starved.clients[1].completed, 0);
+  const SimResult dedicated = simulate(w, "dedicated");
+  const auto rows = compare_to_dedicated({starved}, dedicated);
+  EXPECT_EQ(rows[1].outcome, "starved");
+  EXPECT_NE(format_comparison_table(rows).find("starved"), std::string::npos);
+  EXPECT_TRUE(comparison_to_json(rows)["rows"][1]["throughput_vs_dedicated"].is_null());
+
+  SimOptions bounded;
+  bounded.max_be_wait_us = 100'000;
+  const SimResult fed = simulate(w, "orion", bounded);
+  EXPECT_GT(fed.clients[1].completed, 10);
+  EXPECT_GT(fed.clients[1].forced_admissions, 0);
+  EXPECT_EQ(compare_to_dedicated({fed}, dedicated)[1].outcome, "ok");
+}
+
+TEST(SimulatorOutcomes, ThroughputIsMeasuredOverTheCommonWindow) {
+  using testing::client;
+  using testing::kernel;
+  // A BE client whose one iteration takes most of the run must not look
+  // faster than alone because its window ends at its own completion.
+  Workload w = testing::workload({client("hp", {kernel(100, 10, KernelClass::kCompute)}, true, false, 400, 200),
+                                  client("be", {kernel(1'500'000, 80, KernelClass::kMemory)}, false, true, 0)});
+  const SimResult r = simulate(w, "mps");
+  const SimResult dedicated = simulate(w, "dedicated");
+  const auto rows = compare_to_dedicated({r}, dedicated);
+  EXPECT_LT(r.clients[1].completed, kMinCompletedForRatios);
+  EXPECT_EQ(rows[1].outcome, r.clients[1].completed == 0 ? "starved" : "too few");
+  EXPECT_LE(r.clients[1].throughput_per_s, 1.0 / 1.5 + 1e-9);  // at most one 1.5 s iteration per 1.5 s
 }
 
 }  // namespace
