@@ -112,7 +112,9 @@ for policy in ["orion", "mps"]:
     log = read_log(log_path)
     windows = hp_request_windows(log)
     be_releases = [e["t_us"] for e in log if e["event"] == "release" and e["client"] == "be0"]
-    inside = [t for t in be_releases if any(b + 500 < t < end - 500 for b, end in windows)]
+    # 5 ms from either end: the scheduler timestamps a decision when it makes it,
+    # a few microseconds (more when the machine is loaded) after the marker.
+    inside = [t for t in be_releases if any(b + 5000 < t < end - 5000 for b, end in windows)]
     hp_released = [e for e in log if e["event"] == "release" and e["client"] == "hp"]
     check(len(windows) == 4 and be_releases, f"{policy}: 4 HP requests and BE launches in the log")
     check(not hp_released, f"{policy}: HP launches go straight to the GPU (none released by the scheduler)")
@@ -177,8 +179,9 @@ if done:
     texts = [f.read_text() for f in (hp_out, be_out)]
     check(checksum_lines("".join(texts)) == checksum_lines(run(["sh", "-c", hp]).stdout + run(["sh", "-c", be]).stdout),
           "and compute the same results as alone")
-    notices = sum(t.count("scheduler is gone") for t in texts)
-    check(notices >= 1 and all(t.count("scheduler is gone") <= 1 for t in texts),
+    # "the scheduler is gone" (noticed while waiting) or "is not running" (noticed on connecting).
+    notices = sum(t.count("running ungated") for t in texts)
+    check(notices >= 1 and all(t.count("running ungated") <= 1 for t in texts),
           f"each client that noticed says so once ({notices} notices): {texts[1][:200]}")
 leftover = [f for f in os.listdir("/dev/shm") if f.startswith(f"orion-{p.pid}-")]
 check(len(leftover) <= 1, "at most the killed scheduler's own segment is left")
@@ -186,7 +189,7 @@ for f in leftover:
     os.unlink(f"/dev/shm/{f}")
 
 # ---------------------------------------------------------------- programs without CUDA, bad input
-r = run([ORION, "exec", "--hp", f"{APP} --no-cuda", "--be", "echo plain program"])
+r = run([ORION, "exec", "--wait-be", "--hp", f"{APP} --no-cuda", "--be", "echo plain program"])
 check(r.returncode == 0 and "no cuda used" in r.stdout and "plain program" in r.stdout,
       f"programs that never use CUDA run unchanged (rc {r.returncode})")
 marker = tmp / "must-not-exist"

@@ -8,7 +8,7 @@ are measured here (sailor-run profile, profile-net). Training is layout-
 independent, so every run's per-step losses must equal an uninterrupted
 run's within 1e-5 relative:
 - kill -9 one of 4 workers (DP=2 x PP=2) after step 3 of 10: the job
-  finishes all 10 steps on 3 workers, at most one step is redone, the
+  finishes all 10 steps on 3 workers, at most two steps are redone, the
   reconfiguration is in the metrics with its cause, plans and phase times;
 - SIGTERM to one worker: it leaves at the step boundary, nothing is redone;
 - the last worker lost: exit 3, the checkpoint kept, resumable;
@@ -118,7 +118,9 @@ def main():
         steps, events = records(metrics)
         check(code == 0 and "on 3 rank(s)" in out, f"kill -9: the job finishes on 3 workers (rc {code}): "
                                                    f"{out.strip()[-200:]} {err[-300:]}")
-        same_losses(reference, steps, "kill -9")
+        # At most the step in flight and the one whose background checkpoint had
+        # not committed yet when the worker died (docs/training-runtime.md).
+        same_losses(reference, steps, "kill -9", allowed_redone=2)
         if events:
             e = events[0]
             check(e["workers_before"] == 4 and e["workers_after"] == 3 and "killed by signal 9" in e["cause"]
