@@ -65,6 +65,16 @@ void check_input_file(const std::filesystem::path& path) {
   FdGuard guard{open_regular_file(path, &st)};
 }
 
+void check_input_size(const std::filesystem::path& path, std::uintmax_t max_bytes) {
+  if (is_stdio(path)) return;
+  struct stat st {};
+  FdGuard guard{open_regular_file(path, &st)};
+  if (static_cast<std::uintmax_t>(st.st_size) > max_bytes) {
+    throw InputError(path.string() + " is " + std::to_string(static_cast<std::uintmax_t>(st.st_size) >> 20) +
+                     " MiB; at most " + std::to_string(max_bytes >> 20) + " MiB is accepted for this input");
+  }
+}
+
 std::string read_file(const std::filesystem::path& path) {
   if (is_stdio(path)) {
     // Standard input can be read once; a second reader gets the same text.

@@ -26,6 +26,11 @@ std::string read_file(const std::filesystem::path& path);
 /// a folder) otherwise.
 void check_input_file(const std::filesystem::path& path);
 
+/// InputError naming the file when it is larger than `max_bytes` ("-" is not
+/// checked): inputs a person writes by hand or a tool exports stay far below
+/// their caps, so a huge one is a mistake, not something to allocate for.
+void check_input_size(const std::filesystem::path& path, std::uintmax_t max_bytes);
+
 /// A read-only, private memory map of a whole file. Movable, not copyable.
 class MappedFile {
  public:

@@ -8,6 +8,7 @@
 #include "common/atomic_file.h"
 #include "common/csv.h"
 #include "common/error.h"
+#include "common/file_io.h"
 
 namespace fleet::orion {
 
@@ -27,6 +28,7 @@ double KernelProfile::total_duration_ns() const {
 }
 
 KernelProfile read_kernel_profile(const std::filesystem::path& path) {
+  check_input_size(path, 256ull << 20);  // Orion's largest profiles are a few MiB
   const CsvTable table = CsvTable::read(path);
   const std::size_t name = table.require_column("Name");
   const std::size_t profile = table.require_column("Profile");

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "common/file_io.h"
 #include "common/json.h"
 
 namespace fleet::orion {
@@ -74,6 +75,7 @@ ArrivalSpec parse_arrivals(const JsonValue& v, const std::filesystem::path& dir)
     } else {
       const auto file = v.get<std::string>("file");
       const std::filesystem::path p = std::filesystem::path(file).is_absolute() ? std::filesystem::path(file) : dir / file;
+      check_input_size(p, 256ull << 20);
       a.trace_gaps_s = load_json_file(p).root().as<std::vector<double>>();
     }
     if (a.trace_gaps_s.empty()) v.fail("arrival trace is empty");
@@ -160,10 +162,9 @@ Workload load_orion_config(const JsonValue& root, const std::filesystem::path& d
     if (auto input = args.find("input_file")) {
       // A trace of inter-arrival gaps (JSON list of seconds), found like the profiles.
       s.arrivals.kind = ArrivalKind::kTrace;
-      s.arrivals.trace_gaps_s =
-          load_json_file(resolve_profile_like(input->as<std::string>(), dir, profile_dirs, *input, ".json"))
-              .root()
-              .as<std::vector<double>>();
+      const auto trace = resolve_profile_like(input->as<std::string>(), dir, profile_dirs, *input, ".json");
+      check_input_size(trace, 256ull << 20);
+      s.arrivals.trace_gaps_s = load_json_file(trace).root().as<std::vector<double>>();
       if (s.arrivals.trace_gaps_s.empty()) input->fail("arrival trace is empty");
     } else if (rps > 0) {
       s.arrivals.kind = args.get_or<bool>("uniform", false) ? ArrivalKind::kUniform : ArrivalKind::kPoisson;
@@ -181,6 +182,7 @@ Workload load_orion_config(const JsonValue& root, const std::filesystem::path& d
 }  // namespace
 
 Workload load_workload(const std::filesystem::path& path, const std::vector<std::filesystem::path>& profile_dirs) {
+  check_input_size(path, 16ull << 20);  // a workload lists clients; its profiles are separate files
   const JsonDocument doc = load_json_file(path);
   const std::filesystem::path dir = path.parent_path();
   Workload w;

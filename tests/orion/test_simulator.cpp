@@ -312,3 +312,22 @@ TEST(SimulatorOutcomes, ThroughputIsMeasuredOverTheCommonWindow) {
 
 }  // namespace
 }  // namespace fleet::orion
+
+namespace fleet::orion {
+namespace {
+
+TEST(SimulatorBounds, HugeInputFilesAreRefusedBeforeReading) {
+  fleet::testing::TempDir dir;
+  // Sparse files: their size is what is checked, nothing is read or allocated.
+  std::ofstream(dir / "huge.csv").close();
+  std::filesystem::resize_file(dir / "huge.csv", 300ull << 20);
+  EXPECT_NE(fleet::testing::error_of([&] { read_kernel_profile(dir / "huge.csv"); }).find("at most 256 MiB"),
+            std::string::npos);
+  std::ofstream(dir / "huge.json").close();
+  std::filesystem::resize_file(dir / "huge.json", 20ull << 20);
+  EXPECT_NE(fleet::testing::error_of([&] { load_workload(dir / "huge.json"); }).find("at most 16 MiB"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace fleet::orion
