@@ -8,8 +8,9 @@ are measured here (sailor-run profile, profile-net). Training is layout-
 independent, so every run's per-step losses must equal an uninterrupted
 run's within 1e-5 relative:
 - kill -9 one of 4 workers (DP=2 x PP=2) after step 3 of 10: the job
-  finishes all 10 steps on 3 workers, at most two steps are redone, the
-  reconfiguration is in the metrics with its cause, plans and phase times;
+  finishes all 10 steps on the plan made for the 3 left (which may use
+  fewer than 3), at most two steps are redone, the reconfiguration is in
+  the metrics with its cause, plans and phase times;
 - SIGTERM to one worker: it leaves at the step boundary, nothing is redone;
 - the last worker lost: exit 3, the checkpoint kept, resumable;
 - bad elastic invocations: one clear error.
@@ -71,6 +72,20 @@ def elastic(tmp, name, nprocs, plan, extra=(), act=None, after_step=3):
     return p.returncode, stdout, stderr, out, metrics
 
 
+def plan_workers(plan):
+    return sum(len(s["replicas"]) * s.get("tp", 1) for s in plan["stages"])
+
+
+def finishes_on_new_plan(out, events):
+    """The job ends on the workers of the last re-plan. With 3 workers left the
+    planner may use fewer than 3 (on the measured profiles, fewer can be
+    faster), so the count comes from the record, never assumed."""
+    if not events:
+        return False
+    n = plan_workers(events[-1]["new_plan"])
+    return n <= events[-1]["workers_after"] and f"on {n} rank(s)" in out
+
+
 def same_losses(reference, steps, name, allowed_redone=1):
     ref = {s["step"]: s["loss"] for s in reference}
     by_step = {}
@@ -116,15 +131,15 @@ def main():
         code, out, err, folder, metrics = elastic(tmp, "killed", 4, plan, ["--checkpoint-every", "1"],
                                                   act=lambda pids: os.kill(pids[-1], signal.SIGKILL))
         steps, events = records(metrics)
-        check(code == 0 and "on 3 rank(s)" in out, f"kill -9: the job finishes on 3 workers (rc {code}): "
-                                                   f"{out.strip()[-200:]} {err[-300:]}")
+        check(code == 0 and finishes_on_new_plan(out, events), f"kill -9: the job finishes on the new plan's "
+                                                               f"workers (rc {code}): {out.strip()[-200:]} {err[-300:]}")
         # At most the step in flight and the one whose background checkpoint had
         # not committed yet when the worker died (docs/training-runtime.md).
         same_losses(reference, steps, "kill -9", allowed_redone=2)
         if events:
             e = events[0]
             check(e["workers_before"] == 4 and e["workers_after"] == 3 and "killed by signal 9" in e["cause"]
-                  and len(e["old_plan"]["stages"]) == 2 and sum(len(s["replicas"]) for s in e["new_plan"]["stages"]) == 3,
+                  and len(e["old_plan"]["stages"]) == 2 and 1 <= plan_workers(e["new_plan"]) <= 3,
                   f"kill -9: the reconfiguration record names cause and plans: {e['cause']}, {e['workers_after']}")
             check(all(e.get(k, -1) >= 0 for k in ("stop_s", "plan_s", "restart_s", "recovery_s")),
                   f"kill -9: phase times recorded: { {k: e.get(k) for k in ('stop_s', 'plan_s', 'restart_s', 'recovery_s')} }")
@@ -135,7 +150,8 @@ def main():
         code, out, err, folder, metrics = elastic(tmp, "preempted", 4, plan, ["--checkpoint-every", "100"],
                                                   act=lambda pids: os.kill(pids[-1], signal.SIGTERM))
         steps, events = records(metrics)
-        check(code == 0 and "on 3 rank(s)" in out, f"SIGTERM: the job finishes on 3 workers (rc {code}) {err[-300:]}")
+        check(code == 0 and finishes_on_new_plan(out, events),
+              f"SIGTERM: the job finishes on the new plan's workers (rc {code}) {err[-300:]}")
         same_losses(reference, steps, "SIGTERM", allowed_redone=0)
         check(events and events[0].get("steps_redone") == 0 and "preempted" in events[0]["cause"],
               f"SIGTERM: recorded as a preemption with no step redone: {events[:1]}")

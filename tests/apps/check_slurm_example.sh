@@ -21,5 +21,9 @@ done
 steps=$(wc -l < "$tmp/run/metrics.jsonl")
 [ "$steps" -eq 6 ] || fail "metrics has $steps lines, expected 6"
 grep -q '"step": 6' "$tmp/run/checkpoint/trainer_state.json" || fail "the checkpoint is not at step 6"
-grep -q "on 2 rank(s)" "$tmp/log" || fail "training did not run on the plan's 2 ranks: $(tail -5 "$tmp/log")"
+# The planner may use fewer than the 2 tasks on this machine's measured numbers.
+ranks=$(python3 -c 'import json, sys; p = json.load(open(sys.argv[1]))
+print(sum(len(s["replicas"]) * s["tp"] for s in p["stages"]))' "$tmp/run/plan.json")
+[ "$ranks" -ge 1 ] && [ "$ranks" -le 2 ] || fail "the plan uses $ranks ranks of 2"
+grep -q "on $ranks rank(s)" "$tmp/log" || fail "training did not run on the plan's $ranks ranks: $(tail -5 "$tmp/log")"
 echo OK
