@@ -9,7 +9,6 @@
 #include "sailor/runtime/network_profile.h"
 #include "sailor/runtime/profiler.h"
 #endif
-#include "sailor/runtime/launcher.h"
 
 int main(int argc, char** argv) {
   fleet::Tool tool("sailor-run", "Train models: initialise a model folder, make synthetic corpora, train with AdamW "
@@ -120,22 +119,8 @@ int main(int argc, char** argv) {
   net_cmd->add_option("-o,--output", net.output, "cluster.json to write (rank 0)")->required();
   fleet::add_json_flag(net_cmd, &net.json);
 
-  rt::LaunchCommand launch;
-  CLI::App* launch_cmd = tool.add_command(
-      "launch", "Start the workers of a job on this machine: sailor-run launch --nprocs N -- train ...",
-      [&] { return rt::run_launch(launch); });
-  launch_cmd->add_option("--nprocs", launch.nprocs, "Workers to start (default: as many as --plan needs)")
-      ->check(fleet::in_range(1, 1024));
-  launch_cmd->add_option("--plan", launch.plan, "Plan to hand to every worker as --plan")->check(CLI::ExistingFile);
-  launch_cmd->add_option("--master-port", launch.master_port, "Rendezvous port on 127.0.0.1 (default: a free one)")
-      ->check(fleet::in_range(1, 65535));
-  number(launch_cmd, "--grace", launch.grace_seconds, "Seconds between SIGTERM and SIGKILL when stopping workers", 0,
-         3600);
-  launch_cmd->add_option("--elastic", launch.elastic_inputs, "Planner inputs folder: re-plan and go on when a worker is lost")
-      ->check(CLI::ExistingDirectory);
-  launch_cmd->add_option("--recovery", launch.recovery, "Elastic recovery: restart (from the last checkpoint)");
-  number(launch_cmd, "--max-reconfigurations", launch.max_reconfigurations, "Elastic: give up after this many", 0, 1e6);
-  launch_cmd->add_option("worker", launch.arguments, "The workers' sailor-run command, after --")->required();
+  rt::LaunchCommands launch;
+  rt::add_launch_commands(tool, launch);
 
   m::CorpusCommand corpus;
   CLI::App* corpus_cmd = tool.add_command("make-corpus", "Write a synthetic training corpus (no downloads)",

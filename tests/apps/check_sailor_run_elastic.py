@@ -1,5 +1,5 @@
-"""sailor-run launch --elastic: a job that loses workers re-plans for the
-ones left and continues from its checkpoint (recovery "restart").
+"""sailor-run launch --elastic --recovery restart: a job that loses workers
+re-plans for the ones left and continues from its checkpoint.
 
 Usage: check_sailor_run_elastic.py BIN_DIR
 
@@ -57,7 +57,7 @@ def worker_pids(output):
 def elastic(tmp, name, nprocs, plan, extra=(), act=None, after_step=3):
     """Starts an elastic job; once `after_step` steps are in its metrics, calls act(pids)."""
     out, metrics = tmp / name, tmp / f"{name}.jsonl"
-    args = [RUN, "launch", "--elastic", tmp / "inputs", "--nprocs", str(nprocs)]
+    args = [RUN, "launch", "--elastic", tmp / "inputs", "--recovery", "restart", "--nprocs", str(nprocs)]
     if plan:
         args += ["--plan", plan]
     args += ["--", "train", "--model", tmp / "init", "--data", tmp / "base.txt", "-o", out, "--metrics", metrics,
@@ -168,7 +168,7 @@ def main():
         for args, expect in [
             (["--elastic", inputs, "--nprocs", "2", "--", "profile-net", "--gpu-type", "cpu", "-o", "x"], "train"),
             (["--elastic", inputs, "--nprocs", "2", "--", "train", "--model", tmp / "init"], "-o DIR"),
-            (["--elastic", inputs, "--recovery", "teleport", "--nprocs", "2", "--", "train", "-o", tmp / "x"], "restart"),
+            (["--elastic", inputs, "--recovery", "teleport", "--nprocs", "2", "--", "train", "-o", tmp / "x"], "inplace"),
             (["--elastic", tmp / "nowhere", "--nprocs", "2", "--", "train", "-o", tmp / "x"], "nowhere"),
         ]:
             r = run(RUN, "launch", *args)

@@ -13,6 +13,7 @@
 #include "common/safetensors.h"
 #include "model/tensor_bridge.h"
 #include "model/trainer.h"
+#include "sailor/runtime/communicator.h"
 
 namespace fleet::sailor::runtime {
 namespace {
@@ -141,6 +142,8 @@ void CheckpointWriter::write(const CheckpointSnapshot& snapshot) {
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
     for (;;) {
       if (store_->check({key_prefix + std::to_string(s)})) break;
+      if (interrupt_ != nullptr && interrupt_->raised())
+        throw PeerLost(fmt::format("the checkpoint of step {} was abandoned: its generation ended", snapshot.step));
       if (cancelled_ || std::chrono::steady_clock::now() > deadline)
         throw RuntimeFailure(fmt::format("the checkpoint of step {} misses stage {}'s shards (rank {} did not "
                                          "write them); the previous checkpoint stays", snapshot.step, s,

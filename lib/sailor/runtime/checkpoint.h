@@ -31,6 +31,8 @@ class Store;
 
 namespace fleet::sailor::runtime {
 
+class Interrupt;
+
 /// What one rank writes for one checkpoint: copies taken between steps.
 struct CheckpointSnapshot {
   std::int64_t step = 0;
@@ -55,6 +57,9 @@ class CheckpointWriter {
   void write_async(CheckpointSnapshot snapshot);
   /// Waits for the write in flight; rethrows its failure.
   void wait();
+  /// Rank 0 stops waiting for the other stages' shards when `interrupt` is
+  /// raised (an elastic generation ended: they may never come).
+  void set_interrupt(const Interrupt* interrupt) { interrupt_ = interrupt; }
   /// Seconds the last finished write took.
   double last_write_seconds() const { return last_seconds_; }
 
@@ -75,6 +80,7 @@ class CheckpointWriter {
   std::thread thread_;
   std::exception_ptr failure_;
   std::atomic<bool> cancelled_{false};
+  const Interrupt* interrupt_ = nullptr;
   double last_seconds_ = 0;
 };
 

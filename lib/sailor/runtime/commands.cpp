@@ -8,6 +8,8 @@
 
 #include "common/error.h"
 #include "model/commands.h"
+#include "sailor/runtime/control_store.h"
+#include "sailor/runtime/elastic.h"
 
 namespace fleet::sailor::runtime {
 
@@ -41,6 +43,88 @@ int run_train(const TrainCommand& c) {
                              result.tokens_per_second, result.world_size, result.layout, c.job.output.string());
   }
   return 0;
+}
+
+namespace {
+
+std::unique_ptr<ControlStore> connect_controller(const std::string& address) {
+  const auto [host, port] = parse_host_port(address);
+  return ControlStore::connect(host, port, std::chrono::seconds(10));
+}
+
+int run_join(const LaunchCommands& c) {
+  auto store = connect_controller(c.controller);
+  if (store->get(control_keys::kDone)) throw InputError("the job at " + c.controller + " has finished");
+  const auto total = store->add(control_keys::kJoinRequests, c.join_workers);
+  std::cout << fmt::format("asked the job at {} for {} more worker(s) ({} asked in all); they join at the next step "
+                           "boundary\n", c.controller, c.join_workers, total);
+  return 0;
+}
+
+int run_status(const LaunchCommands& c) {
+  auto store = connect_controller(c.controller);
+  const auto text = store->get(control_keys::kStatus);
+  if (!text) throw InputError("the store at " + c.controller + " holds no elastic job");
+  const auto status = nlohmann::json::parse(*text);
+  if (c.json) {
+    std::cout << status.dump(2) << "\n";
+    return 0;
+  }
+  std::string stages;
+  for (const auto& st : status.at("plan").at("stages"))
+    stages += fmt::format("{}[{},{}) x{}", stages.empty() ? "" : " ", st.at("layers")[0].get<int>(),
+                          st.at("layers")[1].get<int>(), st.at("replicas").size());
+  std::cout << fmt::format("generation {} ({}): {} training worker(s) {}, other worker(s) {}\nplan: {}\n"
+                           "last change: {}\nsteps finished: {}\n",
+                           status.at("generation").get<int>(), status.at("state").get<std::string>(),
+                           status.at("training").size(), status.at("training").dump(), status.at("others").dump(),
+                           stages, status.at("cause").get<std::string>(), status.at("last_step").get<std::int64_t>());
+  return 0;
+}
+
+}  // namespace
+
+void add_launch_commands(Tool& tool, LaunchCommands& c) {
+  auto& launch = c.launch;
+  CLI::App* cmd = tool.add_command(
+      "launch", "Start the workers of a job on this machine: sailor-run launch --nprocs N -- train ...", [&] {
+        return launch.elastic_inputs.empty() ? run_launch(launch) : run_elastic_launch(launch);
+      });
+  cmd->add_option("--nprocs", launch.nprocs, "Workers to start (default: as many as --plan needs)")
+      ->check(in_range(1, 1024));
+  cmd->add_option("--plan", launch.plan, "Plan to hand to every worker as --plan")->check(CLI::ExistingFile);
+  cmd->add_option("--master-port", launch.master_port,
+                  "Rendezvous (elastic: controller) port on 127.0.0.1 (default: a free one)")
+      ->check(in_range(1, 65535));
+  cmd->add_option("--grace", launch.grace_seconds, "Seconds between SIGTERM and SIGKILL when stopping workers")
+      ->capture_default_str()
+      ->check(in_range(0, 3600));
+  cmd->add_option("--elastic", launch.elastic_inputs,
+                  "Planner inputs folder: re-plan and go on when workers are lost, leave or join")
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--recovery", launch.recovery,
+                  "Elastic recovery: inplace (survivors hand their state over) or restart (from the last checkpoint)")
+      ->capture_default_str();
+  cmd->add_option("--max-reconfigurations", launch.max_reconfigurations, "Elastic: give up after this many")
+      ->capture_default_str()
+      ->check(in_range(0, 1e6));
+  cmd->add_option("--heartbeat-timeout", launch.heartbeat_timeout_seconds,
+                  "Elastic inplace: seconds without a heartbeat after which a worker is taken for lost")
+      ->capture_default_str()
+      ->check(in_range(0.5, 1e6));
+  cmd->add_option("worker", launch.arguments, "The workers' sailor-run command, after --")->required();
+
+  CLI::App* join = tool.add_command("join", "Ask a running elastic job (launch --elastic) for more workers",
+                                    [&] { return run_join(c); });
+  join->add_option("--controller", c.controller, "HOST:PORT the elastic launcher printed")->required();
+  join->add_option("--workers", c.join_workers, "Workers to add on the launcher's machine")
+      ->capture_default_str()
+      ->check(in_range(1, 1024));
+
+  CLI::App* status = tool.add_command("status", "Print a running elastic job's generation, plan and members",
+                                      [&] { return run_status(c); });
+  status->add_option("--controller", c.controller, "HOST:PORT the elastic launcher printed")->required();
+  add_json_flag(status, &c.json);
 }
 
 }  // namespace fleet::sailor::runtime

@@ -2,6 +2,10 @@
 // one process). Torch-free header: the program includes it.
 #pragma once
 
+#include <string>
+
+#include "common/cli.h"
+#include "sailor/runtime/launcher.h"
 #include "sailor/runtime/trainer.h"
 
 namespace fleet::sailor::runtime {
@@ -12,5 +16,16 @@ struct TrainCommand {
   bool json = false;
 };
 int run_train(const TrainCommand& command);
+
+/// `launch` (workers on this machine, elastic or not), `join` (ask a running
+/// elastic job for more workers) and `status` (a running elastic job's
+/// generation, plan and members).
+struct LaunchCommands {
+  LaunchCommand launch;
+  std::string controller;  ///< HOST:PORT of an elastic job's controller
+  int join_workers = 1;
+  bool json = false;
+};
+void add_launch_commands(Tool& tool, LaunchCommands& commands);
 
 }  // namespace fleet::sailor::runtime

@@ -22,10 +22,68 @@ bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
 
+bool is_transfer(const c10::intrusive_ptr<c10d::Work>& work) {
+  return dynamic_cast<c10d::ProcessGroupGloo::SendWork*>(work.get()) != nullptr ||
+         dynamic_cast<c10d::ProcessGroupGloo::RecvWork*>(work.get()) != nullptr;
+}
+
 }  // namespace
 
-Group::Group(c10::intrusive_ptr<GroupBackend> backend, std::vector<int> ranks, int my_rank)
-    : backend_(std::move(backend)), ranks_(std::move(ranks)) {
+void Interrupt::raise() {
+  raised_ = true;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& w : transfers_) w->abort();  // their wait() returns at once
+}
+
+void Interrupt::wait(const c10::intrusive_ptr<c10d::Work>& work) {
+  constexpr auto kSlice = std::chrono::milliseconds(20);
+  if (is_transfer(work)) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      transfers_.push_back(work);
+    }
+    bool done = false;
+    std::exception_ptr failure;
+    // Raised before the wait began: abort() already ran, or runs now.
+    if (raised_) work->abort();
+    try {
+      done = work->wait();
+    } catch (const std::exception&) {
+      failure = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      transfers_.erase(std::find(transfers_.begin(), transfers_.end(), work));
+    }
+    if (raised_ && !done) throw PeerLost("a new generation of the job started while waiting for a peer");
+    if (failure) std::rethrow_exception(failure);
+    return;
+  }
+  // A collective: its wait with a timeout can be repeated until it completes.
+  for (;;) {
+    if (raised_) throw PeerLost("a new generation of the job started while waiting for a collective");
+    try {
+      work->wait(kSlice);
+      return;
+    } catch (const std::exception&) {
+      if (work->isCompleted()) throw;  // it failed; a timeout leaves it incomplete
+    }
+  }
+}
+
+void wait_for(const c10::intrusive_ptr<c10d::Work>& work, Interrupt* interrupt) {
+  try {
+    if (interrupt != nullptr) interrupt->wait(work);
+    else work->wait();
+  } catch (const PeerLost&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw PeerLost("lost a peer: " + first_line(e));
+  }
+}
+
+Group::Group(c10::intrusive_ptr<GroupBackend> backend, std::vector<int> ranks, int my_rank, Interrupt* interrupt)
+    : backend_(std::move(backend)), ranks_(std::move(ranks)), interrupt_(interrupt) {
   (void)local(my_rank);
 }
 
@@ -36,7 +94,7 @@ int Group::local(int global_rank) const {
 }
 
 void Group::all_reduce_sum(torch::Tensor& tensor) {
-  if (size() > 1) all_reduce_sum_async(tensor)->wait();
+  if (size() > 1) wait(all_reduce_sum_async(tensor));
 }
 
 void Group::all_reduce_max(torch::Tensor& tensor) {
@@ -44,7 +102,7 @@ void Group::all_reduce_max(torch::Tensor& tensor) {
   std::vector<torch::Tensor> tensors{tensor};
   c10d::AllreduceOptions options;
   options.reduceOp = c10d::ReduceOp::MAX;
-  backend_->allreduce(tensors, options)->wait();
+  wait(backend_->allreduce(tensors, options));
 }
 
 c10::intrusive_ptr<c10d::Work> Group::all_reduce_sum_async(torch::Tensor& tensor) {
@@ -59,11 +117,11 @@ c10::intrusive_ptr<c10d::Work> Group::send(torch::Tensor& tensor, int to, int ta
 
 void Group::recv(torch::Tensor& tensor, int from, int tag) {
   std::vector<torch::Tensor> tensors{tensor};
-  backend_->recv(tensors, local(from), tag)->wait();
+  wait(backend_->recv(tensors, local(from), tag));
 }
 
 void Group::barrier() {
-  if (size() > 1) backend_->barrier()->wait();
+  if (size() > 1) wait(backend_->barrier());
 }
 
 Communicator::Communicator(const WorldInfo& world, std::chrono::milliseconds timeout)
@@ -80,17 +138,28 @@ Communicator::Communicator(const WorldInfo& world, std::chrono::milliseconds tim
     throw RuntimeFailure(fmt::format("rank {}: cannot join the rendezvous at {}:{} within {} s: {}", world.rank,
                                      world.master_addr, world.master_port, timeout.count() / 1000, first_line(e)));
   }
+  open_device_and_world();
+}
+
+Communicator::Communicator(const WorldInfo& world, c10::intrusive_ptr<c10d::Store> store, const std::string& prefix,
+                           std::chrono::milliseconds timeout, Interrupt* interrupt)
+    : world_(world), timeout_(timeout), interrupt_(interrupt) {
+  store_ = c10::make_intrusive<c10d::PrefixStore>(prefix, std::move(store));
+  open_device_and_world();
+}
+
+void Communicator::open_device_and_world() {
   // Gloo's transport: the interface GLOO_SOCKET_IFNAME names, loopback for a
   // job on one machine, else the address this host's name resolves to.
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname != '\0') {
     device_ = c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
-  } else if (is_loopback(world.master_addr)) {
+  } else if (is_loopback(world_.master_addr)) {
     device_ = c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   } else {
     device_ = c10d::ProcessGroupGloo::createDefaultDevice();
   }
-  std::vector<int> all(static_cast<std::size_t>(world.world_size));
-  for (int r = 0; r < world.world_size; ++r) all[static_cast<std::size_t>(r)] = r;
+  std::vector<int> all(static_cast<std::size_t>(world_.world_size));
+  for (int r = 0; r < world_.world_size; ++r) all[static_cast<std::size_t>(r)] = r;
   world_group_ = group("world", all);
 }
 
@@ -104,7 +173,7 @@ std::unique_ptr<Group> Communicator::group(const std::string& name, std::vector<
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("group/" + name + "/", store_);
   try {
     auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, local, static_cast<int>(ranks.size()), options);
-    return std::make_unique<Group>(std::move(backend), std::move(ranks), world_.rank);
+    return std::make_unique<Group>(std::move(backend), std::move(ranks), world_.rank, interrupt_);
   } catch (const std::exception& e) {
     throw RuntimeFailure(fmt::format("rank {}: cannot build process group {}: {}", world_.rank, name, first_line(e)));
   }
@@ -116,11 +185,19 @@ std::vector<std::string> Communicator::all_gather_strings(const std::string& key
   std::vector<std::string> out;
   for (int r = 0; r < world_.world_size; ++r) {
     const std::string k = prefix + std::to_string(r);
-    try {
-      store_->wait({k}, timeout_);
-    } catch (const std::exception&) {
-      throw RuntimeFailure(fmt::format("rank {}: rank {} did not publish {} within {} s", world_.rank, r, key,
-                                       timeout_.count() / 1000));
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    // In slices, so that a raised interrupt ends the wait.
+    for (;;) {
+      if (interrupt_ != nullptr && interrupt_->raised())
+        throw PeerLost("a new generation of the job started while waiting for rank " + std::to_string(r));
+      try {
+        store_->wait({k}, interrupt_ != nullptr ? std::chrono::milliseconds(50) : timeout_);
+        break;
+      } catch (const std::exception&) {
+        if (interrupt_ == nullptr || std::chrono::steady_clock::now() > deadline)
+          throw RuntimeFailure(fmt::format("rank {}: rank {} did not publish {} within {} s", world_.rank, r, key,
+                                           timeout_.count() / 1000));
+      }
     }
     auto bytes = store_->get(k);
     out.emplace_back(bytes.begin(), bytes.end());

@@ -5,8 +5,10 @@
 // from libtorch targets.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/version.h>
 
+#include "common/error.h"
 #include "sailor/runtime/world.h"
 
 namespace fleet::sailor::runtime {
@@ -26,10 +29,37 @@ using GroupBackend = c10d::Backend;
 using GroupBackend = c10d::ProcessGroup;
 #endif
 
+/// A collective or transfer that cannot finish: a peer is gone, or the
+/// elastic controller started a new generation while this rank waited.
+class PeerLost : public RuntimeFailure {
+ public:
+  using RuntimeFailure::RuntimeFailure;
+};
+
+/// Lets another thread end this rank's waits (elastic jobs: the controller
+/// started a new generation, so the peers waited for may never come).
+/// Collectives are waited for in short slices; point-to-point transfers in
+/// flight are aborted. A raised interrupt stays raised.
+class Interrupt {
+ public:
+  void raise();
+  bool raised() const { return raised_.load(); }
+  /// Waits for `work`; PeerLost when it fails or the interrupt is raised first.
+  void wait(const c10::intrusive_ptr<c10d::Work>& work);
+
+ private:
+  std::atomic<bool> raised_{false};
+  std::mutex mutex_;
+  std::vector<c10::intrusive_ptr<c10d::Work>> transfers_;  // point-to-point waits in progress
+};
+
+/// Waits for `work`, through `interrupt` when there is one; a failure becomes PeerLost.
+void wait_for(const c10::intrusive_ptr<c10d::Work>& work, Interrupt* interrupt);
+
 /// A process group over some ranks of the job. Ranks are global ranks.
 class Group {
  public:
-  Group(c10::intrusive_ptr<GroupBackend> backend, std::vector<int> ranks, int my_rank);
+  Group(c10::intrusive_ptr<GroupBackend> backend, std::vector<int> ranks, int my_rank, Interrupt* interrupt = nullptr);
   /// Members in group order.
   const std::vector<int>& ranks() const { return ranks_; }
   int size() const { return static_cast<int>(ranks_.size()); }
@@ -46,11 +76,14 @@ class Group {
   void recv(torch::Tensor& tensor, int from, int tag);
   /// Waits until every member got here.
   void barrier();
+  /// Waits for a transfer or collective this group started.
+  void wait(const c10::intrusive_ptr<c10d::Work>& work) { wait_for(work, interrupt_); }
 
  private:
   int local(int global_rank) const;
   c10::intrusive_ptr<GroupBackend> backend_;
   std::vector<int> ranks_;
+  Interrupt* interrupt_ = nullptr;
 };
 
 class Communicator {
@@ -58,6 +91,10 @@ class Communicator {
   /// Joins the rendezvous of `world` (rank 0 serves the store). RuntimeFailure
   /// when the master cannot be reached or not every rank arrives within `timeout`.
   Communicator(const WorldInfo& world, std::chrono::milliseconds timeout);
+  /// Joins `world` through a store served elsewhere (the elastic controller),
+  /// every key under `prefix`; waits end early when `interrupt` is raised.
+  Communicator(const WorldInfo& world, c10::intrusive_ptr<c10d::Store> store, const std::string& prefix,
+               std::chrono::milliseconds timeout, Interrupt* interrupt);
 
   int rank() const { return world_.rank; }
   int size() const { return world_.world_size; }
@@ -72,11 +109,13 @@ class Communicator {
   std::vector<std::string> all_gather_strings(const std::string& key, const std::string& value);
 
  private:
+  void open_device_and_world();
   WorldInfo world_;
   std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Store> store_;
   std::shared_ptr<::gloo::transport::Device> device_;
   std::unique_ptr<Group> world_group_;
+  Interrupt* interrupt_ = nullptr;
 };
 
 }  // namespace fleet::sailor::runtime

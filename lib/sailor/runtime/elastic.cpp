@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -16,6 +18,7 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "sailor/commands.h"
+#include "sailor/runtime/control_store.h"
 #include "sailor/search.h"
 
 namespace fleet::sailor::runtime {
@@ -40,9 +43,10 @@ void append_line(const fs::path& path, const std::string& line) {
   ::close(fd);
 }
 
-// Step records that rank 0 appended to the metrics file since `offset`.
-std::vector<std::int64_t> steps_since(const fs::path& metrics, std::uintmax_t& offset) {
-  std::vector<std::int64_t> steps;
+// Step records that rank 0 appended to the metrics file since `offset`,
+// with the generation each ran in (-1 when not recorded).
+std::vector<std::pair<std::int64_t, int>> steps_since(const fs::path& metrics, std::uintmax_t& offset) {
+  std::vector<std::pair<std::int64_t, int>> steps;
   std::ifstream in(metrics);
   if (!in) return steps;
   in.seekg(static_cast<std::streamoff>(offset));
@@ -51,9 +55,8 @@ std::vector<std::int64_t> steps_since(const fs::path& metrics, std::uintmax_t& o
     if (in.eof()) break;  // a line still being written
     offset += line.size() + 1;
     const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && !j.contains("event")) {
-      steps.push_back(j["step"].get<std::int64_t>());
-    }
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && !j.contains("event"))
+      steps.emplace_back(j["step"].get<std::int64_t>(), j.value("generation", -1));
   }
   return steps;
 }
@@ -100,42 +103,83 @@ std::optional<std::string> worker_option(const std::vector<std::string>& args, c
   return std::nullopt;
 }
 
+namespace {
+
+int run_restart(const LaunchCommand& c);
+int run_inplace(const LaunchCommand& c);
+
+}  // namespace
+
 int run_elastic_launch(const LaunchCommand& c) {
-  if (c.recovery != "restart") {
-    throw UsageError("--recovery: only 'restart' so far (stop every worker, re-plan, resume from the checkpoint)");
-  }
+  if (c.recovery != "restart" && c.recovery != "inplace")
+    throw UsageError("--recovery: 'inplace' (survivors keep their state and hand it over) or 'restart' (every "
+                     "worker restarts from the last checkpoint)");
   if (c.arguments.empty() || c.arguments.front() != "train") throw UsageError("--elastic runs `train` workers");
+  return c.recovery == "inplace" ? run_inplace(c) : run_restart(c);
+}
+
+namespace {
+
+// What every elastic job starts from: the workers' output folder, their
+// metrics file, the planner's inputs and the first plan.
+struct ElasticStart {
+  fs::path output;
+  std::optional<fs::path> metrics;
+  PlannerInputs inputs;
+  Plan plan;
+  int workers = 0;
+};
+
+ElasticStart elastic_start(const LaunchCommand& c) {
+  ElasticStart e;
   const auto output = worker_option(c.arguments, {"-o", "--output"});
   if (!output) throw UsageError("--elastic: the workers need -o DIR (where they checkpoint and resume from)");
+  e.output = *output;
   if (!worker_option(c.arguments, {"--checkpoint-every"})) {
     spdlog::warn("--elastic without --checkpoint-every: a lost worker sends the job back to its start");
   }
-  const auto metrics = worker_option(c.arguments, {"--metrics"});
+  if (auto m = worker_option(c.arguments, {"--metrics"})) e.metrics = *m;
   InputPaths paths;
   paths.inputs = c.elastic_inputs;
-  const PlannerInputs inputs = load_inputs(paths);
-
-  int workers = c.nprocs;
-  Plan plan;
+  e.inputs = load_inputs(paths);
+  e.workers = c.nprocs;
   if (!c.plan.empty()) {
-    plan = load_plan(c.plan, inputs.job);
-    if (workers == 0) workers = plan.gpus();
-    if (plan.gpus() > workers) throw UsageError(fmt::format("the plan needs {} workers, --nprocs is {}", plan.gpus(), workers));
+    e.plan = load_plan(c.plan, e.inputs.job);
+    if (e.workers == 0) e.workers = e.plan.gpus();
+    if (e.plan.gpus() > e.workers)
+      throw UsageError(fmt::format("the plan needs {} workers, --nprocs is {}", e.plan.gpus(), e.workers));
   } else {
-    if (workers < 1) throw UsageError("--elastic: give --nprocs (the workers available) or a --plan");
-    plan = plan_for_workers(inputs, workers);
+    if (e.workers < 1) throw UsageError("--elastic: give --nprocs (the workers available) or a --plan");
+    e.plan = plan_for_workers(e.inputs, e.workers);
   }
+  return e;
+}
 
-  char state_template[] = "/tmp/sailor-elastic-XXXXXX";
-  if (::mkdtemp(state_template) == nullptr) throw IoError("cannot create a folder in /tmp");
-  const fs::path state_dir = state_template;
-  struct RemoveAtExit {
-    fs::path dir;
-    ~RemoveAtExit() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } remove_at_exit{state_dir};
+// A folder in /tmp for the plan files, removed with it.
+struct StateFolder {
+  fs::path dir;
+  StateFolder() {
+    char state_template[] = "/tmp/sailor-elastic-XXXXXX";
+    if (::mkdtemp(state_template) == nullptr) throw IoError("cannot create a folder in /tmp");
+    dir = state_template;
+  }
+  ~StateFolder() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+};
+
+int run_restart(const LaunchCommand& c) {
+  ElasticStart start = elastic_start(c);
+  const std::optional<std::string> output = start.output.string();
+  std::optional<std::string> metrics;
+  if (start.metrics) metrics = start.metrics->string();
+  const PlannerInputs& inputs = start.inputs;
+  int workers = start.workers;
+  Plan plan = start.plan;
+
+  const StateFolder state;
+  const fs::path& state_dir = state.dir;
 
   std::uintmax_t metrics_offset = 0;
   std::int64_t last_step_seen = 0;
@@ -162,7 +206,7 @@ int run_elastic_launch(const LaunchCommand& c) {
     const Clock::time_point started = Clock::now();
     auto on_tick = [&] {
       if (!metrics) return;
-      for (std::int64_t step : steps_since(*metrics, metrics_offset)) {
+      for (const auto& [step, generation_of_step] : steps_since(*metrics, metrics_offset)) {
         if (pending_record) {
           (*pending_record)["restart_s"] = seconds_between(started, Clock::now());
           (*pending_record)["recovery_s"] = seconds_between(last_failure, Clock::now());
@@ -225,5 +269,306 @@ int run_elastic_launch(const LaunchCommand& c) {
     last_record = record;
   }
 }
+
+
+// In-place recovery (docs/training-runtime.md, "In-place recovery"): this
+// process serves the store, publishes one membership per generation and
+// supervises the workers; survivors keep their process and state.
+class InplaceController {
+ public:
+  explicit InplaceController(const LaunchCommand& c) : c_(c), start_(elastic_start(c)), processes_(c, "worker") {}
+
+  int run() {
+    const int port = c_.master_port > 0 ? c_.master_port : free_local_port();
+    store_ = ControlStore::serve(port, std::chrono::seconds(60));
+    spdlog::info("elastic controller at 127.0.0.1:{} (sailor-run status --controller 127.0.0.1:{})", port, port);
+    for (int id = 0; id < start_.workers; ++id) order_.push_back(id);
+    next_id_ = start_.workers;
+    publish(start_.plan, {}, "start");
+    for (int id = 0; id < start_.workers; ++id) start_worker(id, 0);
+    const StopSignals signals;
+    for (;;) {
+      for (const auto& e : processes_.poll(20)) on_exit(e);
+      if (signals.received() != 0) {
+        spdlog::warn("signal {}: stopping the workers; the last checkpoint stays in {}", signals.received(),
+                     start_.output.string());
+        processes_.signal_all(SIGKILL);
+        return 128 + signals.received();
+      }
+      watch_metrics();
+      if (finished()) return finish();
+      check_heartbeats();
+      check_requests();
+      if (!cause_.empty() && Clock::now() >= settle_until_) {
+        if (const int code = reconfigure(); code != 0) return code;
+      }
+    }
+  }
+
+ private:
+  using Env = std::vector<std::pair<std::string, std::string>>;
+
+  bool training(int id) const { return std::find(members_.training.begin(), members_.training.end(), id) != members_.training.end(); }
+  bool alive(int id) const { return processes_.running(id) && !lost_.count(id); }
+
+  void start_worker(int id, int generation) {
+    std::vector<std::string> args = c_.arguments;
+    if (generation > 0 && std::find(args.begin(), args.end(), "--resume") == args.end() &&
+        std::find(args.begin(), args.end(), "--force") == args.end()) {
+      // A worker that joins later reads the run's options from the checkpoint, or starts a new one.
+      args.push_back(fs::exists(start_.output / "trainer_state.json") ? "--resume" : "--force");
+    }
+    const int rank = std::max(0, members_.rank_of(id));
+    Env env = worker_environment(rank, static_cast<int>(members_.training.size()), "127.0.0.1", store_->port());
+    env.emplace_back(kEnvElastic, "1");
+    env.emplace_back("SAILOR_CONTROL", fmt::format("127.0.0.1:{}", store_->port()));
+    env.emplace_back("SAILOR_WORKER_ID", std::to_string(id));
+    env.emplace_back("SAILOR_GENERATION", std::to_string(generation));
+    processes_.start(id, args, env);
+    beats_[id] = {-1, Clock::now()};
+  }
+
+  // Writes the plan, the membership and the status, then moves the generation on.
+  void publish(const Plan& plan, const std::vector<int>& leaving, const std::string& cause) {
+    const int generation = generation_ + (published_ ? 1 : 0);
+    published_ = true;
+    const int ranks = plan.gpus();
+    Membership m;
+    m.generation = generation;
+    for (int id : order_) {
+      if (std::find(leaving.begin(), leaving.end(), id) != leaving.end()) continue;
+      if (static_cast<int>(m.training.size()) < ranks) m.training.push_back(id);
+      else m.others.push_back(id);
+    }
+    for (int id : leaving) m.others.push_back(id);
+    m.leaving = leaving;
+    m.plan = plan_to_json(plan);
+    m.plan_file = (state_.dir / fmt::format("plan-{}.json", generation)).string();
+    write_file_atomically(m.plan_file, m.plan.dump(2) + "\n");
+    store_->set(control_keys::generation_prefix(generation) + "members", m.to_json());
+    store_->set(control_keys::kGeneration, std::to_string(generation));
+    generation_ = generation;
+    members_ = m;
+    plan_ = plan;
+    nlohmann::json status = nlohmann::json::parse(m.to_json());
+    status["state"] = "running";
+    status["cause"] = cause;
+    status["reconfigurations"] = generation;
+    status["last_step"] = last_step_seen_;
+    store_->set(control_keys::kStatus, status.dump());
+  }
+
+  void on_exit(const WorkerProcesses::Exit& e) {
+    if (e.code == 0) return;  // finished (a training rank at the end, or a spare told the job is done)
+    const bool leaving = std::find(members_.leaving.begin(), members_.leaving.end(), e.id) != members_.leaving.end();
+    if (leaving && e.code == kExitPreempted) return;  // handed its state over and left
+    lost_.insert(e.id);
+    note(lost_cause_.count(e.id) ? lost_cause_[e.id] : e.describe());
+  }
+
+  void note(const std::string& cause) {
+    if (cause_.empty()) {
+      detected_ = Clock::now();
+      // A lost worker takes the others' collectives down with it: let them
+      // report, and gather every loss of the same moment into one change.
+      settle_until_ = detected_ + std::chrono::milliseconds(100);
+      cause_ = cause;
+    } else if (cause_.find(cause) == std::string::npos) {
+      cause_ += "; " + cause;
+    }
+  }
+
+  bool finished() {
+    if (members_.training.empty()) return false;
+    for (int id : members_.training)
+      if (processes_.running(id) || lost_.count(id)) return false;
+    return cause_.empty();
+  }
+
+  int finish() {
+    store_->set(control_keys::kDone, "1");
+    auto status = nlohmann::json::parse(*store_->get(control_keys::kStatus));
+    status["state"] = "done";
+    store_->set(control_keys::kStatus, status.dump());
+    flush_record();
+    const auto deadline = Clock::now() + std::chrono::duration<double>(c_.grace_seconds + 5);
+    while (processes_.active() > 0 && Clock::now() < deadline) processes_.poll(20);
+    processes_.signal_all(SIGKILL);
+    return 0;
+  }
+
+  void check_heartbeats() {
+    if (Clock::now() - last_heartbeat_check_ < std::chrono::milliseconds(250)) return;
+    last_heartbeat_check_ = Clock::now();
+    for (auto& [id, beat] : beats_) {
+      if (!alive(id)) continue;
+      const auto value = store_->get(control_keys::heartbeat(id));
+      const std::int64_t count = value ? std::stoll(*value) : -1;
+      if (count != beat.first) {
+        beat = {count, Clock::now()};
+      } else if (Clock::now() - beat.second > std::chrono::duration<double>(c_.heartbeat_timeout_seconds)) {
+        lost_cause_[id] = fmt::format("worker {} sent no heartbeat for {:.0f} s", id, c_.heartbeat_timeout_seconds);
+        spdlog::error("{}; stopping it", lost_cause_[id]);
+        processes_.signal(id, SIGKILL);
+        beat.second = Clock::now();
+      }
+    }
+  }
+
+  // Requests from the workers (a boundary reached, a failed collective) and from `sailor-run join`.
+  void check_requests() {
+    const std::string prefix = control_keys::generation_prefix(generation_);
+    if (const auto joins = store_->get(control_keys::kJoinRequests)) {
+      const std::int64_t asked = std::stoll(*joins);
+      for (; joined_ < asked; ++joined_) {
+        const int id = next_id_++;
+        order_.push_back(id);
+        start_worker(id, generation_ + 1);
+        joiners_.push_back(id);
+      }
+      if (!joiners_.empty() && !stop_asked_) {
+        // The training ranks stop at the next step boundary and hand over to a plan with the newcomers.
+        store_->set(prefix + "stop", "1");
+        stop_asked_ = true;
+      }
+    }
+    if (const auto boundary = store_->get(prefix + "boundary"); boundary && !boundary_seen_) {
+      boundary_seen_ = true;
+      const auto j = nlohmann::json::parse(*boundary);
+      boundary_leaving_ = j.at("leaving").get<std::vector<int>>();
+      std::string why;
+      if (!boundary_leaving_.empty())
+        why = fmt::format("worker(s) {} preempted (SIGTERM), left at the boundary of step {}",
+                          fmt::join(boundary_leaving_, ", "), j.at("step").get<std::int64_t>());
+      if (!joiners_.empty())
+        why += fmt::format("{}worker(s) {} joined", why.empty() ? "" : "; ", fmt::join(joiners_, ", "));
+      note(why.empty() ? "stopped at a step boundary" : why);
+      settle_until_ = Clock::now();
+    }
+    if (cause_.empty()) {
+      if (const auto failures = store_->get(prefix + "failures")) {
+        // A worker lost a peer that has not exited (yet): give it a moment to show up as lost.
+        if (failure_seen_ == Clock::time_point{}) failure_seen_ = Clock::now();
+        if (Clock::now() - failure_seen_ > std::chrono::seconds(2))
+          note(fmt::format("{} worker(s) lost a peer that is still running", *failures));
+      }
+    }
+  }
+
+  int reconfigure() {
+    const Clock::time_point plan_start = Clock::now();
+    std::vector<int> leaving;
+    int available = 0;
+    for (int id : order_) {
+      if (!alive(id)) continue;
+      if (std::find(boundary_leaving_.begin(), boundary_leaving_.end(), id) != boundary_leaving_.end()) {
+        leaving.push_back(id);
+        continue;
+      }
+      ++available;
+    }
+    flush_record();
+    nlohmann::json record = {{"event", "reconfiguration"}, {"generation", generation_ + 1},
+                             {"recovery", "inplace"}, {"cause", cause_},
+                             {"workers_before", static_cast<int>(members_.training.size() + members_.others.size())},
+                             {"workers_after", available}, {"last_step_before", last_step_seen_},
+                             {"old_plan", plan_to_json(plan_)}};
+    const std::string cause = cause_;
+    if (generation_ + 1 > c_.max_reconfigurations) {
+      spdlog::error("{} reconfigurations: giving up", generation_ + 1);
+      processes_.signal_all(SIGKILL);
+      return 1;
+    }
+    Plan plan;
+    try {
+      if (available < 1) throw NoSolutionError("no workers are left");
+      plan = plan_for_workers(start_.inputs, available);
+    } catch (const NoSolutionError& e) {
+      record["plan_s"] = seconds_between(plan_start, Clock::now());
+      record["result"] = std::string("no plan: ") + e.what();
+      if (start_.metrics) append_line(*start_.metrics, record.dump());
+      processes_.signal_all(SIGKILL);
+      throw NoSolutionError(fmt::format("{}; {} worker(s) left admit no plan ({}); the last checkpoint (step {}) is in {}",
+                                        cause, available, e.what(), checkpoint_step(start_.output),
+                                        start_.output.string()));
+    }
+    record["plan_s"] = seconds_between(plan_start, Clock::now());
+    record["new_plan"] = plan_to_json(plan);
+    // The loss was seen when its process exited or missed its heartbeats;
+    // stop_s is the wait for other losses of the same moment.
+    record["stop_s"] = seconds_between(detected_, plan_start);
+    // The order of ranks: survivors as they were, then spares, then newcomers.
+    std::vector<int> order;
+    for (int id : members_.training) if (alive(id)) order.push_back(id);
+    for (int id : members_.others) if (alive(id)) order.push_back(id);
+    for (int id : joiners_) if (alive(id) && std::find(order.begin(), order.end(), id) == order.end()) order.push_back(id);
+    order_ = order;
+    spdlog::warn("{}: re-planned for {} worker(s) in {:.3f} s: generation {} hands the state over in place", cause,
+                 available, record["plan_s"].get<double>(), generation_ + 1);
+    publish(plan, leaving, cause);
+    pending_record_ = record;
+    regroup_started_ = Clock::now();
+    record_detected_ = detected_;
+    cause_.clear();
+    joiners_.clear();
+    boundary_leaving_.clear();
+    boundary_seen_ = false;
+    stop_asked_ = false;
+    failure_seen_ = {};
+    return 0;
+  }
+
+  // The record of the last reconfiguration waits for the first step of its generation.
+  void watch_metrics() {
+    if (!start_.metrics) return;
+    for (const auto& [step, generation] : steps_since(*start_.metrics, metrics_offset_)) {
+      if (pending_record_ && generation == generation_) {
+        auto& r = *pending_record_;
+        r["resumed_from_step"] = step - 1;
+        r["steps_redone"] = std::max<std::int64_t>(0, last_step_seen_ - (step - 1));
+        r["first_step"] = step;
+        r["regroup_s"] = seconds_between(regroup_started_, Clock::now());
+        r["recovery_s"] = seconds_between(record_detected_, Clock::now());
+        if (const auto ready = store_->get(control_keys::generation_prefix(generation_) + "ready")) {
+          const auto j = nlohmann::json::parse(*ready);
+          r["state_transfer_s"] = j.at("handover_s");
+          r["state_from"] = j.at("from");
+        }
+        append_line(*start_.metrics, r.dump());
+        pending_record_.reset();
+      }
+      last_step_seen_ = std::max(last_step_seen_, step);
+    }
+  }
+
+  void flush_record() {
+    if (pending_record_ && start_.metrics) append_line(*start_.metrics, pending_record_->dump());
+    pending_record_.reset();
+  }
+
+  const LaunchCommand& c_;
+  ElasticStart start_;
+  StateFolder state_;
+  WorkerProcesses processes_;
+  std::unique_ptr<ControlStore> store_;
+  Membership members_;
+  Plan plan_;
+  bool published_ = false;
+  int generation_ = 0, next_id_ = 0;
+  std::int64_t joined_ = 0, last_step_seen_ = 0;
+  std::uintmax_t metrics_offset_ = 0;
+  std::vector<int> order_, joiners_, boundary_leaving_;
+  std::set<int> lost_;
+  std::map<int, std::string> lost_cause_;
+  std::map<int, std::pair<std::int64_t, Clock::time_point>> beats_;
+  std::string cause_;
+  bool boundary_seen_ = false, stop_asked_ = false;
+  Clock::time_point detected_, settle_until_, failure_seen_, last_heartbeat_check_, regroup_started_, record_detected_;
+  std::optional<nlohmann::json> pending_record_;
+};
+
+int run_inplace(const LaunchCommand& c) { return InplaceController(c).run(); }
+
+}  // namespace
 
 }  // namespace fleet::sailor::runtime

@@ -29,16 +29,6 @@ namespace {
 std::atomic<int> g_signal{0};
 extern "C" void remember_signal(int sig) { g_signal = sig; }
 
-// One worker: its pid and the pipes its stdout and stderr come through.
-struct Worker {
-  int rank = 0;
-  pid_t pid = -1;
-  int out = -1, err = -1;
-  std::string out_tail, err_tail;  // a line not yet complete
-  bool exited = false;
-  int status = 0;
-};
-
 void write_all(int fd, const std::string& text) {
   std::size_t done = 0;
   while (done < text.size()) {
@@ -49,15 +39,15 @@ void write_all(int fd, const std::string& text) {
   }
 }
 
-// Reads what is there and writes complete lines, each prefixed with the rank
-// when `prefix` (so lines of different workers never interleave mid-line).
+// Reads what is there and writes complete lines, each prefixed with
+// `prefix` (so lines of different workers never interleave mid-line).
 // Returns false at end of file.
-bool pump(int& fd, std::string& tail, int rank, int to, bool prefix) {
+bool pump(int& fd, std::string& tail, const std::string& prefix, int to) {
   char buffer[65536];
   ssize_t n = ::read(fd, buffer, sizeof buffer);
   if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
   if (n <= 0) {
-    if (!tail.empty()) write_all(to, (prefix ? fmt::format("[rank {}] ", rank) : "") + tail + "\n");
+    if (!tail.empty()) write_all(to, prefix + tail + "\n");
     tail.clear();
     ::close(fd);
     fd = -1;
@@ -67,7 +57,7 @@ bool pump(int& fd, std::string& tail, int rank, int to, bool prefix) {
   std::size_t start = 0, end;
   std::string lines;
   while ((end = tail.find('\n', start)) != std::string::npos) {
-    if (prefix) lines += fmt::format("[rank {}] ", rank);
+    lines += prefix;
     lines += tail.substr(start, end - start + 1);
     start = end + 1;
   }
@@ -82,18 +72,12 @@ int exit_code_of(int status) {
   return 1;
 }
 
-[[noreturn]] void exec_worker(const LaunchCommand& c, const std::vector<std::string>& args, int rank, int world,
-                              int port, int out, int err) {
+[[noreturn]] void exec_worker(const LaunchCommand& c, const std::vector<std::string>& args,
+                              const std::vector<std::pair<std::string, std::string>>& env, int out, int err) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // no orphans if the launcher dies
   ::dup2(out, STDOUT_FILENO);
   ::dup2(err, STDERR_FILENO);
-  ::setenv("RANK", std::to_string(rank).c_str(), 1);
-  ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-  ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
-  ::setenv("LOCAL_WORLD_SIZE", std::to_string(world).c_str(), 1);
-  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-  ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-  if (!c.elastic_inputs.empty()) ::setenv(kEnvElastic, "1", 1);
+  for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
   std::vector<char*> argv;
   const std::string program = c.program.empty() ? "/proc/self/exe" : c.program.string();
   std::string name = "sailor-run";
@@ -101,7 +85,7 @@ int exit_code_of(int status) {
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   ::execv(program.c_str(), argv.data());
-  std::string msg = fmt::format("sailor-run: error: cannot start worker {}: {}\n", rank, std::strerror(errno));
+  std::string msg = fmt::format("sailor-run: error: cannot start the worker: {}\n", std::strerror(errno));
   write_all(STDERR_FILENO, msg);
   ::_exit(127);
 }
@@ -125,109 +109,178 @@ int free_local_port() {
   return ntohs(addr.sin_port);
 }
 
-WorkerOutcome run_workers(const LaunchCommand& c, const std::vector<std::string>& args, int world, int port,
-                          const std::function<void()>& on_tick) {
+struct WorkerProcesses::Process {
+  pid_t pid = -1;
+  int out = -1, err = -1;
+  std::string out_tail, err_tail;  // a line not yet complete
+  bool exited = false;
+};
+
+WorkerProcesses::WorkerProcesses(const LaunchCommand& command, std::string label)
+    : command_(command), label_(std::move(label)) {}
+
+WorkerProcesses::~WorkerProcesses() {
+  for (auto& [id, p] : processes_) {
+    if (!p.exited) {
+      ::kill(p.pid, SIGKILL);
+      ::waitpid(p.pid, nullptr, 0);
+    }
+    if (p.out >= 0) ::close(p.out);
+    if (p.err >= 0) ::close(p.err);
+  }
+}
+
+void WorkerProcesses::start(int id, const std::vector<std::string>& args,
+                            const std::vector<std::pair<std::string, std::string>>& env) {
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
+    throw IoError(std::string("pipe: ") + std::strerror(errno));
+  const pid_t pid = ::fork();
+  if (pid < 0) throw IoError(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) exec_worker(command_, args, env, out[1], err[1]);
+  ::close(out[1]);
+  ::close(err[1]);
+  Process& p = processes_[id];
+  p.pid = pid;
+  p.out = out[0];
+  p.err = err[0];
+}
+
+std::string WorkerProcesses::Exit::describe() const {
+  return WIFSIGNALED(status) ? fmt::format("worker {} killed by signal {}", id, WTERMSIG(status))
+                             : fmt::format("worker {} exited with status {}", id, code);
+}
+
+std::vector<WorkerProcesses::Exit> WorkerProcesses::poll(int timeout_ms) {
+  std::vector<pollfd> fds;
+  for (auto& [id, p] : processes_) {
+    if (p.out >= 0) fds.push_back({p.out, POLLIN, 0});
+    if (p.err >= 0) fds.push_back({p.err, POLLIN, 0});
+  }
+  if (!fds.empty()) ::poll(fds.data(), fds.size(), timeout_ms);
+  else ::usleep(static_cast<useconds_t>(timeout_ms) * 1000);  // exited workers are reaped below
+  for (auto& [id, p] : processes_) {
+    const std::string prefix = fmt::format("[{} {}] ", label_, id);
+    for (const auto& f : fds) {
+      if (f.revents == 0) continue;
+      if (f.fd == p.out && p.out >= 0) pump(p.out, p.out_tail, "", STDOUT_FILENO);
+      if (f.fd == p.err && p.err >= 0) pump(p.err, p.err_tail, prefix, STDERR_FILENO);
+    }
+  }
+  std::vector<Exit> exits;
+  for (auto& [id, p] : processes_) {
+    int status = 0;
+    if (!p.exited && ::waitpid(p.pid, &status, WNOHANG) == p.pid) {
+      p.exited = true;
+      exits.push_back({id, status, exit_code_of(status)});
+    }
+  }
+  return exits;
+}
+
+void WorkerProcesses::signal(int id, int sig) {
+  auto it = processes_.find(id);
+  if (it != processes_.end() && !it->second.exited) ::kill(it->second.pid, sig);
+}
+
+void WorkerProcesses::signal_all(int sig) {
+  for (auto& [id, p] : processes_)
+    if (!p.exited) ::kill(p.pid, sig);
+}
+
+bool WorkerProcesses::running(int id) const {
+  auto it = processes_.find(id);
+  return it != processes_.end() && !it->second.exited;
+}
+
+int WorkerProcesses::active() const {
+  int n = 0;
+  for (const auto& [id, p] : processes_) n += !p.exited || p.out >= 0 || p.err >= 0;
+  return n;
+}
+
+pid_t WorkerProcesses::pid(int id) const {
+  auto it = processes_.find(id);
+  return it == processes_.end() ? -1 : it->second.pid;
+}
+
+StopSignals::StopSignals() : old_(new struct sigaction[2]) {
+  g_signal = 0;
   struct sigaction action {};
   action.sa_handler = remember_signal;
   sigemptyset(&action.sa_mask);
-  struct sigaction old_int {}, old_term {};
-  ::sigaction(SIGINT, &action, &old_int);
-  ::sigaction(SIGTERM, &action, &old_term);
+  ::sigaction(SIGINT, &action, &old_[0]);
+  ::sigaction(SIGTERM, &action, &old_[1]);
+}
 
-  std::vector<Worker> workers(static_cast<std::size_t>(world));
+StopSignals::~StopSignals() {
+  ::sigaction(SIGINT, &old_[0], nullptr);
+  ::sigaction(SIGTERM, &old_[1], nullptr);
+  delete[] old_;
+}
+
+int StopSignals::received() const { return g_signal.load(); }
+
+std::vector<std::pair<std::string, std::string>> worker_environment(int rank, int world, const std::string& addr,
+                                                                    int port) {
+  return {{"RANK", std::to_string(rank)},         {"LOCAL_RANK", std::to_string(rank)},
+          {"WORLD_SIZE", std::to_string(world)},  {"LOCAL_WORLD_SIZE", std::to_string(world)},
+          {"MASTER_ADDR", addr},                  {"MASTER_PORT", std::to_string(port)}};
+}
+
+WorkerOutcome run_workers(const LaunchCommand& c, const std::vector<std::string>& args, int world, int port,
+                          const std::function<void()>& on_tick) {
+  const StopSignals signals;
+  WorkerProcesses workers(c, "rank");
   for (int r = 0; r < world; ++r) {
-    int out[2], err[2];
-    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
-      throw IoError(std::string("pipe: ") + std::strerror(errno));
-    const pid_t pid = ::fork();
-    if (pid < 0) throw IoError(std::string("fork: ") + std::strerror(errno));
-    if (pid == 0) exec_worker(c, args, r, world, port, out[1], err[1]);
-    ::close(out[1]);
-    ::close(err[1]);
-    auto& w = workers[static_cast<std::size_t>(r)];
-    w.rank = r;
-    w.pid = pid;
-    w.out = out[0];
-    w.err = err[0];
+    auto env = worker_environment(r, world, "127.0.0.1", port);
+    if (!c.elastic_inputs.empty()) env.emplace_back(kEnvElastic, "1");
+    workers.start(r, args, env);
   }
 
   WorkerOutcome outcome;
   bool stopping = false;
   auto stop_time = std::chrono::steady_clock::now();
   bool killed = false;
-  auto stop_all = [&](int sig) {
-    for (auto& w : workers)
-      if (!w.exited) ::kill(w.pid, sig);
-  };
-  for (;;) {
-    std::vector<pollfd> fds;
-    for (auto& w : workers) {
-      if (w.out >= 0) fds.push_back({w.out, POLLIN, 0});
-      if (w.err >= 0) fds.push_back({w.err, POLLIN, 0});
-    }
-    if (!fds.empty()) ::poll(fds.data(), fds.size(), 100);
-    for (auto& w : workers) {
-      for (const auto& p : fds) {
-        if (p.revents == 0) continue;
-        if (p.fd == w.out && w.out >= 0) pump(w.out, w.out_tail, w.rank, STDOUT_FILENO, false);
-        if (p.fd == w.err && w.err >= 0) pump(w.err, w.err_tail, w.rank, STDERR_FILENO, true);
+  while (workers.active() > 0) {
+    for (const auto& e : workers.poll(100)) {
+      if (e.code == kExitPreempted) outcome.left_ranks.push_back(e.id);
+      // Leaving at a step boundary is orderly: the others stop at the same one by themselves.
+      const bool orderly = e.code == kExitPreempted || e.code == kExitStoppedWithPeers;
+      if (orderly) outcome.stopped_at_boundary = true;
+      if (e.code != 0 && !orderly && outcome.exit_code == 0 && !stopping) {
+        outcome.exit_code = e.code;
+        outcome.failed_rank = e.id;
+        outcome.failed_at = std::chrono::steady_clock::now();
+        outcome.cause = e.describe();
+        spdlog::error("{}; stopping the others", outcome.cause);
       }
     }
-    bool all_done = true;
-    for (auto& w : workers) {
-      if (!w.exited) {
-        int status = 0;
-        if (::waitpid(w.pid, &status, WNOHANG) == w.pid) {
-          w.exited = true;
-          w.status = status;
-          const int code = exit_code_of(status);
-          if (code == kExitPreempted) outcome.left_ranks.push_back(w.rank);
-          // Leaving at a step boundary is orderly: the others stop at the same one by themselves.
-          const bool orderly = code == kExitPreempted || code == kExitStoppedWithPeers;
-          if (orderly) outcome.stopped_at_boundary = true;
-          if (code != 0 && !orderly && outcome.exit_code == 0 && !stopping) {
-            outcome.exit_code = code;
-            outcome.failed_rank = w.rank;
-            outcome.failed_at = std::chrono::steady_clock::now();
-            outcome.cause = WIFSIGNALED(status) ? fmt::format("worker {} killed by signal {}", w.rank, WTERMSIG(status))
-                                                : fmt::format("worker {} exited with status {}", w.rank, code);
-            spdlog::error("{}; stopping the others", outcome.cause);
-          }
-        }
-      }
-      all_done = all_done && w.exited && w.out < 0 && w.err < 0;
-    }
-    if (all_done) break;
+    if (workers.active() == 0) break;
     if (on_tick) on_tick();
-    if (!stopping && (outcome.exit_code != 0 || g_signal != 0)) {
-      if (g_signal != 0 && outcome.exit_code == 0) {
-        spdlog::warn("signal {}: stopping the workers", g_signal.load());
-        outcome.exit_code = 128 + g_signal;
+    if (!stopping && (outcome.exit_code != 0 || signals.received() != 0)) {
+      if (signals.received() != 0 && outcome.exit_code == 0) {
+        spdlog::warn("signal {}: stopping the workers", signals.received());
+        outcome.exit_code = 128 + signals.received();
         outcome.interrupted = true;
       }
       stopping = true;
       stop_time = std::chrono::steady_clock::now();
       // An elastic job restarts from its checkpoint: the others' state is of no use, stop them at once.
-      stop_all(!c.elastic_inputs.empty() && !outcome.interrupted ? SIGKILL : SIGTERM);
+      workers.signal_all(!c.elastic_inputs.empty() && !outcome.interrupted ? SIGKILL : SIGTERM);
     }
     if (stopping && !killed &&
         std::chrono::steady_clock::now() - stop_time > std::chrono::duration<double>(c.grace_seconds)) {
-      stop_all(SIGKILL);
+      workers.signal_all(SIGKILL);
       killed = true;
     }
-    // A worker whose pipes closed but which has exited is reaped above; one
-    // that still runs with closed pipes is waited for without busy polling.
-    if (fds.empty()) ::usleep(50000);
   }
-  ::sigaction(SIGINT, &old_int, nullptr);
-  ::sigaction(SIGTERM, &old_term, nullptr);
   outcome.all_stopped_at = std::chrono::steady_clock::now();
   return outcome;
 }
 
 int run_launch(const LaunchCommand& c) {
   if (c.arguments.empty()) throw UsageError("give the worker's command after --, e.g. -- train --model DIR ...");
-  if (!c.elastic_inputs.empty()) return run_elastic_launch(c);
   std::vector<std::string> args = c.arguments;
   int world = c.nprocs;
   if (!c.plan.empty()) {

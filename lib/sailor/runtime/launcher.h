@@ -7,10 +7,15 @@
 // exit code. No libtorch.
 #pragma once
 
+#include <signal.h>
+#include <sys/types.h>
+
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fleet::sailor::runtime {
@@ -24,8 +29,43 @@ struct LaunchCommand {
   std::filesystem::path program;      ///< the worker program (default: this executable)
   // Elastic jobs (docs/training-runtime.md, "Elastic jobs"):
   std::filesystem::path elastic_inputs;  ///< planner inputs folder; set: survive lost workers by re-planning
-  std::string recovery = "restart";      ///< how: restart (every worker from the last checkpoint)
+  std::string recovery = "inplace";      ///< inplace (survivors keep their state) or restart (all, from the checkpoint)
   int max_reconfigurations = 16;         ///< give up after this many
+  double heartbeat_timeout_seconds = 30; ///< inplace: a worker silent this long is taken for lost
+};
+
+/// Worker processes of this machine, each running the worker program with
+/// some environment: started, their output passed through line by line
+/// (standard error prefixed with "[LABEL N] "), reaped, signalled.
+class WorkerProcesses {
+ public:
+  WorkerProcesses(const LaunchCommand& command, std::string label);
+  ~WorkerProcesses();  ///< SIGKILLs and reaps what still runs
+  WorkerProcesses(const WorkerProcesses&) = delete;
+  WorkerProcesses& operator=(const WorkerProcesses&) = delete;
+
+  /// Starts worker `id` running `args` with `env` added to this environment.
+  void start(int id, const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env);
+  struct Exit {
+    int id = 0;
+    int status = 0;     ///< as waitpid reports it
+    int code = 0;       ///< the exit status, or 128 + signal
+    std::string describe() const;  ///< "worker 2 killed by signal 9"
+  };
+  /// Passes output through for up to `timeout_ms`; returns the workers that exited since the last call.
+  std::vector<Exit> poll(int timeout_ms);
+  void signal(int id, int sig);
+  void signal_all(int sig);
+  bool running(int id) const;
+  /// Workers still running or with output not yet passed through.
+  int active() const;
+  pid_t pid(int id) const;
+
+ private:
+  struct Process;
+  const LaunchCommand& command_;
+  std::string label_;
+  std::map<int, Process> processes_;
 };
 
 /// How one set of workers ended.
@@ -37,6 +77,24 @@ struct WorkerOutcome {
   std::vector<int> left_ranks;       ///< workers that left at a step boundary after SIGTERM (elastic)
   bool stopped_at_boundary = false;  ///< the workers stopped together at a step boundary (elastic)
   std::chrono::steady_clock::time_point failed_at, all_stopped_at;
+};
+
+/// The variables torchrun gives rank `rank` of `world` whose rendezvous is addr:port.
+std::vector<std::pair<std::string, std::string>> worker_environment(int rank, int world, const std::string& addr,
+                                                                    int port);
+
+/// While it lives, SIGINT and SIGTERM to this process are remembered instead of ending it.
+class StopSignals {
+ public:
+  StopSignals();
+  ~StopSignals();
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+  /// 0, or the last signal received.
+  int received() const;
+
+ private:
+  struct sigaction* old_ = nullptr;
 };
 
 /// Starts `world` workers running `args` and supervises them until every one

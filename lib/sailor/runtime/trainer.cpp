@@ -29,7 +29,9 @@
 #include "sailor/pipeline_schedule.h"
 #include "sailor/runtime/checkpoint.h"
 #include "sailor/runtime/communicator.h"
+#include "sailor/runtime/control_store.h"
 #include "sailor/runtime/elastic.h"
+#include "sailor/runtime/elastic_worker.h"
 #include "sailor/runtime/layout.h"
 #include "sailor/runtime/world.h"
 
@@ -122,12 +124,12 @@ RunState read_run_state(const TrainJob& job) {
 
 // The layout of this job: the plan's, or data parallelism over the ranks.
 // Fixes options.global_batch for a new run; a resumed run keeps its own.
-Layout make_layout(const TrainJob& job, TrainOptions& options, int model_layers, int world_size) {
+Layout make_layout(const fs::path& plan_file, TrainOptions& options, int model_layers, int world_size) {
   Layout layout;
-  if (!job.plan.empty()) {
+  if (!plan_file.empty()) {
     JobSpec spec;
     spec.global_batch = static_cast<int>(options.global_batch);
-    const Plan plan = load_plan(job.plan, spec);
+    const Plan plan = load_plan(plan_file, spec);
     layout = layout_from_plan(plan, model_layers);
     if (options.global_batch == 0) options.global_batch = layout.global_batch;
     if (layout.global_batch != options.global_batch)
@@ -352,7 +354,7 @@ class StageRunner {
       }
     }
     auto t = Clock::now();
-    for (auto& w : sends) w->wait();
+    for (auto& w : sends) comm_->world().wait(w);
     times.add(times.send, t, "wait for sends", "send");
     t = Clock::now();
     reduce_gradients();
@@ -372,6 +374,15 @@ class StageRunner {
     }
     return total;
   }
+
+  // An elastic generation ended with work of these groups still in flight:
+  // destroying a Gloo group waits for that work, so they are left alive.
+  void abandon_groups() {
+    if (tp_group_) (void)tp_group_.release();
+    if (dp_group_) (void)dp_group_.release();
+    if (embedding_group_) (void)embedding_group_.release();
+  }
+  int tensor_parallel() const { return stage_.tp; }
 
   // After the optimizer step: the head's copy of a tied embedding follows it.
   void after_update() {
@@ -507,7 +518,7 @@ class StageRunner {
       // Buckets with a parameter that got no gradient start now, in order.
       for (std::size_t b = 0; b < flat_grads_.size(); ++b)
         if (!bucket_works_[b]) bucket_works_[b] = dp_group_->all_reduce_sum_async(flat_grads_[b]);
-      for (auto& w : bucket_works_) w->wait();
+      for (auto& w : bucket_works_) dp_group_->wait(w);
     }
     if (embedding_group_) {
       for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -570,8 +581,46 @@ void write_trace(const fs::path& path, Communicator* comm, const Layout& layout,
 
 }  // namespace
 
+namespace {
+
+// Where a generation's training starts: the step and the files its state
+// comes from (a model folder or a checkpoint), or state handed over in memory.
+struct StartingPoint {
+  std::int64_t step = 0;
+  fs::path source;            ///< read weights (and, when `checkpoint`, the optimizer) from here
+  bool checkpoint = false;
+  bool in_memory = false;     ///< parameters and moments were handed over
+};
+
+// A checkpoint folder's step, or -1.
+std::int64_t checkpoint_step(const fs::path& output) {
+  std::error_code ec;
+  if (!fs::exists(output / kStateFile, ec)) return -1;
+  auto doc = load_json_file(output / kStateFile);
+  return doc.root().get<std::int64_t>("step");
+}
+
+// Keeps what a worker holds at the end of a generation: its parameters and
+// optimizer moments as of the last committed step (whole tensors: with
+// tensor parallelism nothing is kept, and a later hand-over falls back to
+// the checkpoint).
+HeldState hold_state(const NamedTensors& params, const NamedTensors& moments, int tp, std::int64_t step,
+                     const nlohmann::json& history) {
+  HeldState held;
+  held.history = history;
+  if (tp != 1) return held;
+  held.step = step;
+  for (const auto& list : {&params, &moments})
+    for (const auto& [name, t] : *list) held.tensors[name] = t.detach();
+  return held;
+}
+
+}  // namespace
+
 TrainResult train(const TrainJob& job) {
-  const WorldInfo world = world_from_environment();
+  const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(job.timeout_seconds * 1000));
+  const auto elastic = ElasticWorker::from_environment(timeout);
+  WorldInfo world = world_from_environment();
   RunState run = read_run_state(job);
   TrainOptions& options = run.options;
   for (const auto& f : run.data_files) check_input_file(f);
@@ -592,25 +641,6 @@ TrainResult train(const TrainJob& job) {
     throw InputError("the training data changed since the checkpoint in " + job.output.string() +
                      " (token fingerprint differs); resume needs the same files");
   const int model_layers = config.num_hidden_layers + 2;
-  const Layout layout = make_layout(job, options, model_layers, world.world_size);
-  // Each rank reads only its stage's weights.
-  const auto& own = layout.stages[static_cast<std::size_t>(layout.place(world.rank).stage)];
-  auto model = model::LlamaModel::load_layers(run.source, own.first, own.last, torch::kFloat32, on_device);
-
-  std::unique_ptr<Communicator> comm;
-  if (world.distributed()) {
-    const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(job.timeout_seconds * 1000));
-    comm = std::make_unique<Communicator>(world, timeout);
-    check_same_inputs(*comm, fmt::format("{:016x}", model_files_fingerprint(run.source)),
-                      fmt::format("{:016x}", data.fingerprint),
-                      options.to_json().dump() + " " + layout.describe() + " " + job.output.string());
-  }
-  if (world.rank == 0) spdlog::info("training {} on {} rank(s): {}", run.source.string(), world.world_size, layout.describe());
-
-  StageRunner runner(layout, world.rank, comm.get(), model, data, options, on_device);
-  model::AdamW optimizer(runner.parameters(), options);
-  if (job.resume)
-    optimizer.load(job.output, [&](const std::string& name, const torch::Tensor& t) { return runner.slice_of(name, t); });
 
   std::int64_t end_step = options.steps;
   if (job.stop_after > 0) end_step = std::min(end_step, run.start_step + job.stop_after);
@@ -620,133 +650,300 @@ TrainResult train(const TrainJob& job) {
     sigemptyset(&action.sa_mask);
     ::sigaction(SIGTERM, &action, nullptr);
   }
-
-  // Replica 0 of each stage writes that stage's shards.
-  std::vector<int> writers;
-  for (int s = 0; s < layout.pipeline_stages(); ++s) writers.push_back(layout.rank_of(s, 0, 0));
-  std::string token = fmt::format("{:08x}", std::random_device()());
-  if (comm) token = comm->all_gather_strings("token", token).front();
-  if (world.rank == 0) CheckpointWriter::remove_stale_staging(job.output);
-  CheckpointWriter checkpoints(job.output, world, writers,
-                               token, std::chrono::milliseconds(static_cast<std::int64_t>(job.timeout_seconds * 1000)));
-  // Copies taken between two steps; the files are written while training goes on.
-  std::int64_t saved_step = -1;
-  auto save_checkpoint = [&](std::int64_t step_done) {
-    saved_step = step_done;
-    CheckpointSnapshot snapshot;
-    snapshot.step = step_done;
-    auto copy = [&](const NamedTensors& tensors, NamedTensors& into) {
-      for (const auto& [name, t] : tensors) {
-        // A tied head on a later stage: the first stage writes the embedding.
-        if (runner.holds_tied_copy() && name.find(kTiedName) != std::string::npos) continue;
-        auto whole = runner.gather_whole(name, t);
-        if (runner.writes_checkpoint()) into.emplace_back(name, std::move(whole));
-      }
-    };
-    if (runner.gathers_checkpoint()) {
-      copy(runner.parameters(), snapshot.model);
-      copy(optimizer.state(), snapshot.optimizer);
-    }
-    if (world.rank == 0) {
-      auto config = model.config();
-      config.torch_dtype = "float32";
-      snapshot.config_json = model::llama_config_json(config);
-      snapshot.tokenizer_source = run.source;
-      std::vector<std::string> names;
-      // "-" stays "-": a resumed run reads standard input again (the fingerprint checks it is the same text).
-      for (const auto& f : run.data_files) names.push_back(is_stdio(f) ? f.string() : fs::absolute(f).string());
-      snapshot.trainer_state = {{"format", kStateFormat}, {"version", kStateVersion}, {"step", step_done},
-                                {"options", options.to_json()}, {"data", names},
-                                {"data_fingerprint", data.fingerprint}, {"layout", layout.describe()},
-                                {"history", run.history}};
-    }
-    checkpoints.write_async(std::move(snapshot));
-  };
-
-  std::ofstream metrics;
-  if (world.rank == 0 && !job.metrics.empty()) {
-    metrics.open(job.metrics, job.resume ? std::ios::app : std::ios::trunc);
-    if (!metrics) throw IoError("cannot write --metrics " + job.metrics.string());
-  }
-
   TrainResult result;
   result.first_step = run.start_step;
-  result.rank = world.rank;
-  result.world_size = world.world_size;
-  result.layout = layout.describe();
-  Progress progress("train", static_cast<std::uint64_t>(end_step - run.start_step), "steps",
-                    world.rank == 0 ? ProgressStyle::kAuto : ProgressStyle::kSilent);
   const auto started = Clock::now();
-  // Weights, gradients and optimizer state stay float32; on a GPU the matrix
-  // products run in bfloat16 under autocast (mixed precision).
-  std::optional<model::compat::CudaAutocast> autocast;
-  if (device == model::ComputeDevice::kCuda) autocast.emplace(torch::kBFloat16);
-  const double tokens_per_step = static_cast<double>(options.global_batch * options.seq_len);
-  for (std::int64_t step = run.start_step; step < end_step; ++step) {
-    const auto step_started = Clock::now();
-    StepTimes times;
-    times.step_start = step_started;
-    times.tracing = !job.trace.empty() && step + 1 == end_step;
-    const double loss_part = runner.run_step(step, times);
-    // One all-reduce carries the gradient norm's parts, the loss, and
-    // whether some rank was asked to leave (then all stop after this step).
-    const bool asked_to_leave = g_leave_requested.load() != 0;
-    auto totals = torch::tensor({runner.gradient_sum_of_squares(), loss_part, asked_to_leave ? 1.0 : 0.0},
-                                torch::kFloat64);
-    if (comm) {
-      auto t = Clock::now();
-      comm->world().all_reduce_sum(totals);
-      times.add(times.allreduce, t, "loss and norm all-reduce", "allreduce");
+  std::int64_t steps_run = 0;
+
+  // In-place elastic jobs run generation after generation in this process;
+  // every other job runs one.
+  std::optional<Membership> members;
+  if (elastic) members = elastic->membership(elastic->first_generation());
+  HeldState held;
+  StartingPoint start{run.start_step, run.source, job.resume, false};
+  for (;;) {
+    const int generation = members ? members->generation : 0;
+    fs::path plan_file = job.plan;
+    std::unique_ptr<Communicator> comm;
+    std::optional<model::LlamaModel> model;
+    std::optional<StageRunner> runner;
+    std::optional<model::AdamW> optimizer;
+    std::optional<CheckpointWriter> checkpoints;
+    std::optional<Layout> layout_holder;
+    std::int64_t committed = start.step;
+    bool left_at_boundary = false;
+    const auto generation_started = Clock::now();
+    try {
+      std::unique_ptr<Communicator> member_comm;
+      if (members) {
+        plan_file = members->plan_file;
+        const int member_rank = members->member_rank_of(elastic->worker_id());
+        if (member_rank < 0) throw UsageError("this worker is not a member of the job's generation " +
+                                              std::to_string(generation));
+        if (generation > 0)
+          member_comm = std::make_unique<Communicator>(
+              WorldInfo{member_rank, members->members(), 0, elastic->address(), elastic->port(), "elastic"},
+              elastic->store(), control_keys::generation_prefix(generation) + "members/", timeout,
+              &elastic->interrupt());
+        const int rank = members->rank_of(elastic->worker_id());
+        if (rank < 0) {
+          // A spare or a leaving worker: hand its state over, then wait or leave.
+          result.rank = -1;  // reports nothing
+          hand_over_state(*member_comm, held, {});
+          (void)member_comm.release();  // peers may still be finishing with it
+          if (std::find(members->leaving.begin(), members->leaving.end(), elastic->worker_id()) !=
+              members->leaving.end()) {
+            result.stop_code = kExitPreempted;
+            result.last_step = held.step;
+            return result;
+          }
+          spdlog::info("worker {}: a spare in generation {}", elastic->worker_id(), generation);
+          members = elastic->next_generation(generation);
+          if (!members) return result;
+          continue;
+        }
+        world = WorldInfo{rank, static_cast<int>(members->training.size()), 0, elastic->address(), elastic->port(),
+                          "elastic"};
+      }
+      layout_holder = make_layout(plan_file, options, model_layers, world.world_size);
+      const Layout& layout = *layout_holder;
+      const auto& own = layout.stages[static_cast<std::size_t>(layout.place(world.rank).stage)];
+      NamedTensors moments;
+      if (member_comm) {
+        // State from the previous generation's survivors, point to point.
+        model.emplace(model::LlamaModel::uninitialized(config));
+        model->keep_only_layers(own.first, own.last);
+        NamedTensors targets = model->named_parameters(own.first, own.last);
+        for (const auto& [name, p] : model->named_parameters(own.first, own.last))
+          for (const char* kind : {"exp_avg.", "exp_avg_sq."})
+            moments.emplace_back(kind + name, torch::zeros_like(p));
+        targets.insert(targets.end(), moments.begin(), moments.end());
+        // Slices under tensor parallelism are not handed over: a name nobody
+        // holds sends every rank to the checkpoint instead.
+        if (own.tp != 1) targets.emplace_back("(tensor-parallel stage)", torch::Tensor());
+        const auto step = hand_over_state(*member_comm, held, targets);
+        (void)member_comm.release();
+        if (step) {
+          start = {*step, run.source, false, true};
+          run.history = nlohmann::json::array();
+          for (const auto& h : held.history)
+            if (h.at("step").get<std::int64_t>() <= *step) run.history.push_back(h);
+        } else {
+          const std::int64_t saved = checkpoint_step(job.output);
+          spdlog::warn("generation {}: some layer has no surviving holder; every rank reloads {}", generation,
+                       saved >= 0 ? "the checkpoint of step " + std::to_string(saved) : std::string("the initial model"));
+          start = saved >= 0 ? StartingPoint{saved, job.output, true, false} : StartingPoint{0, job.model, false, false};
+          if (saved >= 0) run.history = load_json_file(job.output / kStateFile).root().at("history").raw();
+          else run.history = nlohmann::json::array();
+          model.reset();
+          moments.clear();
+        }
+        committed = start.step;
+      }
+      // Each rank reads only its stage's weights.
+      if (!model) model.emplace(model::LlamaModel::load_layers(start.source, own.first, own.last, torch::kFloat32, on_device));
+
+      if (members) {
+        if (world.distributed())
+          comm = std::make_unique<Communicator>(world, elastic->store(),
+                                                control_keys::generation_prefix(generation) + "train/", timeout,
+                                                &elastic->interrupt());
+      } else if (world.distributed()) {
+        comm = std::make_unique<Communicator>(world, timeout);
+      }
+      if (comm && generation == 0)
+        check_same_inputs(*comm, fmt::format("{:016x}", model_files_fingerprint(run.source)),
+                          fmt::format("{:016x}", data.fingerprint),
+                          options.to_json().dump() + " " + layout.describe() + " " + job.output.string());
+      if (world.rank == 0)
+        spdlog::info("{}training {} on {} rank(s): {}", members ? fmt::format("generation {}: ", generation) : "",
+                     start.source.string(), world.world_size, layout.describe());
+
+      runner.emplace(layout, world.rank, comm.get(), *model, data, options, on_device);
+      optimizer.emplace(runner->parameters(), options);
+      if (start.checkpoint)
+        optimizer->load(start.source,
+                        [&](const std::string& name, const torch::Tensor& t) { return runner->slice_of(name, t); });
+      if (start.in_memory) {
+        torch::NoGradGuard no_grad;
+        std::map<std::string, torch::Tensor> handed(moments.begin(), moments.end());
+        for (auto& [name, t] : optimizer->state()) t.copy_(handed.at(name));
+        runner->after_update();  // a tied head's copy follows the handed-over embedding
+      }
+      if (elastic && generation > 0 && world.rank == 0)
+        elastic->report_ready(generation, seconds_since(generation_started),
+                              start.in_memory ? "memory" : start.checkpoint ? "checkpoint" : "model");
+
+      // Replica 0 of each stage writes that stage's shards.
+      std::vector<int> writers;
+      for (int st = 0; st < layout.pipeline_stages(); ++st) writers.push_back(layout.rank_of(st, 0, 0));
+      std::string token = fmt::format("{:08x}", std::random_device()());
+      if (comm) token = comm->all_gather_strings("token", token).front();
+      if (world.rank == 0) CheckpointWriter::remove_stale_staging(job.output);
+      checkpoints.emplace(job.output, world, writers, token, timeout);
+      if (elastic) checkpoints->set_interrupt(&elastic->interrupt());
+      // Copies taken between two steps; the files are written while training goes on.
+      std::int64_t saved_step = -1;
+      auto save_checkpoint = [&](std::int64_t step_done) {
+        saved_step = step_done;
+        CheckpointSnapshot snapshot;
+        snapshot.step = step_done;
+        auto copy = [&](const NamedTensors& tensors, NamedTensors& into) {
+          for (const auto& [name, t] : tensors) {
+            // A tied head on a later stage: the first stage writes the embedding.
+            if (runner->holds_tied_copy() && name.find(kTiedName) != std::string::npos) continue;
+            auto whole = runner->gather_whole(name, t);
+            if (runner->writes_checkpoint()) into.emplace_back(name, std::move(whole));
+          }
+        };
+        if (runner->gathers_checkpoint()) {
+          copy(runner->parameters(), snapshot.model);
+          copy(optimizer->state(), snapshot.optimizer);
+        }
+        if (world.rank == 0) {
+          auto cfg = model->config();
+          cfg.torch_dtype = "float32";
+          snapshot.config_json = model::llama_config_json(cfg);
+          snapshot.tokenizer_source = run.source;
+          std::vector<std::string> names;
+          // "-" stays "-": a resumed run reads standard input again (the fingerprint checks it is the same text).
+          for (const auto& f : run.data_files) names.push_back(is_stdio(f) ? f.string() : fs::absolute(f).string());
+          snapshot.trainer_state = {{"format", kStateFormat}, {"version", kStateVersion}, {"step", step_done},
+                                    {"options", options.to_json()}, {"data", names},
+                                    {"data_fingerprint", data.fingerprint}, {"layout", layout.describe()},
+                                    {"history", run.history}};
+        }
+        checkpoints->write_async(std::move(snapshot));
+      };
+
+      std::ofstream metrics;
+      if (world.rank == 0 && !job.metrics.empty()) {
+        metrics.open(job.metrics, job.resume || generation > 0 ? std::ios::app : std::ios::trunc);
+        if (!metrics) throw IoError("cannot write --metrics " + job.metrics.string());
+      }
+      result.rank = world.rank;
+      result.world_size = world.world_size;
+      result.layout = layout.describe();
+      Progress progress("train", static_cast<std::uint64_t>(std::max<std::int64_t>(0, end_step - start.step)), "steps",
+                        world.rank == 0 ? ProgressStyle::kAuto : ProgressStyle::kSilent);
+      // Weights, gradients and optimizer state stay float32; on a GPU the matrix
+      // products run in bfloat16 under autocast (mixed precision).
+      std::optional<model::compat::CudaAutocast> autocast;
+      if (device == model::ComputeDevice::kCuda) autocast.emplace(torch::kBFloat16);
+      const double tokens_per_step = static_cast<double>(options.global_batch * options.seq_len);
+      for (std::int64_t step = start.step; step < end_step; ++step) {
+        const auto step_started = Clock::now();
+        StepTimes times;
+        times.step_start = step_started;
+        times.tracing = !job.trace.empty() && step + 1 == end_step;
+        const double loss_part = runner->run_step(step, times);
+        // One all-reduce carries the gradient norm's parts, the loss, whether
+        // the job stops after this step (a rank asked to leave, or the elastic
+        // controller wants a new generation), and which ranks asked to leave.
+        const bool asked_to_leave = g_leave_requested.load() != 0;
+        const bool regroup_asked = elastic && world.rank == 0 && elastic->stop_requested(generation);
+        auto totals = torch::zeros({3 + world.world_size}, torch::kFloat64);
+        totals[0] = runner->gradient_sum_of_squares();
+        totals[1] = loss_part;
+        totals[2] = asked_to_leave || regroup_asked ? 1.0 : 0.0;
+        totals[3 + world.rank] = asked_to_leave ? 1.0 : 0.0;
+        if (comm) {
+          auto t = Clock::now();
+          comm->world().all_reduce_sum(totals);
+          times.add(times.allreduce, t, "loss and norm all-reduce", "allreduce");
+        }
+        // Every replica of a stage holds the same summed gradients: count one.
+        const double grad_norm = std::sqrt(totals[0].item<double>() / layout.dp);
+        const double loss = totals[1].item<double>();
+        if (!std::isfinite(loss))
+          throw RuntimeFailure("the loss became " + std::to_string(loss) + " at step " + std::to_string(step + 1) +
+                               "; lower --lr");
+        // Every training rank applies the step, or none does (a rank lost
+        // mid-step leaves the survivors' states at the same step).
+        if (elastic && !elastic->commit(generation, step, world.world_size))
+          throw PeerLost(fmt::format("step {} was not committed: the generation ended", step + 1));
+        model::clip_gradients(runner->parameters(), grad_norm, options.clip_norm);
+        const double lr = model::learning_rate(options, step);
+        auto t = Clock::now();
+        optimizer->step(lr, step + 1);
+        committed = step + 1;
+        if (held.step >= 0) held = HeldState{};  // superseded by this generation's state
+        times.add(times.compute, t, "optimizer step", "update");
+        runner->after_update();
+        if (times.tracing) write_trace(job.trace, comm.get(), layout, world.rank, times.spans);
+        const double step_seconds = seconds_since(step_started);
+        ++steps_run;
+        result.losses.push_back(loss);
+        run.history.push_back({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm}});
+        if (metrics.is_open()) {
+          const double idle = std::max(0.0, step_seconds - times.compute - times.send - times.recv - times.allreduce);
+          nlohmann::json line = {{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
+                                 {"tokens_per_s", tokens_per_step / step_seconds}, {"step_s", step_seconds},
+                                 {"compute_s", times.compute}, {"send_s", times.send}, {"recv_wait_s", times.recv},
+                                 {"allreduce_s", times.allreduce}, {"idle_s", idle}};
+          if (members) line["generation"] = generation;
+          metrics << line.dump() << "\n" << std::flush;
+        }
+        if (world.rank == 0 && job.log_every > 0 && ((step + 1) % job.log_every == 0 || step + 1 == end_step))
+          spdlog::info("step {}/{}: loss {:.4f}, lr {:.3g}, grad norm {:.3g}, {:.0f} tokens/s (compute {:.0f}%, "
+                       "send {:.0f}%, all-reduce {:.0f}%)", step + 1, options.steps, loss, lr, grad_norm,
+                       tokens_per_step / step_seconds, 100 * times.compute / step_seconds,
+                       100 * times.send / step_seconds, 100 * times.allreduce / step_seconds);
+        progress.advance();
+        const bool stop_here = totals[2].item<double>() > 0 && step + 1 < end_step;
+        if (elastic && stop_here) {
+          // A new generation at this boundary: hand the state over instead of checkpointing.
+          std::vector<int> leaving;
+          for (int r = 0; r < world.world_size; ++r)
+            if (totals[3 + r].item<double>() > 0) leaving.push_back(members->training[static_cast<std::size_t>(r)]);
+          if (world.rank == 0) elastic->report_boundary(generation, step + 1, leaving);
+          left_at_boundary = true;
+          break;
+        }
+        if (job.checkpoint_every > 0 && (step + 1) % job.checkpoint_every == 0 && step + 1 < end_step)
+          save_checkpoint(step + 1);
+        if (stop_here) {
+          // A preemption notice: everyone checkpoints this step and leaves, so no step is redone.
+          result.stop_code = asked_to_leave ? kExitPreempted : kExitStoppedWithPeers;
+          end_step = step + 1;
+          break;
+        }
+      }
+      progress.finish();
+      if (!left_at_boundary) {
+        if (saved_step != end_step) save_checkpoint(end_step);
+        checkpoints->wait();
+        if (elastic && world.rank == 0) elastic->report_done();
+        break;
+      }
+      checkpoints->wait();
+    } catch (const PeerLost& e) {
+      if (!elastic) throw;
+      spdlog::warn("worker {}: generation {} ended ({}); keeping the state of step {}", elastic->worker_id(),
+                   generation, e.what(), committed);
+      elastic->report_failure(generation);
+      // Work in flight may still use these groups: abandon them, never wait for them.
+      if (runner) runner->abandon_groups();
+      (void)comm.release();
     }
-    // Every replica of a stage holds the same summed gradients: count one.
-    const double grad_norm = std::sqrt(totals[0].item<double>() / layout.dp);
-    const double loss = totals[1].item<double>();
-    if (!std::isfinite(loss))
-      throw RuntimeFailure("the loss became " + std::to_string(loss) + " at step " + std::to_string(step + 1) +
-                           "; lower --lr");
-    model::clip_gradients(runner.parameters(), grad_norm, options.clip_norm);
-    const double lr = model::learning_rate(options, step);
-    auto t = Clock::now();
-    optimizer.step(lr, step + 1);
-    times.add(times.compute, t, "optimizer step", "update");
-    runner.after_update();
-    if (times.tracing) write_trace(job.trace, comm.get(), layout, world.rank, times.spans);
-    const double step_seconds = seconds_since(step_started);
-    result.losses.push_back(loss);
-    run.history.push_back({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm}});
-    if (metrics.is_open()) {
-      const double idle = std::max(0.0, step_seconds - times.compute - times.send - times.recv - times.allreduce);
-      nlohmann::json line = {{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
-                             {"tokens_per_s", tokens_per_step / step_seconds}, {"step_s", step_seconds},
-                             {"compute_s", times.compute}, {"send_s", times.send}, {"recv_wait_s", times.recv},
-                             {"allreduce_s", times.allreduce}, {"idle_s", idle}};
-      metrics << line.dump() << "\n" << std::flush;
+    // The generation ended: keep the state, wait for the next one.
+    if (runner && optimizer) {
+      held = hold_state(runner->parameters(), optimizer->state(), runner->tensor_parallel(), committed, run.history);
+      start.step = committed;
     }
-    if (world.rank == 0 && job.log_every > 0 && ((step + 1) % job.log_every == 0 || step + 1 == end_step))
-      spdlog::info("step {}/{}: loss {:.4f}, lr {:.3g}, grad norm {:.3g}, {:.0f} tokens/s (compute {:.0f}%, "
-                   "send {:.0f}%, all-reduce {:.0f}%)", step + 1, options.steps, loss, lr, grad_norm,
-                   tokens_per_step / step_seconds, 100 * times.compute / step_seconds,
-                   100 * times.send / step_seconds, 100 * times.allreduce / step_seconds);
-    progress.advance();
-    if (job.checkpoint_every > 0 && (step + 1) % job.checkpoint_every == 0 && step + 1 < end_step)
-      save_checkpoint(step + 1);
-    if (totals[2].item<double>() > 0 && step + 1 < end_step) {
-      // A preemption notice: everyone checkpoints this step and leaves, so no step is redone.
-      result.stop_code = asked_to_leave ? kExitPreempted : kExitStoppedWithPeers;
-      end_step = step + 1;
-      break;
-    }
+    checkpoints.reset();
+    members = elastic->next_generation(generation);
+    if (!members) break;
   }
-  progress.finish();
-  if (saved_step != end_step) save_checkpoint(end_step);
-  checkpoints.wait();
   const double seconds = seconds_since(started);
   result.last_step = end_step;
   if (!result.losses.empty()) {
     result.first_loss = result.losses.front();
     result.last_loss = result.losses.back();
   }
-  result.tokens_per_second = seconds > 0 ? static_cast<double>(end_step - run.start_step) * tokens_per_step / seconds : 0;
+  result.tokens_per_second =
+      seconds > 0 ? static_cast<double>(steps_run) * static_cast<double>(options.global_batch * options.seq_len) / seconds
+                  : 0;
   return result;
 }
 

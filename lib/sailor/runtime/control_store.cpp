@@ -1,0 +1,113 @@
+#include "sailor/runtime/control_store.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "common/error.h"
+
+namespace fleet::sailor::runtime {
+
+std::string control_keys::generation_prefix(int generation) { return fmt::format("gen/{}/", generation); }
+std::string control_keys::heartbeat(int worker) { return fmt::format("elastic/heartbeat/{}", worker); }
+
+int Membership::rank_of(int worker) const {
+  auto it = std::find(training.begin(), training.end(), worker);
+  return it == training.end() ? -1 : static_cast<int>(it - training.begin());
+}
+
+int Membership::member_rank_of(int worker) const {
+  if (const int r = rank_of(worker); r >= 0) return r;
+  auto it = std::find(others.begin(), others.end(), worker);
+  return it == others.end() ? -1 : static_cast<int>(training.size() + (it - others.begin()));
+}
+
+Membership Membership::from_json(int generation, const std::string& text) {
+  const auto j = nlohmann::json::parse(text);
+  Membership m;
+  m.generation = generation;
+  m.training = j.at("training").get<std::vector<int>>();
+  m.others = j.at("others").get<std::vector<int>>();
+  m.leaving = j.at("leaving").get<std::vector<int>>();
+  m.plan = j.at("plan");
+  m.plan_file = j.at("plan_file").get<std::string>();
+  return m;
+}
+
+std::string Membership::to_json() const {
+  return nlohmann::json{{"generation", generation}, {"training", training}, {"others", others}, {"leaving", leaving},
+                        {"plan", plan}, {"plan_file", plan_file}}.dump();
+}
+
+struct ControlStore::Impl {
+  std::unique_ptr<c10d::TCPStore> store;
+};
+
+ControlStore::ControlStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ControlStore::~ControlStore() = default;
+
+namespace {
+
+std::unique_ptr<c10d::TCPStore> open_store(const std::string& host, int port, bool server,
+                                           std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(port);
+  options.isServer = server;
+  options.waitWorkers = false;
+  options.timeout = timeout;
+  try {
+    return std::make_unique<c10d::TCPStore>(host, options);
+  } catch (const std::exception& e) {
+    std::string text = e.what();
+    throw RuntimeFailure(fmt::format("{} the elastic controller's store at {}:{}: {}", server ? "cannot serve" : "cannot reach",
+                                     host, port, text.substr(0, text.find('\n'))));
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<ControlStore> ControlStore::serve(int port, std::chrono::milliseconds timeout) {
+  auto impl = std::make_unique<Impl>();
+  impl->store = open_store("127.0.0.1", port, true, timeout);
+  return std::unique_ptr<ControlStore>(new ControlStore(std::move(impl)));
+}
+
+std::unique_ptr<ControlStore> ControlStore::connect(const std::string& host, int port,
+                                                    std::chrono::milliseconds timeout) {
+  auto impl = std::make_unique<Impl>();
+  impl->store = open_store(host, port, false, timeout);
+  return std::unique_ptr<ControlStore>(new ControlStore(std::move(impl)));
+}
+
+void ControlStore::set(const std::string& key, const std::string& value) {
+  impl_->store->set(key, std::vector<std::uint8_t>(value.begin(), value.end()));
+}
+
+std::optional<std::string> ControlStore::get(const std::string& key) {
+  if (!impl_->store->check({key})) return std::nullopt;
+  const auto bytes = impl_->store->get(key);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+std::int64_t ControlStore::add(const std::string& key, std::int64_t delta) { return impl_->store->add(key, delta); }
+
+int ControlStore::port() const { return impl_->store->getPort(); }
+
+std::pair<std::string, int> parse_host_port(const std::string& address) {
+  const auto colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size())
+    throw UsageError(fmt::format("'{}' is not HOST:PORT", address));
+  int port = 0;
+  try {
+    std::size_t used = 0;
+    port = std::stoi(address.substr(colon + 1), &used);
+    if (used != address.size() - colon - 1) port = 0;
+  } catch (const std::exception&) {
+    port = 0;
+  }
+  if (port < 1 || port > 65535) throw UsageError(fmt::format("'{}': the port must be 1-65535", address));
+  return {address.substr(0, colon), port};
+}
+
+}  // namespace fleet::sailor::runtime

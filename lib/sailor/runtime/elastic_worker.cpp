@@ -1,0 +1,268 @@
+#include "sailor/runtime/elastic_worker.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "common/error.h"
+#include "common/logging.h"
+#include "sailor/runtime/control_store.h"
+
+namespace fleet::sailor::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kPoll = std::chrono::milliseconds(10);
+constexpr auto kHeartbeatEvery = std::chrono::milliseconds(500);
+
+std::vector<std::uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string text(const std::vector<std::uint8_t>& b) { return {b.begin(), b.end()}; }
+
+c10::intrusive_ptr<c10d::TCPStore> connect(const std::string& host, int port, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(port);
+  options.isServer = false;
+  options.waitWorkers = false;
+  options.timeout = timeout;
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(host, options);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    throw RuntimeFailure(fmt::format("cannot reach the elastic controller at {}:{}: {}", host, port,
+                                     what.substr(0, what.find('\n'))));
+  }
+}
+
+int environment_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) throw UsageError(fmt::format("{} is not set (the elastic launcher sets it)", name));
+  try {
+    return std::stoi(v);
+  } catch (const std::exception&) {
+    throw UsageError(fmt::format("{}={} is not a number", name, v));
+  }
+}
+
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t begin = 0;
+  while (begin < s.size()) {
+    const auto end = s.find('\n', begin);
+    out.push_back(s.substr(begin, end == std::string::npos ? std::string::npos : end - begin));
+    if (end == std::string::npos) break;
+    begin = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<ElasticWorker> ElasticWorker::from_environment(std::chrono::milliseconds timeout) {
+  const char* control = std::getenv("SAILOR_CONTROL");
+  if (control == nullptr || *control == '\0') return nullptr;
+  const auto [host, port] = parse_host_port(control);
+  const int generation = std::getenv("SAILOR_GENERATION") != nullptr ? environment_int("SAILOR_GENERATION") : 0;
+  return std::unique_ptr<ElasticWorker>(
+      new ElasticWorker(environment_int("SAILOR_WORKER_ID"), generation, host, port, timeout));
+}
+
+ElasticWorker::ElasticWorker(int worker, int generation, std::string host, int port,
+                             std::chrono::milliseconds timeout)
+    : worker_(worker), first_generation_(generation), host_(std::move(host)), port_(port), timeout_(timeout),
+      store_(connect(host_, port_, timeout)), watched_(generation) {
+  interrupts_.push_back(std::make_unique<Interrupt>());
+  interrupt_ = interrupts_.back().get();
+  // Its own connection: the training thread uses the other one.
+  auto watcher_store = connect(host_, port_, timeout);
+  watcher_ = std::thread([this, s = std::move(watcher_store)] {
+    auto last_beat = Clock::now() - kHeartbeatEvery;
+    while (!stop_) {
+      try {
+        if (Clock::now() - last_beat >= kHeartbeatEvery) {
+          s->add(control_keys::heartbeat(worker_), 1);
+          last_beat = Clock::now();
+        }
+        if (s->check({control_keys::kGeneration})) {
+          const int current = std::stoi(text(s->get(control_keys::kGeneration)));
+          if (current > watched_) interrupt_.load()->raise();
+        }
+      } catch (const std::exception& e) {
+        // The controller is gone: no generation will follow; end every wait.
+        spdlog::error("worker {}: lost the elastic controller: {}", worker_, std::string(e.what()).substr(0, 200));
+        interrupt_.load()->raise();
+        return;
+      }
+      std::this_thread::sleep_for(kPoll);
+    }
+  });
+}
+
+ElasticWorker::~ElasticWorker() {
+  stop_ = true;
+  if (watcher_.joinable()) watcher_.join();
+}
+
+void ElasticWorker::watch(int generation) {
+  // First the generation, then the fresh interrupt: the watcher may still
+  // raise the old one, never the new one for the generation it serves.
+  watched_ = generation;
+  interrupts_.push_back(std::make_unique<Interrupt>());
+  interrupt_ = interrupts_.back().get();
+}
+
+std::string ElasticWorker::get(const std::string& key) { return text(store_->get(key)); }
+
+bool ElasticWorker::wait_key(const std::string& key, bool interruptible) {
+  const auto deadline = Clock::now() + timeout_;
+  while (!store_->check({key})) {
+    if (interruptible && interrupt_.load()->raised()) return false;
+    if (Clock::now() > deadline)
+      throw RuntimeFailure(fmt::format("worker {}: the elastic controller did not publish {} within {} s", worker_,
+                                       key, timeout_.count() / 1000));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+Membership ElasticWorker::membership(int generation) {
+  const std::string key = control_keys::generation_prefix(generation) + "members";
+  wait_key(key, false);
+  return Membership::from_json(generation, get(key));
+}
+
+std::optional<Membership> ElasticWorker::next_generation(int generation) {
+  const auto deadline = Clock::now() + timeout_;
+  for (;;) {
+    if (store_->check({control_keys::kDone})) return std::nullopt;
+    if (store_->check({control_keys::kGeneration})) {
+      const int current = std::stoi(get(control_keys::kGeneration));
+      if (current > generation) {
+        watch(current);
+        return membership(current);
+      }
+    }
+    if (Clock::now() > deadline)
+      throw RuntimeFailure(fmt::format("worker {}: no new generation within {} s after generation {} ended", worker_,
+                                       timeout_.count() / 1000, generation));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+void ElasticWorker::report_failure(int generation) {
+  try {
+    store_->add(control_keys::generation_prefix(generation) + "failures", 1);
+  } catch (const std::exception&) {
+  }
+}
+
+bool ElasticWorker::commit(int generation, std::int64_t step, int ranks) {
+  const std::string prefix = control_keys::generation_prefix(generation) + fmt::format("commit/{}/", step);
+  // Whoever decides first wins: the rank that completes the count commits,
+  // a rank whose generation ended first aborts; everyone then reads the one decision.
+  auto decide = [&](const char* proposal) {
+    const auto decided = text(store_->compareSet(prefix + "decision", {}, bytes(proposal)));
+    store_->set(prefix + "decided", bytes("1"));
+    return decided == "commit";
+  };
+  if (store_->add(prefix + "count", 1) == ranks) return decide("commit");
+  if (!wait_key(prefix + "decided", true)) return decide("abort");
+  return get(prefix + "decision") == "commit";
+}
+
+bool ElasticWorker::stop_requested(int generation) {
+  return store_->check({control_keys::generation_prefix(generation) + "stop"});
+}
+
+void ElasticWorker::report_boundary(int generation, std::int64_t step, const std::vector<int>& leaving) {
+  store_->set(control_keys::generation_prefix(generation) + "boundary",
+              bytes(nlohmann::json{{"step", step}, {"leaving", leaving}}.dump()));
+}
+
+void ElasticWorker::report_ready(int generation, double seconds, const std::string& from) {
+  store_->set(control_keys::generation_prefix(generation) + "ready",
+              bytes(nlohmann::json{{"handover_s", seconds}, {"from", from}}.dump()));
+}
+
+void ElasticWorker::report_done() { store_->set(control_keys::kDone, bytes("1")); }
+
+std::optional<std::int64_t> hand_over_state(Communicator& members, const HeldState& held,
+                                            const std::vector<std::pair<std::string, torch::Tensor>>& targets) {
+  std::string held_text = std::to_string(held.step);
+  if (held.step >= 0)
+    for (const auto& [name, t] : held.tensors) held_text += "\n" + name;
+  std::string need_text;
+  for (const auto& [name, t] : targets) need_text += (need_text.empty() ? "" : "\n") + name;
+  const auto all_held = members.all_gather_strings("held", held_text);
+  const auto all_needs = members.all_gather_strings("needs", need_text);
+
+  // Every member computes the same schedule from the same gathered lists.
+  std::int64_t step = -1;
+  std::vector<std::vector<std::string>> held_names(all_held.size());
+  std::vector<std::int64_t> held_step(all_held.size());
+  for (std::size_t r = 0; r < all_held.size(); ++r) {
+    auto lines = split_lines(all_held[r]);
+    held_step[r] = std::stoll(lines.front());
+    held_names[r].assign(lines.begin() + 1, lines.end());
+    std::sort(held_names[r].begin(), held_names[r].end());
+    step = std::max(step, held_step[r]);
+  }
+  if (step < 0) return std::nullopt;
+  auto holds = [&](std::size_t r, const std::string& name) {
+    return held_step[r] == step && std::binary_search(held_names[r].begin(), held_names[r].end(), name);
+  };
+  const std::size_t me = static_cast<std::size_t>(members.rank());
+  struct Move {
+    std::size_t from, to;
+    std::string name;
+  };
+  std::vector<Move> moves;
+  for (std::size_t r = 0; r < all_needs.size(); ++r) {
+    for (const auto& name : split_lines(all_needs[r])) {
+      if (holds(r, name)) {
+        moves.push_back({r, r, name});
+        continue;
+      }
+      // The holders take turns, so a stage held by several replicas is sent by all of them.
+      std::vector<std::size_t> from;
+      for (std::size_t h = 0; h < all_held.size(); ++h)
+        if (holds(h, name)) from.push_back(h);
+      if (from.empty()) return std::nullopt;
+      moves.push_back({from[moves.size() % from.size()], r, name});
+    }
+  }
+  std::map<std::string, torch::Tensor> target_of;
+  for (const auto& [name, t] : targets) target_of[name] = t;
+  torch::NoGradGuard no_grad;
+  std::vector<c10::intrusive_ptr<c10d::Work>> sends;
+  std::vector<torch::Tensor> keep;  // what is being sent stays alive until sent
+  for (std::size_t i = 0; i < moves.size(); ++i) {
+    const Move& m = moves[i];
+    const int tag = static_cast<int>(i);
+    if (m.from == me && m.to == me) {
+      auto& target = target_of.at(m.name);
+      const auto& source = held.tensors.at(m.name);
+      if (!source.sizes().equals(target.sizes()))
+        throw std::logic_error(fmt::format("hand-over of {}: held {} but the layout needs {}", m.name,
+                                           fmt::join(source.sizes(), "x"), fmt::join(target.sizes(), "x")));
+      target.copy_(source);
+    } else if (m.from == me) {
+      keep.push_back(held.tensors.at(m.name).to(torch::kCPU, torch::kFloat32).contiguous());
+      sends.push_back(members.world().send(keep.back(), static_cast<int>(m.to), tag));
+    }
+  }
+  for (std::size_t i = 0; i < moves.size(); ++i) {
+    const Move& m = moves[i];
+    if (m.to != me || m.from == me) continue;
+    auto& target = target_of.at(m.name);
+    auto buffer = torch::empty(target.sizes(), torch::kFloat32);
+    members.world().recv(buffer, static_cast<int>(m.from), static_cast<int>(i));
+    target.copy_(buffer);
+  }
+  for (auto& w : sends) members.world().wait(w);
+  return step;
+}
+
+}  // namespace fleet::sailor::runtime
