@@ -18,114 +18,35 @@ run's within 1e-5 relative:
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from elastic_jobs import Checks, elastic as start_elastic, finishes_on_new_plan, plan_workers, prepare, records, \
+    reference as reference_run, run, same_losses as same
 
 BIN = Path(sys.argv[1])
 RUN = str(BIN / "sailor-run")
-failures = []
-COMMON = ["--seq-len", "32", "--lr", "3e-3", "--warmup", "1", "--adam-eps", "1e-6", "--threads", "1",
-          "--log-every", "0", "--steps", "10"]
-
-
-def check(condition, message):
-    print(("ok   " if condition else "FAIL ") + message)
-    if not condition:
-        failures.append(message)
-
-
-def run(*args, timeout=300):
-    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout)
-
-
-def records(path):
-    lines = [json.loads(l) for l in Path(path).read_text().splitlines()] if Path(path).exists() else []
-    steps = [l for l in lines if "event" not in l]
-    events = [l for l in lines if l.get("event") == "reconfiguration"]
-    return steps, events
-
-
-def worker_pids(output):
-    """pids of the `train` workers writing to `output`."""
-    r = subprocess.run(["pgrep", "-f", f"sailor-run train .*-o {output} "], capture_output=True, text=True)
-    return [int(p) for p in r.stdout.split()]
+check = Checks()
+failures = check.failures
 
 
 def elastic(tmp, name, nprocs, plan, extra=(), act=None, after_step=3):
-    """Starts an elastic job; once `after_step` steps are in its metrics, calls act(pids)."""
-    out, metrics = tmp / name, tmp / f"{name}.jsonl"
-    args = [RUN, "launch", "--elastic", tmp / "inputs", "--recovery", "restart", "--nprocs", str(nprocs)]
-    if plan:
-        args += ["--plan", plan]
-    args += ["--", "train", "--model", tmp / "init", "--data", tmp / "base.txt", "-o", out, "--metrics", metrics,
-             *COMMON, *extra]
-    p = subprocess.Popen([str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if act:
-        deadline = time.time() + 120
-        while time.time() < deadline and len(records(metrics)[0]) < after_step and p.poll() is None:
-            time.sleep(0.02)
-        act(worker_pids(out))
-    stdout, stderr = p.communicate(timeout=300)
-    return p.returncode, stdout, stderr, out, metrics
-
-
-def plan_workers(plan):
-    return sum(len(s["replicas"]) * s.get("tp", 1) for s in plan["stages"])
-
-
-def finishes_on_new_plan(out, events):
-    """The job ends on the workers of the last re-plan. With 3 workers left the
-    planner may use fewer than 3 (on the measured profiles, fewer can be
-    faster), so the count comes from the record, never assumed."""
-    if not events:
-        return False
-    n = plan_workers(events[-1]["new_plan"])
-    return n <= events[-1]["workers_after"] and f"on {n} rank(s)" in out
+    """An elastic job with recovery "restart"; `act` gets the workers' pids in rank order."""
+    return start_elastic(RUN, tmp, name, nprocs, plan, ["--recovery", "restart"], extra,
+                         (lambda pids, launcher: act([pids[k] for k in sorted(pids)])) if act else None, after_step)
 
 
 def same_losses(reference, steps, name, allowed_redone=1):
-    ref = {s["step"]: s["loss"] for s in reference}
-    by_step = {}
-    for s in steps:
-        by_step.setdefault(s["step"], []).append(s["loss"])
-    worst = max(abs(l - ref[k]) / abs(ref[k]) for k, ls in by_step.items() for l in ls)
-    redone = sum(len(ls) - 1 for ls in by_step.values())
-    check(sorted(by_step) == list(range(1, 11)), f"{name}: every step 1..10 trained ({sorted(by_step)})")
-    check(worst <= 1e-5, f"{name}: losses equal the uninterrupted run's (worst relative difference {worst:.2e})")
-    check(redone <= allowed_redone, f"{name}: {redone} step(s) redone (at most {allowed_redone})")
+    same(check, reference, steps, name, allowed_redone)
 
 
 def main():
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        subprocess.run([RUN, "init", "--preset", "tiny", "-o", tmp / "init", "-q"], check=True)
-        subprocess.run([RUN, "make-corpus", "--task", "base", "--lines", "400", "-o", tmp / "base.txt", "-q"],
-                       check=True)
+        plan = prepare(RUN, tmp, check)
         inputs = tmp / "inputs"
-        inputs.mkdir()
-        r = run(RUN, "profile", "--model", tmp / "init", "--gpu-type", "cpu", "--mbs", "1,2", "--seq-len", "32",
-                "--repeats", "3", "--threads", "1", "-o", inputs / "profile.json")
-        check(r.returncode == 0, f"profile: {r.stderr[-500:]}")
-        r = run(RUN, "launch", "--nprocs", "2", "--", "profile-net", "--gpu-type", "cpu", "--max-bytes", "1048576",
-                "-o", inputs / "cluster.json")
-        check(r.returncode == 0, f"profile-net: {r.stderr[-500:]}")
-        cluster = json.loads((inputs / "cluster.json").read_text())
-        cluster["gpu_types"]["cpu"]["gpus_per_node"] = 8  # every worker of this job runs on this machine
-        (inputs / "cluster.json").write_text(json.dumps(cluster))
-        (inputs / "job.json").write_text(json.dumps({"format": "gpufleet-sailor-job", "version": 1, "model": "init",
-                                                     "global_batch": 8, "sequence_length": 32, "precision": "fp32"}))
-        plan = tmp / "dp2pp2.json"
-        plan.write_text(json.dumps({"format": "gpufleet-sailor-plan", "version": 1, "mbs": 2, "global_batch": 8,
-                                    "stages": [{"layers": [a, b], "tp": 1,
-                                                "replicas": [{"gpu": "cpu", "zone": "local"}] * 2}
-                                               for a, b in [(0, 4), (4, 6)]]}))
-        r = run(RUN, "launch", "--plan", plan, "--", "train", "--model", tmp / "init", "--data", tmp / "base.txt",
-                "-o", tmp / "ref", "--metrics", tmp / "ref.jsonl", *COMMON)
-        check(r.returncode == 0, f"uninterrupted DP=2 x PP=2 run: {r.stderr[-500:]}")
-        reference, _ = records(tmp / "ref.jsonl")
+        reference = reference_run(RUN, tmp, plan, check)
 
         # kill -9 one of four workers after step 3.
         code, out, err, folder, metrics = elastic(tmp, "killed", 4, plan, ["--checkpoint-every", "1"],

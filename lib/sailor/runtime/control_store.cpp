@@ -1,5 +1,9 @@
 #include "sailor/runtime/control_store.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -73,8 +77,31 @@ std::unique_ptr<ControlStore> ControlStore::serve(int port, std::chrono::millise
   return std::unique_ptr<ControlStore>(new ControlStore(std::move(impl)));
 }
 
+// Whether something accepts connections at host:port. c10d's client retries
+// a refused connection until its timeout and logs each failure; a plain
+// probe first gives a quick, single-line answer for a job that is not there.
+bool accepts_connections(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return false;
+  bool ok = false;
+  for (addrinfo* a = found; a != nullptr && !ok; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    ok = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return ok;
+}
+
 std::unique_ptr<ControlStore> ControlStore::connect(const std::string& host, int port,
                                                     std::chrono::milliseconds timeout) {
+  if (!accepts_connections(host, port))
+    throw RuntimeFailure(fmt::format("cannot reach the elastic controller's store at {}:{}: nothing accepts "
+                                     "connections there (has the job ended?)", host, port));
   auto impl = std::make_unique<Impl>();
   impl->store = open_store(host, port, false, timeout);
   return std::unique_ptr<ControlStore>(new ControlStore(std::move(impl)));

@@ -1,0 +1,173 @@
+"""sailor-run launch --elastic (recovery "inplace"): survivors keep their
+process and state, the controller re-plans, and the state moves to the new
+layout point to point; only a layer that no survivor holds comes from the
+checkpoint.
+
+Usage: check_sailor_run_inplace.py BIN_DIR
+
+Real worker processes on loopback, one CPU thread each. The link is a fixed
+50 GB/s in cluster.json, so the planner's choices depend on the measured
+compute only. Every run's per-step losses must equal an uninterrupted run's
+within 1e-5 relative:
+- kill -9 one of 4 workers (DP=2 x PP=2) after step 3 of 10, with no
+  checkpoint written during the run: the job finishes every step, the state
+  comes from memory, at most the step in flight is redone;
+- kill -9 both replicas of the second stage: that stage has no holder, so
+  every rank reloads the last checkpoint and the steps since it are redone;
+- SIGTERM to one worker: it hands its state over at the step boundary and
+  leaves; nothing is redone;
+- a worker stopped (SIGSTOP) past --heartbeat-timeout is taken for lost;
+- `sailor-run join` adds a worker to a 1-worker job: the next plan uses it,
+  and `sailor-run status` shows each generation;
+- the controller killed: the workers stop with it, the last checkpoint
+  stays and resumes;
+- bad join/status invocations: one clear error.
+"""
+import json
+import os
+import signal
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from elastic_jobs import Checks, elastic, finishes_on_new_plan, plan_workers, prepare, records, reference, run, \
+    same_losses
+
+BIN = Path(sys.argv[1])
+RUN = str(BIN / "sailor-run")
+check = Checks()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def last_event(name, metrics):
+    _, events = records(metrics)
+    check(bool(events), f"{name}: a reconfiguration record in the metrics")
+    return events[-1] if events else {}
+
+
+def main():
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        plan = prepare(RUN, tmp, check, measured_network=False)
+        ref = reference(RUN, tmp, plan, check)
+
+        # kill -9 one of four workers; no checkpoint before the end, so the state can only come from memory.
+        code, out, err, folder, metrics = elastic(RUN, tmp, "killed", 4, plan, extra=["--checkpoint-every", "100"],
+                                                  act=lambda pids, _: os.kill(pids[3], signal.SIGKILL))
+        steps, events = records(metrics)
+        check(code == 0 and finishes_on_new_plan(out, events),
+              f"kill -9: the job finishes on the new plan's workers (rc {code}): {out.strip()[-200:]} {err[-600:]}")
+        same_losses(check, ref, steps, "kill -9", allowed_redone=1)
+        e = last_event("kill -9", metrics)
+        check(e.get("state_from") == "memory" and "killed by signal 9" in e.get("cause", "")
+              and e.get("workers_after") == 3 and e.get("recovery") == "inplace",
+              f"kill -9: state handed over from memory: {({k: e.get(k) for k in ('cause', 'state_from', 'workers_after')})}")
+        check(all(e.get(k, -1) >= 0 for k in ("stop_s", "plan_s", "state_transfer_s", "regroup_s", "recovery_s")),
+              f"kill -9: phase times recorded: "
+              f"{({k: e.get(k) for k in ('stop_s', 'plan_s', 'state_transfer_s', 'regroup_s', 'recovery_s')})}")
+
+        # Both replicas of stage 1 (workers 2 and 3): its layers come from the checkpoint.
+        code, out, err, folder, metrics = elastic(
+            RUN, tmp, "stage_lost", 4, plan, extra=["--checkpoint-every", "3"], after_step=5,
+            act=lambda pids, _: [os.kill(pids[w], signal.SIGKILL) for w in (2, 3)])
+        steps, events = records(metrics)
+        check(code == 0 and finishes_on_new_plan(out, events),
+              f"stage lost: the job finishes (rc {code}): {out.strip()[-200:]} {err[-600:]}")
+        e = last_event("stage lost", metrics)
+        resumed, before = e.get("resumed_from_step", -1), e.get("last_step_before", -1)
+        redone = same_losses(check, ref, steps, "stage lost", allowed_redone=10)
+        check(e.get("state_from") == "checkpoint" and resumed % 3 == 0 and 0 <= resumed <= before
+              and redone == before - resumed == e.get("steps_redone"),
+              f"stage lost: every rank reloads the checkpoint of step {resumed} and redoes the {redone} step(s) "
+              f"since it, nothing else (last step before {before}, from {e.get('state_from')})")
+
+        # SIGTERM: the worker hands over at the boundary and leaves.
+        code, out, err, folder, metrics = elastic(RUN, tmp, "preempted", 4, plan, extra=["--checkpoint-every", "100"],
+                                                  act=lambda pids, _: os.kill(pids[1], signal.SIGTERM))
+        steps, events = records(metrics)
+        check(code == 0 and finishes_on_new_plan(out, events), f"SIGTERM: the job finishes (rc {code}) {err[-600:]}")
+        same_losses(check, ref, steps, "SIGTERM", allowed_redone=0)
+        e = last_event("SIGTERM", metrics)
+        check("preempted" in e.get("cause", "") and e.get("steps_redone") == 0 and e.get("state_from") == "memory",
+              f"SIGTERM: recorded as a preemption handed over from memory: {e.get('cause')}, {e.get('state_from')}")
+
+        # A worker that stops answering: missed heartbeats make it lost.
+        code, out, err, folder, metrics = elastic(
+            RUN, tmp, "silent", 4, plan, launcher=["--heartbeat-timeout", "2"], extra=["--checkpoint-every", "100"],
+            act=lambda pids, _: os.kill(pids[2], signal.SIGSTOP))
+        steps, events = records(metrics)
+        check(code == 0, f"SIGSTOP: the job finishes (rc {code}) {err[-600:]}")
+        same_losses(check, ref, steps, "SIGSTOP", allowed_redone=1)
+        e = last_event("SIGSTOP", metrics)
+        check("heartbeat" in e.get("cause", ""), f"SIGSTOP: the cause names the heartbeat: {e.get('cause')}")
+
+        # join: one worker, then a second one asked for while it trains.
+        port = free_port()
+        controller = f"127.0.0.1:{port}"
+        one = tmp / "one.json"
+        one.write_text(json.dumps({"format": "gpufleet-sailor-plan", "version": 1, "mbs": 2, "global_batch": 8,
+                                   "stages": [{"layers": [0, 6], "tp": 1, "replicas": [{"gpu": "cpu", "zone": "local"}]}]}))
+        seen = {}
+
+        def join(pids, _):
+            # The worker waits (stopped) while the two commands start: a 1-worker step is shorter than their start-up.
+            os.kill(pids[0], signal.SIGSTOP)
+            seen["before"] = run(RUN, "status", "--controller", controller, "--json")
+            seen["join"] = run(RUN, "join", "--controller", controller, "--workers", "1")
+            os.kill(pids[0], signal.SIGCONT)
+
+        code, out, err, folder, metrics = elastic(RUN, tmp, "joined", 1, one, launcher=["--master-port", str(port)],
+                                                  extra=["--checkpoint-every", "100"], act=join)
+        steps, events = records(metrics)
+        before = seen["before"]
+        status = json.loads(before.stdout) if before.returncode == 0 else {}
+        check(status.get("generation") == 0 and len(status.get("training", [])) == 1,
+              f"status: generation 0 with one training worker ({before.stdout.strip()[:200]} {before.stderr[-200:]})")
+        check(seen["join"].returncode == 0 and "1 more worker" in seen["join"].stdout,
+              f"join: accepted ({seen['join'].stdout.strip()} {seen['join'].stderr.strip()[-200:]})")
+        check(code == 0, f"join: the job finishes (rc {code}) {err[-600:]}")
+        same_losses(check, ref, steps, "join", allowed_redone=0)
+        e = last_event("join", metrics)
+        check("joined" in e.get("cause", "") and e.get("workers_after") == 2 and plan_workers(e.get("new_plan", {"stages": []})) == 2
+              and e.get("state_from") == "memory" and f"on 2 rank(s)" in out,
+              f"join: the next plan uses the new worker ({e.get('cause')}, {e.get('workers_after')} workers, "
+              f"state from {e.get('state_from')}): {out.strip()[-150:]}")
+
+        # The controller killed: its workers stop with it; the checkpoint stays and resumes.
+        def kill_controller(pids, launcher):
+            seen["workers"] = list(pids.values())
+            os.kill(launcher, signal.SIGKILL)
+
+        code, out, err, folder, metrics = elastic(RUN, tmp, "orphaned", 4, plan, extra=["--checkpoint-every", "1"],
+                                                  act=kill_controller)
+        deadline = time.time() + 20
+        while time.time() < deadline and any(Path(f"/proc/{p}").exists() for p in seen["workers"]):
+            time.sleep(0.1)
+        check(not any(Path(f"/proc/{p}").exists() for p in seen["workers"]),
+              f"controller killed: its {len(seen['workers'])} workers stopped too")
+        r = run(RUN, "train", "--resume", "-o", folder, "--threads", "1", "--json")
+        check(r.returncode == 0 and json.loads(r.stdout)["last_step"] == 10,
+              f"controller killed: the checkpoint resumes to the end ({r.stderr.strip()[-300:]})")
+
+        # Bad invocations.
+        for args, expect in [(["status", "--controller", f"127.0.0.1:{free_port()}"], "cannot reach"),
+                             (["join", "--controller", "nowhere"], "HOST:PORT"),
+                             (["join", "--controller", "127.0.0.1:99999"], "port")]:
+            r = run(RUN, *args, timeout=60)
+            check(r.returncode != 0 and expect in r.stderr and r.stderr.count("\n") <= 2,
+                  f"{' '.join(args)}: one error naming '{expect}' (rc {r.returncode}: {r.stderr.strip()[-200:]})")
+
+    if check.failures:
+        print(f"{len(check.failures)} check(s) failed")
+        sys.exit(1)
+    print("all in-place elastic checks passed")
+
+
+main()
