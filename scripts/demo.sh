@@ -98,6 +98,40 @@ common=(--model "$models/init" --data "$models/base.txt" --steps 20 --seq-len 64
 "$bin/sailor-run" -q launch --plan "$models/pp2-plan.json" -- train -q "${common[@]}" -o "$models/pipeline" \
   --trace "$out/pipeline_trace.json" --threads 1
 echo "pipeline timeline: $out/pipeline_trace.json (open in ui.perfetto.dev)"
+echo "elastic: the same 20 steps on 3 workers; one is killed after step 5 and the survivors re-plan and hand its"
+echo "part over in place (planner inputs: this machine's compute profile, a fixed 50 GB/s link)"
+mkdir -p "$models/inputs"
+"$bin/sailor-run" -q profile --model "$models/init" --gpu-type cpu --mbs 1,2,4 --seq-len 64 --repeats 3 --threads 1 \
+  -o "$models/inputs/profile.json" >/dev/null
+cat >"$models/inputs/cluster.json" <<'CLUSTER'
+{"format": "gpufleet-sailor-cluster", "version": 1,
+ "gpu_types": {"cpu": {"gpus_per_node": 8, "memory_bytes": 8e9, "price_per_hour": 0}},
+ "zones": {"local": {"region": "local", "quotas": {"cpu": 3}}},
+ "network": {"intra_node": {"cpu": {"fit": [0, 0, 50], "max_bytes_per_s": 5e10}}, "links": []},
+ "egress_usd_per_gb": {"same_zone": 0, "cross_zone": 0, "cross_region": 0}}
+CLUSTER
+echo '{"format": "gpufleet-sailor-job", "version": 1, "model": "init", "global_batch": 16, "sequence_length": 64,
+       "precision": "fp32"}' >"$models/inputs/job.json"
+"$bin/sailor-run" -q launch --elastic "$models/inputs" --nprocs 3 -- train -q "${common[@]}" -o "$models/elastic" \
+  --metrics "$models/elastic.jsonl" --checkpoint-every 5 --threads 1 2>"$out/elastic.log" &
+elastic=$!
+for _ in $(seq 1500); do
+  n=$(grep -c '"step"' "$models/elastic.jsonl" 2>/dev/null || true)
+  [ "${n:-0}" -ge 5 ] && break
+  sleep 0.02
+done
+pkill -9 -n -f -- "-o $models/elastic --metrics" || true
+wait "$elastic"
+python3 - "$models/elastic.jsonl" "$models/one-process/trainer_state.json" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+for e in (l for l in lines if l.get("event") == "reconfiguration"):
+    print(f"  {e['cause']}: {e['workers_after']} worker(s) left, state from {e.get('state_from')}, "
+          f"{e.get('steps_redone')} step(s) redone, training again {e.get('recovery_s', 0):.2f} s after the loss")
+one = [h["loss"] for h in json.load(open(sys.argv[2]))["history"] if h["step"] == 20][-1]
+print(f"  step 20 loss {[l['loss'] for l in lines if l.get('step') == 20][-1]:.6f}; one process: {one:.6f}")
+PY
+echo "  (the workers' and the controller's log: $out/elastic.log)"
 echo "fine-tunes of the base, side by side: copy (1500 steps) and reverse (1000 steps), loss on the answers only"
 for spec in copy:1500:1 reverse:1000:0; do
   IFS=: read -r task steps seed <<<"$spec"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <thread>
 
 #include <fmt/format.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -145,6 +146,19 @@ Communicator::Communicator(const WorldInfo& world, c10::intrusive_ptr<c10d::Stor
                            std::chrono::milliseconds timeout, Interrupt* interrupt)
     : world_(world), timeout_(timeout), interrupt_(interrupt) {
   store_ = c10::make_intrusive<c10d::PrefixStore>(prefix, std::move(store));
+  // Everyone arrives before any group is built: building a Gloo group waits
+  // for every member without looking at the interrupt, so a member lost
+  // before it arrived must end the generation here instead.
+  store_->add("arrived", 1);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (store_->add("arrived", 0) < world.world_size) {
+    if (interrupt_ != nullptr && interrupt_->raised())
+      throw PeerLost("a new generation of the job started before every member arrived");
+    if (std::chrono::steady_clock::now() > deadline)
+      throw RuntimeFailure(fmt::format("rank {}: not every member of the generation arrived within {} s", world.rank,
+                                       timeout.count() / 1000));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
   open_device_and_world();
 }
 

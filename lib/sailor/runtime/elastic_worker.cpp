@@ -167,9 +167,18 @@ bool ElasticWorker::commit(int generation, std::int64_t step, int ranks) {
     store_->set(prefix + "decided", bytes("1"));
     return decided == "commit";
   };
-  if (store_->add(prefix + "count", 1) == ranks) return decide("commit");
-  if (!wait_key(prefix + "decided", true)) return decide("abort");
-  return get(prefix + "decision") == "commit";
+  bool committed;
+  if (store_->add(prefix + "count", 1) == ranks) committed = decide("commit");
+  else if (!wait_key(prefix + "decided", true)) committed = decide("abort");
+  else committed = get(prefix + "decision") == "commit";
+  // Every rank read the previous step's decision before counting itself in
+  // for this one: the first rank drops those keys, so the store stays small.
+  if (committed && step > 0 && ranks > 0) {
+    const std::string previous = control_keys::generation_prefix(generation) + fmt::format("commit/{}/", step - 1);
+    if (store_->add(prefix + "cleaner", 1) == 1)
+      for (const char* k : {"count", "decision", "decided", "cleaner"}) store_->deleteKey(previous + k);
+  }
+  return committed;
 }
 
 bool ElasticWorker::stop_requested(int generation) {
