@@ -21,19 +21,24 @@ within 1e-5 relative:
   and `sailor-run status` shows each generation;
 - the controller killed: the workers stop with it, the last checkpoint
   stays and resumes;
+- `sailor-run controller` with workers started on their own (as srun
+  starts them): two register and train, a third registers later and
+  joins, one is killed and the others notice without a parent's help;
 - bad join/status invocations: one clear error.
 """
 import json
 import os
+import re
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from elastic_jobs import Checks, elastic, finishes_on_new_plan, plan_workers, prepare, records, reference, run, \
-    same_losses
+from elastic_jobs import COMMON, Checks, elastic, finishes_on_new_plan, plan_workers, prepare, records, reference, \
+    run, same_losses
 
 BIN = Path(sys.argv[1])
 RUN = str(BIN / "sailor-run")
@@ -155,6 +160,65 @@ def main():
         r = run(RUN, "train", "--resume", "-o", folder, "--threads", "1", "--json")
         check(r.returncode == 0 and json.loads(r.stdout)["last_step"] == 10,
               f"controller killed: the checkpoint resumes to the end ({r.stderr.strip()[-300:]})")
+
+        # A controller whose workers start on their own and register (as srun tasks do).
+        port = free_port()
+        out, metrics = tmp / "external", tmp / "external.jsonl"
+        ctl = subprocess.Popen([RUN, "controller", "--elastic", tmp / "inputs", "--workers", "2", "--port", str(port),
+                                "--output", out, "--metrics", metrics, "--heartbeat-timeout", "20"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env = dict(os.environ, SAILOR_CONTROL=f"127.0.0.1:{port}")
+        train = [RUN, "train", "--model", tmp / "init", "--data", tmp / "base.txt", "-o", out, "--metrics", metrics,
+                 *COMMON, "--checkpoint-every", "100"]
+        logs = []
+
+        def start():
+            logs.append(tmp / f"external-{len(logs)}.err")
+            return subprocess.Popen([str(a) for a in train], env=env, stdout=subprocess.PIPE,
+                                    stderr=open(logs[-1], "w"), text=True)
+
+        def worker_id(i):
+            found = re.search(r"as worker (\d+)", logs[i].read_text())
+            return int(found.group(1)) if found else None
+
+        workers = [start(), start()]
+        deadline = time.time() + 120
+        while time.time() < deadline and len(records(metrics)[0]) < 2 and ctl.poll() is None:
+            time.sleep(0.02)
+        workers[0].send_signal(signal.SIGSTOP)  # holds the step while the newcomer starts
+        workers.append(start())
+        while time.time() < deadline and worker_id(2) is None:
+            time.sleep(0.05)
+        workers[0].send_signal(signal.SIGCONT)
+        while time.time() < deadline and len(records(metrics)[1]) < 1 and ctl.poll() is None:
+            time.sleep(0.02)
+        # Training ranks are the survivors in order, then the newcomer: worker 1 trains whatever the plan.
+        ids = [worker_id(i) for i in range(3)]
+        victim = ids.index(1) if 1 in ids else 1
+        training = "ids 0 and 1 at least"
+        workers[victim].kill()
+        try:
+            ctl_out, ctl_err = ctl.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            ctl.kill()
+            ctl_out, ctl_err = ctl.communicate()
+        for w in workers:
+            try:
+                w.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                w.kill()
+        codes = [w.returncode for i, w in enumerate(workers) if i != victim]
+        steps, events = records(metrics)
+        check(ctl.returncode == 0 and codes == [0, 0],
+              f"controller: it and the surviving workers finish (rc {ctl.returncode}, workers {codes}, "
+              f"worker ids {ids}, training {training}): {ctl_err[-600:]}")
+        same_losses(check, ref, steps, "controller", allowed_redone=1)
+        causes = [e.get("cause", "") for e in events]
+        check(len(events) == 2 and "joined" in causes[0] and "heartbeat" in causes[1]
+              and events[0].get("workers_after") == 3 and events[1].get("workers_after") == 2
+              and all(e.get("state_from") == "memory" for e in events),
+              f"controller: a join, then a lost worker, both handed over from memory: {causes} (worker ids {ids}, "
+              f"training after the join {training}, killed {victim}; steps {[x['step'] for x in steps]})")
 
         # Bad invocations.
         for args, expect in [(["status", "--controller", f"127.0.0.1:{free_port()}"], "cannot reach"),

@@ -26,4 +26,15 @@ ranks=$(python3 -c 'import json, sys; p = json.load(open(sys.argv[1]))
 print(sum(len(s["replicas"]) * s["tp"] for s in p["stages"]))' "$tmp/run/plan.json")
 [ "$ranks" -ge 1 ] && [ "$ranks" -le 2 ] || fail "the plan uses $ranks ranks of 2"
 grep -q "on $ranks rank(s)" "$tmp/log" || fail "training did not run on the plan's $ranks ranks: $(tail -5 "$tmp/log")"
+
+# The same with ELASTIC=1: a controller on the batch host, the tasks register with it.
+(cd "$tmp" && PATH="$src/tests/apps/fake-slurm:$PATH" SLURM_JOB_ID=$((RANDOM * 7)) SLURM_NTASKS=2 \
+  SLURM_NTASKS_PER_NODE=2 SLURM_JOB_NUM_NODES=1 FLEET_BIN="$bin" MODEL="$tmp/model" DATA="$tmp/base.txt" \
+  SEQ_LEN=32 GLOBAL_BATCH=8 STEPS=6 OUT="$tmp/elastic" ELASTIC=1 CONTROL_HOST=127.0.0.1 \
+  bash "$src/examples/slurm/train.sbatch") >"$tmp/elastic.log" 2>&1 ||
+  fail "the elastic batch script failed: $(tail -20 "$tmp/elastic.log")"
+steps=$(grep -c '"generation"' "$tmp/elastic/metrics.jsonl")
+[ "$steps" -eq 6 ] || fail "elastic: metrics has $steps step lines, expected 6: $(tail -5 "$tmp/elastic.log")"
+grep -q '"step": 6' "$tmp/elastic/checkpoint/trainer_state.json" || fail "elastic: the checkpoint is not at step 6"
+grep -q "registered with the elastic controller" "$tmp/elastic.log" || fail "elastic: the tasks did not register"
 echo OK

@@ -53,18 +53,18 @@ std::unique_ptr<ControlStore> connect_controller(const std::string& address) {
 }
 
 int run_join(const LaunchCommands& c) {
-  auto store = connect_controller(c.controller);
-  if (store->get(control_keys::kDone)) throw InputError("the job at " + c.controller + " has finished");
+  auto store = connect_controller(c.address);
+  if (store->get(control_keys::kDone)) throw InputError("the job at " + c.address + " has finished");
   const auto total = store->add(control_keys::kJoinRequests, c.join_workers);
   std::cout << fmt::format("asked the job at {} for {} more worker(s) ({} asked in all); they join at the next step "
-                           "boundary\n", c.controller, c.join_workers, total);
+                           "boundary\n", c.address, c.join_workers, total);
   return 0;
 }
 
 int run_status(const LaunchCommands& c) {
-  auto store = connect_controller(c.controller);
+  auto store = connect_controller(c.address);
   const auto text = store->get(control_keys::kStatus);
-  if (!text) throw InputError("the store at " + c.controller + " holds no elastic job");
+  if (!text) throw InputError("the store at " + c.address + " holds no elastic job");
   const auto status = nlohmann::json::parse(*text);
   if (c.json) {
     std::cout << status.dump(2) << "\n";
@@ -114,16 +114,47 @@ void add_launch_commands(Tool& tool, LaunchCommands& c) {
       ->check(in_range(0.5, 1e6));
   cmd->add_option("worker", launch.arguments, "The workers' sailor-run command, after --")->required();
 
+  auto& ctl = c.controller;
+  ctl.external_workers = true;
+  ctl.master_port = 29400;
+  CLI::App* controller = tool.add_command(
+      "controller",
+      "Coordinate an elastic job whose workers start elsewhere (srun steps running `train` with "
+      "SAILOR_CONTROL=HOST:PORT): register them, plan, re-plan when they are lost or join",
+      [&] { return run_elastic_launch(ctl); });
+  controller->add_option("--elastic", ctl.elastic_inputs, "Planner inputs folder to plan and re-plan with")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  controller->add_option("--workers", ctl.nprocs, "Workers to wait for before the first generation")
+      ->required()
+      ->check(in_range(1, 1024));
+  controller->add_option("--port", ctl.master_port, "Port to serve the job's store on (every interface)")
+      ->capture_default_str()
+      ->check(in_range(1, 65535));
+  controller->add_option("--plan", ctl.plan, "First plan (default: the search's best for --workers)")
+      ->check(CLI::ExistingFile);
+  controller->add_option("--heartbeat-timeout", ctl.heartbeat_timeout_seconds,
+                         "Seconds without a heartbeat after which a worker is taken for lost (1.5 once a peer "
+                         "reported a lost connection)")
+      ->capture_default_str()
+      ->check(in_range(0.5, 1e6));
+  controller->add_option("--max-reconfigurations", ctl.max_reconfigurations, "Give up after this many")
+      ->capture_default_str()
+      ->check(in_range(0, 1e6));
+  controller->add_option("--output", ctl.output, "The workers' -o folder (named when the job stops without a plan)");
+  controller->add_option("--metrics", ctl.metrics,
+                         "The workers' --metrics file (shared file system): reconfiguration records go there too");
+
   CLI::App* join = tool.add_command("join", "Ask a running elastic job (launch --elastic) for more workers",
                                     [&] { return run_join(c); });
-  join->add_option("--controller", c.controller, "HOST:PORT the elastic launcher printed")->required();
+  join->add_option("--controller", c.address, "HOST:PORT the elastic launcher printed")->required();
   join->add_option("--workers", c.join_workers, "Workers to add on the launcher's machine")
       ->capture_default_str()
       ->check(in_range(1, 1024));
 
   CLI::App* status = tool.add_command("status", "Print a running elastic job's generation, plan and members",
                                       [&] { return run_status(c); });
-  status->add_option("--controller", c.controller, "HOST:PORT the elastic launcher printed")->required();
+  status->add_option("--controller", c.address, "HOST:PORT the elastic launcher printed")->required();
   add_json_flag(status, &c.json);
 }
 

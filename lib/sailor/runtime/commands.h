@@ -22,7 +22,8 @@ int run_train(const TrainCommand& command);
 /// generation, plan and members).
 struct LaunchCommands {
   LaunchCommand launch;
-  std::string controller;  ///< HOST:PORT of an elastic job's controller
+  LaunchCommand controller;  ///< `sailor-run controller`: the workers start elsewhere
+  std::string address;       ///< HOST:PORT of an elastic job's controller (join, status)
   int join_workers = 1;
   bool json = false;
 };

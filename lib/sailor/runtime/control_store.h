@@ -22,6 +22,8 @@ inline constexpr const char* kGeneration = "elastic/generation";  ///< the curre
 inline constexpr const char* kStatus = "elastic/status";          ///< the controller's JSON summary
 inline constexpr const char* kJoinRequests = "elastic/join";      ///< counter: workers asked for by `sailor-run join`
 inline constexpr const char* kDone = "elastic/done";              ///< set when the job is over: spare workers leave
+inline constexpr const char* kRegistered = "elastic/registered";  ///< counter: workers that registered themselves
+inline constexpr const char* kStopped = "elastic/stopped";        ///< why the job stopped without finishing
 std::string generation_prefix(int generation);                    ///< "gen/<g>/"
 std::string heartbeat(int worker);                                ///< "elastic/heartbeat/<worker>"
 }  // namespace control_keys

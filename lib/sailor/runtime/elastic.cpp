@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <map>
 #include <set>
 
@@ -107,6 +108,7 @@ namespace {
 
 int run_restart(const LaunchCommand& c);
 int run_inplace(const LaunchCommand& c);
+std::string this_host();
 
 }  // namespace
 
@@ -114,6 +116,10 @@ int run_elastic_launch(const LaunchCommand& c) {
   if (c.recovery != "restart" && c.recovery != "inplace")
     throw UsageError("--recovery: 'inplace' (survivors keep their state and hand it over) or 'restart' (every "
                      "worker restarts from the last checkpoint)");
+  if (c.external_workers) {
+    if (c.recovery != "inplace") throw UsageError("a controller of workers started elsewhere recovers in place");
+    return run_inplace(c);
+  }
   if (c.arguments.empty() || c.arguments.front() != "train") throw UsageError("--elastic runs `train` workers");
   return c.recovery == "inplace" ? run_inplace(c) : run_restart(c);
 }
@@ -132,13 +138,17 @@ struct ElasticStart {
 
 ElasticStart elastic_start(const LaunchCommand& c) {
   ElasticStart e;
-  const auto output = worker_option(c.arguments, {"-o", "--output"});
-  if (!output) throw UsageError("--elastic: the workers need -o DIR (where they checkpoint and resume from)");
-  e.output = *output;
-  if (!worker_option(c.arguments, {"--checkpoint-every"})) {
-    spdlog::warn("--elastic without --checkpoint-every: a lost worker sends the job back to its start");
+  if (c.external_workers) {
+    e.output = c.output;
+    if (!c.metrics.empty()) e.metrics = c.metrics;
+  } else {
+    const auto output = worker_option(c.arguments, {"-o", "--output"});
+    if (!output) throw UsageError("--elastic: the workers need -o DIR (where they checkpoint and resume from)");
+    e.output = *output;
+    if (!worker_option(c.arguments, {"--checkpoint-every"}))
+      spdlog::warn("--elastic without --checkpoint-every: a lost worker sends the job back to its start");
+    if (auto m = worker_option(c.arguments, {"--metrics"})) e.metrics = *m;
   }
-  if (auto m = worker_option(c.arguments, {"--metrics"})) e.metrics = *m;
   InputPaths paths;
   paths.inputs = c.elastic_inputs;
   e.inputs = load_inputs(paths);
@@ -149,7 +159,7 @@ ElasticStart elastic_start(const LaunchCommand& c) {
     if (e.plan.gpus() > e.workers)
       throw UsageError(fmt::format("the plan needs {} workers, --nprocs is {}", e.plan.gpus(), e.workers));
   } else {
-    if (e.workers < 1) throw UsageError("--elastic: give --nprocs (the workers available) or a --plan");
+    if (e.workers < 1) throw UsageError("--elastic: give the workers available (--nprocs, --workers) or a --plan");
     e.plan = plan_for_workers(e.inputs, e.workers);
   }
   return e;
@@ -273,7 +283,9 @@ int run_restart(const LaunchCommand& c) {
 
 // In-place recovery (docs/training-runtime.md, "In-place recovery"): this
 // process serves the store, publishes one membership per generation and
-// supervises the workers; survivors keep their process and state.
+// supervises the workers; survivors keep their process and state. Local
+// workers are its children (an exit is seen at once); external ones (srun
+// steps) register through the store and are watched by their heartbeats.
 class InplaceController {
  public:
   explicit InplaceController(const LaunchCommand& c) : c_(c), start_(elastic_start(c)), processes_(c, "worker") {}
@@ -281,14 +293,21 @@ class InplaceController {
   int run() {
     const int port = c_.master_port > 0 ? c_.master_port : free_local_port();
     store_ = ControlStore::serve(port, std::chrono::seconds(60));
-    spdlog::info("elastic controller at 127.0.0.1:{} (sailor-run status --controller 127.0.0.1:{})", port, port);
-    for (int id = 0; id < start_.workers; ++id) order_.push_back(id);
+    const std::string host = c_.external_workers ? this_host() : "127.0.0.1";
+    spdlog::info("elastic controller at {}:{} (sailor-run status --controller {}:{})", host, port, host, port);
+    const StopSignals signals;
+    if (c_.external_workers) {
+      if (!wait_for_registrations(signals)) return 128 + signals.received();
+    } else {
+      for (int id = 0; id < start_.workers; ++id) order_.push_back(id);
+    }
     next_id_ = start_.workers;
     publish(start_.plan, {}, "start");
-    for (int id = 0; id < start_.workers; ++id) start_worker(id, 0);
-    const StopSignals signals;
+    if (!c_.external_workers)
+      for (int id = 0; id < start_.workers; ++id) start_worker(id, 0);
     for (;;) {
-      for (const auto& e : processes_.poll(20)) on_exit(e);
+      if (c_.external_workers) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      else for (const auto& e : processes_.poll(20)) on_exit(e);
       if (signals.received() != 0) {
         spdlog::warn("signal {}: stopping the workers; the last checkpoint stays in {}", signals.received(),
                      start_.output.string());
@@ -309,15 +328,37 @@ class InplaceController {
   using Env = std::vector<std::pair<std::string, std::string>>;
 
   bool training(int id) const { return std::find(members_.training.begin(), members_.training.end(), id) != members_.training.end(); }
-  bool alive(int id) const { return processes_.running(id) && !lost_.count(id); }
+  bool alive(int id) const {
+    return !lost_.count(id) && (c_.external_workers ? beats_.count(id) > 0 : processes_.running(id));
+  }
+
+  // External workers: the first `workers` to register make generation 0.
+  bool wait_for_registrations(const StopSignals& signals) {
+    spdlog::info("waiting for {} worker(s) to register (SAILOR_CONTROL={}:{})", start_.workers, this_host(),
+                 store_->port());
+    const auto deadline = Clock::now() + std::chrono::duration<double>(c_.heartbeat_timeout_seconds * 10);
+    while (registered() < start_.workers) {
+      if (signals.received() != 0) return false;
+      if (Clock::now() > deadline)
+        throw RuntimeFailure(fmt::format("{} of {} worker(s) registered within {:.0f} s", registered(), start_.workers,
+                                         c_.heartbeat_timeout_seconds * 10));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    for (int id = 0; id < start_.workers; ++id) {
+      order_.push_back(id);
+      beats_[id] = {-1, Clock::now()};
+    }
+    joined_ = start_.workers;
+    return true;
+  }
+
+  std::int64_t registered() {
+    const auto value = store_->get(control_keys::kRegistered);
+    return value ? std::stoll(*value) : 0;
+  }
 
   void start_worker(int id, int generation) {
-    std::vector<std::string> args = c_.arguments;
-    if (generation > 0 && std::find(args.begin(), args.end(), "--resume") == args.end() &&
-        std::find(args.begin(), args.end(), "--force") == args.end()) {
-      // A worker that joins later reads the run's options from the checkpoint, or starts a new one.
-      args.push_back(fs::exists(start_.output / "trainer_state.json") ? "--resume" : "--force");
-    }
+    const std::vector<std::string>& args = c_.arguments;
     const int rank = std::max(0, members_.rank_of(id));
     Env env = worker_environment(rank, static_cast<int>(members_.training.size()), "127.0.0.1", store_->port());
     env.emplace_back(kEnvElastic, "1");
@@ -379,6 +420,7 @@ class InplaceController {
   }
 
   bool finished() {
+    if (c_.external_workers) return cause_.empty() && store_->get(control_keys::kDone).has_value();
     if (members_.training.empty()) return false;
     for (int id : members_.training)
       if (processes_.running(id) || lost_.count(id)) return false;
@@ -393,6 +435,19 @@ class InplaceController {
     flush_record();
     const auto deadline = Clock::now() + std::chrono::duration<double>(c_.grace_seconds + 5);
     while (processes_.active() > 0 && Clock::now() < deadline) processes_.poll(20);
+    // Workers started elsewhere still finish their last writes through the
+    // store: serve it until their heartbeats have stopped.
+    while (c_.external_workers && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(750));  // longer than a heartbeat's period
+      bool beating = false;
+      for (auto& [id, beat] : beats_) {
+        const auto value = store_->get(control_keys::heartbeat(id));
+        const std::int64_t count = value ? std::stoll(*value) : -1;
+        if (count != beat.first) beating = true;
+        beat.first = count;
+      }
+      if (!beating) break;
+    }
     processes_.signal_all(SIGKILL);
     return 0;
   }
@@ -400,16 +455,25 @@ class InplaceController {
   void check_heartbeats() {
     if (Clock::now() - last_heartbeat_check_ < std::chrono::milliseconds(250)) return;
     last_heartbeat_check_ = Clock::now();
+    // A peer already reported a lost connection: three missed beats are enough.
+    const bool suspect = store_->get(control_keys::generation_prefix(generation_) + "failures").has_value();
+    const double timeout = suspect ? std::min(c_.heartbeat_timeout_seconds, 1.5) : c_.heartbeat_timeout_seconds;
     for (auto& [id, beat] : beats_) {
       if (!alive(id)) continue;
       const auto value = store_->get(control_keys::heartbeat(id));
       const std::int64_t count = value ? std::stoll(*value) : -1;
       if (count != beat.first) {
         beat = {count, Clock::now()};
-      } else if (Clock::now() - beat.second > std::chrono::duration<double>(c_.heartbeat_timeout_seconds)) {
-        lost_cause_[id] = fmt::format("worker {} sent no heartbeat for {:.0f} s", id, c_.heartbeat_timeout_seconds);
-        spdlog::error("{}; stopping it", lost_cause_[id]);
-        processes_.signal(id, SIGKILL);
+      } else if (Clock::now() - beat.second > std::chrono::duration<double>(timeout)) {
+        const std::string cause = fmt::format("worker {} sent no heartbeat for {:.1f} s", id, timeout);
+        if (c_.external_workers) {
+          lost_.insert(id);  // it may be alive but unreachable: it is out of every later generation
+          note(cause);
+        } else {
+          lost_cause_[id] = cause;
+          spdlog::error("{}; stopping it", cause);
+          processes_.signal(id, SIGKILL);
+        }
         beat.second = Clock::now();
       }
     }
@@ -418,7 +482,15 @@ class InplaceController {
   // Requests from the workers (a boundary reached, a failed collective) and from `sailor-run join`.
   void check_requests() {
     const std::string prefix = control_keys::generation_prefix(generation_);
-    if (const auto joins = store_->get(control_keys::kJoinRequests)) {
+    if (c_.external_workers) {
+      // Workers started later (a new srun step) registered themselves.
+      for (const std::int64_t n = registered(); joined_ < n; ++joined_) {
+        const int id = static_cast<int>(joined_);
+        order_.push_back(id);
+        beats_[id] = {-1, Clock::now()};
+        joiners_.push_back(id);
+      }
+    } else if (const auto joins = store_->get(control_keys::kJoinRequests)) {
       const std::int64_t asked = std::stoll(*joins);
       for (; joined_ < asked; ++joined_) {
         const int id = next_id_++;
@@ -426,11 +498,11 @@ class InplaceController {
         start_worker(id, generation_ + 1);
         joiners_.push_back(id);
       }
-      if (!joiners_.empty() && !stop_asked_) {
-        // The training ranks stop at the next step boundary and hand over to a plan with the newcomers.
-        store_->set(prefix + "stop", "1");
-        stop_asked_ = true;
-      }
+    }
+    if (!joiners_.empty() && !stop_asked_) {
+      // The training ranks stop at the next step boundary and hand over to a plan with the newcomers.
+      store_->set(prefix + "stop", "1");
+      stop_asked_ = true;
     }
     if (const auto boundary = store_->get(prefix + "boundary"); boundary && !boundary_seen_) {
       boundary_seen_ = true;
@@ -487,6 +559,7 @@ class InplaceController {
       record["plan_s"] = seconds_between(plan_start, Clock::now());
       record["result"] = std::string("no plan: ") + e.what();
       if (start_.metrics) append_line(*start_.metrics, record.dump());
+      store_->set(control_keys::kStopped, fmt::format("{}; the workers left admit no plan ({})", cause, e.what()));
       processes_.signal_all(SIGKILL);
       throw NoSolutionError(fmt::format("{}; {} worker(s) left admit no plan ({}); the last checkpoint (step {}) is in {}",
                                         cause, available, e.what(), checkpoint_step(start_.output),
@@ -568,6 +641,11 @@ class InplaceController {
 };
 
 int run_inplace(const LaunchCommand& c) { return InplaceController(c).run(); }
+
+std::string this_host() {
+  char name[256] = {};
+  return ::gethostname(name, sizeof name - 1) == 0 ? std::string(name) : std::string("localhost");
+}
 
 }  // namespace
 

@@ -64,6 +64,13 @@ std::unique_ptr<ElasticWorker> ElasticWorker::from_environment(std::chrono::mill
   const char* control = std::getenv("SAILOR_CONTROL");
   if (control == nullptr || *control == '\0') return nullptr;
   const auto [host, port] = parse_host_port(control);
+  if (std::getenv("SAILOR_WORKER_ID") == nullptr) {
+    // Started by someone else (an srun step): take the next worker id.
+    auto store = connect(host, port, timeout);
+    const int id = static_cast<int>(store->add(control_keys::kRegistered, 1) - 1);
+    spdlog::info("registered with the elastic controller at {}:{} as worker {}", host, port, id);
+    return std::unique_ptr<ElasticWorker>(new ElasticWorker(id, -1, host, port, timeout));
+  }
   const int generation = std::getenv("SAILOR_GENERATION") != nullptr ? environment_int("SAILOR_GENERATION") : 0;
   return std::unique_ptr<ElasticWorker>(
       new ElasticWorker(environment_int("SAILOR_WORKER_ID"), generation, host, port, timeout));
@@ -72,7 +79,7 @@ std::unique_ptr<ElasticWorker> ElasticWorker::from_environment(std::chrono::mill
 ElasticWorker::ElasticWorker(int worker, int generation, std::string host, int port,
                              std::chrono::milliseconds timeout)
     : worker_(worker), first_generation_(generation), host_(std::move(host)), port_(port), timeout_(timeout),
-      store_(connect(host_, port_, timeout)), watched_(generation) {
+      store_(connect(host_, port_, timeout)), watched_(std::max(generation, 0)) {
   interrupts_.push_back(std::make_unique<Interrupt>());
   interrupt_ = interrupts_.back().get();
   // Its own connection: the training thread uses the other one.
@@ -133,10 +140,38 @@ Membership ElasticWorker::membership(int generation) {
   return Membership::from_json(generation, get(key));
 }
 
+Membership ElasticWorker::first_membership() {
+  if (first_generation_ >= 0) return membership(first_generation_);
+  const auto deadline = Clock::now() + timeout_;
+  int generation = -1;
+  for (;;) {
+    if (store_->check({control_keys::kStopped}))
+      throw RuntimeFailure("the elastic job stopped: " + get(control_keys::kStopped));
+    if (store_->check({control_keys::kGeneration})) {
+      const int current = std::stoi(get(control_keys::kGeneration));
+      if (current > generation) {
+        generation = current;
+        Membership m = membership(current);
+        if (m.member_rank_of(worker_) >= 0) {
+          first_generation_ = current;
+          watch(current);
+          return m;
+        }
+      }
+    }
+    if (Clock::now() > deadline)
+      throw RuntimeFailure(fmt::format("worker {}: no generation of the elastic job took it within {} s", worker_,
+                                       timeout_.count() / 1000));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
 std::optional<Membership> ElasticWorker::next_generation(int generation) {
   const auto deadline = Clock::now() + timeout_;
   for (;;) {
     if (store_->check({control_keys::kDone})) return std::nullopt;
+    if (store_->check({control_keys::kStopped}))
+      throw RuntimeFailure("the elastic job stopped: " + get(control_keys::kStopped));
     if (store_->check({control_keys::kGeneration})) {
       const int current = std::stoi(get(control_keys::kGeneration));
       if (current > generation) {

@@ -43,8 +43,10 @@ class ElasticWorker {
   ElasticWorker& operator=(const ElasticWorker&) = delete;
 
   int worker_id() const { return worker_; }
-  /// The generation this worker was started for (SAILOR_GENERATION; 0 for the first workers).
-  int first_generation() const { return first_generation_; }
+  /// The first generation this worker is a member of: the one it was
+  /// started for (SAILOR_GENERATION), or, for a worker that registered
+  /// itself (no SAILOR_WORKER_ID: an srun step), the first that lists it.
+  Membership first_membership();
   const std::string& address() const { return host_; }
   int port() const { return port_; }
   c10::intrusive_ptr<c10d::Store> store() const { return store_; }
@@ -54,7 +56,7 @@ class ElasticWorker {
   /// The membership of generation `generation` (waits until it is published).
   Membership membership(int generation);
   /// Waits for a generation after `generation`, then watches it. Nothing
-  /// when the job ended first.
+  /// when the job ended first; RuntimeFailure when it stopped without a plan.
   std::optional<Membership> next_generation(int generation);
   /// Tells the controller this worker lost a peer in `generation`.
   void report_failure(int generation);
@@ -79,7 +81,7 @@ class ElasticWorker {
   bool wait_key(const std::string& key, bool interruptible);
 
   int worker_;
-  int first_generation_;
+  int first_generation_;  ///< -1: the first generation that lists this worker
   std::string host_;
   int port_;
   std::chrono::milliseconds timeout_;

@@ -32,6 +32,10 @@ struct LaunchCommand {
   std::string recovery = "inplace";      ///< inplace (survivors keep their state) or restart (all, from the checkpoint)
   int max_reconfigurations = 16;         ///< give up after this many
   double heartbeat_timeout_seconds = 30; ///< inplace: a worker silent this long is taken for lost
+  // `sailor-run controller`: the workers start elsewhere (srun steps) and register themselves.
+  bool external_workers = false;
+  std::filesystem::path output;          ///< their -o (for messages about the checkpoint)
+  std::filesystem::path metrics;         ///< their --metrics, on a shared file system (for the records)
 };
 
 /// Worker processes of this machine, each running the worker program with

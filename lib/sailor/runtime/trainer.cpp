@@ -617,9 +617,21 @@ HeldState hold_state(const NamedTensors& params, const NamedTensors& moments, in
 
 }  // namespace
 
-TrainResult train(const TrainJob& job) {
-  const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(job.timeout_seconds * 1000));
+TrainResult train(const TrainJob& requested) {
+  const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(requested.timeout_seconds * 1000));
   const auto elastic = ElasticWorker::from_environment(timeout);
+  // In-place elastic jobs run generation after generation in this process;
+  // every other job runs one.
+  std::optional<Membership> members;
+  if (elastic) members = elastic->first_membership();
+  TrainJob job = requested;
+  if (members && members->generation > 0 && !job.resume && !job.force) {
+    // A worker that joins a running job takes the run's options from its
+    // checkpoint (or accepts the folder of a run not checkpointed yet); its
+    // state comes from the hand-over.
+    if (fs::exists(job.output / kStateFile)) job.resume = true;
+    else job.force = true;
+  }
   WorldInfo world = world_from_environment();
   RunState run = read_run_state(job);
   TrainOptions& options = run.options;
@@ -644,7 +656,7 @@ TrainResult train(const TrainJob& job) {
 
   std::int64_t end_step = options.steps;
   if (job.stop_after > 0) end_step = std::min(end_step, run.start_step + job.stop_after);
-  if (std::getenv(kEnvElastic) != nullptr) {
+  if (std::getenv(kEnvElastic) != nullptr || elastic) {
     struct sigaction action {};
     action.sa_handler = request_leave;
     sigemptyset(&action.sa_mask);
@@ -655,10 +667,6 @@ TrainResult train(const TrainJob& job) {
   const auto started = Clock::now();
   std::int64_t steps_run = 0;
 
-  // In-place elastic jobs run generation after generation in this process;
-  // every other job runs one.
-  std::optional<Membership> members;
-  if (elastic) members = elastic->membership(elastic->first_generation());
   HeldState held;
   StartingPoint start{run.start_step, run.source, job.resume, false};
   for (;;) {
