@@ -12,6 +12,8 @@ within 1e-5 relative:
 - kill -9 one of 4 workers (DP=2 x PP=2) after step 3 of 10, with no
   checkpoint written during the run: the job finishes every step, the state
   comes from memory, at most the step in flight is redone;
+- a spare: 3 workers for a 2-worker plan, one of the two killed: the
+  spare takes its place and receives the state;
 - kill -9 both replicas of the second stage: that stage has no holder, so
   every rank reloads the last checkpoint and the steps since it are redone;
 - SIGTERM to one worker: it hands its state over at the step boundary and
@@ -19,6 +21,9 @@ within 1e-5 relative:
 - a worker stopped (SIGSTOP) past --heartbeat-timeout is taken for lost;
 - `sailor-run join` adds a worker to a 1-worker job: the next plan uses it,
   and `sailor-run status` shows each generation;
+- a flapping newcomer (joins, is killed before it trains, twice) does not
+  wedge the job;
+- the last worker lost: exit 3 naming the checkpoint, which resumes;
 - the controller killed: the workers stop with it, the last checkpoint
   stays and resumes;
 - `sailor-run controller` with workers started on their own (as srun
@@ -38,7 +43,7 @@ import time
 from pathlib import Path
 
 from elastic_jobs import COMMON, Checks, elastic, finishes_on_new_plan, plan_workers, prepare, records, reference, \
-    run, same_losses
+    run, same_losses, worker_pids
 
 BIN = Path(sys.argv[1])
 RUN = str(BIN / "sailor-run")
@@ -51,10 +56,12 @@ def free_port():
         return s.getsockname()[1]
 
 
-def last_event(name, metrics):
+def first_event(name, metrics):
+    """The reconfiguration the scenario caused (the first of the run)."""
     _, events = records(metrics)
-    check(bool(events), f"{name}: a reconfiguration record in the metrics")
-    return events[-1] if events else {}
+    check(len(events) == 1, f"{name}: one reconfiguration record in the metrics "
+                            f"({[e.get('cause') for e in events]})")
+    return events[0] if events else {}
 
 
 def main():
@@ -70,13 +77,28 @@ def main():
         check(code == 0 and finishes_on_new_plan(out, events),
               f"kill -9: the job finishes on the new plan's workers (rc {code}): {out.strip()[-200:]} {err[-600:]}")
         same_losses(check, ref, steps, "kill -9", allowed_redone=1)
-        e = last_event("kill -9", metrics)
+        e = first_event("kill -9", metrics)
         check(e.get("state_from") == "memory" and "killed by signal 9" in e.get("cause", "")
               and e.get("workers_after") == 3 and e.get("recovery") == "inplace",
               f"kill -9: state handed over from memory: {({k: e.get(k) for k in ('cause', 'state_from', 'workers_after')})}")
         check(all(e.get(k, -1) >= 0 for k in ("stop_s", "plan_s", "state_transfer_s", "regroup_s", "recovery_s")),
               f"kill -9: phase times recorded: "
               f"{({k: e.get(k) for k in ('stop_s', 'plan_s', 'state_transfer_s', 'regroup_s', 'recovery_s')})}")
+
+        # Three workers for a plan of two: worker 2 waits as a spare and takes over from the one killed.
+        dp2 = tmp / "dp2.json"
+        dp2.write_text(json.dumps({"format": "gpufleet-sailor-plan", "version": 1, "mbs": 2, "global_batch": 8,
+                                   "stages": [{"layers": [0, 6], "tp": 1,
+                                               "replicas": [{"gpu": "cpu", "zone": "local"}] * 2}]}))
+        code, out, err, folder, metrics = elastic(RUN, tmp, "spare", 3, dp2, extra=["--checkpoint-every", "100"],
+                                                  act=lambda pids, _: os.kill(pids[1], signal.SIGKILL))
+        steps, events = records(metrics)
+        check(code == 0 and finishes_on_new_plan(out, events) and "a spare in generation 0" in err,
+              f"spare: the job finishes (rc {code}): {out.strip()[-200:]} {err[-600:]}")
+        same_losses(check, ref, steps, "spare", allowed_redone=1)
+        e = first_event("spare", metrics)
+        check(e.get("state_from") == "memory" and e.get("workers_after") == 2,
+              f"spare: it takes the lost worker's place with state from memory ({e.get('state_from')})")
 
         # Both replicas of stage 1 (workers 2 and 3): its layers come from the checkpoint.
         code, out, err, folder, metrics = elastic(
@@ -85,7 +107,7 @@ def main():
         steps, events = records(metrics)
         check(code == 0 and finishes_on_new_plan(out, events),
               f"stage lost: the job finishes (rc {code}): {out.strip()[-200:]} {err[-600:]}")
-        e = last_event("stage lost", metrics)
+        e = first_event("stage lost", metrics)
         resumed, before = e.get("resumed_from_step", -1), e.get("last_step_before", -1)
         redone = same_losses(check, ref, steps, "stage lost", allowed_redone=10)
         check(e.get("state_from") == "checkpoint" and resumed % 3 == 0 and 0 <= resumed <= before
@@ -99,7 +121,7 @@ def main():
         steps, events = records(metrics)
         check(code == 0 and finishes_on_new_plan(out, events), f"SIGTERM: the job finishes (rc {code}) {err[-600:]}")
         same_losses(check, ref, steps, "SIGTERM", allowed_redone=0)
-        e = last_event("SIGTERM", metrics)
+        e = first_event("SIGTERM", metrics)
         check("preempted" in e.get("cause", "") and e.get("steps_redone") == 0 and e.get("state_from") == "memory",
               f"SIGTERM: recorded as a preemption handed over from memory: {e.get('cause')}, {e.get('state_from')}")
 
@@ -110,7 +132,7 @@ def main():
         steps, events = records(metrics)
         check(code == 0, f"SIGSTOP: the job finishes (rc {code}) {err[-600:]}")
         same_losses(check, ref, steps, "SIGSTOP", allowed_redone=1)
-        e = last_event("SIGSTOP", metrics)
+        e = first_event("SIGSTOP", metrics)
         check("heartbeat" in e.get("cause", ""), f"SIGSTOP: the cause names the heartbeat: {e.get('cause')}")
 
         # join: one worker, then a second one asked for while it trains.
@@ -139,11 +161,43 @@ def main():
               f"join: accepted ({seen['join'].stdout.strip()} {seen['join'].stderr.strip()[-200:]})")
         check(code == 0, f"join: the job finishes (rc {code}) {err[-600:]}")
         same_losses(check, ref, steps, "join", allowed_redone=0)
-        e = last_event("join", metrics)
+        e = first_event("join", metrics)
         check("joined" in e.get("cause", "") and e.get("workers_after") == 2 and plan_workers(e.get("new_plan", {"stages": []})) == 2
               and e.get("state_from") == "memory" and f"on 2 rank(s)" in out,
               f"join: the next plan uses the new worker ({e.get('cause')}, {e.get('workers_after')} workers, "
               f"state from {e.get('state_from')}): {out.strip()[-150:]}")
+
+        # A newcomer that dies as soon as it starts, twice, while the others train.
+        def flap(pids, _):
+            os.kill(pids[0], signal.SIGSTOP)  # the job cannot finish meanwhile
+            for newcomer in (2, 3):
+                run(RUN, "join", "--controller", controller2)
+                deadline = time.time() + 60
+                while time.time() < deadline and newcomer not in worker_pids(tmp / "flapping"):
+                    time.sleep(0.02)
+                if newcomer in worker_pids(tmp / "flapping"):
+                    os.kill(worker_pids(tmp / "flapping")[newcomer], signal.SIGKILL)
+                time.sleep(0.5)
+            os.kill(pids[0], signal.SIGCONT)
+
+        port2 = free_port()
+        controller2 = f"127.0.0.1:{port2}"
+        code, out, err, folder, metrics = elastic(RUN, tmp, "flapping", 2, dp2, launcher=["--master-port", str(port2)],
+                                                  extra=["--checkpoint-every", "100"], act=flap)
+        steps, events = records(metrics)
+        check(code == 0, f"flapping: the job finishes (rc {code}) {err[-600:]}")
+        same_losses(check, ref, steps, "flapping", allowed_redone=1)
+        causes = " / ".join(e.get("cause", "") for e in events)
+        check("worker 2 killed by signal 9" in causes and "worker 3 killed by signal 9" in causes,
+              f"flapping: both lost newcomers recorded: {causes}")
+
+        # The last worker lost: no plan; exit 3 naming the checkpoint, which resumes.
+        code, out, err, folder, metrics = elastic(RUN, tmp, "alone", 1, one, extra=["--checkpoint-every", "1"],
+                                                  act=lambda pids, _: os.kill(pids[0], signal.SIGKILL))
+        check(code == 3 and "admit no plan" in err and "the last checkpoint" in err,
+              f"last worker lost: exit 3 naming the checkpoint (rc {code}): {err.strip()[-300:]}")
+        r = run(RUN, "train", "--resume", "-o", folder, "--threads", "1", "--json")
+        check(r.returncode == 0 and json.loads(r.stdout)["last_step"] == 10, f"and it resumes: {r.stderr[-300:]}")
 
         # The controller killed: its workers stop with it; the checkpoint stays and resumes.
         def kill_controller(pids, launcher):

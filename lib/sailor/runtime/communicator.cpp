@@ -67,7 +67,12 @@ void Interrupt::wait(const c10::intrusive_ptr<c10d::Work>& work) {
       work->wait(kSlice);
       return;
     } catch (const std::exception&) {
-      if (work->isCompleted()) throw;  // it failed; a timeout leaves it incomplete
+      // A timeout, or a failure. The work may also have completed between
+      // the timeout and now: a wait without a timeout tells which.
+      if (work->isCompleted()) {
+        work->wait();
+        return;
+      }
     }
   }
 }

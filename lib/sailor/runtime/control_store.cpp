@@ -35,13 +35,12 @@ Membership Membership::from_json(int generation, const std::string& text) {
   m.others = j.at("others").get<std::vector<int>>();
   m.leaving = j.at("leaving").get<std::vector<int>>();
   m.plan = j.at("plan");
-  m.plan_file = j.at("plan_file").get<std::string>();
   return m;
 }
 
 std::string Membership::to_json() const {
   return nlohmann::json{{"generation", generation}, {"training", training}, {"others", others}, {"leaving", leaving},
-                        {"plan", plan}, {"plan_file", plan_file}}.dump();
+                        {"plan", plan}}.dump();
 }
 
 struct ControlStore::Impl {

@@ -35,7 +35,6 @@ struct Membership {
   std::vector<int> others;    ///< workers that only hand state over: spares, then those leaving
   std::vector<int> leaving;   ///< of `others`: workers that exit after the hand-over
   nlohmann::json plan;        ///< the plan the training ranks run
-  std::string plan_file;      ///< the same plan, as a file the workers read
 
   /// The training rank of `worker`, or -1.
   int rank_of(int worker) const;

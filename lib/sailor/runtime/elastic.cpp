@@ -327,7 +327,6 @@ class InplaceController {
  private:
   using Env = std::vector<std::pair<std::string, std::string>>;
 
-  bool training(int id) const { return std::find(members_.training.begin(), members_.training.end(), id) != members_.training.end(); }
   bool alive(int id) const {
     return !lost_.count(id) && (c_.external_workers ? beats_.count(id) > 0 : processes_.running(id));
   }
@@ -384,19 +383,21 @@ class InplaceController {
     for (int id : leaving) m.others.push_back(id);
     m.leaving = leaving;
     m.plan = plan_to_json(plan);
-    m.plan_file = (state_.dir / fmt::format("plan-{}.json", generation)).string();
-    write_file_atomically(m.plan_file, m.plan.dump(2) + "\n");
     store_->set(control_keys::generation_prefix(generation) + "members", m.to_json());
     store_->set(control_keys::kGeneration, std::to_string(generation));
     generation_ = generation;
     members_ = m;
     plan_ = plan;
-    nlohmann::json status = nlohmann::json::parse(m.to_json());
-    status["state"] = "running";
-    status["cause"] = cause;
-    status["reconfigurations"] = generation;
-    status["last_step"] = last_step_seen_;
-    store_->set(control_keys::kStatus, status.dump());
+    status_ = nlohmann::json::parse(m.to_json());
+    status_["state"] = "running";
+    status_["cause"] = cause;
+    status_["reconfigurations"] = generation;
+    update_status();
+  }
+
+  void update_status() {
+    status_["last_step"] = last_step_seen_;
+    store_->set(control_keys::kStatus, status_.dump());
   }
 
   void on_exit(const WorkerProcesses::Exit& e) {
@@ -429,9 +430,8 @@ class InplaceController {
 
   int finish() {
     store_->set(control_keys::kDone, "1");
-    auto status = nlohmann::json::parse(*store_->get(control_keys::kStatus));
-    status["state"] = "done";
-    store_->set(control_keys::kStatus, status.dump());
+    status_["state"] = "done";
+    update_status();
     flush_record();
     const auto deadline = Clock::now() + std::chrono::duration<double>(c_.grace_seconds + 5);
     while (processes_.active() > 0 && Clock::now() < deadline) processes_.poll(20);
@@ -594,6 +594,7 @@ class InplaceController {
   // The record of the last reconfiguration waits for the first step of its generation.
   void watch_metrics() {
     if (!start_.metrics) return;
+    const std::int64_t seen_before = last_step_seen_;
     for (const auto& [step, generation] : steps_since(*start_.metrics, metrics_offset_)) {
       if (pending_record_ && generation == generation_) {
         auto& r = *pending_record_;
@@ -612,6 +613,7 @@ class InplaceController {
       }
       last_step_seen_ = std::max(last_step_seen_, step);
     }
+    if (last_step_seen_ != seen_before) update_status();
   }
 
   void flush_record() {
@@ -621,7 +623,6 @@ class InplaceController {
 
   const LaunchCommand& c_;
   ElasticStart start_;
-  StateFolder state_;
   WorkerProcesses processes_;
   std::unique_ptr<ControlStore> store_;
   Membership members_;
@@ -638,6 +639,7 @@ class InplaceController {
   bool boundary_seen_ = false, stop_asked_ = false;
   Clock::time_point detected_, settle_until_, failure_seen_, last_heartbeat_check_, regroup_started_, record_detected_;
   std::optional<nlohmann::json> pending_record_;
+  nlohmann::json status_;  // what `sailor-run status` prints
 };
 
 int run_inplace(const LaunchCommand& c) { return InplaceController(c).run(); }

@@ -1,5 +1,7 @@
 #include "sailor/runtime/trainer.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -12,6 +14,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "common/atomic_file.h"
 #include "common/chrome_trace.h"
 #include "common/error.h"
 #include "common/file_io.h"
@@ -592,6 +595,14 @@ struct StartingPoint {
   bool in_memory = false;     ///< parameters and moments were handed over
 };
 
+// The plan of an elastic generation as a file for make_layout (the
+// controller may run on another machine); removed once read.
+fs::path write_plan_file(const nlohmann::json& plan) {
+  const fs::path path = fs::temp_directory_path() / fmt::format("sailor-plan-{}.json", ::getpid());
+  write_file_atomically(path, plan.dump() + "\n");
+  return path;
+}
+
 // A checkpoint folder's step, or -1.
 std::int64_t checkpoint_step(const fs::path& output) {
   std::error_code ec;
@@ -684,7 +695,7 @@ TrainResult train(const TrainJob& requested) {
     try {
       std::unique_ptr<Communicator> member_comm;
       if (members) {
-        plan_file = members->plan_file;
+        plan_file = write_plan_file(members->plan);
         const int member_rank = members->member_rank_of(elastic->worker_id());
         if (member_rank < 0) throw UsageError("this worker is not a member of the job's generation " +
                                               std::to_string(generation));
@@ -697,8 +708,10 @@ TrainResult train(const TrainJob& requested) {
         if (rank < 0) {
           // A spare or a leaving worker: hand its state over, then wait or leave.
           result.rank = -1;  // reports nothing
-          hand_over_state(*member_comm, held, {});
-          (void)member_comm.release();  // peers may still be finishing with it
+          if (member_comm) {  // a spare of the first generation holds nothing yet
+            hand_over_state(*member_comm, held, {});
+            (void)member_comm.release();  // peers may still be finishing with it
+          }
           if (std::find(members->leaving.begin(), members->leaving.end(), elastic->worker_id()) !=
               members->leaving.end()) {
             result.stop_code = kExitPreempted;
@@ -714,6 +727,10 @@ TrainResult train(const TrainJob& requested) {
                           "elastic"};
       }
       layout_holder = make_layout(plan_file, options, model_layers, world.world_size);
+      if (members) {
+        std::error_code ec;
+        fs::remove(plan_file, ec);
+      }
       const Layout& layout = *layout_holder;
       const auto& own = layout.stages[static_cast<std::size_t>(layout.place(world.rank).stage)];
       NamedTensors moments;
