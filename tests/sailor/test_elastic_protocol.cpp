@@ -1,0 +1,160 @@
+// The in-place elastic protocol's parts, in one process: the controller's
+// store, memberships, the step commit (all ranks apply a step or none), and
+// the hand-over schedule over real Gloo groups (one thread per member).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <future>
+#include <thread>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "common/error.h"
+#include "sailor/runtime/control_store.h"
+#include "sailor/runtime/elastic_worker.h"
+#include "sailor/runtime/launcher.h"
+
+namespace fleet::sailor::runtime {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A served store and workers of it, as the launcher starts them (one
+// process here: the environment is set for each worker in turn).
+struct ElasticFixture {
+  std::unique_ptr<ControlStore> store = ControlStore::serve(free_local_port(), 30s);
+
+  std::unique_ptr<ElasticWorker> worker(int id) {
+    ::setenv("SAILOR_CONTROL", fmt::format("127.0.0.1:{}", store->port()).c_str(), 1);
+    ::setenv("SAILOR_WORKER_ID", std::to_string(id).c_str(), 1);
+    ::setenv("SAILOR_GENERATION", "0", 1);
+    auto w = ElasticWorker::from_environment(20s);
+    ::unsetenv("SAILOR_CONTROL");
+    ::unsetenv("SAILOR_WORKER_ID");
+    ::unsetenv("SAILOR_GENERATION");
+    return w;
+  }
+};
+
+TEST(ElasticProtocol, MembershipRoundTripsAndPlacesWorkers) {
+  Membership m;
+  m.generation = 3;
+  m.training = {4, 1};
+  m.others = {7, 2};
+  m.leaving = {2};
+  m.plan = {{"stages", nlohmann::json::array()}};
+  const Membership back = Membership::from_json(3, m.to_json());
+  EXPECT_EQ(back.training, m.training);
+  EXPECT_EQ(back.others, m.others);
+  EXPECT_EQ(back.leaving, m.leaving);
+  EXPECT_EQ(back.rank_of(1), 1);
+  EXPECT_EQ(back.rank_of(7), -1);
+  EXPECT_EQ(back.member_rank_of(7), 2);
+  EXPECT_EQ(back.member_rank_of(2), 3);
+  EXPECT_EQ(back.member_rank_of(9), -1);
+  EXPECT_EQ(back.members(), 4);
+}
+
+TEST(ElasticProtocol, HostPortIsCheckedAndAMissingControllerIsOneClearError) {
+  EXPECT_EQ(parse_host_port("node-3:29400"), std::make_pair(std::string("node-3"), 29400));
+  EXPECT_THROW(parse_host_port("node-3"), UsageError);
+  EXPECT_THROW(parse_host_port(":29400"), UsageError);
+  EXPECT_THROW(parse_host_port("node:0"), UsageError);
+  EXPECT_THROW(parse_host_port("node:29400x"), UsageError);
+  const auto started = std::chrono::steady_clock::now();
+  try {
+    ControlStore::connect("127.0.0.1", free_local_port(), 10s);
+    FAIL() << "connected to nothing";
+  } catch (const RuntimeFailure& e) {
+    EXPECT_NE(std::string(e.what()).find("nothing accepts connections"), std::string::npos) << e.what();
+  }
+  // Refused at once, not after c10d's retries until the timeout.
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 5s);
+}
+
+TEST(ElasticProtocol, StoreCountersAndValues) {
+  ElasticFixture f;
+  auto client = ControlStore::connect("127.0.0.1", f.store->port(), 10s);
+  EXPECT_FALSE(client->get("k").has_value());
+  f.store->set("k", "v");
+  EXPECT_EQ(client->get("k"), std::optional<std::string>("v"));
+  EXPECT_EQ(client->add("n", 2), 2);
+  EXPECT_EQ(f.store->add("n", 3), 5);
+}
+
+TEST(ElasticProtocol, EveryRankCommitsAStepThatAllFinished) {
+  ElasticFixture f;
+  auto a = f.worker(0), b = f.worker(1);
+  auto later = std::async(std::launch::async, [&] { return b->commit(0, 7, 2); });
+  EXPECT_TRUE(a->commit(0, 7, 2));
+  EXPECT_TRUE(later.get());
+  // The next step's commit drops the previous one's keys.
+  auto next = std::async(std::launch::async, [&] { return b->commit(0, 8, 2); });
+  EXPECT_TRUE(a->commit(0, 8, 2));
+  EXPECT_TRUE(next.get());
+  EXPECT_FALSE(f.store->get("gen/0/commit/7/decision").has_value());
+}
+
+TEST(ElasticProtocol, NoRankCommitsAStepTheGenerationAbandoned) {
+  ElasticFixture f;
+  auto a = f.worker(0), b = f.worker(1);
+  // Rank a waits for b, which never comes before the controller moves on.
+  auto waiting = std::async(std::launch::async, [&] { return a->commit(0, 4, 3); });
+  std::this_thread::sleep_for(50ms);
+  f.store->set(control_keys::kGeneration, "1");
+  EXPECT_FALSE(waiting.get());
+  // b reaches the count afterwards: the decision stands, nobody applies the step.
+  f.store->add("gen/0/commit/4/count", 1);
+  EXPECT_FALSE(b->commit(0, 4, 3));
+}
+
+TEST(ElasticProtocol, HandOverFillsEveryNeedFromTheNewestHolders) {
+  ElasticFixture f;
+  constexpr int kMembers = 3;
+  Membership members;
+  members.generation = 1;
+  members.training = {0, 1, 2};
+  f.store->set(control_keys::generation_prefix(1) + "members", members.to_json());
+  f.store->set(control_keys::kGeneration, "1");
+  std::vector<std::unique_ptr<ElasticWorker>> workers;
+  for (int w = 0; w < kMembers; ++w) {
+    workers.push_back(f.worker(w));
+    ASSERT_EQ(workers.back()->next_generation(0)->training, members.training);
+  }
+  auto a = torch::arange(6, torch::kFloat32).view({2, 3}), b = torch::full({4}, 2.5f);
+  // Member 0 holds a and b at step 5; member 1 a stale a (step 4); member 2 nothing.
+  std::vector<HeldState> held(kMembers);
+  held[0].step = 5;
+  held[0].tensors = {{"a", a}, {"b", b}};
+  held[1].step = 4;
+  held[1].tensors = {{"a", torch::zeros({2, 3})}};
+  std::vector<std::vector<std::pair<std::string, torch::Tensor>>> targets(kMembers);
+  targets[0] = {{"a", torch::empty({2, 3})}};
+  targets[1] = {{"a", torch::empty({2, 3})}, {"b", torch::empty({4})}};
+  targets[2] = {{"b", torch::empty({4})}};
+  auto run = [&](const std::string& prefix) {
+    std::vector<std::future<std::optional<std::int64_t>>> done;
+    for (int m = 0; m < kMembers; ++m)
+      done.push_back(std::async(std::launch::async, [&, m] {
+        Communicator comm(WorldInfo{m, kMembers, 0, "127.0.0.1", f.store->port(), "elastic"}, workers[m]->store(),
+                          prefix, 20s, &workers[m]->interrupt());
+        return hand_over_state(comm, held[m], targets[m]);
+      }));
+    std::vector<std::optional<std::int64_t>> steps;
+    for (auto& d : done) steps.push_back(d.get());
+    return steps;
+  };
+  for (const auto& step : run("gen/1/a/")) EXPECT_EQ(step, std::optional<std::int64_t>(5));
+  EXPECT_TRUE(torch::equal(targets[0][0].second, a));
+  EXPECT_TRUE(torch::equal(targets[1][0].second, a));
+  EXPECT_TRUE(torch::equal(targets[1][1].second, b));
+  EXPECT_TRUE(torch::equal(targets[2][0].second, b));
+
+  // A tensor nobody holds: every member gets nothing (the checkpoint's turn).
+  targets[2].emplace_back("c", torch::empty({1}));
+  for (const auto& step : run("gen/1/b/")) EXPECT_FALSE(step.has_value());
+}
+
+}  // namespace
+}  // namespace fleet::sailor::runtime
