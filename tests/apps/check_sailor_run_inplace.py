@@ -12,6 +12,8 @@ within 1e-5 relative:
 - kill -9 one of 4 workers (DP=2 x PP=2) after step 3 of 10, with no
   checkpoint written during the run: the job finishes every step, the state
   comes from memory, at most the step in flight is redone;
+- tensor parallelism: kill -9 one of 4 workers of DP=2 x TP=2: the new
+  layout's tensors are put together from the survivors' slices;
 - a spare: 3 workers for a 2-worker plan, one of the two killed: the
   spare takes its place and receives the state;
 - kill -9 both replicas of the second stage: that stage has no holder, so
@@ -84,6 +86,22 @@ def main():
         check(all(e.get(k, -1) >= 0 for k in ("stop_s", "plan_s", "state_transfer_s", "regroup_s", "recovery_s")),
               f"kill -9: phase times recorded: "
               f"{({k: e.get(k) for k in ('stop_s', 'plan_s', 'state_transfer_s', 'regroup_s', 'recovery_s')})}")
+
+        # DP=2 x TP=2: the survivors hold slices; the new layout's whole tensors are put together from them.
+        dp2tp2 = tmp / "dp2tp2.json"
+        dp2tp2.write_text(json.dumps({"format": "gpufleet-sailor-plan", "version": 1, "mbs": 2, "global_batch": 8,
+                                      "stages": [{"layers": [0, 6], "tp": 2,
+                                                  "replicas": [{"gpu": "cpu", "zone": "local"}] * 2}]}))
+        code, out, err, folder, metrics = elastic(RUN, tmp, "tensor_parallel", 4, dp2tp2,
+                                                  extra=["--checkpoint-every", "100"],
+                                                  act=lambda pids, _: os.kill(pids[3], signal.SIGKILL))
+        steps, events = records(metrics)
+        check(code == 0 and finishes_on_new_plan(out, events),
+              f"TP: the job finishes (rc {code}): {out.strip()[-200:]} {err[-600:]}")
+        # Tensor parallelism trains within float rounding of the other layouts.
+        same_losses(check, ref, steps, "TP", allowed_redone=1)
+        e = first_event("TP", metrics)
+        check(e.get("state_from") == "memory", f"TP: state put together from the slices in memory ({e.get('state_from')})")
 
         # Three workers for a plan of two: worker 2 waits as a spare and takes over from the one killed.
         dp2 = tmp / "dp2.json"

@@ -129,10 +129,10 @@ TEST(ElasticProtocol, HandOverFillsEveryNeedFromTheNewestHolders) {
   held[0].tensors = {{"a", a}, {"b", b}};
   held[1].step = 4;
   held[1].tensors = {{"a", torch::zeros({2, 3})}};
-  std::vector<std::vector<std::pair<std::string, torch::Tensor>>> targets(kMembers);
-  targets[0] = {{"a", torch::empty({2, 3})}};
-  targets[1] = {{"a", torch::empty({2, 3})}, {"b", torch::empty({4})}};
-  targets[2] = {{"b", torch::empty({4})}};
+  std::vector<std::vector<HandOverTarget>> targets(kMembers);
+  targets[0] = {{"a", torch::empty({2, 3}), {}}};
+  targets[1] = {{"a", torch::empty({2, 3}), {}}, {"b", torch::empty({4}), {}}};
+  targets[2] = {{"b", torch::empty({4}), {}}};
   auto run = [&](const std::string& prefix) {
     std::vector<std::future<std::optional<std::int64_t>>> done;
     for (int m = 0; m < kMembers; ++m)
@@ -146,14 +146,38 @@ TEST(ElasticProtocol, HandOverFillsEveryNeedFromTheNewestHolders) {
     return steps;
   };
   for (const auto& step : run("gen/1/a/")) EXPECT_EQ(step, std::optional<std::int64_t>(5));
-  EXPECT_TRUE(torch::equal(targets[0][0].second, a));
-  EXPECT_TRUE(torch::equal(targets[1][0].second, a));
-  EXPECT_TRUE(torch::equal(targets[1][1].second, b));
-  EXPECT_TRUE(torch::equal(targets[2][0].second, b));
+  EXPECT_TRUE(torch::equal(targets[0][0].tensor, a));
+  EXPECT_TRUE(torch::equal(targets[1][0].tensor, a));
+  EXPECT_TRUE(torch::equal(targets[1][1].tensor, b));
+  EXPECT_TRUE(torch::equal(targets[2][0].tensor, b));
 
-  // A tensor nobody holds: every member gets nothing (the checkpoint's turn).
-  targets[2].emplace_back("c", torch::empty({1}));
+  // Tensor-parallel slices: v [4, 2] split by rows over members 1 and 2 (a
+  // TP degree of 2); w whole on member 0. Member 0 needs v whole (put
+  // together from both slices), member 1 rows 2-3 of w (cut from the whole),
+  // member 2 rows 1-2 of v (one from member 1, one of its own).
+  const auto v = torch::arange(8, torch::kFloat32).view({4, 2}), w = torch::arange(8, 16).to(torch::kFloat32).view({4, 2});
+  for (auto& h : held) h = HeldState{};
+  held[0].step = held[1].step = held[2].step = 9;
+  held[0].tensors = {{"w", w}};
+  held[1].tensors = {{"v", v.narrow(0, 0, 2)}};
+  held[1].slices = {{"v", {0, 0, 2, 4}}};
+  held[2].tensors = {{"v", v.narrow(0, 2, 2)}};
+  held[2].slices = {{"v", {0, 2, 2, 4}}};
+  targets[0] = {{"v", torch::zeros({4, 2}), {}}};
+  targets[1] = {{"w", torch::zeros({2, 2}), {0, 2, 2, 4}}};
+  targets[2] = {{"v", torch::zeros({2, 2}), {0, 1, 2, 4}}};
+  for (const auto& step : run("gen/1/tp/")) EXPECT_EQ(step, std::optional<std::int64_t>(9));
+  EXPECT_TRUE(torch::equal(targets[0][0].tensor, v));
+  EXPECT_TRUE(torch::equal(targets[1][0].tensor, w.narrow(0, 2, 2)));
+  EXPECT_TRUE(torch::equal(targets[2][0].tensor, v.narrow(0, 1, 2)));
+
+  // A part nobody holds: every member gets nothing (the checkpoint's turn).
+  targets[2].push_back({"c", torch::empty({1}), {}});
   for (const auto& step : run("gen/1/b/")) EXPECT_FALSE(step.has_value());
+  held[2] = HeldState{};  // rows 2-3 of v lost with their holder
+  held[2].step = 9;
+  targets[2].pop_back();
+  for (const auto& step : run("gen/1/c/")) EXPECT_FALSE(step.has_value());
 }
 
 }  // namespace

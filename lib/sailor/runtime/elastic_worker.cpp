@@ -232,75 +232,149 @@ void ElasticWorker::report_ready(int generation, double seconds, const std::stri
 
 void ElasticWorker::report_done() { store_->set(control_keys::kDone, bytes("1")); }
 
+namespace {
+
+// One line of what a member holds or needs: "name\tdim\toffset\tlength\tfull".
+std::string describe_piece(const std::string& name, const model::ShardSpec& spec) {
+  return fmt::format("{}\t{}\t{}\t{}\t{}", name, spec.dim, spec.offset, spec.length, spec.full);
+}
+
+struct Piece {
+  std::string name;
+  model::ShardSpec spec;
+};
+
+Piece parse_piece(const std::string& line) {
+  Piece p;
+  std::size_t at = 0;
+  auto field = [&] {
+    const auto tab = line.find('\t', at);
+    std::string f = line.substr(at, tab == std::string::npos ? std::string::npos : tab - at);
+    at = tab == std::string::npos ? line.size() : tab + 1;
+    return f;
+  };
+  p.name = field();
+  p.spec.dim = std::stoi(field());
+  p.spec.offset = std::stoll(field());
+  p.spec.length = std::stoll(field());
+  p.spec.full = std::stoll(field());
+  return p;
+}
+
+// One transfer: `length` rows along `dim` (dim < 0: the whole tensor) from
+// offset `from_offset` of the sender's piece into offset `to_offset` of the
+// receiver's target.
+struct Move {
+  std::size_t from, to;
+  std::string name;
+  std::size_t target;  // index among the receiver's needs
+  int dim;
+  std::int64_t from_offset, to_offset, length;
+};
+
+torch::Tensor part(const torch::Tensor& t, int dim, std::int64_t offset, std::int64_t length) {
+  return dim < 0 ? t : t.narrow(dim, offset, length);
+}
+
+}  // namespace
+
 std::optional<std::int64_t> hand_over_state(Communicator& members, const HeldState& held,
-                                            const std::vector<std::pair<std::string, torch::Tensor>>& targets) {
+                                            const std::vector<HandOverTarget>& targets) {
   std::string held_text = std::to_string(held.step);
   if (held.step >= 0)
-    for (const auto& [name, t] : held.tensors) held_text += "\n" + name;
+    for (const auto& [name, t] : held.tensors) {
+      auto it = held.slices.find(name);
+      held_text += "\n" + describe_piece(name, it == held.slices.end() ? model::ShardSpec{} : it->second);
+    }
   std::string need_text;
-  for (const auto& [name, t] : targets) need_text += (need_text.empty() ? "" : "\n") + name;
+  for (const auto& t : targets) need_text += (need_text.empty() ? "" : "\n") + describe_piece(t.name, t.spec);
   const auto all_held = members.all_gather_strings("held", held_text);
   const auto all_needs = members.all_gather_strings("needs", need_text);
 
   // Every member computes the same schedule from the same gathered lists.
   std::int64_t step = -1;
-  std::vector<std::vector<std::string>> held_names(all_held.size());
   std::vector<std::int64_t> held_step(all_held.size());
+  std::vector<std::vector<Piece>> held_pieces(all_held.size());
   for (std::size_t r = 0; r < all_held.size(); ++r) {
     auto lines = split_lines(all_held[r]);
     held_step[r] = std::stoll(lines.front());
-    held_names[r].assign(lines.begin() + 1, lines.end());
-    std::sort(held_names[r].begin(), held_names[r].end());
+    for (std::size_t i = 1; i < lines.size(); ++i) held_pieces[r].push_back(parse_piece(lines[i]));
     step = std::max(step, held_step[r]);
   }
   if (step < 0) return std::nullopt;
-  auto holds = [&](std::size_t r, const std::string& name) {
-    return held_step[r] == step && std::binary_search(held_names[r].begin(), held_names[r].end(), name);
+  // Who holds what at that step, by name.
+  struct Holding {
+    std::size_t member;
+    model::ShardSpec spec;
   };
-  const std::size_t me = static_cast<std::size_t>(members.rank());
-  struct Move {
-    std::size_t from, to;
-    std::string name;
-  };
+  std::map<std::string, std::vector<Holding>> holders;
+  for (std::size_t r = 0; r < all_held.size(); ++r)
+    if (held_step[r] == step)
+      for (const auto& p : held_pieces[r]) holders[p.name].push_back({r, p.spec});
+
   std::vector<Move> moves;
   for (std::size_t r = 0; r < all_needs.size(); ++r) {
-    for (const auto& name : split_lines(all_needs[r])) {
-      if (holds(r, name)) {
-        moves.push_back({r, r, name});
+    const auto lines = split_lines(all_needs[r]);
+    for (std::size_t k = 0; k < lines.size(); ++k) {
+      const Piece need = parse_piece(lines[k]);
+      auto it = holders.find(need.name);
+      if (it == holders.end()) return std::nullopt;
+      const auto& hs = it->second;
+      // A holder of the whole tensor: this rank itself if it is one, else
+      // the holders take turns, so a stage held by several replicas is sent by all.
+      std::vector<const Holding*> whole;
+      for (const auto& h : hs)
+        if (h.spec.dim < 0) whole.push_back(&h);
+      if (!whole.empty()) {
+        const Holding* h = whole[moves.size() % whole.size()];
+        for (const auto* w : whole)
+          if (w->member == r) h = w;
+        moves.push_back({h->member, r, need.name, k, need.spec.dim, need.spec.offset, 0, need.spec.length});
         continue;
       }
-      // The holders take turns, so a stage held by several replicas is sent by all of them.
-      std::vector<std::size_t> from;
-      for (std::size_t h = 0; h < all_held.size(); ++h)
-        if (holds(h, name)) from.push_back(h);
-      if (from.empty()) return std::nullopt;
-      moves.push_back({from[moves.size() % from.size()], r, name});
+      // Slices along one dimension: cover the needed range piece by piece.
+      const int dim = hs.front().spec.dim;
+      if (need.spec.dim >= 0 && need.spec.dim != dim) return std::nullopt;
+      const std::int64_t begin = need.spec.dim >= 0 ? need.spec.offset : 0;
+      const std::int64_t end = need.spec.dim >= 0 ? need.spec.offset + need.spec.length : hs.front().spec.full;
+      for (std::int64_t at = begin; at < end;) {
+        std::vector<const Holding*> covering;
+        for (const auto& h : hs)
+          if (h.spec.offset <= at && at < h.spec.offset + h.spec.length) covering.push_back(&h);
+        if (covering.empty()) return std::nullopt;
+        const Holding* chosen = covering[moves.size() % covering.size()];
+        for (const auto* c : covering)
+          if (c->member == r) chosen = c;
+        const std::int64_t upto = std::min(end, chosen->spec.offset + chosen->spec.length);
+        moves.push_back({chosen->member, r, need.name, k, dim, at - chosen->spec.offset, at - begin, upto - at});
+        at = upto;
+      }
     }
   }
-  std::map<std::string, torch::Tensor> target_of;
-  for (const auto& [name, t] : targets) target_of[name] = t;
+
   torch::NoGradGuard no_grad;
+  const std::size_t me = static_cast<std::size_t>(members.rank());
   std::vector<c10::intrusive_ptr<c10d::Work>> sends;
   std::vector<torch::Tensor> keep;  // what is being sent stays alive until sent
   for (std::size_t i = 0; i < moves.size(); ++i) {
     const Move& m = moves[i];
-    const int tag = static_cast<int>(i);
-    if (m.from == me && m.to == me) {
-      auto& target = target_of.at(m.name);
-      const auto& source = held.tensors.at(m.name);
+    if (m.from != me) continue;
+    const auto source = part(held.tensors.at(m.name), m.dim, m.from_offset, m.length);
+    if (m.to == me) {
+      auto target = part(targets.at(m.target).tensor, m.dim, m.to_offset, m.length);
       if (!source.sizes().equals(target.sizes()))
         throw std::logic_error(fmt::format("hand-over of {}: held {} but the layout needs {}", m.name,
                                            fmt::join(source.sizes(), "x"), fmt::join(target.sizes(), "x")));
       target.copy_(source);
-    } else if (m.from == me) {
-      keep.push_back(held.tensors.at(m.name).to(torch::kCPU, torch::kFloat32).contiguous());
-      sends.push_back(members.world().send(keep.back(), static_cast<int>(m.to), tag));
+      continue;
     }
+    keep.push_back(source.to(torch::kCPU, torch::kFloat32).contiguous());
+    sends.push_back(members.world().send(keep.back(), static_cast<int>(m.to), static_cast<int>(i)));
   }
   for (std::size_t i = 0; i < moves.size(); ++i) {
     const Move& m = moves[i];
     if (m.to != me || m.from == me) continue;
-    auto& target = target_of.at(m.name);
+    auto target = part(targets.at(m.target).tensor, m.dim, m.to_offset, m.length);
     auto buffer = torch::empty(target.sizes(), torch::kFloat32);
     members.world().recv(buffer, static_cast<int>(m.from), static_cast<int>(i));
     target.copy_(buffer);

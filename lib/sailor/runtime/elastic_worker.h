@@ -21,16 +21,27 @@
 #include <nlohmann/json.hpp>
 
 #include "sailor/runtime/communicator.h"
+#include "model/tensor_parallel.h"
 #include "sailor/runtime/control_store.h"
 
 namespace fleet::sailor::runtime {
 
-/// What a worker still holds when its generation ends: whole float32 CPU
-/// tensors (parameters and optimizer moments) as of a committed step.
+/// What a worker still holds when its generation ends: its parameters and
+/// optimizer moments as of a committed step — whole, or the slice its
+/// tensor-parallel rank kept (`slices`; a name without one is whole).
 struct HeldState {
   std::int64_t step = -1;  ///< -1: nothing
   std::map<std::string, torch::Tensor> tensors;
+  std::map<std::string, model::ShardSpec> slices;
   nlohmann::json history = nlohmann::json::array();
+};
+
+/// A tensor a training rank of the new layout needs filled: whole, or the
+/// slice `spec` of the whole (its tensor-parallel part).
+struct HandOverTarget {
+  std::string name;
+  torch::Tensor tensor;
+  model::ShardSpec spec;  ///< dim < 0: the whole tensor
 };
 
 class ElasticWorker {
@@ -96,13 +107,14 @@ class ElasticWorker {
   std::thread watcher_;
 };
 
-/// Fills `targets` (this rank's new parameters and moments) from whichever
-/// member holds each tensor at the newest committed step, point to point
-/// over `members` (every member of the generation calls it; spares and
-/// leaving workers with no targets). Returns that step, or nothing when
-/// some tensor a rank needs is held by nobody (then every member gets
-/// nothing, and the training ranks reload from the checkpoint).
+/// Fills `targets` (this rank's new parameters and moments) from the
+/// members that hold them at the newest committed step, point to point over
+/// `members` (every member of the generation calls it; spares and leaving
+/// workers with no targets). A slice may be cut from a whole tensor or put
+/// together from the slices of another tensor-parallel degree. Returns that
+/// step, or nothing when some part a rank needs is held by nobody (then
+/// every member gets nothing, and the training ranks reload the checkpoint).
 std::optional<std::int64_t> hand_over_state(Communicator& members, const HeldState& held,
-                                            const std::vector<std::pair<std::string, torch::Tensor>>& targets);
+                                            const std::vector<HandOverTarget>& targets);
 
 }  // namespace fleet::sailor::runtime

@@ -385,7 +385,21 @@ class StageRunner {
     if (dp_group_) (void)dp_group_.release();
     if (embedding_group_) (void)embedding_group_.release();
   }
-  int tensor_parallel() const { return stage_.tp; }
+  /// The part of the whole tensor `name` (a parameter or its moment) this
+  /// rank holds: dim < 0 for the whole.
+  model::ShardSpec slice_spec(const std::string& name) const {
+    // From the layout, not the group: it still holds after abandon_groups().
+    return stage_.tp > 1 ? model::shard_spec(model_.config(), name, place_.tp_rank, stage_.tp) : model::ShardSpec{};
+  }
+
+  /// Sets the parameters from a model folder or checkpoint (this rank's slices).
+  void load_parameters(const fs::path& dir) {
+    torch::NoGradGuard no_grad;
+    auto whole = model::LlamaModel::load_layers(dir, stage_.first, stage_.last);
+    std::map<std::string, torch::Tensor> by_name;
+    for (auto& [name, t] : whole.named_parameters(stage_.first, stage_.last)) by_name[name] = t;
+    for (auto& [name, p] : params_) p.copy_(slice_of(name, by_name.at(name)));
+  }
 
   // After the optimizer step: the head's copy of a tied embedding follows it.
   void after_update() {
@@ -560,6 +574,22 @@ class StageRunner {
   std::vector<c10::intrusive_ptr<c10d::Work>> bucket_works_;
 };
 
+// Keeps what a worker holds at the end of a generation: its parameters and
+// optimizer moments as of the last committed step (its slices under tensor
+// parallelism), for the next generation's hand-over.
+HeldState hold_state(const StageRunner& runner, const NamedTensors& moments, std::int64_t step,
+                     const nlohmann::json& history) {
+  HeldState held;
+  held.history = history;
+  held.step = step;
+  for (const auto* list : {&runner.parameters(), &moments})
+    for (const auto& [name, t] : *list) {
+      held.tensors[name] = t.detach();
+      if (const auto spec = runner.slice_spec(name); spec.dim >= 0) held.slices[name] = spec;
+    }
+  return held;
+}
+
 // The traced step of every rank in one Perfetto file, one row per rank laid
 // out like `sailor-plan simulate --trace` (row stage*1000 + replica). Times
 // are each rank's own, from the start of its step.
@@ -609,21 +639,6 @@ std::int64_t checkpoint_step(const fs::path& output) {
   if (!fs::exists(output / kStateFile, ec)) return -1;
   auto doc = load_json_file(output / kStateFile);
   return doc.root().get<std::int64_t>("step");
-}
-
-// Keeps what a worker holds at the end of a generation: its parameters and
-// optimizer moments as of the last committed step (whole tensors: with
-// tensor parallelism nothing is kept, and a later hand-over falls back to
-// the checkpoint).
-HeldState hold_state(const NamedTensors& params, const NamedTensors& moments, int tp, std::int64_t step,
-                     const nlohmann::json& history) {
-  HeldState held;
-  held.history = history;
-  if (tp != 1) return held;
-  held.step = step;
-  for (const auto& list : {&params, &moments})
-    for (const auto& [name, t] : *list) held.tensors[name] = t.detach();
-  return held;
 }
 
 }  // namespace
@@ -691,6 +706,7 @@ TrainResult train(const TrainJob& requested) {
     std::optional<Layout> layout_holder;
     std::int64_t committed = start.step;
     bool left_at_boundary = false;
+    bool state_valid = false;  // the runner's parameters and moments are the job's state
     const auto generation_started = Clock::now();
     try {
       std::unique_ptr<Communicator> member_comm;
@@ -733,40 +749,14 @@ TrainResult train(const TrainJob& requested) {
       }
       const Layout& layout = *layout_holder;
       const auto& own = layout.stages[static_cast<std::size_t>(layout.place(world.rank).stage)];
-      NamedTensors moments;
       if (member_comm) {
-        // State from the previous generation's survivors, point to point.
+        // The state comes from the previous generation's members: only the shapes here.
         model.emplace(model::LlamaModel::uninitialized(config));
         model->keep_only_layers(own.first, own.last);
-        NamedTensors targets = model->named_parameters(own.first, own.last);
-        for (const auto& [name, p] : model->named_parameters(own.first, own.last))
-          for (const char* kind : {"exp_avg.", "exp_avg_sq."})
-            moments.emplace_back(kind + name, torch::zeros_like(p));
-        targets.insert(targets.end(), moments.begin(), moments.end());
-        // Slices under tensor parallelism are not handed over: a name nobody
-        // holds sends every rank to the checkpoint instead.
-        if (own.tp != 1) targets.emplace_back("(tensor-parallel stage)", torch::Tensor());
-        const auto step = hand_over_state(*member_comm, held, targets);
-        (void)member_comm.release();
-        if (step) {
-          start = {*step, run.source, false, true};
-          run.history = nlohmann::json::array();
-          for (const auto& h : held.history)
-            if (h.at("step").get<std::int64_t>() <= *step) run.history.push_back(h);
-        } else {
-          const std::int64_t saved = checkpoint_step(job.output);
-          spdlog::warn("generation {}: some layer has no surviving holder; every rank reloads {}", generation,
-                       saved >= 0 ? "the checkpoint of step " + std::to_string(saved) : std::string("the initial model"));
-          start = saved >= 0 ? StartingPoint{saved, job.output, true, false} : StartingPoint{0, job.model, false, false};
-          if (saved >= 0) run.history = load_json_file(job.output / kStateFile).root().at("history").raw();
-          else run.history = nlohmann::json::array();
-          model.reset();
-          moments.clear();
-        }
-        committed = start.step;
+      } else {
+        // Each rank reads only its stage's weights.
+        model.emplace(model::LlamaModel::load_layers(start.source, own.first, own.last, torch::kFloat32, on_device));
       }
-      // Each rank reads only its stage's weights.
-      if (!model) model.emplace(model::LlamaModel::load_layers(start.source, own.first, own.last, torch::kFloat32, on_device));
 
       if (members) {
         if (world.distributed())
@@ -786,15 +776,36 @@ TrainResult train(const TrainJob& requested) {
 
       runner.emplace(layout, world.rank, comm.get(), *model, data, options, on_device);
       optimizer.emplace(runner->parameters(), options);
+      if (member_comm) {
+        // Parameters and moments from the members that hold them (this
+        // rank's tensor-parallel slice of each), point to point.
+        std::vector<HandOverTarget> targets;
+        const NamedTensors moments = optimizer->state();  // the optimizer's own tensors
+        for (const auto* list : {&runner->parameters(), &moments})
+          for (const auto& [name, t] : *list) targets.push_back({name, t, runner->slice_spec(name)});
+        const auto step = hand_over_state(*member_comm, held, targets);
+        (void)member_comm.release();
+        if (step) {
+          start = {*step, run.source, false, true};
+          run.history = nlohmann::json::array();
+          for (const auto& h : held.history)
+            if (h.at("step").get<std::int64_t>() <= *step) run.history.push_back(h);
+        } else {
+          const std::int64_t saved = checkpoint_step(job.output);
+          spdlog::warn("generation {}: some layer has no surviving holder; every rank reloads {}", generation,
+                       saved >= 0 ? "the checkpoint of step " + std::to_string(saved) : std::string("the initial model"));
+          start = saved >= 0 ? StartingPoint{saved, job.output, true, false} : StartingPoint{0, job.model, false, false};
+          run.history = saved >= 0 ? load_json_file(job.output / kStateFile).root().at("history").raw()
+                                   : nlohmann::json::array();
+          runner->load_parameters(start.source);
+        }
+        runner->after_update();  // a tied head's copy follows the embedding
+        committed = start.step;
+      }
       if (start.checkpoint)
         optimizer->load(start.source,
                         [&](const std::string& name, const torch::Tensor& t) { return runner->slice_of(name, t); });
-      if (start.in_memory) {
-        torch::NoGradGuard no_grad;
-        std::map<std::string, torch::Tensor> handed(moments.begin(), moments.end());
-        for (auto& [name, t] : optimizer->state()) t.copy_(handed.at(name));
-        runner->after_update();  // a tied head's copy follows the handed-over embedding
-      }
+      state_valid = true;
       if (elastic && generation > 0 && world.rank == 0)
         elastic->report_ready(generation, seconds_since(generation_started),
                               start.in_memory ? "memory" : start.checkpoint ? "checkpoint" : "model");
@@ -952,8 +963,8 @@ TrainResult train(const TrainJob& requested) {
       (void)comm.release();
     }
     // The generation ended: keep the state, wait for the next one.
-    if (runner && optimizer) {
-      held = hold_state(runner->parameters(), optimizer->state(), runner->tensor_parallel(), committed, run.history);
+    if (runner && optimizer && state_valid) {
+      held = hold_state(*runner, optimizer->state(), committed, run.history);
       start.step = committed;
     }
     checkpoints.reset();
