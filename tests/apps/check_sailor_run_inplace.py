@@ -66,6 +66,28 @@ def first_event(name, metrics):
     return events[0] if events else {}
 
 
+def plan_file(tmp, name, stages, dp, tp=1):
+    """A plan of `stages` (layer ranges), each with `dp` replicas of TP degree `tp`."""
+    path = tmp / f"{name}.json"
+    path.write_text(json.dumps({"format": "gpufleet-sailor-plan", "version": 1, "mbs": 2, "global_batch": 8,
+                                "stages": [{"layers": list(r), "tp": tp,
+                                            "replicas": [{"gpu": "cpu", "zone": "local"}] * dp} for r in stages]}))
+    return path
+
+
+def scenario(tmp, ref, name, nprocs, plan, act, extra=("--checkpoint-every", "100"), allowed_redone=1, **kwargs):
+    """Runs an elastic job through `act`, checks it finishes on its last plan
+    with every step's loss equal to the reference; returns (stderr, metrics,
+    the one reconfiguration it caused, the steps redone)."""
+    code, out, err, folder, metrics = elastic(RUN, tmp, name.replace(" ", "_"), nprocs, plan, extra=list(extra),
+                                              act=act, **kwargs)
+    steps, events = records(metrics)
+    check(code == 0 and finishes_on_new_plan(out, events),
+          f"{name}: the job finishes on the new plan's workers (rc {code}): {out.strip()[-200:]} {err[-600:]}")
+    redone = same_losses(check, ref, steps, name, allowed_redone=allowed_redone)
+    return err, metrics, first_event(name, metrics), redone
+
+
 def main():
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -73,13 +95,7 @@ def main():
         ref = reference(RUN, tmp, plan, check)
 
         # kill -9 one of four workers; no checkpoint before the end, so the state can only come from memory.
-        code, out, err, folder, metrics = elastic(RUN, tmp, "killed", 4, plan, extra=["--checkpoint-every", "100"],
-                                                  act=lambda pids, _: os.kill(pids[3], signal.SIGKILL))
-        steps, events = records(metrics)
-        check(code == 0 and finishes_on_new_plan(out, events),
-              f"kill -9: the job finishes on the new plan's workers (rc {code}): {out.strip()[-200:]} {err[-600:]}")
-        same_losses(check, ref, steps, "kill -9", allowed_redone=1)
-        e = first_event("kill -9", metrics)
+        _, _, e, _ = scenario(tmp, ref, "kill -9", 4, plan, lambda pids, _: os.kill(pids[3], signal.SIGKILL))
         check(e.get("state_from") == "memory" and "killed by signal 9" in e.get("cause", "")
               and e.get("workers_after") == 3 and e.get("recovery") == "inplace",
               f"kill -9: state handed over from memory: {({k: e.get(k) for k in ('cause', 'state_from', 'workers_after')})}")
@@ -87,70 +103,37 @@ def main():
               f"kill -9: phase times recorded: "
               f"{({k: e.get(k) for k in ('stop_s', 'plan_s', 'state_transfer_s', 'regroup_s', 'recovery_s')})}")
 
-        # DP=2 x TP=2: the survivors hold slices; the new layout's whole tensors are put together from them.
-        dp2tp2 = tmp / "dp2tp2.json"
-        dp2tp2.write_text(json.dumps({"format": "gpufleet-sailor-plan", "version": 1, "mbs": 2, "global_batch": 8,
-                                      "stages": [{"layers": [0, 6], "tp": 2,
-                                                  "replicas": [{"gpu": "cpu", "zone": "local"}] * 2}]}))
-        code, out, err, folder, metrics = elastic(RUN, tmp, "tensor_parallel", 4, dp2tp2,
-                                                  extra=["--checkpoint-every", "100"],
-                                                  act=lambda pids, _: os.kill(pids[3], signal.SIGKILL))
-        steps, events = records(metrics)
-        check(code == 0 and finishes_on_new_plan(out, events),
-              f"TP: the job finishes (rc {code}): {out.strip()[-200:]} {err[-600:]}")
-        # Tensor parallelism trains within float rounding of the other layouts.
-        same_losses(check, ref, steps, "TP", allowed_redone=1)
-        e = first_event("TP", metrics)
+        # DP=2 x TP=2: the survivors hold slices; the new layout's whole tensors are put together from them
+        # (tensor parallelism trains within float rounding of the other layouts).
+        dp2tp2 = plan_file(tmp, "dp2tp2", [(0, 6)], 2, tp=2)
+        _, _, e, _ = scenario(tmp, ref, "TP", 4, dp2tp2, lambda pids, _: os.kill(pids[3], signal.SIGKILL))
         check(e.get("state_from") == "memory", f"TP: state put together from the slices in memory ({e.get('state_from')})")
 
         # Three workers for a plan of two: worker 2 waits as a spare and takes over from the one killed.
-        dp2 = tmp / "dp2.json"
-        dp2.write_text(json.dumps({"format": "gpufleet-sailor-plan", "version": 1, "mbs": 2, "global_batch": 8,
-                                   "stages": [{"layers": [0, 6], "tp": 1,
-                                               "replicas": [{"gpu": "cpu", "zone": "local"}] * 2}]}))
-        code, out, err, folder, metrics = elastic(RUN, tmp, "spare", 3, dp2, extra=["--checkpoint-every", "100"],
-                                                  act=lambda pids, _: os.kill(pids[1], signal.SIGKILL))
-        steps, events = records(metrics)
-        check(code == 0 and finishes_on_new_plan(out, events) and "a spare in generation 0" in err,
-              f"spare: the job finishes (rc {code}): {out.strip()[-200:]} {err[-600:]}")
-        same_losses(check, ref, steps, "spare", allowed_redone=1)
-        e = first_event("spare", metrics)
-        check(e.get("state_from") == "memory" and e.get("workers_after") == 2,
+        dp2 = plan_file(tmp, "dp2", [(0, 6)], 2)
+        err, _, e, _ = scenario(tmp, ref, "spare", 3, dp2, lambda pids, _: os.kill(pids[1], signal.SIGKILL))
+        check(e.get("state_from") == "memory" and e.get("workers_after") == 2 and "a spare in generation 0" in err,
               f"spare: it takes the lost worker's place with state from memory ({e.get('state_from')})")
 
         # Both replicas of stage 1 (workers 2 and 3): its layers come from the checkpoint.
-        code, out, err, folder, metrics = elastic(
-            RUN, tmp, "stage_lost", 4, plan, extra=["--checkpoint-every", "3"], after_step=5,
-            act=lambda pids, _: [os.kill(pids[w], signal.SIGKILL) for w in (2, 3)])
-        steps, events = records(metrics)
-        check(code == 0 and finishes_on_new_plan(out, events),
-              f"stage lost: the job finishes (rc {code}): {out.strip()[-200:]} {err[-600:]}")
-        e = first_event("stage lost", metrics)
+        _, _, e, redone = scenario(tmp, ref, "stage lost", 4, plan,
+                                   lambda pids, _: [os.kill(pids[w], signal.SIGKILL) for w in (2, 3)],
+                                   extra=("--checkpoint-every", "3"), allowed_redone=10, after_step=5)
         resumed, before = e.get("resumed_from_step", -1), e.get("last_step_before", -1)
-        redone = same_losses(check, ref, steps, "stage lost", allowed_redone=10)
         check(e.get("state_from") == "checkpoint" and resumed % 3 == 0 and 0 <= resumed <= before
               and redone == before - resumed == e.get("steps_redone"),
               f"stage lost: every rank reloads the checkpoint of step {resumed} and redoes the {redone} step(s) "
               f"since it, nothing else (last step before {before}, from {e.get('state_from')})")
 
         # SIGTERM: the worker hands over at the boundary and leaves.
-        code, out, err, folder, metrics = elastic(RUN, tmp, "preempted", 4, plan, extra=["--checkpoint-every", "100"],
-                                                  act=lambda pids, _: os.kill(pids[1], signal.SIGTERM))
-        steps, events = records(metrics)
-        check(code == 0 and finishes_on_new_plan(out, events), f"SIGTERM: the job finishes (rc {code}) {err[-600:]}")
-        same_losses(check, ref, steps, "SIGTERM", allowed_redone=0)
-        e = first_event("SIGTERM", metrics)
+        _, _, e, _ = scenario(tmp, ref, "SIGTERM", 4, plan, lambda pids, _: os.kill(pids[1], signal.SIGTERM),
+                              allowed_redone=0)
         check("preempted" in e.get("cause", "") and e.get("steps_redone") == 0 and e.get("state_from") == "memory",
               f"SIGTERM: recorded as a preemption handed over from memory: {e.get('cause')}, {e.get('state_from')}")
 
         # A worker that stops answering: missed heartbeats make it lost.
-        code, out, err, folder, metrics = elastic(
-            RUN, tmp, "silent", 4, plan, launcher=["--heartbeat-timeout", "2"], extra=["--checkpoint-every", "100"],
-            act=lambda pids, _: os.kill(pids[2], signal.SIGSTOP))
-        steps, events = records(metrics)
-        check(code == 0, f"SIGSTOP: the job finishes (rc {code}) {err[-600:]}")
-        same_losses(check, ref, steps, "SIGSTOP", allowed_redone=1)
-        e = first_event("SIGSTOP", metrics)
+        _, _, e, _ = scenario(tmp, ref, "SIGSTOP", 4, plan, lambda pids, _: os.kill(pids[2], signal.SIGSTOP),
+                              launcher=["--heartbeat-timeout", "2"])
         check("heartbeat" in e.get("cause", ""), f"SIGSTOP: the cause names the heartbeat: {e.get('cause')}")
 
         # join: one worker, then a second one asked for while it trains.
