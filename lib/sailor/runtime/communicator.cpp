@@ -204,18 +204,26 @@ std::vector<std::string> Communicator::all_gather_strings(const std::string& key
   std::vector<std::string> out;
   for (int r = 0; r < world_.world_size; ++r) {
     const std::string k = prefix + std::to_string(r);
-    const auto deadline = std::chrono::steady_clock::now() + timeout_;
-    // In slices, so that a raised interrupt ends the wait.
-    for (;;) {
-      if (interrupt_ != nullptr && interrupt_->raised())
-        throw PeerLost("a new generation of the job started while waiting for rank " + std::to_string(r));
+    auto late = [&] {
+      return RuntimeFailure(fmt::format("rank {}: rank {} did not publish {} within {} s", world_.rank, r, key,
+                                        timeout_.count() / 1000));
+    };
+    if (interrupt_ == nullptr) {
       try {
-        store_->wait({k}, interrupt_ != nullptr ? std::chrono::milliseconds(50) : timeout_);
-        break;
+        store_->wait({k}, timeout_);
       } catch (const std::exception&) {
-        if (interrupt_ == nullptr || std::chrono::steady_clock::now() > deadline)
-          throw RuntimeFailure(fmt::format("rank {}: rank {} did not publish {} within {} s", world_.rank, r, key,
-                                           timeout_.count() / 1000));
+        throw late();
+      }
+    } else {
+      // Polled, so that a raised interrupt ends the wait. Not a store wait
+      // with a short timeout: c10d's TCPStore answers such a wait after it
+      // timed out, and that late answer desynchronises the connection.
+      const auto deadline = std::chrono::steady_clock::now() + timeout_;
+      while (!store_->check({k})) {
+        if (interrupt_->raised())
+          throw PeerLost("a new generation of the job started while waiting for rank " + std::to_string(r));
+        if (std::chrono::steady_clock::now() > deadline) throw late();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
     }
     auto bytes = store_->get(k);
