@@ -71,14 +71,7 @@ CheckpointWriter::CheckpointWriter(fs::path output, const WorldInfo& world, std:
       timeout_(timeout) {
   auto it = std::find(writers_.begin(), writers_.end(), world.rank);
   if (it != writers_.end()) stage_ = static_cast<int>(it - writers_.begin());
-  if (world.distributed()) {
-    c10d::TCPStoreOptions options;
-    options.port = static_cast<std::uint16_t>(world.master_port);
-    options.isServer = false;
-    options.waitWorkers = false;
-    options.timeout = timeout;
-    store_ = std::make_unique<c10d::TCPStore>(world.master_addr, options);
-  }
+  if (world.distributed()) store_ = open_store("the rendezvous", world.master_addr, world.master_port, false, timeout);
 }
 
 CheckpointWriter::~CheckpointWriter() {

@@ -76,7 +76,7 @@ class CheckpointWriter {
   int stage_ = -1;  ///< the stage this rank writes, -1 for none
   std::string token_;
   std::chrono::milliseconds timeout_;
-  std::unique_ptr<c10d::Store> store_;  ///< a client of its own: the training thread uses the other
+  c10::intrusive_ptr<c10d::Store> store_;  ///< a client of its own: the training thread uses the other
   std::thread thread_;
   std::exception_ptr failure_;
   std::atomic<bool> cancelled_{false};

@@ -30,6 +30,21 @@ bool is_transfer(const c10::intrusive_ptr<c10d::Work>& work) {
 
 }  // namespace
 
+c10::intrusive_ptr<c10d::TCPStore> open_store(const std::string& what, const std::string& host, int port, bool server,
+                                              std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(port);
+  options.isServer = server;
+  options.waitWorkers = false;
+  options.timeout = timeout;
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(host, options);
+  } catch (const std::exception& e) {
+    throw RuntimeFailure(fmt::format("{} {} at {}:{}: {}", server ? "cannot serve" : "cannot reach", what, host, port,
+                                     first_line(e)));
+  }
+}
+
 void Interrupt::raise() {
   raised_ = true;
   std::lock_guard<std::mutex> lock(mutex_);

@@ -53,6 +53,12 @@ class Interrupt {
   std::vector<c10::intrusive_ptr<c10d::Work>> transfers_;  // point-to-point waits in progress
 };
 
+/// A TCPStore that serves (`server`) or reaches host:port, without waiting
+/// for workers; RuntimeFailure naming `what` ("the rendezvous", "the
+/// elastic controller's store") when that fails within `timeout`.
+c10::intrusive_ptr<c10d::TCPStore> open_store(const std::string& what, const std::string& host, int port, bool server,
+                                              std::chrono::milliseconds timeout);
+
 /// Waits for `work`, through `interrupt` when there is one; a failure becomes PeerLost.
 void wait_for(const c10::intrusive_ptr<c10d::Work>& work, Interrupt* interrupt);
 

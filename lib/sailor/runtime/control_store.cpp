@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "sailor/runtime/communicator.h"
+
 #include "common/error.h"
 
 namespace fleet::sailor::runtime {
@@ -44,7 +46,7 @@ std::string Membership::to_json() const {
 }
 
 struct ControlStore::Impl {
-  std::unique_ptr<c10d::TCPStore> store;
+  c10::intrusive_ptr<c10d::TCPStore> store;
 };
 
 ControlStore::ControlStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -52,27 +54,12 @@ ControlStore::~ControlStore() = default;
 
 namespace {
 
-std::unique_ptr<c10d::TCPStore> open_store(const std::string& host, int port, bool server,
-                                           std::chrono::milliseconds timeout) {
-  c10d::TCPStoreOptions options;
-  options.port = static_cast<std::uint16_t>(port);
-  options.isServer = server;
-  options.waitWorkers = false;
-  options.timeout = timeout;
-  try {
-    return std::make_unique<c10d::TCPStore>(host, options);
-  } catch (const std::exception& e) {
-    std::string text = e.what();
-    throw RuntimeFailure(fmt::format("{} the elastic controller's store at {}:{}: {}", server ? "cannot serve" : "cannot reach",
-                                     host, port, text.substr(0, text.find('\n'))));
-  }
-}
 
 }  // namespace
 
 std::unique_ptr<ControlStore> ControlStore::serve(int port, std::chrono::milliseconds timeout) {
   auto impl = std::make_unique<Impl>();
-  impl->store = open_store("127.0.0.1", port, true, timeout);
+  impl->store = open_store("the elastic controller's store", "127.0.0.1", port, true, timeout);
   return std::unique_ptr<ControlStore>(new ControlStore(std::move(impl)));
 }
 
@@ -102,7 +89,7 @@ std::unique_ptr<ControlStore> ControlStore::connect(const std::string& host, int
     throw RuntimeFailure(fmt::format("cannot reach the elastic controller's store at {}:{}: nothing accepts "
                                      "connections there (has the job ended?)", host, port));
   auto impl = std::make_unique<Impl>();
-  impl->store = open_store(host, port, false, timeout);
+  impl->store = open_store("the elastic controller's store", host, port, false, timeout);
   return std::unique_ptr<ControlStore>(new ControlStore(std::move(impl)));
 }
 

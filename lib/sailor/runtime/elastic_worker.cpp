@@ -22,18 +22,7 @@ std::vector<std::uint8_t> bytes(const std::string& s) { return {s.begin(), s.end
 std::string text(const std::vector<std::uint8_t>& b) { return {b.begin(), b.end()}; }
 
 c10::intrusive_ptr<c10d::TCPStore> connect(const std::string& host, int port, std::chrono::milliseconds timeout) {
-  c10d::TCPStoreOptions options;
-  options.port = static_cast<std::uint16_t>(port);
-  options.isServer = false;
-  options.waitWorkers = false;
-  options.timeout = timeout;
-  try {
-    return c10::make_intrusive<c10d::TCPStore>(host, options);
-  } catch (const std::exception& e) {
-    std::string what = e.what();
-    throw RuntimeFailure(fmt::format("cannot reach the elastic controller at {}:{}: {}", host, port,
-                                     what.substr(0, what.find('\n'))));
-  }
+  return open_store("the elastic controller", host, port, false, timeout);
 }
 
 int environment_int(const char* name) {
