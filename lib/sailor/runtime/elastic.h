@@ -1,8 +1,12 @@
-// Elastic jobs on one machine (`sailor-run launch --elastic INPUTS`): when a
-// worker is lost, re-plan for the workers that remain with the planner's
-// search over the job's inputs, and continue the run under the new plan.
-// Recovery "restart" stops every worker and restarts them from the last
-// checkpoint (what torchrun's elastic agent does). No libtorch.
+// Elastic jobs (`sailor-run launch --elastic INPUTS`, `sailor-run
+// controller`): when workers are lost, leave or join, re-plan for the
+// workers there are with the planner's search over the job's inputs, and
+// continue the run under the new plan. Recovery "inplace" keeps the
+// survivors and hands their state over (the controller serves the store the
+// protocol runs through: control_store.h, elastic_worker.h); "restart" stops
+// every worker and restarts them from the last checkpoint (what torchrun's
+// elastic agent does). Torch-free header; built with the libtorch runtime,
+// whose c10d store the controller serves.
 #pragma once
 
 #include <cstdint>
