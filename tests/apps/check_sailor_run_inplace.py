@@ -251,7 +251,14 @@ def main():
         ids = [worker_id(i) for i in range(3)]
         victim = ids.index(1) if 1 in ids else 1
         training = "ids 0 and 1 at least"
+        # The others wait (stopped) while it dies, so the job cannot finish first.
+        others = [w for i, w in enumerate(workers) if i != victim]
+        for w in others:
+            w.send_signal(signal.SIGSTOP)
         workers[victim].kill()
+        workers[victim].wait()
+        for w in others:
+            w.send_signal(signal.SIGCONT)
         try:
             ctl_out, ctl_err = ctl.communicate(timeout=120)
         except subprocess.TimeoutExpired:
