@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from elastic_jobs import measure_planner_inputs
+
 try:
     import torch
     from safetensors.torch import load_file
@@ -240,14 +242,7 @@ def main():
         # The planner's inputs measured here: per-layer profile and model, the
         # loopback link's bandwidth curve; sailor-plan simulates a plan on them.
         inputs = tmp / "inputs"
-        inputs.mkdir()
-        r = run(RUN, "profile", "--model", tmp / "init", "--gpu-type", "cpu", "--mbs", "1,2", "--seq-len", "32",
-                "--repeats", "3", "--threads", "1", "-o", inputs / "profile.json")
-        check(r.returncode == 0, f"profile: {r.stderr[-800:]}")
-        r = run(RUN, "launch", "--nprocs", "2", "--", "profile-net", "--gpu-type", "cpu", "--max-bytes", "1048576",
-                "-o", inputs / "cluster.json")
-        check(r.returncode == 0, f"profile-net: {r.stderr[-800:]}")
-        if r.returncode == 0:
+        if measure_planner_inputs(RUN, tmp / "init", inputs, check):
             profile = json.loads((inputs / "profile.json").read_text())
             entries = {e["mbs"]: e for e in profile["gpus"]["cpu"]}
             check(sorted(entries) == [1, 2] and all(len(e["layers"]) == 6 for e in entries.values()),

@@ -1,6 +1,7 @@
-"""What the elastic-job checks share: the planner inputs of a tiny model on
-this machine, an uninterrupted reference run, starting an elastic job and
-acting on it once it has trained some steps, and reading its metrics.
+"""What the multi-process training checks share: the planner inputs of a
+tiny model measured on this machine, an uninterrupted reference run,
+starting an elastic job and acting on it once it has trained some steps,
+and reading its metrics.
 
 Training is layout-independent, so every run's per-step losses must equal
 the uninterrupted run's within 1e-5 relative."""
@@ -50,6 +51,20 @@ def worker_pids(output):
     return pids
 
 
+def measure_planner_inputs(run_bin, model, inputs, check):
+    """profile.json and model.json (per-layer times, mbs 1 and 2, 32 tokens)
+    and cluster.json (the loopback link between two ranks) measured here
+    into the new folder `inputs`; returns whether profile-net succeeded."""
+    inputs.mkdir()
+    r = run(run_bin, "profile", "--model", model, "--gpu-type", "cpu", "--mbs", "1,2", "--seq-len", "32",
+            "--repeats", "3", "--threads", "1", "-o", inputs / "profile.json")
+    check(r.returncode == 0, f"profile: {r.stderr[-800:]}")
+    r = run(run_bin, "launch", "--nprocs", "2", "--", "profile-net", "--gpu-type", "cpu", "--max-bytes", "1048576",
+            "-o", inputs / "cluster.json")
+    check(r.returncode == 0, f"profile-net: {r.stderr[-800:]}")
+    return r.returncode == 0
+
+
 def prepare(run_bin, tmp, check, measured_network=True):
     """Model, corpus and planner inputs in tmp; returns the DP=2 x PP=2 plan.
     Without `measured_network` the link is a fixed 50 GB/s, so that the
@@ -58,13 +73,7 @@ def prepare(run_bin, tmp, check, measured_network=True):
     subprocess.run([run_bin, "make-corpus", "--task", "base", "--lines", "400", "-o", tmp / "base.txt", "-q"],
                    check=True)
     inputs = tmp / "inputs"
-    inputs.mkdir()
-    r = run(run_bin, "profile", "--model", tmp / "init", "--gpu-type", "cpu", "--mbs", "1,2", "--seq-len", "32",
-            "--repeats", "3", "--threads", "1", "-o", inputs / "profile.json")
-    check(r.returncode == 0, f"profile: {r.stderr[-500:]}")
-    r = run(run_bin, "launch", "--nprocs", "2", "--", "profile-net", "--gpu-type", "cpu", "--max-bytes", "1048576",
-            "-o", inputs / "cluster.json")
-    check(r.returncode == 0, f"profile-net: {r.stderr[-500:]}")
+    measure_planner_inputs(run_bin, tmp / "init", inputs, check)
     cluster = json.loads((inputs / "cluster.json").read_text())
     cluster["gpu_types"]["cpu"]["gpus_per_node"] = 8  # every worker of this job runs on this machine
     if not measured_network:
