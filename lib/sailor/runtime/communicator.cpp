@@ -1,6 +1,7 @@
 #include "sailor/runtime/communicator.h"
 
 #include <algorithm>
+#include <csignal>
 #include <cstdlib>
 #include <thread>
 
@@ -182,7 +183,15 @@ Communicator::Communicator(const WorldInfo& world, c10::intrusive_ptr<c10d::Stor
   open_device_and_world();
 }
 
+void ignore_broken_pipes() {
+  // Gloo writes to its peers with writev, which raises SIGPIPE when a peer
+  // has died: a worker must see that as a failed transfer (and, in an
+  // elastic job, carry on), not be killed by it.
+  ::signal(SIGPIPE, SIG_IGN);
+}
+
 void Communicator::open_device_and_world() {
+  ignore_broken_pipes();
   // Gloo's transport: the interface GLOO_SOCKET_IFNAME names, loopback for a
   // job on one machine, else the address this host's name resolves to.
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname != '\0') {

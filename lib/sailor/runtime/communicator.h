@@ -59,6 +59,9 @@ class Interrupt {
 c10::intrusive_ptr<c10d::TCPStore> open_store(const std::string& what, const std::string& host, int port, bool server,
                                               std::chrono::milliseconds timeout);
 
+/// A write to a dead peer's socket fails instead of killing this process (SIGPIPE ignored).
+void ignore_broken_pipes();
+
 /// Waits for `work`, through `interrupt` when there is one; a failure becomes PeerLost.
 void wait_for(const c10::intrusive_ptr<c10d::Work>& work, Interrupt* interrupt);
 

@@ -69,6 +69,7 @@ ElasticWorker::ElasticWorker(int worker, int generation, std::string host, int p
                              std::chrono::milliseconds timeout)
     : worker_(worker), first_generation_(generation), host_(std::move(host)), port_(port), timeout_(timeout),
       store_(connect(host_, port_, timeout)), watched_(std::max(generation, 0)) {
+  ignore_broken_pipes();  // the controller's store may go away under the watcher
   interrupts_.push_back(std::make_unique<Interrupt>());
   interrupt_ = interrupts_.back().get();
   // Its own connection: the training thread uses the other one.
