@@ -209,23 +209,11 @@ int run_simulate(const SimulateCommand& c) {
 }
 
 int run_search(const SearchCommand& c) {
-  SearchOptions opt;
-  if (c.objective == "throughput") {
-    opt.objective = Objective::kThroughput;
-  } else if (c.objective == "cost") {
-    opt.objective = Objective::kCost;
-  } else {
-    throw UsageError("--objective must be 'throughput' or 'cost'");
-  }
-  if (c.max_cost_per_iter < 0 || c.min_throughput < 0 || c.max_gpus < 0 || c.max_stages < 1) {
-    throw UsageError("bounds must be non-negative and --max-stages at least 1");
-  }
+  SearchOptions opt = search_options(c.objective, c.max_cost_per_iter, c.min_throughput, c.max_gpus);
+  if (c.max_stages < 1) throw UsageError("--max-stages must be at least 1");
   OutputCheck check;
   with_inputs(check, c.paths).file(c.output.value_or(""), "--output").check(Existing::kReplace);
   std::ostream& report = report_stream(check);
-  opt.max_cost_per_iteration = c.max_cost_per_iter;
-  opt.min_throughput = c.min_throughput;
-  opt.max_gpus = c.max_gpus;
   opt.top_k = c.top;
   opt.exhaustive = c.exhaustive;
   opt.max_stages = c.max_stages;

@@ -438,6 +438,21 @@ class Searcher {
 
 }  // namespace
 
+SearchOptions search_options(const std::string& objective, double max_cost_per_iteration, double min_throughput,
+                             int max_gpus) {
+  SearchOptions options;
+  if (objective == "throughput") options.objective = Objective::kThroughput;
+  else if (objective == "cost") options.objective = Objective::kCost;
+  else throw UsageError("--objective must be 'throughput' or 'cost', not '" + objective + "'");
+  if (!(max_cost_per_iteration >= 0)) throw UsageError("--max-cost-per-iter must be 0 (no bound) or positive");
+  if (!(min_throughput >= 0)) throw UsageError("--min-throughput must be 0 (no bound) or positive");
+  if (max_gpus < 0) throw UsageError("--max-gpus must be 0 (no bound) or positive");
+  options.max_cost_per_iteration = max_cost_per_iteration;
+  options.min_throughput = min_throughput;
+  options.max_gpus = max_gpus;
+  return options;
+}
+
 std::vector<RankedPlan> search_plans(const PlannerInputs& inputs, const SearchOptions& options, SearchStats* stats) {
   SearchStats local;
   SearchStats& s = stats != nullptr ? *stats : local;

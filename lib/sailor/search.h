@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "sailor/estimator.h"
@@ -44,6 +45,12 @@ struct SearchStats {
 /// reason when no plan fits memory or meets the bounds; UsageError when an
 /// exhaustive search would be too large.
 std::vector<RankedPlan> search_plans(const PlannerInputs& inputs, const SearchOptions& options, SearchStats* stats = nullptr);
+
+/// Search settings from their command-line form (`sailor-plan search`,
+/// `sailor-run launch --elastic`): objective "throughput" or "cost", bounds
+/// of 0 meaning none. UsageError naming the option otherwise.
+SearchOptions search_options(const std::string& objective, double max_cost_per_iteration, double min_throughput,
+                             int max_gpus);
 
 /// True when `a` ranks before `b` under the objective.
 bool better(const Estimate& a, const Estimate& b, Objective objective);

@@ -22,12 +22,14 @@ within 1e-5 relative:
   leaves; nothing is redone;
 - a worker stopped (SIGSTOP) past --heartbeat-timeout is taken for lost;
 - `sailor-run join` adds a worker to a 1-worker job: the next plan uses it,
-  and `sailor-run status` shows each generation;
+  and `sailor-run status` (JSON and text) shows each generation;
 - a flapping newcomer (joins, is killed before it trains, twice) does not
   wedge the job;
 - the last worker lost: exit 3 naming the checkpoint, which resumes;
-- the controller killed: the workers stop with it, the last checkpoint
-  stays and resumes;
+- workers left but no plan within --min-throughput: they write the state
+  they hold as a checkpoint, exit 3, and the job resumes from that step;
+- the controller killed (SIGKILL) or stopped (SIGTERM): the workers stop
+  with it, the last checkpoint stays and resumes;
 - `sailor-run controller` with workers started on their own (as srun
   starts them): two register and train, a third registers later and
   joins, one is killed and the others notice without a parent's help;
@@ -148,6 +150,7 @@ def main():
             # The worker waits (stopped) while the two commands start: a 1-worker step is shorter than their start-up.
             os.kill(pids[0], signal.SIGSTOP)
             seen["before"] = run(RUN, "status", "--controller", controller, "--json")
+            seen["text"] = run(RUN, "status", "--controller", controller)
             seen["join"] = run(RUN, "join", "--controller", controller, "--workers", "1")
             os.kill(pids[0], signal.SIGCONT)
 
@@ -158,6 +161,10 @@ def main():
         status = json.loads(before.stdout) if before.returncode == 0 else {}
         check(status.get("generation") == 0 and len(status.get("training", [])) == 1,
               f"status: generation 0 with one training worker ({before.stdout.strip()[:200]} {before.stderr[-200:]})")
+        text = seen["text"]
+        check(text.returncode == 0 and "generation 0 (running): 1 training worker(s) [0]" in text.stdout
+              and "plan: [0,6) x1" in text.stdout,
+              f"status: the same in words ({text.stdout.strip()[:300]} {text.stderr[-200:]})")
         check(seen["join"].returncode == 0 and "1 more worker" in seen["join"].stdout,
               f"join: accepted ({seen['join'].stdout.strip()} {seen['join'].stderr.strip()[-200:]})")
         check(code == 0, f"join: the job finishes (rc {code}) {err[-600:]}")
@@ -200,21 +207,51 @@ def main():
         r = run(RUN, "train", "--resume", "-o", folder, "--threads", "1", "--json")
         check(r.returncode == 0 and json.loads(r.stdout)["last_step"] == 10, f"and it resumes: {r.stderr[-300:]}")
 
-        # The controller killed: its workers stop with it; the checkpoint stays and resumes.
-        def kill_controller(pids, launcher):
-            seen["workers"] = list(pids.values())
-            os.kill(launcher, signal.SIGKILL)
-
-        code, out, err, folder, metrics = elastic(RUN, tmp, "orphaned", 4, plan, extra=["--checkpoint-every", "1"],
-                                                  act=kill_controller)
-        deadline = time.time() + 20
-        while time.time() < deadline and any(Path(f"/proc/{p}").exists() for p in seen["workers"]):
-            time.sleep(0.1)
-        check(not any(Path(f"/proc/{p}").exists() for p in seen["workers"]),
-              f"controller killed: its {len(seen['workers'])} workers stopped too")
+        # Workers left, but no plan for them within the job's bounds (--min-throughput above what 3 workers
+        # reach): before stopping with exit 3 they write the state they hold as a checkpoint, newer than any
+        # background one (none is written here), and the job resumes from it with the same losses.
+        r = run(BIN / "sailor-plan", "search", "-i", tmp / "inputs", "--max-gpus", "3", "--json")
+        best3 = json.loads(r.stdout)["plans"][0]["predictions"]["iterations_per_s"] if r.returncode == 0 else 0
+        check(best3 > 0, f"no plan: the planner's best for 3 workers ({r.stderr[-200:]})")
+        code, out, err, folder, metrics = elastic(RUN, tmp, "bounded", 4, plan,
+                                                  launcher=["--min-throughput", str(1.5 * best3)],
+                                                  extra=["--checkpoint-every", "100"],
+                                                  act=lambda pids, _: os.kill(pids[3], signal.SIGKILL))
+        steps, events = records(metrics)
+        saved = re.search(r"the workers left wrote the checkpoint of step (\d+)", err)
+        state = json.loads((folder / "trainer_state.json").read_text()) if (folder / "trainer_state.json").exists() else {}
+        check(code == 3 and saved and state.get("step") == int(saved.group(1)) >= 3
+              and len(events) == 1 and events[0].get("saved_step") == state.get("step")
+              and state.get("step") == max(s["step"] for s in steps),
+              f"no plan: exit 3 after the 3 workers left wrote their newest step (rc {code}, checkpoint "
+              f"{state.get('step')}, layout {state.get('layout')}, record {events[:1]}): {err.strip()[-400:]}")
         r = run(RUN, "train", "--resume", "-o", folder, "--threads", "1", "--json")
-        check(r.returncode == 0 and json.loads(r.stdout)["last_step"] == 10,
-              f"controller killed: the checkpoint resumes to the end ({r.stderr.strip()[-300:]})")
+        resumed = json.loads(r.stdout) if r.returncode == 0 else {"losses": []}
+        same_losses(check, ref, steps + [{"step": state.get("step", 0) + 1 + i, "loss": l}
+                                         for i, l in enumerate(resumed["losses"])], "no plan, then resumed",
+                    allowed_redone=0)
+
+        # The controller killed (SIGKILL) or stopped (SIGTERM, as scancel does): its workers stop with it;
+        # the checkpoint stays and resumes.
+        def kill_controller(sig):
+            def act(pids, launcher):
+                seen["workers"] = list(pids.values())
+                os.kill(launcher, sig)
+            return act
+
+        for sig, name in [(signal.SIGKILL, "killed"), (signal.SIGTERM, "stopped")]:
+            code, out, err, folder, metrics = elastic(RUN, tmp, f"orphaned-{name}", 4, plan,
+                                                      extra=["--checkpoint-every", "1"], act=kill_controller(sig))
+            deadline = time.time() + 20
+            while time.time() < deadline and any(Path(f"/proc/{p}").exists() for p in seen["workers"]):
+                time.sleep(0.1)
+            check(code == -sig if sig == signal.SIGKILL else code == 128 + sig,
+                  f"controller {name}: exit {code}")
+            check(not any(Path(f"/proc/{p}").exists() for p in seen["workers"]),
+                  f"controller {name}: its {len(seen['workers'])} workers stopped too")
+            r = run(RUN, "train", "--resume", "-o", folder, "--threads", "1", "--json")
+            check(r.returncode == 0 and json.loads(r.stdout)["last_step"] == 10,
+                  f"controller {name}: the checkpoint resumes to the end ({r.stderr.strip()[-300:]})")
 
         # A controller whose workers start on their own and register (as srun tasks do).
         port = free_port()

@@ -3,6 +3,7 @@
 // the hand-over schedule over real Gloo groups (one thread per member).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <future>
 #include <thread>
@@ -12,6 +13,7 @@
 
 #include "common/error.h"
 #include "sailor/runtime/control_store.h"
+#include "sailor/runtime/elastic.h"
 #include "sailor/runtime/elastic_worker.h"
 #include "sailor/runtime/launcher.h"
 
@@ -45,6 +47,9 @@ TEST(ElasticProtocol, MembershipRoundTripsAndPlacesWorkers) {
   m.leaving = {2};
   m.plan = {{"stages", nlohmann::json::array()}};
   const Membership back = Membership::from_json(3, m.to_json());
+  EXPECT_FALSE(back.save_only);
+  m.save_only = true;
+  EXPECT_TRUE(Membership::from_json(3, m.to_json()).save_only);
   EXPECT_EQ(back.training, m.training);
   EXPECT_EQ(back.others, m.others);
   EXPECT_EQ(back.leaving, m.leaving);
@@ -54,6 +59,40 @@ TEST(ElasticProtocol, MembershipRoundTripsAndPlacesWorkers) {
   EXPECT_EQ(back.member_rank_of(2), 3);
   EXPECT_EQ(back.member_rank_of(9), -1);
   EXPECT_EQ(back.members(), 4);
+}
+
+TEST(ElasticProtocol, ASavePlanSpreadsTheLayersOverTheWorkersLeft) {
+  Plan last;
+  last.mbs = 2;
+  last.global_batch = 16;
+  last.stages = {{0, 10, 2, {{"A100", "z1", 3}, {"A100", "z1", 4}}}};
+  const Plan three = save_plan_for_workers(last, 10, 3);
+  ASSERT_EQ(three.stages.size(), 3u);
+  EXPECT_EQ(three.mbs, 2);
+  EXPECT_EQ(three.global_batch, 16);
+  int next = 0;
+  for (const Stage& s : three.stages) {
+    EXPECT_EQ(s.first_layer, next);
+    EXPECT_GE(s.last_layer - s.first_layer, 3);  // 10 layers over 3 workers: 3, 3, 4
+    EXPECT_EQ(s.tp, 1);
+    ASSERT_EQ(s.replicas.size(), 1u);
+    EXPECT_EQ(s.replicas[0].gpu, "A100");
+    EXPECT_EQ(s.replicas[0].node, -1);
+    next = s.last_layer;
+  }
+  EXPECT_EQ(next, 10);
+  // More workers than layers: one stage per layer, the rest idle.
+  EXPECT_EQ(save_plan_for_workers(last, 4, 9).gpus(), 4);
+  EXPECT_THROW(save_plan_for_workers(Plan{}, 4, 2), UsageError);
+}
+
+TEST(ElasticProtocol, BoundsAreCheckedWhereTheyAreRead) {
+  EXPECT_EQ(search_options("cost", 2.5, 0, 4).objective, Objective::kCost);
+  EXPECT_EQ(search_options("throughput", 0, 3, 0).min_throughput, 3);
+  EXPECT_THROW(search_options("speed", 0, 0, 0), UsageError);
+  EXPECT_THROW(search_options("cost", -1, 0, 0), UsageError);
+  EXPECT_THROW(search_options("cost", 0, std::nan(""), 0), UsageError);
+  EXPECT_THROW(search_options("cost", 0, 0, -2), UsageError);
 }
 
 TEST(ElasticProtocol, HostPortIsCheckedAndAMissingControllerIsOneClearError) {

@@ -18,9 +18,12 @@ int run_train(const TrainCommand& c) {
   if (!c.job.resume && c.job.model.empty()) throw UsageError("give --model (or --resume)");
   auto result = train(c.job);
   if (result.stop_code != 0) {
-    if (result.rank == 0) {
+    if (result.rank == 0 && result.stop_code == kExitNoPlan)
+      spdlog::warn("the workers left admit no plan; {}", result.last_step >= 0
+                   ? fmt::format("wrote the checkpoint of step {} to {}", result.last_step, c.job.output.string())
+                   : "nothing held the whole state: the last checkpoint stays");
+    else if (result.rank == 0)
       spdlog::warn("left at step {} for a reconfiguration; checkpoint in {}", result.last_step, c.job.output.string());
-    }
     return result.stop_code;
   }
   // Every rank knows the job's losses; rank 0 reports them.
@@ -82,6 +85,19 @@ int run_status(const LaunchCommands& c) {
   return 0;
 }
 
+// What every plan of an elastic job optimises and must meet (the first and
+// each re-plan); a change that leaves no plan within them stops the job.
+void add_plan_bounds(CLI::App* cmd, LaunchCommand& c) {
+  cmd->add_option("--objective", c.objective, "Elastic: what each (re-)plan optimises, throughput or cost")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"throughput", "cost"}));
+  cmd->add_option("--min-throughput", c.min_throughput,
+                  "Elastic: iterations/s every plan must reach; fewer workers than that needs stop the job (0: none)")
+      ->check(CLI::Range(0.0, 1e9));
+  cmd->add_option("--max-cost-per-iter", c.max_cost_per_iter, "Elastic: $ per iteration no plan may exceed (0: none)")
+      ->check(CLI::Range(0.0, 1e12));
+}
+
 }  // namespace
 
 void add_launch_commands(Tool& tool, LaunchCommands& c) {
@@ -112,6 +128,7 @@ void add_launch_commands(Tool& tool, LaunchCommands& c) {
                   "Elastic inplace: seconds without a heartbeat after which a worker is taken for lost")
       ->capture_default_str()
       ->check(in_range(0.5, 1e6));
+  add_plan_bounds(cmd, launch);
   cmd->add_option("worker", launch.arguments, "The workers' sailor-run command, after --")->required();
 
   auto& ctl = c.controller;
@@ -141,6 +158,7 @@ void add_launch_commands(Tool& tool, LaunchCommands& c) {
   controller->add_option("--max-reconfigurations", ctl.max_reconfigurations, "Give up after this many")
       ->capture_default_str()
       ->check(in_range(0, 1e6));
+  add_plan_bounds(controller, ctl);
   controller->add_option("--output", ctl.output, "The workers' -o folder (named when the job stops without a plan)");
   controller->add_option("--metrics", ctl.metrics,
                          "The workers' --metrics file (shared file system): reconfiguration records go there too");

@@ -37,12 +37,13 @@ Membership Membership::from_json(int generation, const std::string& text) {
   m.others = j.at("others").get<std::vector<int>>();
   m.leaving = j.at("leaving").get<std::vector<int>>();
   m.plan = j.at("plan");
+  m.save_only = j.value("save_only", false);
   return m;
 }
 
 std::string Membership::to_json() const {
   return nlohmann::json{{"generation", generation}, {"training", training}, {"others", others}, {"leaving", leaving},
-                        {"plan", plan}}.dump();
+                        {"plan", plan}, {"save_only", save_only}}.dump();
 }
 
 struct ControlStore::Impl {

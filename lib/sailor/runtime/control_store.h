@@ -35,6 +35,9 @@ struct Membership {
   std::vector<int> others;    ///< workers that only hand state over: spares, then those leaving
   std::vector<int> leaving;   ///< of `others`: workers that exit after the hand-over
   nlohmann::json plan;        ///< the plan the training ranks run
+  /// The workers left admit no plan: the training ranks take the state over
+  /// in this plan's layout only to write it as a checkpoint, then stop.
+  bool save_only = false;
 
   /// The training rank of `worker`, or -1.
   int rank_of(int worker) const;

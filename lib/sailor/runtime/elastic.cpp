@@ -87,11 +87,30 @@ PlannerInputs restrict_to_workers(const PlannerInputs& inputs, int workers) {
   return in;
 }
 
-Plan plan_for_workers(const PlannerInputs& inputs, int workers) {
-  SearchOptions options;
-  options.max_gpus = workers;
-  const std::vector<RankedPlan> plans = search_plans(restrict_to_workers(inputs, workers), options);
+Plan plan_for_workers(const PlannerInputs& inputs, int workers, SearchOptions search) {
+  search.max_gpus = workers;
+  search.top_k = 1;
+  const std::vector<RankedPlan> plans = search_plans(restrict_to_workers(inputs, workers), search);
   return plans.front().plan;
+}
+
+Plan save_plan_for_workers(const Plan& last, int model_layers, int workers) {
+  if (workers < 1 || model_layers < 1 || last.stages.empty() || last.stages.front().replicas.empty())
+    throw UsageError("a save plan needs workers, layers and a plan to take the GPU type from");
+  Plan plan;
+  plan.mbs = last.mbs;
+  plan.global_batch = last.global_batch;
+  const int stages = std::min(workers, model_layers);
+  Replica replica = last.stages.front().replicas.front();
+  replica.node = -1;
+  for (int s = 0; s < stages; ++s) {
+    Stage stage;
+    stage.first_layer = s * model_layers / stages;
+    stage.last_layer = (s + 1) * model_layers / stages;
+    stage.replicas = {replica};
+    plan.stages.push_back(stage);
+  }
+  return plan;
 }
 
 std::optional<std::string> worker_option(const std::vector<std::string>& args, const std::vector<std::string>& names) {
@@ -132,6 +151,7 @@ struct ElasticStart {
   fs::path output;
   std::optional<fs::path> metrics;
   PlannerInputs inputs;
+  SearchOptions search;  ///< the job's objective and bounds
   Plan plan;
   int workers = 0;
 };
@@ -152,6 +172,7 @@ ElasticStart elastic_start(const LaunchCommand& c) {
   InputPaths paths;
   paths.inputs = c.elastic_inputs;
   e.inputs = load_inputs(paths);
+  e.search = search_options(c.objective, c.max_cost_per_iter, c.min_throughput, 0);
   e.workers = c.nprocs;
   if (!c.plan.empty()) {
     e.plan = load_plan(c.plan, e.inputs.job);
@@ -160,7 +181,7 @@ ElasticStart elastic_start(const LaunchCommand& c) {
       throw UsageError(fmt::format("the plan needs {} workers, --nprocs is {}", e.plan.gpus(), e.workers));
   } else {
     if (e.workers < 1) throw UsageError("--elastic: give the workers available (--nprocs, --workers) or a --plan");
-    e.plan = plan_for_workers(e.inputs, e.workers);
+    e.plan = plan_for_workers(e.inputs, e.workers, e.search);
   }
   return e;
 }
@@ -262,7 +283,7 @@ int run_restart(const LaunchCommand& c) {
     const Clock::time_point plan_start = Clock::now();
     try {
       if (workers < 1) throw NoSolutionError("no workers are left");
-      plan = plan_for_workers(inputs, workers);
+      plan = plan_for_workers(inputs, workers, start.search);
     } catch (const NoSolutionError& e) {
       record["plan_s"] = seconds_between(plan_start, Clock::now());
       record["result"] = std::string("no plan: ") + e.what();
@@ -369,7 +390,7 @@ class InplaceController {
   }
 
   // Writes the plan, the membership and the status, then moves the generation on.
-  void publish(const Plan& plan, const std::vector<int>& leaving, const std::string& cause) {
+  void publish(const Plan& plan, const std::vector<int>& leaving, const std::string& cause, bool save_only = false) {
     const int generation = generation_ + (published_ ? 1 : 0);
     published_ = true;
     const int ranks = plan.gpus();
@@ -383,13 +404,14 @@ class InplaceController {
     for (int id : leaving) m.others.push_back(id);
     m.leaving = leaving;
     m.plan = plan_to_json(plan);
+    m.save_only = save_only;
     store_->set(control_keys::generation_prefix(generation) + "members", m.to_json());
     store_->set(control_keys::kGeneration, std::to_string(generation));
     generation_ = generation;
     members_ = m;
     plan_ = plan;
     status_ = nlohmann::json::parse(m.to_json());
-    status_["state"] = "running";
+    status_["state"] = save_only ? "saving" : "running";
     status_["cause"] = cause;
     status_["reconfigurations"] = generation;
     update_status();
@@ -551,31 +573,37 @@ class InplaceController {
       processes_.signal_all(SIGKILL);
       return 1;
     }
-    Plan plan;
-    try {
-      if (available < 1) throw NoSolutionError("no workers are left");
-      plan = plan_for_workers(start_.inputs, available);
-    } catch (const NoSolutionError& e) {
-      record["plan_s"] = seconds_between(plan_start, Clock::now());
-      record["result"] = std::string("no plan: ") + e.what();
-      if (start_.metrics) append_line(*start_.metrics, record.dump());
-      store_->set(control_keys::kStopped, fmt::format("{}; the workers left admit no plan ({})", cause, e.what()));
-      processes_.signal_all(SIGKILL);
-      throw NoSolutionError(fmt::format("{}; {} worker(s) left admit no plan ({}); the last checkpoint (step {}) is in {}",
-                                        cause, available, e.what(), checkpoint_step(start_.output),
-                                        start_.output.string()));
-    }
-    record["plan_s"] = seconds_between(plan_start, Clock::now());
-    record["new_plan"] = plan_to_json(plan);
-    // The loss was seen when its process exited or missed its heartbeats;
-    // stop_s is the wait for other losses of the same moment.
-    record["stop_s"] = seconds_between(detected_, plan_start);
     // The order of ranks: survivors as they were, then spares, then newcomers.
     std::vector<int> order;
     for (int id : members_.training) if (alive(id)) order.push_back(id);
     for (int id : members_.others) if (alive(id)) order.push_back(id);
     for (int id : joiners_) if (alive(id) && std::find(order.begin(), order.end(), id) == order.end()) order.push_back(id);
     order_ = order;
+    // The loss was seen when its process exited or missed its heartbeats;
+    // stop_s is the wait for other losses of the same moment.
+    record["stop_s"] = seconds_between(detected_, plan_start);
+    Plan plan;
+    try {
+      if (available < 1) throw NoSolutionError("no workers are left");
+      plan = plan_for_workers(start_.inputs, available, start_.search);
+    } catch (const NoSolutionError& e) {
+      record["plan_s"] = seconds_between(plan_start, Clock::now());
+      record["result"] = std::string("no plan: ") + e.what();
+      const std::string why = fmt::format("{}; {} worker(s) left admit no plan ({})", cause, available, e.what());
+      const std::int64_t saved = available > 0 ? save_state(cause, leaving, available, record) : -1;
+      if (start_.metrics) append_line(*start_.metrics, record.dump());
+      store_->set(control_keys::kStopped, why);
+      status_["state"] = "stopped";
+      update_status();
+      processes_.signal_all(SIGKILL);
+      if (saved >= 0)
+        throw NoSolutionError(fmt::format("{}; the workers left wrote the checkpoint of step {} to {}", why, saved,
+                                          start_.output.string()));
+      throw NoSolutionError(fmt::format("{}; the last checkpoint (step {}) is in {}", why,
+                                        checkpoint_step(start_.output), start_.output.string()));
+    }
+    record["plan_s"] = seconds_between(plan_start, Clock::now());
+    record["new_plan"] = plan_to_json(plan);
     spdlog::warn("{}: re-planned for {} worker(s) in {:.3f} s: generation {} hands the state over in place", cause,
                  available, record["plan_s"].get<double>(), generation_ + 1);
     publish(plan, leaving, cause);
@@ -589,6 +617,46 @@ class InplaceController {
     stop_asked_ = false;
     failure_seen_ = {};
     return 0;
+  }
+
+  // No plan for the workers left: before the job stops, they take the state
+  // over in a pipeline that only has to hold it and write it as a
+  // checkpoint, so the resumed job loses no step they had finished. Returns
+  // that step, or -1 (nobody held some part, or a worker was lost meanwhile:
+  // the last checkpoint stays).
+  std::int64_t save_state(const std::string& cause, const std::vector<int>& leaving, int available,
+                          nlohmann::json& record) {
+    const Clock::time_point started = Clock::now();
+    const int model_layers = static_cast<int>(start_.inputs.model.layers.size());
+    spdlog::warn("{}: no plan for the {} worker(s) left; they write the state they hold as a checkpoint", cause,
+                 available);
+    publish(save_plan_for_workers(plan_, model_layers, available), leaving, cause + "; saving the state", true);
+    cause_.clear();
+    const std::string key = control_keys::generation_prefix(generation_) + "saved";
+    // Workers heartbeat while they write: a lost one is noticed as in training.
+    const auto deadline = started + std::chrono::duration<double>(std::max(60.0, 10 * c_.heartbeat_timeout_seconds));
+    std::int64_t saved = -1;
+    while (Clock::now() < deadline && cause_.empty()) {
+      if (const auto value = store_->get(key)) {
+        saved = std::stoll(*value);
+        break;
+      }
+      if (c_.external_workers) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      else
+        for (const auto& e : processes_.poll(20))
+          if (e.code != kExitNoPlan) on_exit(e);
+      check_heartbeats();
+    }
+    if (saved < 0)
+      spdlog::error("the workers left could not write their state ({}); the last checkpoint stays",
+                    !cause_.empty() ? cause_ : Clock::now() >= deadline ? std::string("timed out") : "some part was held by nobody");
+    record["save_s"] = seconds_between(started, Clock::now());
+    record["saved_step"] = saved;
+    // Spares leave; the writers exit once their files are in place.
+    store_->set(control_keys::kDone, "1");
+    const auto grace = Clock::now() + std::chrono::duration<double>(c_.grace_seconds);
+    while (!c_.external_workers && processes_.active() > 0 && Clock::now() < grace) processes_.poll(20);
+    return saved;
   }
 
   // The record of the last reconfiguration waits for the first step of its generation.

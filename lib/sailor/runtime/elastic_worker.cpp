@@ -220,6 +220,10 @@ void ElasticWorker::report_ready(int generation, double seconds, const std::stri
               bytes(nlohmann::json{{"handover_s", seconds}, {"from", from}}.dump()));
 }
 
+void ElasticWorker::report_saved(int generation, std::int64_t step) {
+  store_->set(control_keys::generation_prefix(generation) + "saved", bytes(std::to_string(step)));
+}
+
 void ElasticWorker::report_done() { store_->set(control_keys::kDone, bytes("1")); }
 
 namespace {

@@ -82,6 +82,8 @@ class ElasticWorker {
   void report_boundary(int generation, std::int64_t step, const std::vector<int>& leaving);
   /// Training rank 0 once the state is in place: how long the hand-over took and where the state came from.
   void report_ready(int generation, double seconds, const std::string& from);
+  /// Rank 0 of a save-only generation: the step it wrote as a checkpoint (-1: nothing held it whole).
+  void report_saved(int generation, std::int64_t step);
   /// Rank 0 when training is over (spares may leave).
   void report_done();
 

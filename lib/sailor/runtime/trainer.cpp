@@ -790,6 +790,8 @@ TrainResult train(const TrainJob& requested) {
           run.history = nlohmann::json::array();
           for (const auto& h : held.history)
             if (h.at("step").get<std::int64_t>() <= *step) run.history.push_back(h);
+        } else if (members->save_only) {
+          start.in_memory = start.checkpoint = false;  // nothing to write: the last checkpoint stays
         } else {
           const std::int64_t saved = checkpoint_step(job.output);
           spdlog::warn("generation {}: some layer has no surviving holder; every rank reloads {}", generation,
@@ -851,6 +853,19 @@ TrainResult train(const TrainJob& requested) {
         }
         checkpoints->write_async(std::move(snapshot));
       };
+
+      if (members && members->save_only) {
+        // The workers left admit no plan: write the state they handed over, then stop.
+        if (start.in_memory) {
+          save_checkpoint(start.step);
+          checkpoints->wait();
+        }
+        if (world.rank == 0) elastic->report_saved(generation, start.in_memory ? start.step : -1);
+        result.rank = world.rank;
+        result.stop_code = kExitNoPlan;
+        result.last_step = start.in_memory ? start.step : -1;
+        return result;
+      }
 
       std::ofstream metrics;
       if (world.rank == 0 && !job.metrics.empty()) {
