@@ -148,6 +148,27 @@ TEST(ElasticProtocol, NoRankCommitsAStepTheGenerationAbandoned) {
   EXPECT_FALSE(b->commit(0, 4, 3));
 }
 
+TEST(ElasticProtocol, AMemberLostWhileGroupsConnectEndsTheGenerationNotTheTimeout) {
+  ElasticFixture f;
+  auto a = f.worker(0);
+  // Member 1 counts itself in, then dies before its Gloo group connects.
+  f.store->add("gen/0/x/arrived", 1);  // c10d's PrefixStore joins prefix and key with '/'
+
+  auto building = std::async(std::launch::async, [&] {
+    Communicator comm(WorldInfo{0, 2, 0, "127.0.0.1", f.store->port(), "elastic"}, "gen/0/x", 20s, &a->interrupt());
+  });
+  std::this_thread::sleep_for(100ms);
+  f.store->set(control_keys::kGeneration, "1");  // the controller saw the loss
+  // Without the interrupt the build would wait the whole 20 s and fail as a RuntimeFailure.
+  ASSERT_EQ(building.wait_for(15s), std::future_status::ready);
+  try {
+    building.get();
+    ADD_FAILURE() << "the group was built without member 1";
+  } catch (const PeerLost& e) {
+    EXPECT_NE(std::string(e.what()).find("while its groups were being connected"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ElasticProtocol, HandOverFillsEveryNeedFromTheNewestHolders) {
   ElasticFixture f;
   constexpr int kMembers = 3;
@@ -176,8 +197,8 @@ TEST(ElasticProtocol, HandOverFillsEveryNeedFromTheNewestHolders) {
     std::vector<std::future<std::optional<std::int64_t>>> done;
     for (int m = 0; m < kMembers; ++m)
       done.push_back(std::async(std::launch::async, [&, m] {
-        Communicator comm(WorldInfo{m, kMembers, 0, "127.0.0.1", f.store->port(), "elastic"}, workers[m]->store(),
-                          prefix, 20s, &workers[m]->interrupt());
+        Communicator comm(WorldInfo{m, kMembers, 0, "127.0.0.1", f.store->port(), "elastic"}, prefix, 20s,
+                          &workers[m]->interrupt());
         return hand_over_state(comm, held[m], targets[m]);
       }));
     std::vector<std::optional<std::int64_t>> steps;

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdlib>
+#include <functional>
+#include <future>
+#include <memory>
 #include <thread>
 
 #include <fmt/format.h>
@@ -163,10 +166,11 @@ Communicator::Communicator(const WorldInfo& world, std::chrono::milliseconds tim
   open_device_and_world();
 }
 
-Communicator::Communicator(const WorldInfo& world, c10::intrusive_ptr<c10d::Store> store, const std::string& prefix,
-                           std::chrono::milliseconds timeout, Interrupt* interrupt)
+Communicator::Communicator(const WorldInfo& world, const std::string& prefix, std::chrono::milliseconds timeout,
+                           Interrupt* interrupt)
     : world_(world), timeout_(timeout), interrupt_(interrupt) {
-  store_ = c10::make_intrusive<c10d::PrefixStore>(prefix, std::move(store));
+  store_ = c10::make_intrusive<c10d::PrefixStore>(
+      prefix, open_store("the elastic controller's store", world.master_addr, world.master_port, false, timeout));
   // Everyone arrives before any group is built: building a Gloo group waits
   // for every member without looking at the interrupt, so a member lost
   // before it arrived must end the generation here instead.
@@ -206,6 +210,31 @@ void Communicator::open_device_and_world() {
   world_group_ = group("world", all);
 }
 
+namespace {
+
+// Connecting a Gloo group waits for every member's address and connection
+// and looks at no interrupt: a member lost after it arrived would hold the
+// others for the whole timeout. The group is built on a thread of its own;
+// when the interrupt comes first that thread is left to time out on its own
+// (its store connection is this communicator's, which nobody else uses).
+c10::intrusive_ptr<GroupBackend> build_interruptibly(std::function<c10::intrusive_ptr<GroupBackend>()> build,
+                                                     const Interrupt& interrupt) {
+  auto result = std::make_shared<std::promise<c10::intrusive_ptr<GroupBackend>>>();
+  auto built = result->get_future();
+  std::thread([result, build = std::move(build)] {
+    try {
+      result->set_value(build());
+    } catch (...) {
+      result->set_exception(std::current_exception());
+    }
+  }).detach();
+  while (built.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready)
+    if (interrupt.raised()) throw PeerLost("a new generation of the job started while its groups were being connected");
+  return built.get();
+}
+
+}  // namespace
+
 std::unique_ptr<Group> Communicator::group(const std::string& name, std::vector<int> ranks) {
   std::sort(ranks.begin(), ranks.end());
   auto it = std::find(ranks.begin(), ranks.end(), world_.rank);
@@ -214,9 +243,15 @@ std::unique_ptr<Group> Communicator::group(const std::string& name, std::vector<
   auto options = c10d::ProcessGroupGloo::Options::create(timeout_);
   options->devices.push_back(device_);
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("group/" + name + "/", store_);
+  const int size = static_cast<int>(ranks.size());
+  auto build = [prefixed, local, size, options]() -> c10::intrusive_ptr<GroupBackend> {
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, local, size, options);
+  };
   try {
-    auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, local, static_cast<int>(ranks.size()), options);
+    auto backend = interrupt_ != nullptr ? build_interruptibly(build, *interrupt_) : build();
     return std::make_unique<Group>(std::move(backend), std::move(ranks), world_.rank, interrupt_);
+  } catch (const PeerLost&) {
+    throw;
   } catch (const std::exception& e) {
     throw RuntimeFailure(fmt::format("rank {}: cannot build process group {}: {}", world_.rank, name, first_line(e)));
   }

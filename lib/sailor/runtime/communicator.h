@@ -100,10 +100,12 @@ class Communicator {
   /// Joins the rendezvous of `world` (rank 0 serves the store). RuntimeFailure
   /// when the master cannot be reached or not every rank arrives within `timeout`.
   Communicator(const WorldInfo& world, std::chrono::milliseconds timeout);
-  /// Joins `world` through a store served elsewhere (the elastic controller),
-  /// every key under `prefix`; waits end early when `interrupt` is raised.
-  Communicator(const WorldInfo& world, c10::intrusive_ptr<c10d::Store> store, const std::string& prefix,
-               std::chrono::milliseconds timeout, Interrupt* interrupt);
+  /// Joins `world` through the store served at its master address (the
+  /// elastic controller), every key under `prefix`, over a connection of its
+  /// own (an abandoned wait never holds up the caller's). Every wait,
+  /// building groups included, ends early when `interrupt` is raised.
+  Communicator(const WorldInfo& world, const std::string& prefix, std::chrono::milliseconds timeout,
+               Interrupt* interrupt);
 
   int rank() const { return world_.rank; }
   int size() const { return world_.world_size; }

@@ -718,7 +718,7 @@ TrainResult train(const TrainJob& requested) {
         if (generation > 0)
           member_comm = std::make_unique<Communicator>(
               WorldInfo{member_rank, members->members(), 0, elastic->address(), elastic->port(), "elastic"},
-              elastic->store(), control_keys::generation_prefix(generation) + "members/", timeout,
+              control_keys::generation_prefix(generation) + "members/", timeout,
               &elastic->interrupt());
         const int rank = members->rank_of(elastic->worker_id());
         if (rank < 0) {
@@ -760,8 +760,7 @@ TrainResult train(const TrainJob& requested) {
 
       if (members) {
         if (world.distributed())
-          comm = std::make_unique<Communicator>(world, elastic->store(),
-                                                control_keys::generation_prefix(generation) + "train/", timeout,
+          comm = std::make_unique<Communicator>(world, control_keys::generation_prefix(generation) + "train/", timeout,
                                                 &elastic->interrupt());
       } else if (world.distributed()) {
         comm = std::make_unique<Communicator>(world, timeout);
