@@ -58,6 +58,14 @@ int main(int argc, char** argv) {
   simulate->add_option("--trace", trace, "Write a Chrome/Perfetto timeline of one simulated iteration");
   fleet::add_json_flag(simulate, &sim.json);
 
+  fleet::sailor::CalibrateCommand calibrate;
+  CLI::App* calibrate_cmd = tool.add_command(
+      "calibrate", "Fit the simulator's constants to measured runs and report its leave-one-out error",
+      [&] { return fleet::sailor::run_calibrate(calibrate); });
+  add_input_options(calibrate_cmd, calibrate.paths);
+  calibrate_cmd->add_option("--runs", calibrate.runs, "Measured runs JSON (docs/sailor-model.md)")->required();
+  fleet::add_json_flag(calibrate_cmd, &calibrate.json);
+
   fleet::sailor::SearchCommand search;
   std::string search_output;
   CLI::App* search_cmd = tool.add_command("search", "Find the best plan for the cluster, job and objective", [&] {

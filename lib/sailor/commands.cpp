@@ -11,6 +11,7 @@
 #include "common/file_io.h"
 #include "common/json.h"
 #include "common/output_check.h"
+#include "sailor/calibration.h"
 #include "sailor/estimator.h"
 #include "sailor/import_sailor.h"
 #include "sailor/model_from_config.h"
@@ -116,6 +117,7 @@ PlannerInputs load_inputs(const InputPaths& p) {
     throw InputError("job is for model '" + in.job.model + "' but the model is '" + in.model.name + "'");
   }
   for (const std::string& note : complete_profiles(in.profiles, in.model)) spdlog::warn("{}", note);
+  if (const auto note = monotone_in_batch_size(in.profiles)) spdlog::info("{}", *note);
   return in;
 }
 
@@ -205,6 +207,62 @@ int run_simulate(const SimulateCommand& c) {
     return 0;
   }
   report << format_report(plan, est);
+  return 0;
+}
+
+int run_calibrate(const CalibrateCommand& c) {
+  OutputCheck check;
+  with_inputs(check, c.paths).input(c.runs, "--runs").check(Existing::kReplace);
+  std::ostream& report = report_stream(check);
+  const PlannerInputs in = load_inputs(c.paths);
+  const std::vector<MeasuredRun> runs = load_measured_runs(c.runs, in);
+  PlannerInputs fitted = in;
+  fitted.calibration = fit_calibration(runs, in);
+  const auto shipped = predict_runs(runs, in);
+  const auto refit = predict_runs(runs, fitted);
+  const auto held_out = leave_one_out(runs, in);
+  const Calibration& f = fitted.calibration;
+  if (c.json) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (std::size_t i = 0; i < runs.size(); ++i)
+      rows.push_back({{"name", runs[i].name}, {"measured_s", runs[i].iteration_s},
+                      {"measured_bytes", runs[i].peak_memory_bytes}, {"shipped_s", shipped[i].iteration_s},
+                      {"shipped_bytes", shipped[i].peak_memory_bytes}, {"fitted_s", refit[i].iteration_s},
+                      {"fitted_bytes", refit[i].peak_memory_bytes}, {"held_out_s", held_out[i].iteration_s},
+                      {"held_out_bytes", held_out[i].peak_memory_bytes}});
+    report << nlohmann::json{{"fitted", {{"microbatch_overhead_s", f.microbatch_overhead_s},
+                                         {"framework_copy_factor", f.framework_copy_factor},
+                                         {"activation_bytes_per_float", f.activation_bytes_per_float},
+                                         {"runtime_overhead_bytes", f.runtime_overhead_bytes}}},
+                             {"runs", rows},
+                             {"mean_abs_error", {{"shipped_time", mean_abs_error(shipped, false)},
+                                                 {"shipped_memory", mean_abs_error(shipped, true)},
+                                                 {"fitted_time", mean_abs_error(refit, false)},
+                                                 {"fitted_memory", mean_abs_error(refit, true)},
+                                                 {"held_out_time", mean_abs_error(held_out, false)},
+                                                 {"held_out_memory", mean_abs_error(held_out, true)}}}}
+                  .dump(2)
+           << "\n";
+    return 0;
+  }
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  report << fmt::format("fitted to {} runs: {:.5f} s per micro-batch per stage, framework copies {:.3f} x the "
+                        "parameter states, {:.3f} B per activation float, runtime overhead {:.2f} GB\n",
+                        runs.size(), f.microbatch_overhead_s, f.framework_copy_factor, f.activation_bytes_per_float,
+                        f.runtime_overhead_bytes / 1e9);
+  report << fmt::format("{:<28} {:>9} {:>9} {:>8} {:>9} {:>8}   {:>8} {:>8} {:>8} {:>8} {:>8}\n", "run", "meas s",
+                        "shipped", "err", "held-out", "err", "meas GiB", "shipped", "err", "held-out", "err");
+  for (std::size_t i = 0; i < runs.size(); ++i)
+    report << fmt::format("{:<28} {:>9.3f} {:>9.3f} {:>+7.1f}% {:>9.3f} {:>+7.1f}%   {:>8.2f} {:>8.2f} {:>+7.1f}% "
+                          "{:>8.2f} {:>+7.1f}%\n",
+                          runs[i].name, runs[i].iteration_s, shipped[i].iteration_s, 100 * shipped[i].time_error,
+                          held_out[i].iteration_s, 100 * held_out[i].time_error, runs[i].peak_memory_bytes / gib,
+                          shipped[i].peak_memory_bytes / gib, 100 * shipped[i].memory_error,
+                          held_out[i].peak_memory_bytes / gib, 100 * held_out[i].memory_error);
+  report << fmt::format("mean absolute error: time {:.1f}% shipped, {:.1f}% held out (leave-one-out); memory {:.1f}% "
+                        "shipped, {:.1f}% held out\n",
+                        100 * mean_abs_error(shipped, false), 100 * mean_abs_error(held_out, false),
+                        100 * mean_abs_error(shipped, true), 100 * mean_abs_error(held_out, true));
   return 0;
 }
 

@@ -68,6 +68,14 @@ struct SearchCommand {
 };
 int run_search(const SearchCommand& options);
 
+/// Options of `sailor-plan calibrate`.
+struct CalibrateCommand {
+  InputPaths paths;
+  std::filesystem::path runs;  ///< measured runs (docs/sailor-model.md, "Calibration")
+  bool json = false;
+};
+int run_calibrate(const CalibrateCommand& options);
+
 /// Options of `sailor-plan export`.
 struct ExportCommand {
   InputPaths paths;

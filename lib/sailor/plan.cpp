@@ -93,7 +93,10 @@ Plan load_sailor_layout(const JsonValue& root, const JobSpec& job) {
 
 Plan load_plan(const std::filesystem::path& path, const JobSpec& job) {
   const JsonDocument doc = load_json_file(path);
-  const JsonValue root = doc.root();
+  return plan_from_json(doc.root(), job);
+}
+
+Plan plan_from_json(const JsonValue& root, const JobSpec& job) {
   if (root.has("pipeline_list")) return load_sailor_layout(root, job);
   if (root.get<std::string>("format") != "gpufleet-sailor-plan") {
     root.at("format").fail("expected format 'gpufleet-sailor-plan' (or SAILOR's pipeline_list layout)");

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json.h"
 #include "sailor/specs.h"
 
 namespace fleet::sailor {
@@ -43,6 +44,8 @@ struct Plan {
 /// Loads our layout ({"format": "gpufleet-sailor-plan", ...}) or SAILOR's
 /// ({"pipeline_list": [...], "mbs": ...}; the global batch then comes from the job).
 Plan load_plan(const std::filesystem::path& path, const JobSpec& job);
+/// The same from a JSON value already read (a plan inside another file).
+Plan plan_from_json(const JsonValue& root, const JobSpec& job);
 /// Our layout.
 nlohmann::json plan_to_json(const Plan& plan);
 /// SAILOR's layout: pipeline_list[0] with num_stages, layers_per_stage (layer

@@ -373,14 +373,14 @@ class Searcher {
     const Calibration& cal = in_.calibration;
     double slowest = 0, total = 0;
     for (std::size_t i = 0; i + 1 < bounds.size(); ++i) {
-      const double t = stage_time(*prefix[i], bounds[i], bounds[i + 1]) * cal.compute_scale;
+      const double t = stage_time(*prefix[i], bounds[i], bounds[i + 1]) + cal.microbatch_overhead_s;
       slowest = std::max(slowest, t);
       total += t;
     }
     const Estimate& worst = top_.back().estimate;
     if (opt_.objective == Objective::kThroughput) {
       const int nb = (in_.job.global_batch + mbs * dp_max - 1) / (mbs * dp_max);
-      const double t_min = (nb - 1) * slowest + total + cal.iteration_overhead_s;
+      const double t_min = (nb - 1) * slowest + total;
       return 1.0 / t_min < worst.iterations_per_s;
     }
     // Cost: GPU-seconds of pure compute at one replica per stage is a floor
@@ -388,7 +388,7 @@ class Searcher {
     const int nb = (in_.job.global_batch + mbs - 1) / mbs;
     double usd_per_s = 0;
     for (int p : config) usd_per_s += tp * in_.cluster.gpu_types.at(pools_[static_cast<std::size_t>(p)].gpu).price_per_hour / 3600.0;
-    const double t_min = (nb - 1) * slowest + total + cal.iteration_overhead_s;
+    const double t_min = (nb - 1) * slowest + total;
     return usd_per_s * t_min > worst.usd_per_iteration();
   }
 

@@ -1,8 +1,11 @@
 #include "sailor/specs.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <optional>
 
 #include "common/error.h"
@@ -138,6 +141,36 @@ std::vector<std::string> complete_profiles(ProfileSet& profiles, const ModelSpec
     }
   }
   return notes;
+}
+
+std::optional<std::string> monotone_in_batch_size(ProfileSet& profiles) {
+  std::size_t changed = 0, total = 0;
+  std::vector<std::string> types;
+  for (auto& [gpu, entries] : profiles.gpus) {
+    std::map<int, std::vector<int>> sizes;  // tp -> micro-batch sizes, ascending (entries are ordered by (mbs, tp))
+    for (const auto& [key, times] : entries) sizes[key.second].push_back(key.first);
+    const std::size_t before = changed;
+    for (const auto& [tp, mbs_list] : sizes) {
+      // From the largest micro-batch down, so each time becomes the least over all larger ones.
+      for (std::size_t i = mbs_list.size(); i-- > 1;) {
+        const auto& larger = entries.at({mbs_list[i], tp});
+        auto& smaller = entries.at({mbs_list[i - 1], tp});
+        bool any = false;
+        for (std::size_t l = 0; l < smaller.size() && l < larger.size(); ++l)
+          for (std::size_t k = 0; k < 3; ++k)
+            if (smaller[l][k] > larger[l][k]) {
+              smaller[l][k] = larger[l][k];
+              any = true;
+            }
+        changed += any ? 1 : 0;
+      }
+      total += mbs_list.size();
+    }
+    if (changed > before) types.push_back(gpu);
+  }
+  if (changed == 0) return std::nullopt;
+  return fmt::format("profile: {} of {} (GPU, mbs, TP) entries have layers slower than at a larger micro-batch ({}); "
+                     "the simulator takes the larger one's times for them", changed, total, fmt::join(types, ", "));
 }
 
 const LayerTimes& ProfileSet::at(const std::string& gpu, int mbs, int tp, int layer) const {

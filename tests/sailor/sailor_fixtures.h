@@ -10,7 +10,11 @@ inline BandwidthFit constant_gbps(double gbps) { return {0, 0, gbps, 1e15}; }
 
 inline PlannerInputs tiny_inputs() {
   PlannerInputs in;
-  in.calibration = Calibration{};  // compute scale 1, no iteration overhead: hand-computable
+  // Hand-computable: no per-micro-batch overhead, round memory constants.
+  in.calibration = Calibration{};
+  in.calibration.framework_copy_factor = 1.05;
+  in.calibration.activation_bytes_per_float = 4.32;
+  in.calibration.runtime_overhead_bytes = 4.46e9;
   in.model.name = "tiny";
   for (int l = 0; l < 4; ++l) {
     in.model.layers.push_back({{{1, 1e6}, {2, 0.5e6}}, {{1, 1000}, {2, 1000}}, {{1, 2000}, {2, 1000}}});

@@ -41,6 +41,15 @@ TEST(Estimator, HomogeneousPipelineByHand) {
   EXPECT_TRUE(e.fits);
 }
 
+TEST(Estimator, TheRuntimesWorkPerMicroBatchAddsOncePerSlotOfTheCriticalPath) {
+  PlannerInputs in = tiny_inputs();
+  const Plan plan = make_plan(2, 16, {2, 2}, {{{"fast", "z1a"}}, {{"fast", "z1a"}}});
+  const double without = run(plan, in).iteration_s;
+  in.calibration.microbatch_overhead_s = 0.003;
+  // 8 micro-batches through 2 stages: 7 steady-state slots + one pass through both stages.
+  EXPECT_NEAR(run(plan, in).iteration_s - without, 0.003 * (7 + 2), 1e-12);
+}
+
 TEST(Estimator, SlowReplicaIsTheStraggler) {
   const PlannerInputs in = tiny_inputs();
   const Estimate e = run(make_plan(2, 16, {2, 2}, {{{"fast", "z1a"}, {"slow", "z1a"}}, {{"fast", "z1a"}, {"fast", "z1a"}}}), in);
