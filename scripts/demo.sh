@@ -33,6 +33,9 @@ echo "timeline of one iteration: $out/sailor_iteration.json (open in ui.perfetto
 echo
 echo "=== sailor-plan: the measured GH200 configuration PP2 x TP4 (measured 0.651 s/iter, 25.5 GiB)"
 "$bin/sailor-plan" simulate -i examples/sailor/opt-350 -p examples/sailor/plans/opt350_gh200_pp2.json | tail -n 3
+echo
+echo "=== sailor-plan calibrate: the simulator on eight measured GH200 runs, each also predicted held out"
+"$bin/sailor-plan" -q calibrate -i examples/sailor/opt-350 --runs examples/sailor/opt-350/measured_runs.json
 
 echo
 echo "=== sailor-plan in a pipeline: the best plan goes through a pipe into simulate ('-' is stdin/stdout)"

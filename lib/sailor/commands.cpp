@@ -45,9 +45,9 @@ Plan load_valid_plan(const std::filesystem::path& path, const PlannerInputs& in)
     for (std::size_t i = 0; i < plan.stages.size(); ++i) {
       const Stage& s = plan.stages[i];
       for (const Replica& r : s.replicas) {
-        if (!in.profiles.has(r.gpu, plan.mbs, s.tp)) {
+        if (!in.profiles.has(r.gpu, plan.mbs, s.tp_of(r))) {
           throw InputError(fmt::format("stage {}: the profile has no entry for {} with micro-batch size {} and TP {}",
-                                       i, r.gpu, plan.mbs, s.tp));
+                                       i, r.gpu, plan.mbs, s.tp_of(r)));
         }
       }
     }
@@ -84,12 +84,15 @@ std::string format_report(const Plan& plan, const Estimate& est) {
     for (std::size_t r = 0; r < se.memory.size(); ++r) {
       if (se.memory[r].total() / se.capacity[r] > se.memory[worst].total() / se.capacity[worst]) worst = r;
     }
+    // Replicas by kind; a stage whose replicas differ in TP names each kind's degree.
+    const bool uniform = s.uniform_tp();
     std::map<std::string, int> kinds;
-    for (const Replica& r : s.replicas) ++kinds[r.gpu];
+    for (const Replica& r : s.replicas) ++kinds[uniform ? r.gpu : fmt::format("{}/tp{}", r.gpu, s.tp_of(r))];
     std::string replicas;
-    for (const auto& [gpu, n] : kinds) replicas += (replicas.empty() ? "" : "+") + std::to_string(n) + "x" + gpu;
+    for (const auto& [kind, n] : kinds) replicas += (replicas.empty() ? "" : "+") + std::to_string(n) + "x" + kind;
     out += fmt::format("{:<5} {:>9} {:>3} {:<16} {:>10.4f} {:>9.4f} {:>10.4f} {:>9.4f} {:>9} {:>9} {:>5}\n", i,
-                             fmt::format("{}-{}", s.first_layer, s.last_layer - 1), s.tp, replicas, se.compute_s,
+                             fmt::format("{}-{}", s.first_layer, s.last_layer - 1),
+                             uniform ? std::to_string(s.tp) : std::string("mix"), replicas, se.compute_s,
                              se.send_s, se.allreduce_s, se.update_s, gib(se.memory[worst].total()),
                              gib(se.capacity[worst]), se.memory[worst].total() <= se.capacity[worst] ? "yes" : "NO");
   }

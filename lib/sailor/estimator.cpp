@@ -96,21 +96,30 @@ Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
   for (int i = 0; i < stages; ++i) {
     const Stage& s = plan.stages[static_cast<std::size_t>(i)];
     StageEstimate se;
-    // Replicas of one GPU type share their layer sums: compute each type once.
-    std::vector<std::pair<const std::string*, LayerTimes>> per_type;
+    // Replicas of one GPU type and TP degree share their layer sums: compute each kind once.
+    struct Kind {
+      const std::string* gpu;
+      int tp;
+      LayerTimes sum;
+    };
+    std::vector<Kind> per_type;
+    int min_tp = s.replicas.empty() ? s.tp : s.tp_of(s.replicas.front());
     for (const Replica& r : s.replicas) {
-      auto known = std::find_if(per_type.begin(), per_type.end(), [&](const auto& e) { return *e.first == r.gpu; });
+      const int tp = s.tp_of(r);
+      min_tp = std::min(min_tp, tp);
+      auto known = std::find_if(per_type.begin(), per_type.end(),
+                                [&](const Kind& k) { return k.tp == tp && *k.gpu == r.gpu; });
       if (known != per_type.end()) continue;
       LayerTimes sum{0, 0, 0};
       for (int l = s.first_layer; l < s.last_layer; ++l) {
-        const LayerTimes& t = in.profiles.at(r.gpu, mbs, s.tp, l);
+        const LayerTimes& t = in.profiles.at(r.gpu, mbs, tp, l);
         sum[0] += t[0];
         sum[1] += t[1];
         sum[2] += t[2];
       }
-      per_type.emplace_back(&r.gpu, sum);
+      per_type.push_back({&r.gpu, tp, sum});
     }
-    for (const auto& [gpu, t] : per_type) {
+    for (const auto& [gpu, tp, t] : per_type) {
       const double f = t[0], b = t[1], u = t[2];
       if (f + b > se.compute_s) {
         se.compute_s = f + b;
@@ -123,10 +132,10 @@ Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
     // Activations to the next stage and gradients back, replica r to replica r.
     if (i + 1 < stages) {
       const Stage& next = plan.stages[static_cast<std::size_t>(i + 1)];
-      const double message = in.model.act_output(s.last_layer - 1, s.tp) * mbs * wire;
       for (int r = 0; r < dp; ++r) {
         const Replica& a = s.replicas[static_cast<std::size_t>(r)];
         const Replica& b = next.replicas[static_cast<std::size_t>(r)];
+        const double message = in.model.act_output(s.last_layer - 1, s.tp_of(a)) * mbs * wire;
         const LinkClass link = link_of(a, b, in.cluster);
         const double one_way = message / fits.get(link, a.gpu, b.gpu).bytes_per_s(message);
         se.send_s = std::max(se.send_s, 2 * one_way);
@@ -136,10 +145,12 @@ Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
       }
     }
 
-    // Ring all-reduce of this stage's gradients across its replicas.
+    // Ring all-reduce of this stage's gradients across its replicas. When
+    // their TP degrees differ, the replica with the fewest TP ranks holds
+    // the largest shard per GPU and paces the ring.
     const double params = in.model.params(s.first_layer, s.last_layer, s.tp);
     if (dp > 1) {
-      const double grad_bytes = params * wire;
+      const double grad_bytes = (min_tp == s.tp ? params : in.model.params(s.first_layer, s.last_layer, min_tp)) * wire;
       const double per_link = 2.0 * (dp - 1) / dp * grad_bytes;
       double slowest = 0;
       const BandwidthFit* last_fit = nullptr;
@@ -153,7 +164,7 @@ Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
         const double bw = fit.bytes_per_s(std::min(cal.allreduce_bucket_bytes, grad_bytes));
         slowest = std::max(slowest, per_link / bw);
         if (link == LinkClass::kCrossZone || link == LinkClass::kCrossRegion) {
-          egress_bytes_usd += per_link * s.tp / 1e9 * egress_price(link, in.cluster);
+          egress_bytes_usd += per_link * s.tp_of(a) / 1e9 * egress_price(link, in.cluster);
         }
       }
       se.allreduce_s = slowest;
@@ -167,12 +178,16 @@ Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
     const double act = in.model.act_memory(s.first_layer, s.last_layer, s.tp) * mbs * se.in_flight *
                        cal.activation_bytes_per_float;
     for (const Replica& r : s.replicas) {
+      const int tp = s.tp_of(r);
+      const double own_params = tp == s.tp ? params : in.model.params(s.first_layer, s.last_layer, tp);
       MemoryBreakdown m;
-      m.weights = params * weight_b;
-      m.gradients = params * grad_b;
-      m.optimizer = params * cal.optimizer_bytes_per_param;
+      m.weights = own_params * weight_b;
+      m.gradients = own_params * grad_b;
+      m.optimizer = own_params * cal.optimizer_bytes_per_param;
       m.framework_copies = cal.framework_copy_factor * (m.weights + m.gradients + m.optimizer);
-      m.activations = act;
+      m.activations = tp == s.tp ? act
+                                 : in.model.act_memory(s.first_layer, s.last_layer, tp) * mbs * se.in_flight *
+                                       cal.activation_bytes_per_float;
       m.overhead = cal.runtime_overhead_bytes;
       const double capacity = types.get(r.gpu).memory_bytes;
       est.fits = est.fits && m.total() <= capacity;
@@ -198,7 +213,7 @@ Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
   est.iterations_per_s = 1.0 / est.iteration_s;
   for (const Stage& s : plan.stages) {
     for (const Replica& r : s.replicas) {
-      est.compute_usd += s.tp * types.get(r.gpu).price_per_hour / 3600.0 * est.iteration_s;
+      est.compute_usd += s.tp_of(r) * types.get(r.gpu).price_per_hour / 3600.0 * est.iteration_s;
     }
   }
   est.egress_usd = egress_bytes_usd;
@@ -271,7 +286,7 @@ void trace_plan(const Plan& plan, const Estimate& est, ChromeTrace& trace) {
       const int tid = i * 1000 + static_cast<int>(r);
       trace.set_thread_name(1, tid,
                             "stage " + std::to_string(i) + " replica " + std::to_string(r) + " (" + s.replicas[r].gpu +
-                                " x" + std::to_string(s.tp) + ", " + s.replicas[r].zone + ")",
+                                " x" + std::to_string(s.tp_of(s.replicas[r])) + ", " + s.replicas[r].zone + ")",
                             tid);
       for (const Span& sp : spans) {
         if (sp.stage == i) trace.add_complete(1, tid, sp.name, sp.cat, sp.start, sp.dur);

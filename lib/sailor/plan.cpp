@@ -10,7 +10,8 @@ namespace fleet::sailor {
 
 int Plan::gpus() const {
   int n = 0;
-  for (const Stage& s : stages) n += s.tp * static_cast<int>(s.replicas.size());
+  for (const Stage& s : stages)
+    for (const Replica& r : s.replicas) n += s.tp_of(r);
   return n;
 }
 
@@ -29,7 +30,8 @@ Plan load_native(const JsonValue& root, const JobSpec& job) {
     st.last_layer = layers[1];
     st.tp = s.get<int>("tp");
     for (const JsonValue& r : s.at("replicas").elements()) {
-      st.replicas.push_back({r.get<std::string>("gpu"), r.get<std::string>("zone"), r.get_or<int>("node", -1)});
+      st.replicas.push_back(
+          {r.get<std::string>("gpu"), r.get<std::string>("zone"), r.get_or<int>("node", -1), r.get_or<int>("tp", 0)});
     }
     p.stages.push_back(std::move(st));
   }
@@ -73,12 +75,11 @@ Plan load_sailor_layout(const JsonValue& root, const JobSpec& job) {
     st.last_layer = layers.back() + 1;
     st.tp = -1;
     for (const JsonValue& replica : tmp[i].elements()) {
-      // [[ [gpu_type, gpus_per_node, zone], ... ], tp]
+      // [[ [gpu_type, gpus_per_node, zone], ... ], tp]; SAILOR gives each replica its own TP degree.
       const JsonValue vm = replica.at(0).at(0);
       const int tp = replica.at(1).as<int>();
-      if (st.tp != -1 && tp != st.tp) replica.fail("replicas of one stage must share the TP degree");
-      st.tp = tp;
-      st.replicas.push_back({vm.at(0).as<std::string>(), vm.at(2).as<std::string>(), -1});
+      if (st.tp == -1) st.tp = tp;
+      st.replicas.push_back({vm.at(0).as<std::string>(), vm.at(2).as<std::string>(), -1, tp == st.tp ? 0 : tp});
     }
     p.stages.push_back(std::move(st));
   }
@@ -108,7 +109,11 @@ nlohmann::json plan_to_json(const Plan& plan) {
   nlohmann::json stages = nlohmann::json::array();
   for (const Stage& s : plan.stages) {
     nlohmann::json replicas = nlohmann::json::array();
-    for (const Replica& r : s.replicas) replicas.push_back({{"gpu", r.gpu}, {"zone", r.zone}, {"node", r.node}});
+    for (const Replica& r : s.replicas) {
+      nlohmann::json replica = {{"gpu", r.gpu}, {"zone", r.zone}, {"node", r.node}};
+      if (s.tp_of(r) != s.tp) replica["tp"] = s.tp_of(r);
+      replicas.push_back(replica);
+    }
     stages.push_back({{"layers", {s.first_layer, s.last_layer}}, {"tp", s.tp}, {"replicas", replicas}});
   }
   return {{"format", "gpufleet-sailor-plan"}, {"version", 1}, {"mbs", plan.mbs}, {"global_batch", plan.global_batch},
@@ -123,8 +128,8 @@ nlohmann::json plan_to_sailor_json(const Plan& plan, const ClusterSpec& cluster)
     layers.push_back(ids);
     nlohmann::json replicas = nlohmann::json::array();
     for (const Replica& r : s.replicas) {
-      const int per_node = cluster.gpu_types.count(r.gpu) ? cluster.gpu_types.at(r.gpu).gpus_per_node : s.tp;
-      replicas.push_back({nlohmann::json::array({nlohmann::json::array({r.gpu, per_node, r.zone})}), s.tp});
+      const int per_node = cluster.gpu_types.count(r.gpu) ? cluster.gpu_types.at(r.gpu).gpus_per_node : s.tp_of(r);
+      replicas.push_back({nlohmann::json::array({nlohmann::json::array({r.gpu, per_node, r.zone})}), s.tp_of(r)});
     }
     tmp.push_back(replicas);
     dp.push_back(s.replicas.size());
@@ -155,18 +160,19 @@ void validate_plan(const Plan& plan, const ModelSpec& model, const ClusterSpec& 
                         ") do not continue from layer " + std::to_string(expected_first));
     }
     expected_first = s.last_layer;
-    if (s.tp != 1 && s.tp != 2 && s.tp != 4 && s.tp != 8) fail_stage(i, "TP degree must be 1, 2, 4 or 8");
     if (s.replicas.empty()) fail_stage(i, "stage has no replicas");
     if (s.replicas.size() != dp) fail_stage(i, "every stage must have the same number of data-parallel replicas");
     for (const Replica& r : s.replicas) {
+      const int tp = s.tp_of(r);
+      if (tp != 1 && tp != 2 && tp != 4 && tp != 8) fail_stage(i, "TP degree must be 1, 2, 4 or 8");
       auto type = cluster.gpu_types.find(r.gpu);
       if (type == cluster.gpu_types.end()) fail_stage(i, "unknown GPU type '" + r.gpu + "'");
       if (cluster.zone_region.count(r.zone) == 0) fail_stage(i, "unknown zone '" + r.zone + "'");
-      if (s.tp > type->second.gpus_per_node) {
-        fail_stage(i, "TP " + std::to_string(s.tp) + " does not fit in a node of " +
+      if (tp > type->second.gpus_per_node) {
+        fail_stage(i, "TP " + std::to_string(tp) + " does not fit in a node of " +
                           std::to_string(type->second.gpus_per_node) + " " + r.gpu);
       }
-      used[{r.gpu, r.zone}] += s.tp;
+      used[{r.gpu, r.zone}] += tp;
       if (r.node < -1) fail_stage(i, "node index " + std::to_string(r.node) + " is negative");
       if (r.node >= 0) {
         // Nodes of a type in a zone are numbered 0.. within its quota.
@@ -176,7 +182,7 @@ void validate_plan(const Plan& plan, const ModelSpec& model, const ClusterSpec& 
           fail_stage(i, "replica on node " + std::to_string(r.node) + " of " + r.gpu + " in " + r.zone +
                             ", but the quota there makes " + std::to_string(nodes) + " node(s), numbered from 0");
         }
-        if ((used_on_node[{r.gpu, r.zone, r.node}] += s.tp) > per_node) {
+        if ((used_on_node[{r.gpu, r.zone, r.node}] += tp) > per_node) {
           fail_stage(i, "node " + std::to_string(r.node) + " of " + r.gpu + " in " + r.zone + " would hold more than its " +
                             std::to_string(per_node) + " GPUs");
         }
@@ -206,12 +212,12 @@ void pack_nodes(Plan& plan, const ClusterSpec& cluster) {
     for (Replica& r : s.replicas) {
       if (r.node >= 0) continue;
       Fill& f = fill[{r.gpu, r.zone}];
-      if (f.free < s.tp) {
+      if (f.free < s.tp_of(r)) {
         ++f.node;
         f.free = cluster.gpu_types.at(r.gpu).gpus_per_node;
       }
       r.node = f.node;
-      f.free -= s.tp;
+      f.free -= s.tp_of(r);
     }
   }
 }

@@ -14,19 +14,28 @@
 
 namespace fleet::sailor {
 
-/// One data-parallel replica of a stage: `tp` GPUs of one type in one node.
+/// One data-parallel replica of a stage: TP GPUs of one type in one node.
 struct Replica {
   std::string gpu;
   std::string zone;
   int node = -1;  ///< node index among that GPU type's nodes in that zone; -1: assigned by pack_nodes
+  int tp = 0;     ///< its own TP degree (SAILOR's plans mix them within a stage); 0: the stage's
 };
 
 /// A pipeline stage: layers [first_layer, last_layer).
 struct Stage {
   int first_layer = 0;
   int last_layer = 0;
-  int tp = 1;
+  int tp = 1;  ///< TP degree of every replica that gives none of its own
   std::vector<Replica> replicas;
+
+  int tp_of(const Replica& r) const { return r.tp > 0 ? r.tp : tp; }
+  /// True when every replica runs the stage's TP degree.
+  bool uniform_tp() const {
+    for (const Replica& r : replicas)
+      if (tp_of(r) != tp) return false;
+    return true;
+  }
 };
 
 /// A whole plan.

@@ -50,6 +50,29 @@ TEST(Estimator, TheRuntimesWorkPerMicroBatchAddsOncePerSlotOfTheCriticalPath) {
   EXPECT_NEAR(run(plan, in).iteration_s - without, 0.003 * (7 + 2), 1e-12);
 }
 
+TEST(Estimator, ReplicasOfAStageMayDifferInTensorParallelism) {
+  const PlannerInputs in = tiny_inputs();
+  // Stage 0: replica 0 at TP 1, replica 1 at TP 2 (0.5e6 params per layer and rank); stage 1 at TP 1.
+  Plan plan = make_plan(2, 16, {2, 2}, {{{"fast", "z1a"}, {"fast", "z1a"}}, {{"fast", "z1a"}, {"fast", "z1a"}}});
+  plan.stages[0].replicas[1].tp = 2;
+  EXPECT_EQ(plan.gpus(), 5);
+  const Estimate e = run(plan, in);
+  const auto& m = e.stages[0].memory;
+  EXPECT_DOUBLE_EQ(m[0].weights, 2e6 * 6);
+  EXPECT_DOUBLE_EQ(m[1].weights, 1e6 * 6);
+  // Activations kept at TP 2: 2 layers x 1000 floats (2000 at TP 1), mbs 2, 2 in flight.
+  EXPECT_DOUBLE_EQ(m[1].activations, 2 * 1000.0 * 2 * 2 * 4.32);
+  // The ring is paced by the replica with the largest shard (TP 1): 2e6 params x 2 B per link.
+  EXPECT_DOUBLE_EQ(e.stages[0].allreduce_s, 4e6 / 100e9);
+  // Both kinds take the same profiled times here: the straggler is either.
+  EXPECT_DOUBLE_EQ(e.stages[0].compute_s, 0.06);
+  // Our layout writes the odd replica's degree and reads it back.
+  const Plan back = plan_from_json(parse_json(plan_to_json(plan).dump(), "plan").root(), in.job);
+  EXPECT_EQ(back.stages[0].tp_of(back.stages[0].replicas[1]), 2);
+  EXPECT_EQ(back.stages[0].tp_of(back.stages[0].replicas[0]), 1);
+  EXPECT_TRUE(back.stages[1].uniform_tp());
+}
+
 TEST(Estimator, SlowReplicaIsTheStraggler) {
   const PlannerInputs in = tiny_inputs();
   const Estimate e = run(make_plan(2, 16, {2, 2}, {{{"fast", "z1a"}, {"slow", "z1a"}}, {{"fast", "z1a"}, {"fast", "z1a"}}}), in);

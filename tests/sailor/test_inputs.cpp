@@ -10,6 +10,7 @@
 #include "sailor/calibration.h"
 #include "sailor/commands.h"
 #include "sailor/import_sailor.h"
+#include "sailor/search.h"
 #include "sailor_fixtures.h"
 #include "test_util.h"
 
@@ -65,6 +66,40 @@ TEST(SailorInputs, CalibratedAgainstTheGh200Measurements) {
     EXPECT_LT(std::fabs(p.time_error), 0.15) << p.name;
     EXPECT_LT(std::fabs(p.memory_error), 0.03) << p.name;
   }
+}
+
+TEST(SailorInputs, SailorsBestPlansSimulateAndOursAreAtLeastAsFast) {
+  // The plan SAILOR's own planner ranks first in ten scenarios (one zone):
+  // they mix TP degrees and GPU types inside a stage. Every one must load
+  // and simulate, and our search's best must be at least as fast by the
+  // same simulator.
+  struct Scenario {
+    const char* file;
+    const char* model;
+    int a100, v100;
+  };
+  const Scenario scenarios[] = {{"opt_a32_v96", "opt-350", 32, 96},        {"opt_a80_v240", "opt-350", 80, 240},
+                                {"opt_a128_v384", "opt-350", 128, 384},    {"opt_a32", "opt-350", 32, 0},
+                                {"opt_a128", "opt-350", 128, 0},           {"neo_a32_v96", "gpt-neo-2.7", 32, 96},
+                                {"neo_a80_v240", "gpt-neo-2.7", 80, 240},  {"neo_a128_v384", "gpt-neo-2.7", 128, 384},
+                                {"neo_a32", "gpt-neo-2.7", 32, 0},         {"neo_a128", "gpt-neo-2.7", 128, 0}};
+  int mixed_tp = 0;
+  for (const Scenario& sc : scenarios) {
+    InputPaths paths;
+    paths.inputs = kExamples / sc.model;
+    PlannerInputs in = load_inputs(paths);
+    in.cluster.quotas.clear();
+    in.cluster.quotas["A100-40"]["us-central1-a"] = sc.a100;
+    if (sc.v100 > 0) in.cluster.quotas["V100-16"]["us-central1-a"] = sc.v100;
+    Plan theirs = load_plan(kReference / "best_plans" / (std::string(sc.file) + ".json"), in.job);
+    for (const Stage& s : theirs.stages) mixed_tp += s.uniform_tp() ? 0 : 1;
+    ASSERT_NO_THROW(validate_plan(theirs, in.model, in.cluster)) << sc.file;
+    pack_nodes(theirs, in.cluster);
+    const Estimate their_estimate = estimate_plan(theirs, in);
+    const Estimate ours = search_plans(in, SearchOptions{}).front().estimate;
+    EXPECT_GE(ours.iterations_per_s, their_estimate.iterations_per_s) << sc.file;
+  }
+  EXPECT_GT(mixed_tp, 0);  // the point of the test: stages whose replicas differ in TP
 }
 
 TEST(SailorInputs, MeasuredRunsFilesAreChecked) {

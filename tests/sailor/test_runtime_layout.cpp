@@ -73,6 +73,10 @@ TEST(Layout, RefusesPlansThatDoNotFitTheModel) {
   EXPECT_EQ(layout.place(3).tp_rank, 1);
   EXPECT_EQ(layout.place(3).stage, 1);
   EXPECT_EQ(layout.rank_of(1, 0, 1), 3);
+  auto mixed = two_stage_plan(2, 3, 8);
+  mixed.stages[1].replicas[1].tp = 2;  // as SAILOR's planner may choose
+  message = testing::error_of([&] { layout_from_plan(mixed, 8); });
+  EXPECT_NE(message.find("replicas of stage 1 of the plan differ in tensor parallelism"), std::string::npos) << message;
 }
 
 // Schedules as Megatron-LM's 1F1B runs them, written out by hand.

@@ -71,6 +71,9 @@ Layout layout_from_plan(const Plan& plan, int model_layers) {
       throw InputError(fmt::format("stage {} of the plan has {} replicas, stage 0 has {}: every stage needs the same",
                                    i, s.replicas.size(), layout.dp));
     if (s.tp < 1) throw InputError(fmt::format("stage {} of the plan has tensor parallelism {}", i, s.tp));
+    if (!s.uniform_tp())
+      throw InputError(fmt::format("the replicas of stage {} of the plan differ in tensor parallelism: sailor-run "
+                                   "runs one TP degree for all replicas so far", i));
     if (s.tp != plan.stages.front().tp)
       throw InputError(fmt::format("stage {} of the plan has tensor parallelism {} and stage 0 has {}: sailor-run "
                                    "runs one TP degree for all stages so far", i, s.tp, plan.stages.front().tp));
