@@ -83,9 +83,15 @@ class Searcher {
     if (opt_.exhaustive) check_exhaustive_size();
     for (int mbs : mbs_) {
       if (mbs > in_.job.global_batch) continue;
-      for (int tp : {1, 2, 4, 8}) {
-        for (int stages = 1; stages <= std::min(layers_, opt_.max_stages); ++stages) {
-          for (const std::vector<int>& config : stage_configs(stages)) search_config(mbs, tp, config);
+      for (int stages = 1; stages <= std::min(layers_, opt_.max_stages); ++stages) {
+        for (const std::vector<int>& config : stage_configs(stages)) {
+          // Each pool the stages use gets its own TP degree (a fast GPU type
+          // may run without TP beside a small one that needs it).
+          std::vector<int> used;
+          for (int p : config)
+            if (std::find(used.begin(), used.end(), p) == used.end()) used.push_back(p);
+          std::vector<int> tps(pools_.size(), 0);
+          for_each_tp_choice(used, 0, tps, [&] { search_config(mbs, tps, config); });
         }
       }
     }
@@ -129,6 +135,22 @@ class Searcher {
     }
     return out;
   }
+
+  // Every assignment of a TP degree in {1, 2, 4, 8} to the pools in `used`.
+  template <typename F>
+  void for_each_tp_choice(const std::vector<int>& used, std::size_t next, std::vector<int>& tps, F&& visit) const {
+    if (next == used.size()) {
+      visit();
+      return;
+    }
+    for (int tp : {1, 2, 4, 8}) {
+      if (opt_.one_tp && next > 0 && tp != tps[static_cast<std::size_t>(used[0])]) continue;
+      tps[static_cast<std::size_t>(used[next])] = tp;
+      for_each_tp_choice(used, next + 1, tps, visit);
+    }
+  }
+
+  static int tp_of(const std::vector<int>& tps, int pool) { return tps[static_cast<std::size_t>(pool)]; }
 
   bool usable(const Pool& pool, int mbs, int tp) const {
     return tp <= pool.gpus_per_node && in_.profiles.has(pool.gpu, mbs, tp);
@@ -182,14 +204,15 @@ class Searcher {
 
   // Places D replicas per stage in the stage's pool, each TP group in the zone
   // with the most room left; nullopt when the pool runs out.
-  std::optional<Plan> place(int mbs, int tp, int dp, const std::vector<int>& config, const std::vector<int>& bounds) const {
+  std::optional<Plan> place(int mbs, const std::vector<int>& tps, int dp, const std::vector<int>& config,
+                            const std::vector<int>& bounds) const {
     // TP groups left per pool and zone (pools never share a (GPU type, zone)).
     std::vector<std::vector<int>> left(pools_.size());
     for (int p : config) {
       auto& l = left[static_cast<std::size_t>(p)];
       if (!l.empty()) continue;
       const Pool& pool = pools_[static_cast<std::size_t>(p)];
-      for (const auto& [zone, quota] : pool.zones) l.push_back(groups_in_zone(quota, pool.gpus_per_node, tp));
+      for (const auto& [zone, quota] : pool.zones) l.push_back(groups_in_zone(quota, pool.gpus_per_node, tp_of(tps, p)));
     }
     Plan plan;
     plan.mbs = mbs;
@@ -198,6 +221,7 @@ class Searcher {
     for (std::size_t i = 0; i < config.size(); ++i) {
       const Pool& pool = pools_[static_cast<std::size_t>(config[i])];
       auto& l = left[static_cast<std::size_t>(config[i])];
+      const int tp = tp_of(tps, config[i]);
       Stage stage;
       stage.first_layer = bounds[i];
       stage.last_layer = bounds[i + 1];
@@ -261,7 +285,8 @@ class Searcher {
   }
 
   // Moves single layers across stage boundaries while the estimate improves.
-  void refine(int mbs, int tp, int dp, const std::vector<int>& config, std::vector<int> bounds, Estimate current) {
+  void refine(int mbs, const std::vector<int>& tps, int dp, const std::vector<int>& config, std::vector<int> bounds,
+              Estimate current) {
     bool improved = true;
     while (improved) {
       improved = false;
@@ -270,7 +295,7 @@ class Searcher {
           std::vector<int> trial = bounds;
           trial[b] += delta;
           if (trial[b] <= trial[b - 1] || trial[b] >= trial[b + 1]) continue;
-          auto plan = place(mbs, tp, dp, config, trial);
+          auto plan = place(mbs, tps, dp, config, trial);
           if (!plan) continue;
           auto e = consider(*plan);
           if (e && better(*e, current, opt_.objective)) {
@@ -284,23 +309,26 @@ class Searcher {
     }
   }
 
-  void search_config(int mbs, int tp, const std::vector<int>& config) {
+  void search_config(int mbs, const std::vector<int>& tps, const std::vector<int>& config) {
     std::map<int, int> stages_on_pool;
+    int gpus_per_replica = 0;  // one replica of every stage
     for (int p : config) {
-      if (!usable(pools_[static_cast<std::size_t>(p)], mbs, tp)) return;
+      if (!usable(pools_[static_cast<std::size_t>(p)], mbs, tp_of(tps, p))) return;
       ++stages_on_pool[p];
+      gpus_per_replica += tp_of(tps, p);
     }
     const int stages = static_cast<int>(config.size());
     int dp_max = std::numeric_limits<int>::max();
-    for (const auto& [p, n] : stages_on_pool) dp_max = std::min(dp_max, groups_in_pool(pools_[static_cast<std::size_t>(p)], tp) / n);
-    if (opt_.max_gpus > 0) dp_max = std::min(dp_max, opt_.max_gpus / (stages * tp));
+    for (const auto& [p, n] : stages_on_pool)
+      dp_max = std::min(dp_max, groups_in_pool(pools_[static_cast<std::size_t>(p)], tp_of(tps, p)) / n);
+    if (opt_.max_gpus > 0) dp_max = std::min(dp_max, opt_.max_gpus / gpus_per_replica);
     dp_max = std::min(dp_max, (in_.job.global_batch + mbs - 1) / mbs);  // more replicas than micro-batches idle
     if (dp_max < 1) return;
 
     if (opt_.exhaustive) {
       for_each_split(stages, [&](const std::vector<int>& bounds) {
         for (int dp = 1; dp <= dp_max; ++dp) {
-          if (auto plan = place(mbs, tp, dp, config, bounds)) consider(*plan);
+          if (auto plan = place(mbs, tps, dp, config, bounds)) consider(*plan);
         }
       });
       return;
@@ -310,16 +338,16 @@ class Searcher {
     std::map<int, std::size_t> prefix_of_pool;
     for (const auto& [p, n] : stages_on_pool) {
       prefix_of_pool[p] = prefix_store.size();
-      prefix_store.push_back(prefix_times(pools_[static_cast<std::size_t>(p)].gpu, mbs, tp));
+      prefix_store.push_back(prefix_times(pools_[static_cast<std::size_t>(p)].gpu, mbs, tp_of(tps, p)));
     }
     std::vector<const std::vector<double>*> prefix;
     for (int p : config) prefix.push_back(&prefix_store[prefix_of_pool[p]]);
     const std::vector<int> bounds = balanced_split(prefix);
-    if (!states_fit(tp, config, bounds)) {
+    if (!states_fit(tps, config, bounds)) {
       ++stats_.memory_rejected;
       return;
     }
-    if (cannot_beat_top(mbs, dp_max, prefix, bounds, config, tp)) {
+    if (cannot_beat_top(mbs, dp_max, prefix, bounds, config, tps)) {
       ++stats_.bound_pruned;
       return;
     }
@@ -330,7 +358,7 @@ class Searcher {
     int best_dp = 0;
     for (int step = 0; step < dp_max; ++step) {
       const int dp = opt_.objective == Objective::kThroughput ? dp_max - step : 1 + step;
-      auto plan = place(mbs, tp, dp, config, bounds);
+      auto plan = place(mbs, tps, dp, config, bounds);
       if (!plan) continue;
       auto e = consider(*plan);
       if (!e) {
@@ -347,19 +375,20 @@ class Searcher {
         break;
       }
     }
-    if (best && stages > 1) refine(mbs, tp, best_dp, config, bounds, *best);
+    if (best && stages > 1) refine(mbs, tps, best_dp, config, bounds, *best);
   }
 
   // Weights, gradients, optimizer state and runtime overhead alone (no
   // activations) must fit on every stage; independent of D, so checked once.
-  bool states_fit(int tp, const std::vector<int>& config, const std::vector<int>& bounds) const {
+  bool states_fit(const std::vector<int>& tps, const std::vector<int>& config, const std::vector<int>& bounds) const {
     const Calibration& cal = in_.calibration;
     const bool fp32 = in_.job.precision == "fp32";
     const double per_param = ((fp32 ? 4 : cal.weight_bytes_per_param) + (fp32 ? 4 : cal.gradient_bytes_per_param) +
                               cal.optimizer_bytes_per_param) * (1 + cal.framework_copy_factor);
     for (std::size_t i = 0; i < config.size(); ++i) {
       const Pool& pool = pools_[static_cast<std::size_t>(config[i])];
-      const double bytes = in_.model.params(bounds[i], bounds[i + 1], tp) * per_param + cal.runtime_overhead_bytes;
+      const double bytes =
+          in_.model.params(bounds[i], bounds[i + 1], tp_of(tps, config[i])) * per_param + cal.runtime_overhead_bytes;
       if (bytes > in_.cluster.gpu_types.at(pool.gpu).memory_bytes) return false;
     }
     return true;
@@ -368,7 +397,7 @@ class Searcher {
   // Optimistic bound: the most replicas, no communication, perfect balance.
   // When even that cannot enter the top K, the configuration is skipped.
   bool cannot_beat_top(int mbs, int dp_max, const std::vector<const std::vector<double>*>& prefix,
-                       const std::vector<int>& bounds, const std::vector<int>& config, int tp) const {
+                       const std::vector<int>& bounds, const std::vector<int>& config, const std::vector<int>& tps) const {
     if (opt_.exhaustive || top_.size() < static_cast<std::size_t>(std::max(1, opt_.top_k))) return false;
     const Calibration& cal = in_.calibration;
     double slowest = 0, total = 0;
@@ -387,7 +416,8 @@ class Searcher {
     // on $ per iteration for any D (more replicas cost at least as much).
     const int nb = (in_.job.global_batch + mbs - 1) / mbs;
     double usd_per_s = 0;
-    for (int p : config) usd_per_s += tp * in_.cluster.gpu_types.at(pools_[static_cast<std::size_t>(p)].gpu).price_per_hour / 3600.0;
+    for (int p : config)
+      usd_per_s += tp_of(tps, p) * in_.cluster.gpu_types.at(pools_[static_cast<std::size_t>(p)].gpu).price_per_hour / 3600.0;
     const double t_min = (nb - 1) * slowest + total;
     return usd_per_s * t_min > worst.usd_per_iteration();
   }
@@ -418,9 +448,10 @@ class Searcher {
     for (int stages = 1; stages <= std::min(layers_, opt_.max_stages); ++stages) {
       double splits = 1;  // C(layers-1, stages-1)
       for (int i = 1; i < stages; ++i) splits = splits * (layers_ - i) / i;
-      total += std::pow(n, stages) * splits * gpus;
+      // Every stage-to-pool sequence, split and D, and a TP degree per pool used.
+      total += std::pow(n, stages) * splits * gpus * std::pow(4.0, std::min<double>(n, stages));
     }
-    total *= static_cast<double>(mbs_.size()) * 4;
+    total *= static_cast<double>(mbs_.size());
     if (total > 2e7) {
       throw UsageError("--exhaustive would simulate about " + std::to_string(static_cast<long long>(total)) +
                        " plans; use it on small clusters (or lower --max-stages)");

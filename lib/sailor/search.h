@@ -24,6 +24,7 @@ struct SearchOptions {
   int top_k = 1;                      ///< plans to keep
   bool exhaustive = false;            ///< every stage-pool sequence, layer split and DP degree
   int max_stages = 16;                ///< pipeline degrees tried: 1..max_stages
+  bool one_tp = false;                ///< one TP degree for every stage (what sailor-run trains); else one per GPU pool
 };
 
 /// A plan with its predictions.

@@ -90,6 +90,7 @@ PlannerInputs restrict_to_workers(const PlannerInputs& inputs, int workers) {
 Plan plan_for_workers(const PlannerInputs& inputs, int workers, SearchOptions search) {
   search.max_gpus = workers;
   search.top_k = 1;
+  search.one_tp = true;  // sailor-run trains one TP degree for all stages
   const std::vector<RankedPlan> plans = search_plans(restrict_to_workers(inputs, workers), search);
   return plans.front().plan;
 }
