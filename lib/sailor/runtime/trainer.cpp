@@ -814,9 +814,12 @@ TrainResult train(const TrainJob& requested) {
       // Replica 0 of each stage writes that stage's shards.
       std::vector<int> writers;
       for (int st = 0; st < layout.pipeline_stages(); ++st) writers.push_back(layout.rank_of(st, 0, 0));
+      // Rank 0 clears what earlier runs left half-written before anyone
+      // writes: the token's all-gather is the barrier (a save-only
+      // generation writes at once, with no step in between).
+      if (world.rank == 0) CheckpointWriter::remove_stale_staging(job.output);
       std::string token = fmt::format("{:08x}", std::random_device()());
       if (comm) token = comm->all_gather_strings("token", token).front();
-      if (world.rank == 0) CheckpointWriter::remove_stale_staging(job.output);
       checkpoints.emplace(job.output, world, writers, token, timeout);
       if (elastic) checkpoints->set_interrupt(&elastic->interrupt());
       // Copies taken between two steps; the files are written while training goes on.
