@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <set>
 
 #include "common/error.h"
 #include "sailor/search.h"
@@ -97,6 +98,32 @@ TEST(Search, BoundsAreRespectedAndTopKIsOrdered) {
   cost.objective = Objective::kCost;
   cost.min_throughput = top.front().estimate.iterations_per_s * 0.5;
   EXPECT_GE(search_plans(in, cost).front().estimate.iterations_per_s, cost.min_throughput);
+}
+
+TEST(Search, EachGpuPoolGetsItsOwnTpDegree) {
+  // 2 "fast" and 4 "slow" GPUs, equally quick; a layer's parameter states
+  // (41 MB at TP 1, 20.5 MB at TP 2) fit a slow GPU only at TP 2. Best: fast
+  // stages at TP 1 beside slow stages at TP 2. One TP degree for the plan
+  // leaves the slow GPUs out (TP 1) or the fast ones at one group (TP 2).
+  PlannerInputs in = testing::tiny_inputs();
+  in.profiles.gpus["slow"] = in.profiles.gpus["fast"];
+  in.cluster.quotas.clear();
+  in.cluster.quotas["fast"]["z1a"] = 2;
+  in.cluster.quotas["slow"]["z1a"] = 4;
+  in.cluster.gpu_types["slow"].memory_bytes = in.calibration.runtime_overhead_bytes + 30e6;
+  const auto best = search_plans(in, SearchOptions{}).front();
+  std::set<int> tps;
+  for (const Stage& s : best.plan.stages) tps.insert(s.tp);
+  EXPECT_EQ(tps, (std::set<int>{1, 2}));
+  SearchOptions one;
+  one.one_tp = true;
+  const auto uniform = search_plans(in, one).front();
+  for (const Stage& s : uniform.plan.stages) EXPECT_EQ(s.tp, uniform.plan.stages.front().tp);
+  EXPECT_GT(best.estimate.iterations_per_s, uniform.estimate.iterations_per_s * 1.2);
+  // The exhaustive search agrees.
+  SearchOptions exhaustive;
+  exhaustive.exhaustive = true;
+  EXPECT_NEAR(search_plans(in, exhaustive).front().estimate.iterations_per_s, best.estimate.iterations_per_s, 1e-9);
 }
 
 TEST(Search, NoSolutionSaysWhy) {
