@@ -87,7 +87,9 @@ int main(int argc, char** argv) {
   profile_cmd->add_option("--model", profile.model, "Model folder to profile")->required();
   profile_cmd->add_option("--gpu-type", profile.gpu_type, "Name of this device in the cluster description")->required();
   profile_cmd->add_option("--mbs", profile.mbs, "Micro-batch sizes (comma-separated)")->delimiter(',');
-  profile_cmd->add_option("--tp", profile.tp, "Tensor-parallel degrees (1 so far)")
+  profile_cmd->add_option("--tp", profile.tp,
+                          "Tensor-parallel degrees (comma-separated); above 1, run under sailor-run launch --nprocs "
+                          "(the largest degree)")
       ->delimiter(',')
       ->capture_default_str();
   profile_cmd->add_option("--seq-len", profile.seq_len, "Tokens per sequence (default: min(max positions, 1024))")

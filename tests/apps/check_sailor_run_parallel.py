@@ -266,6 +266,34 @@ def main():
             check(r.returncode == 0 and json.loads(r.stdout)["iteration_s"] > 0,
                   f"sailor-plan simulate on measured inputs: {r.stderr[-800:]}")
 
+            # Tensor parallelism measured on two ranks (each rank its slices, the group's
+            # collectives in the timings): an entry per TP degree, less kept per rank at TP 2,
+            # and a TP plan simulates on them.
+            tp_inputs = tmp / "tp-inputs"
+            tp_inputs.mkdir()
+            r = run(RUN, "launch", "--nprocs", "2", "--", "profile", "--model", tmp / "init", "--gpu-type", "cpu",
+                    "--mbs", "2", "--tp", "1,2", "--seq-len", "32", "--repeats", "2", "--threads", "1",
+                    "-o", tp_inputs / "profile.json")
+            check(r.returncode == 0, f"profile --tp 1,2 on two ranks: {r.stderr[-800:]}")
+            if r.returncode == 0:
+                tp_entries = {(e["mbs"], e["tp"]): e for e in
+                              json.loads((tp_inputs / "profile.json").read_text())["gpus"]["cpu"]}
+                check(sorted(tp_entries) == [(2, 1), (2, 2)] and
+                      all(t > 0 for layer in tp_entries[(2, 2)]["layers"][1:] for t in layer),
+                      f"profile entries per (mbs, TP): {sorted(tp_entries)}")
+                blocks = json.loads((tp_inputs / "model.json").read_text())["layers"][1:5]
+                check(all(0 < b["act_memory"]["2"] < b["act_memory"]["1"] for b in blocks),
+                      f"activations kept per rank shrink at TP 2: {[b['act_memory'] for b in blocks]}")
+                shutil.copy(inputs / "cluster.json", tp_inputs)
+                shutil.copy(inputs / "job.json", tp_inputs)
+                r = run(BIN / "sailor-plan", "simulate", "-i", tp_inputs, "-p",
+                        plan(tmp, "tp2-cpu", [(0, 6)], 1, 2, tp=2), "--json")
+                check(r.returncode == 0 and json.loads(r.stdout)["iteration_s"] > 0,
+                      f"sailor-plan simulate of a TP=2 plan on measured inputs: {r.stderr[-800:]}")
+            r = run(RUN, "profile", "--model", tmp / "init", "--gpu-type", "cpu", "--tp", "2",
+                    "-o", tp_inputs / "alone.json")
+            expect_failure("profile --tp 2 in one process", r, 2, "launch --nprocs 2")
+
         # Bad input: one clear error, non-zero exit, no hang.
         r = run(RUN, "launch", "--plan", plan(tmp, "short", [(0, 2), (2, 5)], 1, 2), "--", "train", "--model",
                 tmp / "init", "--data", tmp / "base.txt", "-o", tmp / "bad1", *TRAIN)

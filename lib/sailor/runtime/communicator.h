@@ -17,6 +17,7 @@
 #include <torch/version.h>
 
 #include "common/error.h"
+#include "model/tensor_parallel.h"
 #include "sailor/runtime/world.h"
 
 namespace fleet::sailor::runtime {
@@ -93,6 +94,20 @@ class Group {
   c10::intrusive_ptr<GroupBackend> backend_;
   std::vector<int> ranks_;
   Interrupt* interrupt_ = nullptr;
+};
+
+/// A process group as the model's tensor-parallel collectives.
+class TensorParallelGroupAdapter final : public model::TensorParallelGroup {
+ public:
+  TensorParallelGroupAdapter(std::unique_ptr<Group> group, int rank) : group_(std::move(group)), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return group_->size(); }
+  void all_reduce_sum(torch::Tensor& t) override { group_->all_reduce_sum(t); }
+  void all_reduce_max(torch::Tensor& t) override { group_->all_reduce_max(t); }
+
+ private:
+  std::unique_ptr<Group> group_;
+  int rank_;
 };
 
 class Communicator {

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 
@@ -24,6 +25,8 @@
 #include "model/training_parts.h"
 #include "sailor/estimator.h"
 #include "sailor/model_from_config.h"
+#include "sailor/runtime/communicator.h"
+#include "sailor/runtime/world.h"
 #include "sailor/specs.h"
 
 namespace fleet::sailor::runtime {
@@ -117,6 +120,80 @@ std::vector<int> parse_positive(const std::vector<int>& values, const char* flag
   return sorted;
 }
 
+// Measures every layer of `model` at micro-batch `mbs`: forward, backward
+// (with the loss for the head) and AdamW update, median of `repeats` after
+// `warmup`. Under tensor parallelism `model` holds this rank's slices and
+// every rank of `tp` runs the same inputs (same seeds); each figure is the
+// slowest rank's.
+std::vector<LayerMeasurement> measure_layers(model::LlamaModel& model, int mbs, int seq_len, const ProfileCommand& c,
+                                             torch::Device on_device, CountingCpuAllocator* counter,
+                                             TensorParallelGroupAdapter* tp, Progress& progress) {
+  const auto& config = model.config();
+  const int layers = static_cast<int>(model.num_layers()) + 2;
+  const bool cuda = on_device.is_cuda();
+  auto sync = [&] {
+    if (cuda) torch::cuda::synchronize();
+  };
+  model::TrainOptions options;
+  options.seq_len = seq_len;
+  std::vector<LayerMeasurement> measured;
+  for (int l = 0; l < layers; ++l) {
+    auto params = model.named_parameters(l, l + 1);
+    for (auto& [name, p] : params) p.set_requires_grad(true);
+    model::AdamW optimizer(params, options);
+    std::vector<double> fwd, bwd, upd, mem;
+    for (int r = 0; r < c.warmup + c.repeats; ++r) {
+      torch::manual_seed(static_cast<std::uint64_t>(1000 * l + r));  // the same inputs on every TP rank
+      torch::Tensor input;
+      model::Batch batch;
+      if (l == 0) {
+        input = torch::randint(0, config.vocab_size, {mbs, seq_len}, torch::kInt64).to(on_device);
+      } else {
+        input = torch::randn({mbs, seq_len, config.hidden_size}, torch::kFloat32).to(on_device).requires_grad_(true);
+      }
+      if (l == layers - 1) {
+        batch.tokens = torch::randint(0, config.vocab_size, {mbs, seq_len}, torch::kInt64).to(on_device);
+        batch.mask = torch::ones({mbs, seq_len}, torch::kFloat32).to(on_device);
+      }
+      sync();
+      const std::size_t before = counter ? counter->current() : 0;
+      auto t0 = Clock::now();
+      auto output = model.forward_layers(input, l, l + 1);
+      if (l == layers - 1) {
+        const double divisor = static_cast<double>(mbs * (seq_len - 1));
+        output = tp ? model::vocab_parallel_batch_loss(output, batch, divisor, model.vocab_start(), *tp)
+                    : model::batch_loss(output, batch, divisor);
+      }
+      sync();
+      auto t1 = Clock::now();
+      const double held = counter ? static_cast<double>(counter->current() - before) -
+                                        static_cast<double>(output.nbytes())
+                                  : 0;
+      if (l == layers - 1) output.backward(); else output.backward(torch::ones_like(output));
+      sync();
+      auto t2 = Clock::now();
+      optimizer.step(1e-4, r + 1);
+      sync();
+      auto t3 = Clock::now();
+      for (auto& [name, p] : params) p.mutable_grad() = torch::Tensor();
+      if (r < c.warmup) continue;
+      fwd.push_back(std::chrono::duration<double>(t1 - t0).count());
+      bwd.push_back(std::chrono::duration<double>(t2 - t1).count());
+      upd.push_back(std::chrono::duration<double>(t3 - t2).count());
+      mem.push_back(std::max(held, 0.0));
+    }
+    LayerMeasurement m{median(fwd), median(bwd), median(upd), median(mem)};
+    if (tp != nullptr) {
+      auto slowest = torch::tensor({m.forward_s, m.backward_s, m.update_s, m.kept_bytes}, torch::kFloat64);
+      tp->all_reduce_max(slowest);
+      m = {slowest[0].item<double>(), slowest[1].item<double>(), slowest[2].item<double>(), slowest[3].item<double>()};
+    }
+    measured.push_back(m);
+    progress.advance();
+  }
+  return measured;
+}
+
 }  // namespace
 
 int run_profile(const ProfileCommand& c) {
@@ -124,90 +201,73 @@ int run_profile(const ProfileCommand& c) {
   if (c.gpu_type.empty()) throw UsageError("--gpu-type names this device as the cluster description does");
   const auto mbs_list = parse_positive(c.mbs, "--mbs");
   const auto tp_list = parse_positive(c.tp, "--tp");
-  if (tp_list != std::vector<int>{1})
-    throw UsageError("--tp: sailor-run trains without tensor parallelism so far; profile with --tp 1");
   if (c.warmup < 0 || c.repeats < 1) throw UsageError("--repeats must be at least 1 and --warmup at least 0");
+  // Tensor parallelism is measured on as many ranks as its degree: the
+  // profile runs under `sailor-run launch --nprocs N` (N = the largest).
+  const WorldInfo world = world_from_environment();
+  if (tp_list.back() > world.world_size)
+    throw UsageError(fmt::format("--tp {} needs {} ranks: run sailor-run launch --nprocs {} -- profile ...",
+                                 tp_list.back(), tp_list.back(), tp_list.back()));
+  const bool writer = world.rank == 0;
   const fs::path model_output = c.model_output.empty() ? c.output.parent_path() / "model.json" : c.model_output;
   OutputCheck check;
   check.input(c.model, "--model");
-  check.file(c.output, "-o").file(model_output, "--model-out").check(Existing::kReplace);
+  if (writer) check.file(c.output, "-o").file(model_output, "--model-out");
+  check.check(Existing::kReplace);
 
   const auto device = model::resolve_device(c.device);
+  if (world.distributed() && device == model::ComputeDevice::kCuda)
+    throw UsageError("profiling tensor parallelism runs on the CPU (Gloo) so far; use --device cpu");
   const auto on_device = model::torch_device(device);
   auto* counter = device == model::ComputeDevice::kCpu ? counting_allocator() : nullptr;
-  auto model = model::LlamaModel::load(c.model, torch::kFloat32, on_device);
-  const auto& config = model.config();
+  const auto config = model::load_llama_config(c.model);
   const int seq_len = c.seq_len > 0 ? c.seq_len : static_cast<int>(std::min<std::int64_t>(config.max_position_embeddings, 1024));
   if (seq_len < 2 || seq_len > config.max_position_embeddings)
     throw UsageError(fmt::format("--seq-len must be in [2, {}] (max_position_embeddings)", config.max_position_embeddings));
-  const int layers = static_cast<int>(model.num_layers()) + 2;
-  // Every layer's parameters train as their own leaves (a tied head, too).
-  model.separate_tied_head();
-  model::TrainOptions options;
-  options.seq_len = seq_len;
-  auto sync = [&] {
-    if (device == model::ComputeDevice::kCuda) torch::cuda::synchronize();
-  };
+  for (int tp : tp_list)
+    if (tp > 1) model::check_tensor_parallel(config, tp);
+  const int layers = config.num_hidden_layers + 2;
+  std::unique_ptr<Communicator> comm;
+  if (world.distributed()) comm = std::make_unique<Communicator>(world, std::chrono::minutes(10));
 
   nlohmann::json entries = nlohmann::json::array();
-  std::vector<std::vector<LayerMeasurement>> all;
-  Progress progress("profile", static_cast<std::uint64_t>(mbs_list.size() * layers), "layers");
-  for (int mbs : mbs_list) {
-    std::vector<LayerMeasurement> measured;
-    nlohmann::json times = nlohmann::json::array(), kept = nlohmann::json::array();
-    for (int l = 0; l < layers; ++l) {
-      auto params = model.named_parameters(l, l + 1);
-      for (auto& [name, p] : params) p.set_requires_grad(true);
-      model::AdamW optimizer(params, options);
-      std::vector<double> fwd, bwd, upd, mem;
-      for (int r = 0; r < c.warmup + c.repeats; ++r) {
-        torch::Tensor input;
-        model::Batch batch;
-        if (l == 0) {
-          input = torch::randint(0, config.vocab_size, {mbs, seq_len}, torch::kInt64).to(on_device);
-        } else {
-          input = torch::randn({mbs, seq_len, config.hidden_size}, torch::kFloat32).to(on_device).requires_grad_(true);
-        }
-        if (l == layers - 1) {
-          batch.tokens = torch::randint(0, config.vocab_size, {mbs, seq_len}, torch::kInt64).to(on_device);
-          batch.mask = torch::ones({mbs, seq_len}, torch::kFloat32).to(on_device);
-        }
-        sync();
-        const std::size_t before = counter ? counter->current() : 0;
-        auto t0 = Clock::now();
-        auto output = model.forward_layers(input, l, l + 1);
-        if (l == layers - 1) output = model::batch_loss(output, batch, static_cast<double>(mbs * (seq_len - 1)));
-        sync();
-        auto t1 = Clock::now();
-        const double held = counter ? static_cast<double>(counter->current() - before) -
-                                          static_cast<double>(output.nbytes())
-                                    : 0;
-        if (l == layers - 1) output.backward(); else output.backward(torch::ones_like(output));
-        sync();
-        auto t2 = Clock::now();
-        optimizer.step(1e-4, r + 1);
-        sync();
-        auto t3 = Clock::now();
-        for (auto& [name, p] : params) p.mutable_grad() = torch::Tensor();
-        if (r < c.warmup) continue;
-        fwd.push_back(std::chrono::duration<double>(t1 - t0).count());
-        bwd.push_back(std::chrono::duration<double>(t2 - t1).count());
-        upd.push_back(std::chrono::duration<double>(t3 - t2).count());
-        mem.push_back(std::max(held, 0.0));
+  std::map<std::pair<int, int>, std::vector<LayerMeasurement>> all;  // (tp, mbs) -> layers
+  Progress progress("profile", static_cast<std::uint64_t>(mbs_list.size() * tp_list.size() * layers), "layers",
+                    writer ? ProgressStyle::kAuto : ProgressStyle::kSilent);
+  for (int tp : tp_list) {
+    // Ranks [0, tp) measure this degree; the others wait for them.
+    if (world.rank < tp) {
+      std::unique_ptr<TensorParallelGroupAdapter> group;
+      if (tp > 1) {
+        std::vector<int> ranks(static_cast<std::size_t>(tp));
+        for (int r = 0; r < tp; ++r) ranks[static_cast<std::size_t>(r)] = r;
+        group = std::make_unique<TensorParallelGroupAdapter>(comm->group(fmt::format("tp{}", tp), ranks), world.rank);
       }
-      LayerMeasurement m{median(fwd), median(bwd), median(upd), median(mem)};
-      measured.push_back(m);
-      times.push_back({m.forward_s, m.backward_s, m.update_s});
-      kept.push_back(m.kept_bytes);
-      progress.advance();
+      auto model = model::LlamaModel::load(c.model, torch::kFloat32, on_device);
+      // Every layer's parameters train as their own leaves (a tied head, too).
+      model.separate_tied_head();
+      if (group) {
+        model.shard_for_tensor_parallel(*group);
+        model.separate_tied_head();  // the head's slice
+      }
+      for (int mbs : mbs_list) {
+        const auto measured = measure_layers(model, mbs, seq_len, c, on_device, counter, group.get(), progress);
+        nlohmann::json times = nlohmann::json::array(), kept = nlohmann::json::array();
+        for (const auto& m : measured) {
+          times.push_back({m.forward_s, m.backward_s, m.update_s});
+          kept.push_back(m.kept_bytes);
+        }
+        // Bytes kept for backward are counted on the CPU only (null on a GPU); per TP rank.
+        entries.push_back({{"mbs", mbs}, {"tp", tp}, {"layers", times},
+                           {"activation_bytes", counter ? kept : nlohmann::json(nullptr)},
+                           {"seq_len", seq_len}, {"device", device == model::ComputeDevice::kCuda ? "cuda" : "cpu"}});
+        all[{tp, mbs}] = measured;
+      }
     }
-    // Bytes kept for backward are counted on the CPU only (null on a GPU).
-    entries.push_back({{"mbs", mbs}, {"tp", 1}, {"layers", times},
-                       {"activation_bytes", counter ? kept : nlohmann::json(nullptr)},
-                       {"seq_len", seq_len}, {"device", device == model::ComputeDevice::kCuda ? "cuda" : "cpu"}});
-    all.push_back(std::move(measured));
+    if (comm) comm->world().barrier();
   }
   progress.finish();
+  if (!writer) return 0;
   const std::string name = c.model.filename().empty() ? c.model.parent_path().filename().string()
                                                        : c.model.filename().string();
   nlohmann::json profile = {{"format", "gpufleet-sailor-profile"}, {"version", 1}, {"model", name},
@@ -215,17 +275,19 @@ int run_profile(const ProfileCommand& c) {
 
   // The planner's model: parameters and activations sent onward from the
   // config; the activation memory kept for backward as measured (per
-  // sequence, in the simulator's float units), where it could be measured.
+  // sequence and TP rank, in the simulator's float units), where it could be.
   const JsonDocument config_doc = load_json_file(c.model / "config.json");
   const double bytes_per_float = default_calibration().activation_bytes_per_float;
   ModelSpec spec = model_spec_from_hf_config(config_doc.root(), seq_len, bytes_per_float, name);
   if (counter != nullptr) {
-    // The largest micro-batch measures the per-sequence figure best.
-    const auto& m = all.back();
-    const double sequences = mbs_list.back();
-    for (int l = 0; l < layers; ++l)
-      spec.layers[static_cast<std::size_t>(l)].act_memory[1] =
-          m[static_cast<std::size_t>(l)].kept_bytes / sequences / bytes_per_float;
+    for (int tp : tp_list) {
+      // The largest micro-batch measures the per-sequence figure best.
+      const auto& m = all.at({tp, mbs_list.back()});
+      const double sequences = mbs_list.back();
+      for (int l = 0; l < layers; ++l)
+        spec.layers[static_cast<std::size_t>(l)].act_memory[tp] =
+            m[static_cast<std::size_t>(l)].kept_bytes / sequences / bytes_per_float;
+    }
   }
   write_file_atomically(c.output, profile.dump(2) + "\n");
   nlohmann::json model_json = to_json(spec);
@@ -235,17 +297,17 @@ int run_profile(const ProfileCommand& c) {
     std::cout << nlohmann::json({{"profile", c.output.string()}, {"model", model_output.string()},
                                  {"entries", entries}}).dump(2) << "\n";
   } else {
-    for (std::size_t i = 0; i < mbs_list.size(); ++i) {
+    for (const auto& [key, measured] : all) {
       double f = 0, b = 0, u = 0, kept = 0;
-      for (const auto& m : all[i]) {
+      for (const auto& m : measured) {
         f += m.forward_s;
         b += m.backward_s;
         u += m.update_s;
         kept += m.kept_bytes;
       }
-      std::cout << fmt::format("mbs {}: forward {:.4f} s, backward {:.4f} s, update {:.4f} s over {} layers; "
-                               "{:.1f} MiB kept for backward\n",
-                               mbs_list[i], f, b, u, layers, kept / (1 << 20));
+      std::cout << fmt::format("TP {}, mbs {}: forward {:.4f} s, backward {:.4f} s, update {:.4f} s over {} layers; "
+                               "{:.1f} MiB kept for backward per rank\n",
+                               key.first, key.second, f, b, u, layers, kept / (1 << 20));
     }
     std::cout << fmt::format("wrote {} and {}\n", c.output.string(), model_output.string());
   }

@@ -191,20 +191,6 @@ struct StepTimes {
   }
 };
 
-// A process group as the model's tensor-parallel collectives.
-class TensorParallelGroupAdapter final : public model::TensorParallelGroup {
- public:
-  TensorParallelGroupAdapter(std::unique_ptr<Group> group, int rank) : group_(std::move(group)), rank_(rank) {}
-  int rank() const override { return rank_; }
-  int size() const override { return group_->size(); }
-  void all_reduce_sum(torch::Tensor& t) override { group_->all_reduce_sum(t); }
-  void all_reduce_max(torch::Tensor& t) override { group_->all_reduce_max(t); }
-
- private:
-  std::unique_ptr<Group> group_;
-  int rank_;
-};
-
 // One rank's part of the job: its stage's layers (its slice of them under
 // tensor parallelism), parameters and optimizer, its groups, and the 1F1B step.
 class StageRunner {
