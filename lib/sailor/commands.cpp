@@ -120,7 +120,7 @@ PlannerInputs load_inputs(const InputPaths& p) {
     throw InputError("job is for model '" + in.job.model + "' but the model is '" + in.model.name + "'");
   }
   for (const std::string& note : complete_profiles(in.profiles, in.model)) spdlog::warn("{}", note);
-  if (const auto note = monotone_in_batch_size(in.profiles)) spdlog::info("{}", *note);
+  if (const auto note = monotone_in_batch_size(in.profiles)) spdlog::debug("{}", *note);
   return in;
 }
 

@@ -130,7 +130,7 @@ if [ "$torch" = 1 ]; then
   bad 2 "WORLD_SIZE='x'"          env RANK=0 WORLD_SIZE=x "$sr" train --model base --data copy.txt -o run --threads 1
   bad 2 "--timeout.*between"      "$sr" train --model base --data copy.txt -o run --timeout 0 --threads 1
   bad 2 "start it on 2 or more"   "$sr" profile-net --gpu-type cpu -o c.json
-  bad 2 "--tp: sailor-run"        "$sr" profile --model base --gpu-type cpu --tp 2 -o p.json
+  bad 2 "needs 2 ranks: run sailor-run launch" "$sr" profile --model base --gpu-type cpu --tp 2 -o p.json
   bad 2 "--mbs values must be"    "$sr" profile --model base --gpu-type cpu --mbs 0 -o p.json
   bad 2 "--link-class must be"    env RANK=0 WORLD_SIZE=2 "$sr" profile-net --gpu-type cpu --link-class moon -o c.json
   bad 2 "config.json|tokenizer"  "$ds" -q serve --base missing

@@ -5,7 +5,7 @@ Usage: check_sailor_run_parallel.py BIN_DIR
 Real worker processes over loopback (one CPU thread each), started by
 `sailor-run launch` or by hand with torchrun's variables. Every layout —
 DP=2, PP=2 with an unequal split, DP=2 x PP=2, PP=3, TP=2, DP=2 x PP=2 x
-TP=2 — trains the same global batch as world size 1; the losses must equal
+TP=2, PP=3 with TP 2 / 1 / 2 — trains the same global batch as world size 1; the losses must equal
 the single process's within 1e-5 and the final weights (read back with the
 `safetensors` library, the sharded checkpoints through their index) bit
 for bit without TP, within 1e-5 in norm with it. A pipeline checkpoint loads in transformers, resumes under DP=2 and
@@ -174,6 +174,13 @@ def main():
         compare("DP=2 x PP=2 x TP=2", reference,
                 train(tmp, "dp2pp2tp2", launch=["--plan", plan(tmp, "dp2pp2tp2", [(0, 3), (3, 6)], 2, 2, tp=2)]),
                 exact=False)
+        # A TP degree per stage (as SAILOR's plans have): TP 2, 1, 2 (a tied model needs the same on
+        # its first and last stage); activations fan out from 1 rank to 2, and in from 2 ranks to 1.
+        mixed = plan(tmp, "pp3-tp212", [(0, 2), (2, 4), (4, 6)], 1, 2, tp=2)
+        spec = json.loads(mixed.read_text())
+        spec["stages"][1]["tp"] = 1
+        mixed.write_text(json.dumps(spec))
+        compare("PP=3, TP 2 / 1 / 2", reference, train(tmp, "pp3tp212", launch=["--plan", mixed]), exact=False)
 
         # The pipeline's sharded checkpoint is a model folder transformers reads.
         try:
@@ -304,6 +311,13 @@ def main():
         r = run(RUN, "launch", "--nprocs", "3", "--", "train", "--plan", tmp / "two.json", "--model", tmp / "init",
                 "--data", tmp / "base.txt", "-o", tmp / "bad3", *TRAIN)
         expect_failure("plan needing fewer ranks than started", r, 2, "needs 2 ranks but 3 were started")
+        untied = plan(tmp, "pp2-tp21", [(0, 3), (3, 6)], 1, 2, tp=2)
+        spec = json.loads(untied.read_text())
+        spec["stages"][1]["tp"] = 1
+        untied.write_text(json.dumps(spec))
+        r = run(RUN, "launch", "--plan", untied, "--", "train", "--model", tmp / "init", "--data", tmp / "base.txt",
+                "-o", tmp / "bad-tied", *TRAIN)
+        expect_failure("tied model, TP 2 then 1", r, 2, "same TP degree")
 
         # A worker whose model differs from rank 0's.
         subprocess.run([RUN, "init", "--preset", "tiny", "--seed", "9", "-o", tmp / "other", "-q"], check=True)

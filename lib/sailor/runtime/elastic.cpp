@@ -90,7 +90,9 @@ PlannerInputs restrict_to_workers(const PlannerInputs& inputs, int workers) {
 Plan plan_for_workers(const PlannerInputs& inputs, int workers, SearchOptions search) {
   search.max_gpus = workers;
   search.top_k = 1;
-  search.one_tp = true;  // sailor-run trains one TP degree for all stages
+  // The planner cannot tell whether the model ties its embedding and head
+  // (then the first and last stage need one TP degree): keep one for all.
+  search.one_tp = true;
   const std::vector<RankedPlan> plans = search_plans(restrict_to_workers(inputs, workers), search);
   return plans.front().plan;
 }

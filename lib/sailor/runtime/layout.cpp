@@ -74,9 +74,6 @@ Layout layout_from_plan(const Plan& plan, int model_layers) {
     if (!s.uniform_tp())
       throw InputError(fmt::format("the replicas of stage {} of the plan differ in tensor parallelism: sailor-run "
                                    "runs one TP degree for all replicas so far", i));
-    if (s.tp != plan.stages.front().tp)
-      throw InputError(fmt::format("stage {} of the plan has tensor parallelism {} and stage 0 has {}: sailor-run "
-                                   "runs one TP degree for all stages so far", i, s.tp, plan.stages.front().tp));
     layout.stages.push_back({s.first_layer, s.last_layer, s.tp});
     expected_first = s.last_layer;
   }

@@ -272,10 +272,13 @@ class StageRunner {
     double loss_sum = 0;
     const std::int64_t pad = model_.config().pad_token_id;
     const auto hidden = model_.config().hidden_size;
-    // TP rank t of a stage talks to TP rank t of its neighbours (every TP rank
-    // holds the whole activation between stages).
-    const int prev = is_first_ ? -1 : layout_.rank_of(place_.stage - 1, place_.replica, place_.tp_rank);
-    const int next = is_last_ ? -1 : layout_.rank_of(place_.stage + 1, place_.replica, place_.tp_rank);
+    // Every TP rank holds the whole activation between stages, so TP rank t
+    // receives from rank t mod (the neighbour's TP degree) and sends to each
+    // neighbour rank that maps onto it: t to t when the degrees are equal.
+    const int prev = is_first_ ? -1 : neighbour_rank(place_.stage - 1);
+    const int next = is_last_ ? -1 : neighbour_rank(place_.stage + 1);
+    const std::vector<int> prev_all = is_first_ ? std::vector<int>{} : ranks_fed_by_me(place_.stage - 1);
+    const std::vector<int> next_all = is_last_ ? std::vector<int>{} : ranks_fed_by_me(place_.stage + 1);
     for (const auto& op : ops) {
       const auto m = static_cast<std::size_t>(op.micro);
       // The last backward of the step: each bucket's all-reduce starts as
@@ -314,7 +317,7 @@ class StageRunner {
         if (!is_last_) {
           t = Clock::now();
           auto out = output.detach().to(torch::kCPU, torch::kFloat32).contiguous();
-          sends.push_back(comm_->world().send(out, next, 2 * op.micro));
+          for (int to : next_all) sends.push_back(comm_->world().send(out, to, 2 * op.micro));
           times.add(times.send, t, "send act " + std::to_string(op.micro), "send");
         }
         outputs[m] = output;
@@ -335,7 +338,7 @@ class StageRunner {
         if (!is_first_) {
           t = Clock::now();
           auto g = received[m].grad().to(torch::kCPU, torch::kFloat32).contiguous();
-          sends.push_back(comm_->world().send(g, prev, 2 * op.micro + 1));
+          for (int to : prev_all) sends.push_back(comm_->world().send(g, to, 2 * op.micro + 1));
           times.add(times.send, t, "send grad " + std::to_string(op.micro), "send");
         }
         received[m] = torch::Tensor();
@@ -395,6 +398,18 @@ class StageRunner {
   }
 
  private:
+  // The rank of neighbouring stage `stage` (same replica) this rank receives from.
+  int neighbour_rank(int stage) const {
+    return layout_.rank_of(stage, place_.replica, place_.tp_rank % layout_.stages[static_cast<std::size_t>(stage)].tp);
+  }
+  // The ranks of neighbouring stage `stage` (same replica) that receive from this rank.
+  std::vector<int> ranks_fed_by_me(int stage) const {
+    std::vector<int> ranks;
+    for (int t = 0; t < layout_.stages[static_cast<std::size_t>(stage)].tp; ++t)
+      if (t % stage_.tp == place_.tp_rank) ranks.push_back(layout_.rank_of(stage, place_.replica, t));
+    return ranks;
+  }
+
   void build_groups() {
     if (comm_ == nullptr) return;
     // Every rank walks the same list of groups in the same order and joins
@@ -409,6 +424,10 @@ class StageRunner {
       }
     }
     const bool tied = model_.config().tie_word_embeddings && stages > 1;
+    if (tied && layout_.stages.front().tp != layout_.stages.back().tp)
+      throw UsageError(fmt::format("the model ties its embedding and LM head, so its first and last stage need the "
+                                   "same TP degree (the plan has {} and {})", layout_.stages.front().tp,
+                                   layout_.stages.back().tp));
     const int tp = stage_.tp;
     for (int r = 0; tied && r < layout_.dp; ++r) {
       for (int t = 0; t < tp; ++t) {
