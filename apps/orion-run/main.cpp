@@ -42,6 +42,10 @@ int main(int argc, char** argv) {
                        "orion: largest SM need of a best-effort kernel during HP requests (-1: Orion's default)")
       ->capture_default_str()
       ->check(fleet::in_range(-1, 1e6));
+  simulate->add_option("--hp-limit", sim.hp_limit_ms,
+                       "orion, training HP client: its iteration-time target in ms; the SM threshold is then "
+                       "searched online (0: off)")
+      ->check(fleet::in_range(0, 1e9));
   simulate->add_option("--max-be-wait", sim.max_be_wait_ms,
                        "Milliseconds after which a held best-effort kernel is admitted anyway (0: never)")
       ->capture_default_str()

@@ -63,6 +63,10 @@ int run_simulate(const SimulateOptions& options) {
   sim.policy.dur_threshold_fraction = options.dur_threshold;
   sim.max_be_wait_us = options.max_be_wait_ms * 1e3;
   sim.policy.sm_threshold = options.sm_threshold;
+  if (!(options.hp_limit_ms >= 0)) throw UsageError("--hp-limit must be 0 (no online tuning) or positive ms");
+  if (options.hp_limit_ms > 0 && options.sm_threshold >= 0)
+    throw UsageError("--hp-limit tunes the SM threshold online; leave --sm-threshold at -1");
+  sim.policy.hp_limit_ms = options.hp_limit_ms;
   spdlog::info("simulating {} client(s) on {} from {}", workload.clients.size(), workload.device.name, workload.source);
   const SimResult dedicated = simulate(workload, "dedicated", sim);
   std::vector<SimResult> results;
@@ -89,9 +93,15 @@ int run_simulate(const SimulateOptions& options) {
     out["device"] = workload.device.name;
     out["workload"] = workload.source;
     out["seed"] = workload.seed;
+    nlohmann::json summaries = nlohmann::json::object();
+    for (const SimResult& r : results)
+      if (!r.policy_summary.empty()) summaries[r.policy] = r.policy_summary;
+    if (!summaries.empty()) out["policy_summaries"] = summaries;
     report << out.dump(2) << "\n";
   } else {
     report << format_comparison_table(rows);
+    for (const SimResult& r : results)
+      if (!r.policy_summary.empty()) report << r.policy << ": " << r.policy_summary << "\n";
   }
   return 0;
 }

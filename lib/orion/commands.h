@@ -22,6 +22,7 @@ struct SimulateOptions {
   double dur_threshold = 0.025;
   double max_be_wait_ms = 100;                  ///< a held BE kernel is admitted after this long (0: never)
   int sm_threshold = -1;
+  double hp_limit_ms = 0;                       ///< orion, training HP: iteration target for the online SM threshold
   bool json = false;
 };
 

@@ -19,22 +19,43 @@ class OrionPolicy : public Policy {
  public:
   OrionPolicy(const Workload& w, const PolicyOptions& o) : options_(o) {
     sm_threshold_ = o.sm_threshold;
+    bool hp_training = false;
+    std::int64_t be_max = 0;
+    for (const ClientSpec& c : w.clients) {
+      if (c.high_priority) hp_training = c.training;
+      if (!c.high_priority) {
+        for (const SimKernel& k : c.kernels) be_max = std::max(be_max, k.sm_usage);
+      }
+    }
     if (sm_threshold_ < 0) {
       // Orion's choice: the whole GPU when the HP client serves inference,
       // half the largest BE kernel's need when it trains.
-      bool hp_training = false;
-      std::int64_t be_max = 0;
-      for (const ClientSpec& c : w.clients) {
-        if (c.high_priority) hp_training = c.training;
-        if (!c.high_priority) {
-          for (const SimKernel& k : c.kernels) be_max = std::max(be_max, k.sm_usage);
-        }
-      }
       sm_threshold_ = hp_training ? static_cast<int>(std::max<std::int64_t>(1, be_max / 2)) : w.device.sm_count;
+      // A training HP client with a target: search the threshold online.
+      tuning_ = hp_training && o.hp_limit_ms > 0;
+      high_ = static_cast<int>(be_max);
     }
+  }
+  void on_request_done(int client, double latency_us) override {
+    if (!tuning_ || client != hp_client_seen_) return;
+    sum_ms_ += latency_us / 1000.0;
+    if (++iterations_ % std::max(1, options_.tune_every) != 0 || low_ == sm_threshold_) return;
+    const double mean_ms = sum_ms_ / std::max(1, options_.tune_every);
+    sum_ms_ = 0;
+    // Slower than the target: fewer SMs for BE kernels; faster: more.
+    if (mean_ms > options_.hp_limit_ms) high_ = sm_threshold_;
+    else low_ = sm_threshold_;
+    sm_threshold_ = (low_ + high_) / 2;
+    ++steps_;
+  }
+  std::string summary() const override {
+    if (!tuning_) return {};
+    return "SM threshold " + std::to_string(sm_threshold_) + " after " + std::to_string(steps_) +
+           " tuning step(s) against an HP iteration target of " + std::to_string(options_.hp_limit_ms) + " ms";
   }
   std::string_view name() const override { return "orion"; }
   bool admit(const SchedulerView& v, int client, std::size_t, std::size_t, const SimKernel& k) override {
+    hp_client_seen_ = v.hp_client;
     if (client == v.hp_client) return true;
     // Outstanding BE work stays under DUR_THRESHOLD at all times (as in
     // Orion's scheduler), so an HP request arriving while the GPU runs BE
@@ -49,6 +70,11 @@ class OrionPolicy : public Policy {
  private:
   PolicyOptions options_;
   int sm_threshold_ = 0;
+  // Online tuning (a bisection over [low_, high_]).
+  bool tuning_ = false;
+  int low_ = 0, high_ = 0, steps_ = 0, hp_client_seen_ = -1;
+  std::int64_t iterations_ = 0;
+  double sum_ms_ = 0;
 };
 
 // Everything released at once, HP on a high-priority stream.

@@ -28,6 +28,12 @@ struct SchedulerView {
 struct PolicyOptions {
   double dur_threshold_fraction = 0.025;  ///< orion: outstanding BE work cap, fraction of the HP request latency
   int sm_threshold = -1;                  ///< orion: max SM need of a BE kernel during HP requests (-1: auto)
+  /// orion, training HP client: its iteration-time target in ms. Above 0,
+  /// the SM threshold is searched online as Orion does (a bisection between
+  /// 0 and the largest BE kernel's need, one step per `tune_every` HP
+  /// iterations: lower when their mean exceeds the target, higher otherwise).
+  double hp_limit_ms = 0;
+  int tune_every = 10;
 };
 
 /// The decision interface.
@@ -41,6 +47,10 @@ class Policy {
                      const SimKernel& kernel) = 0;
   /// A released kernel finished.
   virtual void on_complete(int client, std::size_t index, std::size_t count) {}
+  /// A request or iteration of `client` finished after `latency_us` (arrival to last kernel).
+  virtual void on_request_done(int client, double latency_us) {}
+  /// What the policy settled on, for the report ("" when nothing to say).
+  virtual std::string summary() const { return {}; }
   /// True: one request/iteration at a time on the whole GPU (temporal sharing).
   virtual bool exclusive_requests() const { return false; }
   /// True: the HP client's stream has priority when SMs are handed out.

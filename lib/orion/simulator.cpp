@@ -329,6 +329,7 @@ class Simulation {
     c.last_done_us = now_;
     if (i == view_.hp_client) view_.hp_request_active = false;
     if (c.done > c.spec->warmup) c.latencies_ms.push_back((now_ - c.request_arrival_us) / 1000.0);
+    policy_.on_request_done(i, now_ - c.request_arrival_us);
     if (trace_ != nullptr && kernels_ <= options_.trace_kernel_limit) {
       trace_->add_complete(1, 2 * i + 1, (c.spec->training ? "iteration " : "request ") + std::to_string(c.done),
                            "request", c.request_arrival_us, now_ - c.request_arrival_us);
@@ -338,6 +339,7 @@ class Simulation {
   SimResult result() const {
     SimResult out;
     out.policy = std::string(policy_.name());
+    out.policy_summary = policy_.summary();
     out.simulated_s = now_ / 1e6;
     out.busy_fraction = now_ > 0 ? busy_us_ / now_ : 0;
     out.sm_utilization = now_ > 0 ? sm_us_ / now_ : 0;

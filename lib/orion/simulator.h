@@ -61,6 +61,7 @@ inline constexpr std::int64_t kMinCompletedForRatios = 5;
 /// Outcome of one simulation.
 struct SimResult {
   std::string policy;
+  std::string policy_summary;    ///< what the policy settled on (orion's tuned SM threshold), or ""
   std::vector<ClientResult> clients;
   double simulated_s = 0;        ///< simulated time
   double busy_fraction = 0;      ///< time with at least one kernel running

@@ -295,6 +295,37 @@ TEST(SimulatorOutcomes, BestEffortNeverStarvesBehindAClosedLoopHpClient) {
   EXPECT_EQ(compare_to_dedicated({fed}, dedicated)[1].outcome, "ok");
 }
 
+TEST(SimulatorOutcomes, OrionTunesTheSmThresholdOfATrainingHpClientOnline) {
+  // MobileNetV2 training as the HP client beside ResNet50 training as BE.
+  Workload w = load_workload(kExamples / "rnet50_train_train.json", {kExamples});
+  w.clients[1].high_priority = true;
+  w.clients[1].requests = 200;
+  w.clients[1].warmup = 20;
+  w.clients[0].requests = 0;  // until the HP client is done
+  const double dedicated = simulate(w, "dedicated").clients[1].mean_ms;
+  auto run = [&](double limit_ms) {
+    SimOptions o;
+    o.policy.hp_limit_ms = limit_ms;
+    return simulate(w, "orion", o);
+  };
+  auto threshold = [](const SimResult& r) {
+    const auto at = r.policy_summary.find("SM threshold ");
+    return at == std::string::npos ? -1 : std::stoi(r.policy_summary.substr(at + 13));
+  };
+  const SimResult fixed = simulate(w, "orion");
+  EXPECT_EQ(fixed.policy_summary, "");  // no target: Orion's fixed default
+  // A target below even the dedicated time drives the threshold down (fewer
+  // BE kernels beside HP work); a loose one drives it up from Orion's default.
+  const SimResult tight = run(dedicated * 0.9), loose = run(dedicated * 10);
+  std::int64_t be_max = 0;
+  for (const SimKernel& k : w.clients[0].kernels) be_max = std::max(be_max, k.sm_usage);
+  EXPECT_GE(threshold(tight), 0) << tight.policy_summary;
+  EXPECT_LT(threshold(tight), be_max / 8) << tight.policy_summary;
+  EXPECT_GT(threshold(loose), be_max / 2) << loose.policy_summary;
+  EXPECT_LE(tight.clients[1].mean_ms, loose.clients[1].mean_ms);
+  EXPECT_LE(tight.clients[0].throughput_per_s, loose.clients[0].throughput_per_s);
+}
+
 TEST(SimulatorOutcomes, ThroughputIsMeasuredOverTheCommonWindow) {
   using testing::client;
   using testing::kernel;
