@@ -44,6 +44,7 @@ struct ClientRun {
   double measure_start_us = -1;
   std::vector<double> latencies_ms;
   double last_done_us = 0;
+  double ready_us = 0;  // closed loop: when the next request may start (after the host gap)
   double head_held_since_us = -1;  // the BE head kernel the policy refused, since when (-1: none)
   std::int64_t forced = 0;
 
@@ -159,6 +160,7 @@ class Simulation {
     ClientRun& c = clients_[i];
     if (c.active || c.limit_reached()) return false;
     double arrival = now_;
+    if (c.spec->arrivals.kind == ArrivalKind::kClosedLoop && c.ready_us > now_ + kEps) return false;
     if (c.spec->arrivals.kind != ArrivalKind::kClosedLoop) {
       if (c.next_arrival_us > now_ + kEps) return false;
       arrival = c.next_arrival_us;
@@ -266,6 +268,9 @@ class Simulation {
       const ClientRun& c = clients_[i];
       if (c.active && c.launched < c.count()) t = std::min(t, c.next_launch_us);
       if (c.head_held_since_us >= 0) t = std::min(t, std::max(now_, c.head_held_since_us + options_.max_be_wait_us));
+      // A closed-loop client resumes after its host gap.
+      if (!c.active && !c.limit_reached() && c.spec->arrivals.kind == ArrivalKind::kClosedLoop && c.ready_us > now_)
+        t = std::min(t, c.ready_us);
       // A client kept off the GPU by temporal sharing retries when a request ends.
       if (!c.active && !c.limit_reached() && c.spec->arrivals.kind != ArrivalKind::kClosedLoop &&
           c.next_arrival_us < kInf && !gpu_owned_by_other(static_cast<int>(i))) {
@@ -327,6 +332,7 @@ class Simulation {
     c.active = false;
     ++c.done;
     c.last_done_us = now_;
+    c.ready_us = now_ + c.spec->gap_us;
     if (i == view_.hp_client) view_.hp_request_active = false;
     if (c.done > c.spec->warmup) c.latencies_ms.push_back((now_ - c.request_arrival_us) / 1000.0);
     policy_.on_request_done(i, now_ - c.request_arrival_us);

@@ -103,7 +103,8 @@ Workload load_native(const JsonValue& root, const std::filesystem::path& dir,
   if (w.launch_overhead_us < 0) root.at("launch_overhead_us").fail("must be non-negative");
   w.max_duration_s = root.get_or<double>("max_duration_s", 0.0);
   for (const JsonValue& c : root.at("clients").elements()) {
-    c.reject_unknown_keys({"name", "profile", "first_profile", "priority", "kind", "arrivals", "requests", "warmup"});
+    c.reject_unknown_keys(
+        {"name", "profile", "first_profile", "priority", "kind", "arrivals", "requests", "warmup", "gap_ms"});
     ClientSpec s;
     s.name = c.get<std::string>("name");
     const std::string priority = c.get<std::string>("priority");
@@ -124,6 +125,14 @@ Workload load_native(const JsonValue& root, const std::filesystem::path& dir,
     s.warmup = c.get_or<std::int64_t>("warmup", 0);
     if (s.requests < 0 || s.warmup < 0) c.fail("requests and warmup must be non-negative");
     if (s.requests > 0 && s.warmup >= s.requests) c.at("warmup").fail("warmup must be smaller than requests");
+    if (auto gap = c.find("gap_ms")) {
+      const double ms = gap->as<double>();
+      if (!(ms >= 0 && ms <= 1e6)) gap->fail("gap_ms must be 0 to 1e6 milliseconds");
+      if (s.arrivals.kind != ArrivalKind::kClosedLoop)
+        gap->fail("gap_ms is the host time between a closed-loop client's requests; open-loop arrivals space them "
+                  "already");
+      s.gap_us = ms * 1e3;
+    }
     w.clients.push_back(std::move(s));
   }
   return w;

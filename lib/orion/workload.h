@@ -42,6 +42,7 @@ struct ClientSpec {
   ArrivalSpec arrivals;
   std::int64_t requests = 0;             ///< requests/iterations to run (0: until the high-priority client is done)
   std::int64_t warmup = 0;               ///< first requests left out of the statistics
+  double gap_us = 0;                     ///< closed loop: host time between the end of one request and the next
   std::string profile_path;              ///< for reports
   std::uint64_t arrival_stream = 0;      ///< random stream of its arrivals (its index in the workload), so
                                          ///< a client alone (dedicated) sees the same arrivals as collocated

@@ -206,6 +206,14 @@ TEST(Workload, BadWorkloadsNameTheField) {
   bad = good;
   bad.replace(bad.find("\"requests\": 10"), 14, "\"requestz\": 10");
   EXPECT_NE(error_for("[" + bad + "]").find("unknown field 'requestz'"), std::string::npos);
+  bad = good;
+  bad.replace(bad.find("\"requests\": 10"), 14, "\"requests\": 10, \"gap_ms\": 3");
+  EXPECT_NE(error_for("[" + bad + "]").find("/clients/0/gap_ms: gap_ms is the host time between a closed-loop"),
+            std::string::npos);
+  std::string closed = good;
+  closed.replace(closed.find("{\"type\": \"poisson\", \"rate\": 5}"), 30, "{\"type\": \"closed\"}, \"gap_ms\": -1");
+  EXPECT_NE(error_for("[" + closed + "]").find("/clients/0/gap_ms: gap_ms must be 0 to 1e6"), std::string::npos)
+      << error_for("[" + closed + "]");
 }
 
 }  // namespace
@@ -324,6 +332,24 @@ TEST(SimulatorOutcomes, OrionTunesTheSmThresholdOfATrainingHpClientOnline) {
   EXPECT_GT(threshold(loose), be_max / 2) << loose.policy_summary;
   EXPECT_LE(tight.clients[1].mean_ms, loose.clients[1].mean_ms);
   EXPECT_LE(tight.clients[0].throughput_per_s, loose.clients[0].throughput_per_s);
+}
+
+TEST(SimulatorOutcomes, AClosedLoopHpClientsHostGapLetsBestEffortWorkRun) {
+  using testing::client;
+  using testing::kernel;
+  // As above (BE needs more SMs than the threshold), without the bounded wait.
+  Workload w = testing::workload({client("hp", {kernel(1000, 80, KernelClass::kCompute)}, true, true, 300),
+                                  client("be", {kernel(1000, 80, KernelClass::kCompute)}, false, true, 0)});
+  SimOptions never;
+  never.max_be_wait_us = 0;
+  EXPECT_EQ(simulate(w, "orion", never).clients[1].completed, 0);
+  w.clients[0].gap_us = 2000;  // 2 ms of host work after each 1 ms HP iteration
+  const SimResult r = simulate(w, "orion", never);
+  EXPECT_GT(r.clients[1].completed, 100);
+  // Each HP iteration still takes its 1 ms (its kernel starts in a gap or waits
+  // for at most one BE kernel); the run spans 300 iterations plus their gaps.
+  EXPECT_NEAR(r.simulated_s, 300 * 3e-3, 300 * 1e-3);
+  EXPECT_LE(r.clients[0].p50_ms, 2.0 + 1e-9);
 }
 
 TEST(SimulatorOutcomes, ThroughputIsMeasuredOverTheCommonWindow) {
