@@ -85,6 +85,8 @@ bad 2 "--requests.*between"     "$orr" simulate -w "$wl" --requests -5
 bad 2 "--requests.*between"     "$orr" simulate -w "$wl" --requests 1e12
 bad 2 "--seed.*between"         "$orr" simulate -w "$wl" --seed -1
 bad 2 "--dur-threshold.*between" "$orr" simulate -w "$wl" --dur-threshold 2
+bad 2 "--hp-limit.*between"     "$orr" simulate -w "$wl" --hp-limit -3
+bad 2 "leave --sm-threshold"    "$orr" simulate -w "$wl" --profiles "$ex/orion/profiles" --hp-limit 50 --sm-threshold 20
 bad 2 "--requests.*not a number" "$orr" simulate -w "$wl" --requests many
 bad 2 "does not exist"          "$orr" simulate -w "$wl" --trace t.json --csv nowhere/c.csv
 bad 2 "is also the output"      "$orr" simulate -w "$wl" --trace t.json --csv t.json

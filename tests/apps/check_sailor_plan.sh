@@ -54,6 +54,18 @@ expect_rc 2 "$bin/sailor-plan" search -i "$ex/gpt-neo-2.7" --exhaustive
 grep -q "exhaustive would simulate about" "$tmp/err" || fail "exhaustive guard: $(cat "$tmp/err")"
 expect_rc 2 "$bin/sailor-plan" search -i "$ex/gpt-neo-2.7" --objective speed
 
+# calibrate: the shipped constants on the eight measured GH200 runs, each also held out.
+expect_rc 0 "$bin/sailor-plan" calibrate -i "$ex/opt-350" --runs "$ex/opt-350/measured_runs.json" --json
+/usr/bin/python3 - "$tmp/out" <<'PY' || fail "calibrate: $(head -c 600 "$tmp/out")"
+import json, sys
+j = json.load(open(sys.argv[1]))
+e = j["mean_abs_error"]
+assert len(j["runs"]) == 8 and e["held_out_time"] < 0.06 and e["held_out_memory"] < 0.02, e
+PY
+echo '{"format": "gpufleet-sailor-runs", "version": 1, "runs": []}' > "$tmp/no_runs.json"
+expect_rc 2 "$bin/sailor-plan" calibrate -i "$ex/opt-350" --runs "$tmp/no_runs.json"
+grep -q "lists no run" "$tmp/err" || fail "calibrate with no runs: $(cat "$tmp/err")"
+
 # import-sailor from SAILOR's data as the repository ships it reproduces the examples.
 ref="$ex/sailor-data"
 expect_rc 0 "$bin/sailor-plan" import-sailor "$ref" -m GPT-Neo-2.7 -o "$tmp/neo"
