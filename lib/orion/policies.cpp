@@ -103,6 +103,7 @@ class TemporalPolicy : public StreamsPolicy {
 class ReefPolicy : public Policy {
  public:
   std::string_view name() const override { return "reef"; }
+  bool preempts_best_effort() const override { return true; }
   bool admit(const SchedulerView& v, int client, std::size_t, std::size_t, const SimKernel& k) override {
     if (client == v.hp_client || !v.hp_request_active) return true;
     if (v.hp_current == nullptr || v.hp_current_done) return false;

@@ -55,6 +55,10 @@ class Policy {
   virtual bool exclusive_requests() const { return false; }
   /// True: the HP client's stream has priority when SMs are handed out.
   virtual bool priority_streams() const { return true; }
+  /// True: an arriving HP request resets the running BE kernels (REEF's
+  /// kernel-reset preemption); they lose their progress and wait to be
+  /// admitted again.
+  virtual bool preempts_best_effort() const { return false; }
 };
 
 /// Names accepted by make_policy, in table order ("dedicated" is a run mode, listed too).

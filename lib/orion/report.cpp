@@ -28,6 +28,7 @@ std::vector<ComparisonRow> compare_to_dedicated(const std::vector<SimResult>& re
       row.throughput_per_s = c.throughput_per_s;
       row.outcome = c.completed == 0 ? "starved" : c.completed < kMinCompletedForRatios ? "too few" : "ok";
       row.forced_admissions = c.forced_admissions;
+      row.preempted = c.preempted;
       if (row.outcome == "ok") {
         row.p99_vs_dedicated = d.p99_ms > 0 ? c.p99_ms / d.p99_ms : 0;
         row.throughput_vs_dedicated = d.throughput_per_s > 0 ? c.throughput_per_s / d.throughput_per_s : 0;
@@ -69,7 +70,8 @@ nlohmann::json comparison_to_json(const std::vector<ComparisonRow>& rows) {
                    {"throughput_vs_dedicated",
                     r.outcome == "ok" ? nlohmann::json(r.throughput_vs_dedicated) : nlohmann::json()},
                    {"gpu_busy_fraction", r.busy_fraction}, {"sm_utilization", r.sm_utilization},
-                   {"outcome", r.outcome}, {"forced_admissions", r.forced_admissions}});
+                   {"outcome", r.outcome}, {"forced_admissions", r.forced_admissions},
+                   {"preempted", r.preempted}});
   }
   return {{"rows", out}};
 }
@@ -77,14 +79,14 @@ nlohmann::json comparison_to_json(const std::vector<ComparisonRow>& rows) {
 std::string comparison_csv(const std::vector<ComparisonRow>& rows) {
   std::ostringstream out;
   out << "policy,client,role,kind,completed,p50_ms,p95_ms,p99_ms,mean_ms,throughput_per_s,p99_vs_dedicated,"
-         "throughput_vs_dedicated,gpu_busy_fraction,sm_utilization,outcome,forced_admissions\n";
+         "throughput_vs_dedicated,gpu_busy_fraction,sm_utilization,outcome,forced_admissions,preempted\n";
   for (const ComparisonRow& r : rows) {
     out << csv_escape(r.policy) << ',' << csv_escape(r.client) << ',' << (r.high_priority ? "high" : "best-effort") << ','
         << (r.training ? "training" : "inference") << ',' << r.completed << ','
-        << fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n", r.p50_ms, r.p95_ms, r.p99_ms, r.mean_ms,
+        << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{}\n", r.p50_ms, r.p95_ms, r.p99_ms, r.mean_ms,
                        r.throughput_per_s, r.outcome == "ok" ? fmt::format("{}", r.p99_vs_dedicated) : "",
                        r.outcome == "ok" ? fmt::format("{}", r.throughput_vs_dedicated) : "", r.busy_fraction,
-                       r.sm_utilization, r.outcome, r.forced_admissions);
+                       r.sm_utilization, r.outcome, r.forced_admissions, r.preempted);
   }
   return out.str();
 }

@@ -27,6 +27,7 @@ struct ComparisonRow {
   double sm_utilization = 0;
   std::string outcome = "ok";          ///< ok; "starved" (nothing completed); "too few" (< kMinCompletedForRatios): no ratios then
   std::int64_t forced_admissions = 0;  ///< BE kernels admitted after the bounded wait
+  std::int64_t preempted = 0;          ///< BE kernels reset by HP arrivals (reef)
 };
 
 /// Rows for every client of every result, relative to `dedicated`.

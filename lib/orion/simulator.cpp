@@ -47,6 +47,8 @@ struct ClientRun {
   double ready_us = 0;  // closed loop: when the next request may start (after the host gap)
   double head_held_since_us = -1;  // the BE head kernel the policy refused, since when (-1: none)
   std::int64_t forced = 0;
+  std::int64_t preempted = 0;
+  double preempted_work_us = 0;
 
   bool limit_reached() const { return spec->requests > 0 && requests_started >= spec->requests; }
   bool finished() const { return spec->requests > 0 && done >= spec->requests; }
@@ -180,9 +182,35 @@ class Simulation {
       view_.hp_request_active = true;
       view_.hp_current = nullptr;
       view_.hp_current_done = true;
+      if (policy_.preempts_best_effort()) preempt_best_effort();
     }
     if (c.measure_start_us < 0 && c.requests_started > c.spec->warmup) c.measure_start_us = arrival;
     return true;
+  }
+
+  // REEF: the running BE kernels are reset; each goes back to its stream's
+  // head, unreleased, and waits for the policy to admit it again.
+  void preempt_best_effort() {
+    for (std::size_t j = 0; j < running_.size();) {
+      RunningKernel& r = running_[j];
+      if (r.client == view_.hp_client) {
+        ++j;
+        continue;
+      }
+      ClientRun& c = clients_[r.client];
+      ++c.preempted;
+      c.preempted_work_us += r.kernel->duration_us - r.remaining_us;
+      --c.started;
+      c.on_gpu = false;
+      // Unreleased again (a stream's unstarted kernels are its last released ones).
+      for (; c.released > c.started; --c.released) {
+        const SimKernel& k = (*c.kernels)[c.released - 1];
+        view_.be_outstanding_us = std::max(0.0, view_.be_outstanding_us - k.duration_us);
+        --view_.be_outstanding_kernels;
+      }
+      running_[j] = running_.back();
+      running_.pop_back();
+    }
   }
 
   void schedule() {
@@ -363,6 +391,8 @@ class Simulation {
       const double window_us = c.measure_start_us >= 0 ? std::max(now_, c.last_done_us) - c.measure_start_us : 0;
       r.throughput_per_s = window_us > 0 ? r.completed / (window_us / 1e6) : 0;
       r.forced_admissions = c.forced;
+      r.preempted = c.preempted;
+      r.preempted_work_ms = c.preempted_work_us / 1000.0;
       if (!r.latencies_ms.empty()) {
         const Summary s = summarize(r.latencies_ms);
         r.mean_ms = s.mean;

@@ -52,6 +52,8 @@ struct ClientResult {
   double mean_ms = 0, p50_ms = 0, p95_ms = 0, p99_ms = 0;  ///< latency (iteration time for training)
   std::vector<double> latencies_ms;  ///< measured latencies, in completion order
   std::int64_t forced_admissions = 0;  ///< BE kernels admitted after waiting max_be_wait_us
+  std::int64_t preempted = 0;          ///< BE kernels reset by an arriving HP request (reef)
+  double preempted_work_ms = 0;        ///< solo time of the work those resets threw away
 };
 
 /// Requests/iterations a client must complete for its figures to be compared

@@ -352,6 +352,19 @@ TEST(SimulatorOutcomes, AClosedLoopHpClientsHostGapLetsBestEffortWorkRun) {
   EXPECT_LE(r.clients[0].p50_ms, 2.0 + 1e-9);
 }
 
+TEST(SimulatorOutcomes, ReefResetsRunningBestEffortKernelsWhenAnHpRequestArrives) {
+  // Long BE kernels on every SM; short HP requests arrive now and then.
+  Workload w = testing::workload({client("be", {kernel(5000, 80, KernelClass::kCompute)}, false, true, 0),
+                                  client("hp", {kernel(200, 80, KernelClass::kCompute)}, true, false, 200, 50.0)});
+  const SimResult streams = simulate(w, "streams"), reef = simulate(w, "reef");
+  EXPECT_EQ(streams.clients[0].preempted, 0);
+  EXPECT_GT(reef.clients[0].preempted, 50);
+  EXPECT_GT(reef.clients[0].preempted_work_ms, 0.0);
+  // The HP request no longer shares the GPU with a 5 ms BE kernel; the BE client pays with lost work.
+  EXPECT_LT(reef.clients[1].p99_ms, 0.6 * streams.clients[1].p99_ms);
+  EXPECT_LT(reef.clients[0].throughput_per_s, streams.clients[0].throughput_per_s);
+}
+
 TEST(SimulatorOutcomes, ThroughputIsMeasuredOverTheCommonWindow) {
   using testing::client;
   using testing::kernel;
