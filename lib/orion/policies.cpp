@@ -21,8 +21,12 @@ class OrionPolicy : public Policy {
     sm_threshold_ = o.sm_threshold;
     bool hp_training = false;
     std::int64_t be_max = 0;
-    for (const ClientSpec& c : w.clients) {
-      if (c.high_priority) hp_training = c.training;
+    for (std::size_t i = 0; i < w.clients.size(); ++i) {
+      const ClientSpec& c = w.clients[i];
+      if (c.high_priority) {
+        hp_training = c.training;
+        hp_client_ = static_cast<int>(i);
+      }
       if (!c.high_priority) {
         for (const SimKernel& k : c.kernels) be_max = std::max(be_max, k.sm_usage);
       }
@@ -37,7 +41,7 @@ class OrionPolicy : public Policy {
     }
   }
   void on_request_done(int client, double latency_us) override {
-    if (!tuning_ || client != hp_client_seen_) return;
+    if (!tuning_ || client != hp_client_) return;
     sum_ms_ += latency_us / 1000.0;
     if (++iterations_ % std::max(1, options_.tune_every) != 0 || low_ == sm_threshold_) return;
     const double mean_ms = sum_ms_ / std::max(1, options_.tune_every);
@@ -55,7 +59,6 @@ class OrionPolicy : public Policy {
   }
   std::string_view name() const override { return "orion"; }
   bool admit(const SchedulerView& v, int client, std::size_t, std::size_t, const SimKernel& k) override {
-    hp_client_seen_ = v.hp_client;
     if (client == v.hp_client) return true;
     // Outstanding BE work stays under DUR_THRESHOLD at all times (as in
     // Orion's scheduler), so an HP request arriving while the GPU runs BE
@@ -72,7 +75,8 @@ class OrionPolicy : public Policy {
   int sm_threshold_ = 0;
   // Online tuning (a bisection over [low_, high_]).
   bool tuning_ = false;
-  int low_ = 0, high_ = 0, steps_ = 0, hp_client_seen_ = -1;
+  int hp_client_ = -1;  // index of the high-priority client in the workload
+  int low_ = 0, high_ = 0, steps_ = 0;
   std::int64_t iterations_ = 0;
   double sum_ms_ = 0;
 };
