@@ -85,13 +85,20 @@ class Searcher {
       if (mbs > in_.job.global_batch) continue;
       for (int stages = 1; stages <= std::min(layers_, opt_.max_stages); ++stages) {
         for (const std::vector<int>& config : stage_configs(stages)) {
-          // Each pool the stages use gets its own TP degree (a fast GPU type
-          // may run without TP beside a small one that needs it).
-          std::vector<int> used;
-          for (int p : config)
-            if (std::find(used.begin(), used.end(), p) == used.end()) used.push_back(p);
-          std::vector<int> tps(pools_.size(), 0);
-          for_each_tp_choice(used, 0, tps, [&] { search_config(mbs, tps, config); });
+          // Without a spill pool every stage's replicas share its pool; with
+          // one, stages whose pool runs short take the rest of their
+          // replicas from it (a stage mixing GPU types, as SAILOR's plans do).
+          for (int spill = -1; spill < static_cast<int>(pools_.size()); ++spill) {
+            if (spill >= 0 && std::all_of(config.begin(), config.end(), [&](int p) { return p == spill; })) continue;
+            // Each pool the stages use gets its own TP degree (a fast GPU type
+            // may run without TP beside a small one that needs it).
+            std::vector<int> used;
+            for (int p : config)
+              if (std::find(used.begin(), used.end(), p) == used.end()) used.push_back(p);
+            if (spill >= 0 && std::find(used.begin(), used.end(), spill) == used.end()) used.push_back(spill);
+            std::vector<int> tps(pools_.size(), 0);
+            for_each_tp_choice(used, 0, tps, [&] { search_config(mbs, tps, config, spill); });
+          }
         }
       }
     }
@@ -152,17 +159,41 @@ class Searcher {
 
   static int tp_of(const std::vector<int>& tps, int pool) { return tps[static_cast<std::size_t>(pool)]; }
 
-  bool usable(const Pool& pool, int mbs, int tp) const {
-    return tp <= pool.gpus_per_node && in_.profiles.has(pool.gpu, mbs, tp);
+  // Pool p can run TP degree tp at this micro-batch size (asked per
+  // configuration, so answered from a table).
+  bool usable(int p, int mbs, int tp) {
+    auto [it, fresh] = usable_cache_.try_emplace({p, mbs, tp}, false);
+    if (fresh) {
+      const Pool& pool = pools_[static_cast<std::size_t>(p)];
+      it->second = tp <= pool.gpus_per_node && in_.profiles.has(pool.gpu, mbs, tp);
+    }
+    return it->second;
   }
 
   // Forward + backward of layers [a, b) on `gpu`, from prefix sums.
-  double stage_time(const std::vector<double>& prefix, int a, int b) const {
+  static double stage_time(const std::vector<double>& prefix, int a, int b) {
     return prefix[static_cast<std::size_t>(b)] - prefix[static_cast<std::size_t>(a)];
   }
 
-  std::vector<double> prefix_times(const std::string& gpu, int mbs, int tp) const {
-    std::vector<double> prefix(static_cast<std::size_t>(layers_) + 1, 0.0);
+  // The GPU kinds a stage's replicas run on: its pool's and, when it spills,
+  // the spill pool's; the slowest paces the stage.
+  struct StageKinds {
+    const std::vector<double>* own = nullptr;
+    const std::vector<double>* spill = nullptr;
+    double time(int a, int b) const {
+      const double t = stage_time(*own, a, b);
+      return spill != nullptr ? std::max(t, stage_time(*spill, a, b)) : t;
+    }
+  };
+
+  // Prefix sums of forward + backward per layer of pool p, computed once per
+  // (pool, mbs, TP): the search asks for the same ones for many configurations.
+  const std::vector<double>& prefix_times(int p, int mbs, int tp) {
+    auto [it, fresh] = prefix_cache_.try_emplace({p, mbs, tp});
+    std::vector<double>& prefix = it->second;
+    if (!fresh) return prefix;
+    prefix.assign(static_cast<std::size_t>(layers_) + 1, 0.0);
+    const std::string& gpu = pools_[static_cast<std::size_t>(p)].gpu;
     for (int l = 0; l < layers_; ++l) {
       const LayerTimes& t = in_.profiles.at(gpu, mbs, tp, l);
       prefix[static_cast<std::size_t>(l) + 1] = prefix[static_cast<std::size_t>(l)] + t[0] + t[1];
@@ -172,7 +203,7 @@ class Searcher {
 
   // Boundaries (stages + 1 values) minimising the slowest stage's compute:
   // stage times differ per GPU type, so the split follows the hardware.
-  std::vector<int> balanced_split(const std::vector<const std::vector<double>*>& prefix) const {
+  std::vector<int> balanced_split(const std::vector<StageKinds>& prefix) const {
     const int stages = static_cast<int>(prefix.size());
     const double inf = std::numeric_limits<double>::infinity();
     // best[i][l]: slowest stage when the first i stages hold layers [0, l).
@@ -183,12 +214,18 @@ class Searcher {
     best[0][0] = 0;
     for (int i = 1; i <= stages; ++i) {
       for (int l = i; l <= layers_ - (stages - i); ++l) {
-        for (int m = i - 1; m < l; ++m) {
+        // Stage i holds [m, l): its time only grows as m falls, so the scan
+        // from the right stops once it alone exceeds the best found. Ties go
+        // to the smallest m.
+        double& here = best[static_cast<std::size_t>(i)][static_cast<std::size_t>(l)];
+        for (int m = l - 1; m >= i - 1; --m) {
+          const double t = prefix[static_cast<std::size_t>(i) - 1].time(m, l);
+          if (t > here) break;
           const double prev = best[static_cast<std::size_t>(i) - 1][static_cast<std::size_t>(m)];
           if (prev == inf) continue;
-          const double v = std::max(prev, stage_time(*prefix[static_cast<std::size_t>(i) - 1], m, l));
-          if (v < best[static_cast<std::size_t>(i)][static_cast<std::size_t>(l)]) {
-            best[static_cast<std::size_t>(i)][static_cast<std::size_t>(l)] = v;
+          const double v = std::max(prev, t);
+          if (v <= here) {
+            here = v;
             cut[static_cast<std::size_t>(i)][static_cast<std::size_t>(l)] = m;
           }
         }
@@ -203,54 +240,71 @@ class Searcher {
   }
 
   // Places D replicas per stage in the stage's pool, each TP group in the zone
-  // with the most room left; nullopt when the pool runs out.
+  // with the most room left, all in one region; without a spill pool nullopt
+  // when the pool runs out, with one the stage's region of its own pool gives
+  // what it has and one region of the spill pool the rest.
   std::optional<Plan> place(int mbs, const std::vector<int>& tps, int dp, const std::vector<int>& config,
-                            const std::vector<int>& bounds) const {
+                            const std::vector<int>& bounds, int spill = -1) const {
     // TP groups left per pool and zone (pools never share a (GPU type, zone)).
     std::vector<std::vector<int>> left(pools_.size());
-    for (int p : config) {
+    auto init = [&](int p) {
       auto& l = left[static_cast<std::size_t>(p)];
-      if (!l.empty()) continue;
+      if (!l.empty()) return;
       const Pool& pool = pools_[static_cast<std::size_t>(p)];
       for (const auto& [zone, quota] : pool.zones) l.push_back(groups_in_zone(quota, pool.gpus_per_node, tp_of(tps, p)));
-    }
+    };
+    for (int p : config) init(p);
+    if (spill >= 0) init(spill);
     Plan plan;
     plan.mbs = mbs;
     plan.global_batch = in_.job.global_batch;
     plan.stages.reserve(config.size());
     for (std::size_t i = 0; i < config.size(); ++i) {
-      const Pool& pool = pools_[static_cast<std::size_t>(config[i])];
-      auto& l = left[static_cast<std::size_t>(config[i])];
-      const int tp = tp_of(tps, config[i]);
       Stage stage;
       stage.first_layer = bounds[i];
       stage.last_layer = bounds[i + 1];
-      stage.tp = tp;
+      stage.tp = tp_of(tps, config[i]);
       stage.replicas.reserve(static_cast<std::size_t>(dp));
-      // The region with the most room that can host all replicas of the stage.
-      std::map<int, int> room;
-      for (std::size_t z = 0; z < l.size(); ++z) room[pool.zone_region[z]] += l[z];
-      int region = -1, best_room = 0;
-      for (const auto& [r, n] : room) {
-        if (n >= dp && n > best_room) {
-          region = r;
-          best_room = n;
-        }
-      }
-      if (region < 0) return std::nullopt;
-      for (int r = 0; r < dp; ++r) {
-        std::size_t z = l.size();
-        for (std::size_t k = 0; k < l.size(); ++k) {
-          if (pool.zone_region[k] == region && l[k] > 0 && (z == l.size() || l[k] > l[z])) z = k;
-        }
-        // Groups fill nodes in order, gpus_per_node / tp groups per node (what pack_nodes would do).
-        const int used = groups_in_zone(pool.zones[z].second, pool.gpus_per_node, tp) - l[z];
-        --l[z];
-        stage.replicas.push_back({pool.gpu, pool.zones[z].first, used / (pool.gpus_per_node / tp)});
+      const int own = take_replicas(config[i], tps, dp, spill < 0 ? dp : 1, left, stage);
+      if (own < dp && (spill < 0 || spill == config[i] ||
+                       take_replicas(spill, tps, dp - own, dp - own, left, stage) < dp - own)) {
+        return std::nullopt;
       }
       plan.stages.push_back(std::move(stage));
     }
     return plan;
+  }
+
+  // Adds up to `want` replicas from pool p to `stage`, from the region with
+  // the most room among those with at least `need`; returns how many.
+  int take_replicas(int p, const std::vector<int>& tps, int want, int need, std::vector<std::vector<int>>& left,
+                    Stage& stage) const {
+    const Pool& pool = pools_[static_cast<std::size_t>(p)];
+    auto& l = left[static_cast<std::size_t>(p)];
+    const int tp = tp_of(tps, p);
+    std::map<int, int> room;
+    for (std::size_t z = 0; z < l.size(); ++z) room[pool.zone_region[z]] += l[z];
+    int region = -1, best_room = 0;
+    for (const auto& [r, n] : room) {
+      if (n >= need && n > best_room) {
+        region = r;
+        best_room = n;
+      }
+    }
+    if (region < 0) return 0;
+    const int n = std::min(want, best_room);
+    for (int r = 0; r < n; ++r) {
+      std::size_t z = l.size();
+      for (std::size_t k = 0; k < l.size(); ++k) {
+        if (pool.zone_region[k] == region && l[k] > 0 && (z == l.size() || l[k] > l[z])) z = k;
+      }
+      // Groups fill nodes in order, gpus_per_node / tp groups per node (what pack_nodes would do).
+      const int used = groups_in_zone(pool.zones[z].second, pool.gpus_per_node, tp) - l[z];
+      --l[z];
+      stage.replicas.push_back({pool.gpu, pool.zones[z].first, used / (pool.gpus_per_node / tp),
+                                tp == stage.tp ? 0 : tp});
+    }
+    return n;
   }
 
   // Simulates a plan and keeps it if it fits, meets the bounds and ranks in the top K.
@@ -285,8 +339,8 @@ class Searcher {
   }
 
   // Moves single layers across stage boundaries while the estimate improves.
-  void refine(int mbs, const std::vector<int>& tps, int dp, const std::vector<int>& config, std::vector<int> bounds,
-              Estimate current) {
+  void refine(int mbs, const std::vector<int>& tps, int dp, const std::vector<int>& config, int spill,
+              std::vector<int> bounds, Estimate current) {
     bool improved = true;
     while (improved) {
       improved = false;
@@ -295,7 +349,7 @@ class Searcher {
           std::vector<int> trial = bounds;
           trial[b] += delta;
           if (trial[b] <= trial[b - 1] || trial[b] >= trial[b + 1]) continue;
-          auto plan = place(mbs, tps, dp, config, trial);
+          auto plan = place(mbs, tps, dp, config, trial, spill);
           if (!plan) continue;
           auto e = consider(*plan);
           if (e && better(*e, current, opt_.objective)) {
@@ -309,45 +363,63 @@ class Searcher {
     }
   }
 
-  void search_config(int mbs, const std::vector<int>& tps, const std::vector<int>& config) {
+  void search_config(int mbs, const std::vector<int>& tps, const std::vector<int>& config, int spill) {
     std::map<int, int> stages_on_pool;
     int gpus_per_replica = 0;  // one replica of every stage
     for (int p : config) {
-      if (!usable(pools_[static_cast<std::size_t>(p)], mbs, tp_of(tps, p))) return;
+      if (!usable(p, mbs, tp_of(tps, p))) return;
       ++stages_on_pool[p];
       gpus_per_replica += tp_of(tps, p);
     }
+    if (spill >= 0 && !usable(spill, mbs, tp_of(tps, spill))) return;
     const int stages = static_cast<int>(config.size());
-    int dp_max = std::numeric_limits<int>::max();
+    // More replicas than micro-batches idle.
+    const int batch_limit = (in_.job.global_batch + mbs - 1) / mbs;
+    int dp_own = std::numeric_limits<int>::max();  // replicas every stage's own pool can host
     for (const auto& [p, n] : stages_on_pool)
-      dp_max = std::min(dp_max, groups_in_pool(pools_[static_cast<std::size_t>(p)], tp_of(tps, p)) / n);
-    if (opt_.max_gpus > 0) dp_max = std::min(dp_max, opt_.max_gpus / gpus_per_replica);
-    dp_max = std::min(dp_max, (in_.job.global_batch + mbs - 1) / mbs);  // more replicas than micro-batches idle
-    if (dp_max < 1) return;
+      dp_own = std::min(dp_own, groups_in_pool(pools_[static_cast<std::size_t>(p)], tp_of(tps, p)) / n);
+    int dp_min = 1, dp_max = std::min(dp_own, batch_limit);
+    if (spill >= 0) {
+      // Spilling only adds plans with more replicas than the own pools host.
+      dp_min = dp_own + 1;
+      dp_max = std::min(spill_capacity(tps, config, spill), batch_limit);
+    } else if (opt_.max_gpus > 0) {
+      dp_max = std::min(dp_max, opt_.max_gpus / gpus_per_replica);
+    }
+    if (dp_max < dp_min) return;
+    auto placed = [&](int dp, const std::vector<int>& bounds) -> std::optional<Plan> {
+      auto plan = place(mbs, tps, dp, config, bounds, spill);
+      if (plan && opt_.max_gpus > 0 && plan->gpus() > opt_.max_gpus) return std::nullopt;
+      return plan;
+    };
 
     if (opt_.exhaustive) {
       for_each_split(stages, [&](const std::vector<int>& bounds) {
-        for (int dp = 1; dp <= dp_max; ++dp) {
-          if (auto plan = place(mbs, tps, dp, config, bounds)) consider(*plan);
+        for (int dp = dp_min; dp <= dp_max; ++dp) {
+          if (auto plan = placed(dp, bounds)) consider(*plan);
         }
       });
       return;
     }
 
-    std::vector<std::vector<double>> prefix_store;
-    std::map<int, std::size_t> prefix_of_pool;
-    for (const auto& [p, n] : stages_on_pool) {
-      prefix_of_pool[p] = prefix_store.size();
-      prefix_store.push_back(prefix_times(pools_[static_cast<std::size_t>(p)].gpu, mbs, tp_of(tps, p)));
+    auto prefix_for = [&](int p) { return &prefix_times(p, mbs, tp_of(tps, p)); };
+    // Which stages spill at the largest D (later stages of a pool run short first).
+    const std::vector<bool> spills = spilling_stages(tps, config, spill, dp_max);
+    std::vector<StageKinds> prefix;
+    for (std::size_t i = 0; i < config.size(); ++i) {
+      prefix.push_back({prefix_for(config[i]), spills[i] ? prefix_for(spill) : nullptr});
     }
-    std::vector<const std::vector<double>*> prefix;
-    for (int p : config) prefix.push_back(&prefix_store[prefix_of_pool[p]]);
+    const double usd_per_s = usd_per_s_floor(prefix, config, tps, spill);
+    if (cannot_beat_top(mbs, dp_max, bound_before_split(prefix), usd_per_s)) {
+      ++stats_.bound_pruned;
+      return;
+    }
     const std::vector<int> bounds = balanced_split(prefix);
     if (!states_fit(tps, config, bounds)) {
       ++stats_.memory_rejected;
       return;
     }
-    if (cannot_beat_top(mbs, dp_max, prefix, bounds, config, tps)) {
+    if (cannot_beat_top(mbs, dp_max, bound_of_split(prefix, bounds), usd_per_s)) {
       ++stats_.bound_pruned;
       return;
     }
@@ -356,9 +428,9 @@ class Searcher {
     // once the objective has passed its best (it is unimodal in D here).
     std::optional<Estimate> best;
     int best_dp = 0;
-    for (int step = 0; step < dp_max; ++step) {
-      const int dp = opt_.objective == Objective::kThroughput ? dp_max - step : 1 + step;
-      auto plan = place(mbs, tps, dp, config, bounds);
+    for (int step = 0; step <= dp_max - dp_min; ++step) {
+      const int dp = opt_.objective == Objective::kThroughput ? dp_max - step : dp_min + step;
+      auto plan = placed(dp, bounds);
       if (!plan) continue;
       auto e = consider(*plan);
       if (!e) {
@@ -375,7 +447,49 @@ class Searcher {
         break;
       }
     }
-    if (best && stages > 1) refine(mbs, tps, best_dp, config, bounds, *best);
+    // Configurations that mix GPU types in a stage keep the balanced split:
+    // refining them too costs 3x the search time and found no better plan
+    // on the benchmark's clusters.
+    if (best && stages > 1 && spill < 0) refine(mbs, tps, best_dp, config, spill, bounds, *best);
+  }
+
+  // The most replicas per stage when stages take what their own pool has
+  // left, in stage order, and the spill pool the rest.
+  int spill_capacity(const std::vector<int>& tps, const std::vector<int>& config, int spill) const {
+    int total = 0;
+    std::map<int, int> groups;
+    for (int p : config) groups.emplace(p, groups_in_pool(pools_[static_cast<std::size_t>(p)], tp_of(tps, p)));
+    groups.emplace(spill, groups_in_pool(pools_[static_cast<std::size_t>(spill)], tp_of(tps, spill)));
+    for (const auto& [p, n] : groups) total += n;
+    // Feasibility only shrinks as D grows: bisect.
+    int lo = 0, hi = total / static_cast<int>(config.size());
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (spilling_stages(tps, config, spill, mid).empty()) hi = mid - 1;
+      else lo = mid;
+    }
+    return lo;
+  }
+
+  // Per stage, whether it takes replicas from the spill pool at D replicas;
+  // empty when the pools cannot host D (or no spill pool).
+  std::vector<bool> spilling_stages(const std::vector<int>& tps, const std::vector<int>& config, int spill, int dp) const {
+    std::vector<bool> spills(config.size(), false);
+    if (spill < 0) return spills;
+    std::vector<int> left(pools_.size(), 0);
+    for (int p : config) left[static_cast<std::size_t>(p)] = groups_in_pool(pools_[static_cast<std::size_t>(p)], tp_of(tps, p));
+    left[static_cast<std::size_t>(spill)] = groups_in_pool(pools_[static_cast<std::size_t>(spill)], tp_of(tps, spill));
+    for (std::size_t i = 0; i < config.size(); ++i) {
+      int& own = left[static_cast<std::size_t>(config[i])];
+      const int take = std::min(own, dp);
+      own -= take;
+      if (take == dp) continue;
+      int& extra = left[static_cast<std::size_t>(spill)];
+      if (config[i] == spill || extra < dp - take) return {};
+      extra -= dp - take;
+      spills[i] = true;
+    }
+    return spills;
   }
 
   // Weights, gradients, optimizer state and runtime overhead alone (no
@@ -396,30 +510,70 @@ class Searcher {
 
   // Optimistic bound: the most replicas, no communication, perfect balance.
   // When even that cannot enter the top K, the configuration is skipped.
-  bool cannot_beat_top(int mbs, int dp_max, const std::vector<const std::vector<double>*>& prefix,
-                       const std::vector<int>& bounds, const std::vector<int>& config, const std::vector<int>& tps) const {
-    if (opt_.exhaustive || top_.size() < static_cast<std::size_t>(std::max(1, opt_.top_k))) return false;
-    const Calibration& cal = in_.calibration;
+  // Lower bounds on a configuration's compute per micro-batch, the runtime's
+  // work included: of its slowest stage and of all its stages together.
+  struct PipelineBound {
     double slowest = 0, total = 0;
-    for (std::size_t i = 0; i + 1 < bounds.size(); ++i) {
-      const double t = stage_time(*prefix[i], bounds[i], bounds[i + 1]) + cal.microbatch_overhead_s;
-      slowest = std::max(slowest, t);
-      total += t;
+  };
+
+  // Before the split: every layer at its quickest on the configuration's GPU
+  // kinds, perfectly balanced.
+  PipelineBound bound_before_split(const std::vector<StageKinds>& prefix) const {
+    std::vector<const std::vector<double>*> kinds;
+    for (const StageKinds& k : prefix)
+      if (std::find(kinds.begin(), kinds.end(), k.own) == kinds.end()) kinds.push_back(k.own);
+    double total = 0;
+    if (kinds.size() == 1) {
+      total = kinds.front()->back();
+    } else {
+      for (int l = 0; l < layers_; ++l) {
+        double quickest = std::numeric_limits<double>::infinity();
+        for (const std::vector<double>* k : kinds) quickest = std::min(quickest, stage_time(*k, l, l + 1));
+        total += quickest;
+      }
     }
+    const double stages = static_cast<double>(prefix.size());
+    const double o = in_.calibration.microbatch_overhead_s;
+    return {total / stages + o, total + stages * o};
+  }
+
+  // After it: each stage's compute on its kinds (a stage that spills is paced by the slower).
+  PipelineBound bound_of_split(const std::vector<StageKinds>& prefix, const std::vector<int>& bounds) const {
+    PipelineBound b;
+    for (std::size_t i = 0; i + 1 < bounds.size(); ++i) {
+      const double t = prefix[i].time(bounds[i], bounds[i + 1]) + in_.calibration.microbatch_overhead_s;
+      b.slowest = std::max(b.slowest, t);
+      b.total += t;
+    }
+    return b;
+  }
+
+  // $ per second of one replica of every stage; a stage that spills at the
+  // cheaper of its two pools' prices.
+  double usd_per_s_floor(const std::vector<StageKinds>& prefix, const std::vector<int>& config,
+                         const std::vector<int>& tps, int spill) const {
+    auto rate = [&](int p) {
+      return tp_of(tps, p) * in_.cluster.gpu_types.at(pools_[static_cast<std::size_t>(p)].gpu).price_per_hour / 3600.0;
+    };
+    double usd_per_s = 0;
+    for (std::size_t i = 0; i < config.size(); ++i)
+      usd_per_s += prefix[i].spill != nullptr ? std::min(rate(config[i]), rate(spill)) : rate(config[i]);
+    return usd_per_s;
+  }
+
+  // Optimistic bound: the most replicas, no communication, the compute bound
+  // given. When even that cannot enter the top K, the configuration is skipped.
+  bool cannot_beat_top(int mbs, int dp_max, const PipelineBound& b, double usd_per_s) const {
+    if (opt_.exhaustive || top_.size() < static_cast<std::size_t>(std::max(1, opt_.top_k))) return false;
     const Estimate& worst = top_.back().estimate;
     if (opt_.objective == Objective::kThroughput) {
       const int nb = (in_.job.global_batch + mbs * dp_max - 1) / (mbs * dp_max);
-      const double t_min = (nb - 1) * slowest + total;
-      return 1.0 / t_min < worst.iterations_per_s;
+      return 1.0 / ((nb - 1) * b.slowest + b.total) < worst.iterations_per_s;
     }
     // Cost: GPU-seconds of pure compute at one replica per stage is a floor
     // on $ per iteration for any D (more replicas cost at least as much).
     const int nb = (in_.job.global_batch + mbs - 1) / mbs;
-    double usd_per_s = 0;
-    for (int p : config)
-      usd_per_s += tp_of(tps, p) * in_.cluster.gpu_types.at(pools_[static_cast<std::size_t>(p)].gpu).price_per_hour / 3600.0;
-    const double t_min = (nb - 1) * slowest + total;
-    return usd_per_s * t_min > worst.usd_per_iteration();
+    return usd_per_s * ((nb - 1) * b.slowest + b.total) > worst.usd_per_iteration();
   }
 
   // Visits every split of the layers into `stages` non-empty consecutive ranges.
@@ -448,8 +602,8 @@ class Searcher {
     for (int stages = 1; stages <= std::min(layers_, opt_.max_stages); ++stages) {
       double splits = 1;  // C(layers-1, stages-1)
       for (int i = 1; i < stages; ++i) splits = splits * (layers_ - i) / i;
-      // Every stage-to-pool sequence, split and D, and a TP degree per pool used.
-      total += std::pow(n, stages) * splits * gpus * std::pow(4.0, std::min<double>(n, stages));
+      // Every stage-to-pool sequence, spill pool, split and D, and a TP degree per pool used.
+      total += std::pow(n, stages) * (n + 1) * splits * gpus * std::pow(4.0, std::min<double>(n, stages));
     }
     total *= static_cast<double>(mbs_.size());
     if (total > 2e7) {
@@ -465,6 +619,8 @@ class Searcher {
   int layers_;
   std::vector<int> mbs_;
   std::vector<RankedPlan> top_;
+  std::map<std::tuple<int, int, int>, std::vector<double>> prefix_cache_;  // (pool, mbs, tp) -> prefix sums
+  std::map<std::tuple<int, int, int>, bool> usable_cache_;                 // (pool, mbs, tp) -> usable
 };
 
 }  // namespace

@@ -315,17 +315,22 @@ JobSpec load_job_spec(const std::filesystem::path& path) {
   const JsonDocument doc = load_json_file(path);
   const JsonValue root = doc.root();
   check_header(root, "gpufleet-sailor-job");
-  root.reject_unknown_keys({"format", "version", "model", "global_batch", "sequence_length", "optimizer", "precision"});
+  root.reject_unknown_keys({"format", "version", "model", "global_batch", "sequence_length", "optimizer", "precision",
+                            "gradient_allreduce"});
   JobSpec j;
   j.model = root.get<std::string>("model");
   j.global_batch = root.get<int>("global_batch");
   j.sequence_length = root.get<int>("sequence_length");
   j.optimizer = root.get_or<std::string>("optimizer", "adam");
   j.precision = root.get_or<std::string>("precision", "mixed");
+  j.gradient_allreduce = root.get_or<std::string>("gradient_allreduce", "overlapped");
   if (j.global_batch <= 0) root.at("global_batch").fail("must be positive");
   if (j.sequence_length <= 0) root.at("sequence_length").fail("must be positive");
   if (j.optimizer != "adam") root.at("optimizer").fail("only 'adam' is modelled");
   if (j.precision != "mixed" && j.precision != "fp32") root.at("precision").fail("precision must be 'mixed' or 'fp32'");
+  if (j.gradient_allreduce != "overlapped" && j.gradient_allreduce != "after-backward") {
+    root.at("gradient_allreduce").fail("must be 'overlapped' or 'after-backward'");
+  }
   return j;
 }
 
@@ -381,7 +386,8 @@ nlohmann::json to_json(const ClusterSpec& c) {
 
 nlohmann::json to_json(const JobSpec& j) {
   return {{"format", "gpufleet-sailor-job"}, {"version", kVersion}, {"model", j.model}, {"global_batch", j.global_batch},
-          {"sequence_length", j.sequence_length}, {"optimizer", j.optimizer}, {"precision", j.precision}};
+          {"sequence_length", j.sequence_length}, {"optimizer", j.optimizer}, {"precision", j.precision},
+          {"gradient_allreduce", j.gradient_allreduce}};
 }
 
 }  // namespace fleet::sailor

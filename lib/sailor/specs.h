@@ -110,6 +110,11 @@ struct JobSpec {
   int sequence_length = 0;
   std::string optimizer = "adam";
   std::string precision = "mixed";  ///< mixed (fp16/bf16 compute, fp32 master) or fp32
+  /// When the runtime all-reduces the gradients: "overlapped" (in buckets while
+  /// the last micro-batch's backward runs, as sailor-run and PyTorch DDP do) or
+  /// "after-backward" (once every backward has finished, as DeepSpeed's pipeline
+  /// engine, SAILOR's runtime, does).
+  std::string gradient_allreduce = "overlapped";
   /// Bytes per activation/gradient element on the wire: 2 for mixed precision, 4 for fp32.
   int wire_bytes() const { return precision == "fp32" ? 4 : 2; }
 };

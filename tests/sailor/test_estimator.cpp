@@ -109,6 +109,12 @@ TEST(Estimator, ExposedAllReduceAcrossRegions) {
   EXPECT_DOUBLE_EQ(hidden.stages[0].allreduce_s, 8e6 / 1e9);
   EXPECT_DOUBLE_EQ(hidden.stages[0].allreduce_exposed_s, 0.0);
   EXPECT_NEAR(hidden.egress_usd, 2 * 8e6 / 1e9 * 0.02, 1e-15);  // each replica sends 8e6 B across
+  // A runtime that all-reduces after the last backward (DeepSpeed's pipeline engine) exposes all of it.
+  PlannerInputs after = in;
+  after.job.gradient_allreduce = "after-backward";
+  const Estimate serial = run(make_plan(1, 16, {4}, {{{"fast", "z1a"}, {"fast", "z2a"}}}), after);
+  EXPECT_DOUBLE_EQ(serial.stages[0].allreduce_exposed_s, 8e6 / 1e9);
+  EXPECT_NEAR(serial.iteration_s - hidden.iteration_s, 8e6 / 1e9, 1e-12);
   in.cluster.inter_node[{LinkClass::kCrossRegion, "fast", "fast"}] = testing::constant_gbps(0.001);
   const Estimate exposed = run(make_plan(1, 16, {4}, {{{"fast", "z1a"}, {"fast", "z2a"}}}), in);
   EXPECT_DOUBLE_EQ(exposed.stages[0].allreduce_exposed_s, 8.0 - 0.08);

@@ -113,8 +113,10 @@ TEST(Search, EachGpuPoolGetsItsOwnTpDegree) {
   in.cluster.gpu_types["slow"].memory_bytes = in.calibration.runtime_overhead_bytes + 30e6;
   const auto best = search_plans(in, SearchOptions{}).front();
   std::set<int> tps;
-  for (const Stage& s : best.plan.stages) tps.insert(s.tp);
-  EXPECT_EQ(tps, (std::set<int>{1, 2}));
+  for (const Stage& s : best.plan.stages) {
+    for (const Replica& r : s.replicas) tps.insert(s.tp_of(r));
+  }
+  EXPECT_EQ(tps, (std::set<int>{1, 2})) << plan_to_json(best.plan).dump();
   SearchOptions one;
   one.one_tp = true;
   const auto uniform = search_plans(in, one).front();
@@ -124,6 +126,36 @@ TEST(Search, EachGpuPoolGetsItsOwnTpDegree) {
   SearchOptions exhaustive;
   exhaustive.exhaustive = true;
   EXPECT_NEAR(search_plans(in, exhaustive).front().estimate.iterations_per_s, best.estimate.iterations_per_s, 1e-9);
+}
+
+TEST(Search, AStageMixesGpuTypesWhenItsPoolRunsShort) {
+  // 3 "fast" GPUs and 1 "slow" one that is as quick: four replicas of one
+  // stage (three fast, one slow) beat anything on the fast GPUs alone, as
+  // SAILOR's plans that mix GPU types inside a stage do.
+  PlannerInputs in = testing::tiny_inputs();
+  in.profiles.gpus["slow"] = in.profiles.gpus["fast"];
+  in.cluster.quotas.clear();
+  in.cluster.quotas["fast"]["z1a"] = 3;
+  PlannerInputs fast_only = in;
+  in.cluster.quotas["slow"]["z1a"] = 1;
+  const auto best = search_plans(in, SearchOptions{}).front();
+  std::set<std::string> kinds;
+  for (const Replica& r : best.plan.stages.front().replicas) kinds.insert(r.gpu);
+  EXPECT_EQ(kinds, (std::set<std::string>{"fast", "slow"})) << plan_to_json(best.plan).dump();
+  EXPECT_EQ(best.plan.dp(), 4);
+  EXPECT_GT(best.estimate.iterations_per_s, search_plans(fast_only, SearchOptions{}).front().estimate.iterations_per_s * 1.2);
+  SearchOptions exhaustive;
+  exhaustive.exhaustive = true;
+  EXPECT_NEAR(search_plans(in, exhaustive).front().estimate.iterations_per_s, best.estimate.iterations_per_s, 1e-9);
+  // Written in SAILOR's layout, it reads back with the same replicas.
+  const Plan back = plan_from_json(parse_json(plan_to_sailor_json(best.plan, in.cluster).dump(), "plan").root(), in.job);
+  ASSERT_EQ(back.stages.size(), best.plan.stages.size());
+  for (std::size_t i = 0; i < back.stages.size(); ++i) {
+    ASSERT_EQ(back.stages[i].replicas.size(), best.plan.stages[i].replicas.size());
+    for (std::size_t r = 0; r < back.stages[i].replicas.size(); ++r) {
+      EXPECT_EQ(back.stages[i].replicas[r].gpu, best.plan.stages[i].replicas[r].gpu);
+    }
+  }
 }
 
 TEST(Search, NoSolutionSaysWhy) {
