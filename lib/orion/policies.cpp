@@ -93,6 +93,7 @@ class MpsPolicy : public StreamsPolicy {
  public:
   std::string_view name() const override { return "mps"; }
   bool priority_streams() const override { return false; }
+  bool limits_client_sms() const override { return true; }
 };
 
 // Temporal sharing: one request or iteration owns the GPU at a time.

@@ -59,6 +59,9 @@ class Policy {
   /// kernel-reset preemption); they lose their progress and wait to be
   /// admitted again.
   virtual bool preempts_best_effort() const { return false; }
+  /// True: each client's kernels use at most its MPS share of the SMs
+  /// (ClientSpec::mps_active_thread_percentage).
+  virtual bool limits_client_sms() const { return false; }
 };
 
 /// Names accepted by make_policy, in table order ("dedicated" is a run mode, listed too).

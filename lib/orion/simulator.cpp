@@ -39,6 +39,7 @@ struct ClientRun {
   std::size_t launched = 0, released = 0, started = 0, completed = 0;
   double next_launch_us = 0;
   bool on_gpu = false;
+  int sm_cap = 0;  // SMs its kernels may hold at once (its MPS share under mps; else every SM)
   // Results.
   std::int64_t done = 0;
   double measure_start_us = -1;
@@ -63,6 +64,11 @@ class Simulation {
     for (std::size_t i = 0; i < w.clients.size(); ++i) {
       ClientRun& c = clients_[i];
       c.spec = &w.clients[i];
+      c.sm_cap = sms_;
+      if (policy_.limits_client_sms()) {
+        // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: the context's kernels run on that share of the SMs.
+        c.sm_cap = std::clamp(static_cast<int>(std::ceil(c.spec->mps_active_thread_percentage / 100.0 * sms_)), 1, sms_);
+      }
       if (c.spec->high_priority) {
         view_.hp_client = static_cast<int>(i);
         for (const SimKernel& k : c.spec->kernels) view_.hp_request_solo_us += k.duration_us;
@@ -252,9 +258,10 @@ class Simulation {
     int used = 0;
     for (const RunningKernel& r : running_) used += r.sms;
     for (int i : dispatch_order_) {
+      const int cap = clients_[i].sm_cap;
       for (RunningKernel& r : running_) {
-        if (r.client == i && r.sms < r.kernel->sm_need && used < capacity_) {
-          const int extra = std::min(r.kernel->sm_need - r.sms, capacity_ - used);
+        if (r.client == i && r.sms < std::min(r.kernel->sm_need, cap) && used < capacity_) {
+          const int extra = std::min(std::min(r.kernel->sm_need, cap) - r.sms, capacity_ - used);
           r.sms += extra;
           used += extra;
         }
@@ -262,7 +269,7 @@ class Simulation {
       ClientRun& c = clients_[i];
       if (c.active && !c.on_gpu && c.started < c.released && used < capacity_) {
         const SimKernel& k = (*c.kernels)[c.started];
-        const int sms = std::min(k.sm_need, capacity_ - used);
+        const int sms = std::min({k.sm_need, cap, capacity_ - used});
         running_.push_back(RunningKernel{i, c.started, &k, k.duration_us, sms, 1.0, now_});
         used += sms;
         ++c.started;

@@ -104,7 +104,8 @@ Workload load_native(const JsonValue& root, const std::filesystem::path& dir,
   w.max_duration_s = root.get_or<double>("max_duration_s", 0.0);
   for (const JsonValue& c : root.at("clients").elements()) {
     c.reject_unknown_keys(
-        {"name", "profile", "first_profile", "priority", "kind", "arrivals", "requests", "warmup", "gap_ms"});
+        {"name", "profile", "first_profile", "priority", "kind", "arrivals", "requests", "warmup", "gap_ms",
+         "mps_active_thread_percentage"});
     ClientSpec s;
     s.name = c.get<std::string>("name");
     const std::string priority = c.get<std::string>("priority");
@@ -132,6 +133,11 @@ Workload load_native(const JsonValue& root, const std::filesystem::path& dir,
         gap->fail("gap_ms is the host time between a closed-loop client's requests; open-loop arrivals space them "
                   "already");
       s.gap_us = ms * 1e3;
+    }
+    if (auto pct = c.find("mps_active_thread_percentage")) {
+      const double v = pct->as<double>();
+      if (!(v > 0 && v <= 100)) pct->fail("mps_active_thread_percentage must be above 0 and at most 100");
+      s.mps_active_thread_percentage = v;
     }
     w.clients.push_back(std::move(s));
   }

@@ -43,6 +43,9 @@ struct ClientSpec {
   std::int64_t requests = 0;             ///< requests/iterations to run (0: until the high-priority client is done)
   std::int64_t warmup = 0;               ///< first requests left out of the statistics
   double gap_us = 0;                     ///< closed loop: host time between the end of one request and the next
+  /// Under MPS, the share of the SMs its context may use, in percent
+  /// (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); 100: all of them.
+  double mps_active_thread_percentage = 100;
   std::string profile_path;              ///< for reports
   std::uint64_t arrival_stream = 0;      ///< random stream of its arrivals (its index in the workload), so
                                          ///< a client alone (dedicated) sees the same arrivals as collocated

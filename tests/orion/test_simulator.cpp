@@ -210,6 +210,11 @@ TEST(Workload, BadWorkloadsNameTheField) {
   bad.replace(bad.find("\"requests\": 10"), 14, "\"requests\": 10, \"gap_ms\": 3");
   EXPECT_NE(error_for("[" + bad + "]").find("/clients/0/gap_ms: gap_ms is the host time between a closed-loop"),
             std::string::npos);
+  bad = good;
+  bad.replace(bad.find("\"requests\": 10"), 14, "\"requests\": 10, \"mps_active_thread_percentage\": 0");
+  EXPECT_NE(error_for("[" + bad + "]").find("/clients/0/mps_active_thread_percentage: mps_active_thread_percentage must be "
+                                            "above 0 and at most 100"),
+            std::string::npos);
   std::string closed = good;
   closed.replace(closed.find("{\"type\": \"poisson\", \"rate\": 5}"), 30, "{\"type\": \"closed\"}, \"gap_ms\": -1");
   EXPECT_NE(error_for("[" + closed + "]").find("/clients/0/gap_ms: gap_ms must be 0 to 1e6"), std::string::npos)
@@ -363,6 +368,31 @@ TEST(SimulatorOutcomes, ReefResetsRunningBestEffortKernelsWhenAnHpRequestArrives
   // The HP request no longer shares the GPU with a 5 ms BE kernel; the BE client pays with lost work.
   EXPECT_LT(reef.clients[1].p99_ms, 0.6 * streams.clients[1].p99_ms);
   EXPECT_LT(reef.clients[0].throughput_per_s, streams.clients[0].throughput_per_s);
+}
+
+TEST(SimulatorOutcomes, MpsSharesLimitEachClientsSms) {
+  // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: a kernel needing all 80 SMs gets 40
+  // under a 50 % share, so it takes twice as long (twice the waves); streams
+  // and other policies ignore the share (one context).
+  Workload w = testing::workload({client("solo", {kernel(1000, 80, KernelClass::kCompute)}, true, false, 1)});
+  w.clients[0].mps_active_thread_percentage = 50;
+  EXPECT_DOUBLE_EQ(simulate(w, "mps").clients[0].latencies_ms.at(0), 2.0);
+  EXPECT_DOUBLE_EQ(simulate(w, "streams").clients[0].latencies_ms.at(0), 1.0);
+  EXPECT_DOUBLE_EQ(simulate(w, "dedicated").clients[0].latencies_ms.at(0), 1.0);
+  // A 30-SM kernel is untouched by a 50 % share (40 SMs); 25 % (20 SMs) slows it by 30/20.
+  w.clients[0].kernels = {kernel(1000, 30, KernelClass::kCompute)};
+  EXPECT_DOUBLE_EQ(simulate(w, "mps").clients[0].latencies_ms.at(0), 1.0);
+  w.clients[0].mps_active_thread_percentage = 25;
+  EXPECT_DOUBLE_EQ(simulate(w, "mps").clients[0].latencies_ms.at(0), 1.5);
+  // Two clients split 50/50: mps now differs from streams, where they share every SM.
+  Workload pair = testing::workload({client("be", {kernel(400, 80, KernelClass::kMemory)}, false, true, 0),
+                                     client("hp", {kernel(300, 80, KernelClass::kCompute)}, true, false, 300, 200.0)});
+  const SimResult shared = simulate(pair, "mps");
+  EXPECT_EQ(shared.clients[1].latencies_ms, simulate(pair, "streams").clients[1].latencies_ms);
+  for (ClientSpec& c : pair.clients) c.mps_active_thread_percentage = 50;
+  const SimResult split = simulate(pair, "mps");
+  EXPECT_GT(split.clients[1].p50_ms, 1.5 * shared.clients[1].p50_ms);
+  EXPECT_EQ(simulate(pair, "streams").clients[1].latencies_ms, shared.clients[1].latencies_ms);
 }
 
 TEST(SimulatorOutcomes, ThroughputIsMeasuredOverTheCommonWindow) {
