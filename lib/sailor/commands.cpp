@@ -283,8 +283,9 @@ int run_search(const SearchCommand& c) {
   const auto start = std::chrono::steady_clock::now();
   const std::vector<RankedPlan> top = search_plans(in, opt, &stats);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  spdlog::info("searched {} plans in {:.3f} s ({} did not fit in memory, {} outside the bounds)", stats.candidates,
-               seconds, stats.memory_rejected, stats.constraint_rejected);
+  spdlog::info("searched {} plans in {:.3f} s ({} did not fit in memory, {} outside the bounds; {} configurations "
+               "skipped by their bound)",
+               stats.candidates, seconds, stats.memory_rejected, stats.constraint_rejected, stats.bound_pruned);
   if (c.output) {
     nlohmann::json out = plan_to_json(top.front().plan);
     out["predictions"] = estimate_to_json(top.front().plan, top.front().estimate);

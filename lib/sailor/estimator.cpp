@@ -13,7 +13,7 @@ Calibration default_calibration() {
   // examples/sailor/opt-350/measured_runs.json`: least squares (relative
   // error) over the eight GH200 runs; leave-one-out errors in docs/sailor-model.md.
   Calibration c;
-  c.microbatch_overhead_s = 0.00153;
+  c.microbatch_overhead_s = 0.00063;
   c.framework_copy_factor = 0.284;
   c.activation_bytes_per_float = 4.47;
   c.runtime_overhead_bytes = 4.71e9;
@@ -168,9 +168,10 @@ Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
         }
       }
       se.allreduce_s = slowest;
-      // Overlapped: buckets are reduced while the last micro-batch's backward
-      // runs. After-backward: the whole all-reduce is on the critical path.
-      se.allreduce_exposed_s = in.job.gradient_allreduce == "overlapped" ? std::max(0.0, slowest - se.backward_s) : slowest;
+      // sailor-run reduces buckets while the last micro-batch's backward runs;
+      // DeepSpeed's pipeline engine puts the whole all-reduce on the critical path.
+      se.allreduce_exposed_s =
+          in.job.runtime == TrainingRuntime::kSailorRun ? std::max(0.0, slowest - se.backward_s) : slowest;
     }
 
     // Memory of one GPU: states of its parameter shard, activations of the
@@ -202,9 +203,13 @@ Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
   // 1F1B: the slowest stage (compute, its sends and the runtime's work per
   // micro-batch) paces the steady state; fill and drain add one pass
   // through every stage; the exposed all-reduce and the optimizer step follow.
+  // With blocking transfers (DeepSpeed) a stage also waits out the ones on
+  // the link to its predecessor: activations in, gradients out.
   double bottleneck = 0, sum = 0, exposed = 0, update = 0;
-  for (const StageEstimate& se : est.stages) {
-    const double slot = se.compute_s + se.send_s + cal.microbatch_overhead_s;
+  for (std::size_t i = 0; i < est.stages.size(); ++i) {
+    const StageEstimate& se = est.stages[i];
+    const double inbound = in.job.runtime == TrainingRuntime::kDeepSpeed && i > 0 ? est.stages[i - 1].send_s : 0.0;
+    const double slot = se.compute_s + se.send_s + inbound + cal.microbatch_overhead_s;
     bottleneck = std::max(bottleneck, slot);
     sum += slot;
     exposed = std::max(exposed, se.allreduce_exposed_s);

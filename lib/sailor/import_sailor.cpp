@@ -177,9 +177,8 @@ ImportedInputs import_sailor(const ImportOptions& opt) {
   out.job.model = opt.model;
   out.job.global_batch = opt.global_batch;
   out.job.sequence_length = opt.sequence_length;
-  // SAILOR's runtime is DeepSpeed's pipeline engine, which all-reduces the
-  // gradients in a step of its own after the last backward.
-  out.job.gradient_allreduce = "after-backward";
+  // SAILOR's runtime, where its profiles and runs were measured, is DeepSpeed's pipeline engine.
+  out.job.runtime = TrainingRuntime::kDeepSpeed;
   for (const auto& entry : fs::directory_iterator(opt.source / "configs")) {
     const std::string name = entry.path().filename().string();
     if (!name.starts_with("training_config_") || entry.path().extension() != ".json") continue;

@@ -419,7 +419,7 @@ class Searcher {
       ++stats_.memory_rejected;
       return;
     }
-    if (cannot_beat_top(mbs, dp_max, bound_of_split(prefix, bounds), usd_per_s)) {
+    if (cannot_beat_top(mbs, dp_max, bound_of_split(prefix, bounds, mbs, config, tps), usd_per_s)) {
       ++stats_.bound_pruned;
       return;
     }
@@ -538,14 +538,51 @@ class Searcher {
   }
 
   // After it: each stage's compute on its kinds (a stage that spills is paced by the slower).
-  PipelineBound bound_of_split(const std::vector<StageKinds>& prefix, const std::vector<int>& bounds) const {
+  // Between stages on one GPU type each, the transfers at the fastest link
+  // their placement could give count too (on both stages' slots with
+  // DeepSpeed's blocking transfers, as the simulator counts them).
+  PipelineBound bound_of_split(const std::vector<StageKinds>& prefix, const std::vector<int>& bounds, int mbs,
+                               const std::vector<int>& config, const std::vector<int>& tps) {
+    const std::size_t stages = prefix.size();
+    std::vector<double> slot(stages);
+    for (std::size_t i = 0; i < stages; ++i) slot[i] = prefix[i].time(bounds[i], bounds[i + 1]) + in_.calibration.microbatch_overhead_s;
+    for (std::size_t i = 0; i + 1 < stages; ++i) {
+      if (prefix[i].spill != nullptr || prefix[i + 1].spill != nullptr) continue;
+      const int tp = tp_of(tps, config[i]);
+      const double bytes = in_.model.act_output(bounds[i + 1] - 1, tp) * mbs * in_.job.wire_bytes();
+      const double t = 2 * bytes / fastest_bytes_per_s(config[i], config[i + 1], tp + tp_of(tps, config[i + 1]), bytes);
+      slot[i] += t;
+      if (in_.job.runtime == TrainingRuntime::kDeepSpeed) slot[i + 1] += t;
+    }
     PipelineBound b;
-    for (std::size_t i = 0; i + 1 < bounds.size(); ++i) {
-      const double t = prefix[i].time(bounds[i], bounds[i + 1]) + in_.calibration.microbatch_overhead_s;
+    for (double t : slot) {
       b.slowest = std::max(b.slowest, t);
       b.total += t;
     }
     return b;
+  }
+
+  // The fastest any placement moves `bytes` from a GPU of pool a to one of
+  // pool b: inside a node when one node can hold both TP groups, else the
+  // fastest inter-node link class the cluster has for the pair.
+  double fastest_bytes_per_s(int a, int b, int gpus_together, double bytes) {
+    const Pool& pa = pools_[static_cast<std::size_t>(a)];
+    const bool same_node = a == b && gpus_together <= pa.gpus_per_node;
+    auto [it, fresh] = fastest_cache_.try_emplace({a, b, same_node, bytes}, 0.0);
+    if (!fresh) return it->second;
+    const std::string& ga = pa.gpu;
+    const std::string& gb = pools_[static_cast<std::size_t>(b)].gpu;
+    double best = 0;
+    for (LinkClass link : {LinkClass::kSameNode, LinkClass::kSameZone, LinkClass::kCrossZone, LinkClass::kCrossRegion}) {
+      if (link == LinkClass::kSameNode && !same_node) continue;
+      try {
+        best = std::max(best, in_.cluster.fit(link, ga, gb).bytes_per_s(bytes));
+      } catch (const InputError&) {
+        // no fit for this class: plans over it are not judged anyway
+      }
+    }
+    it->second = best > 0 ? best : std::numeric_limits<double>::infinity();
+    return it->second;
   }
 
   // $ per second of one replica of every stage; a stage that spills at the
@@ -621,6 +658,7 @@ class Searcher {
   std::vector<RankedPlan> top_;
   std::map<std::tuple<int, int, int>, std::vector<double>> prefix_cache_;  // (pool, mbs, tp) -> prefix sums
   std::map<std::tuple<int, int, int>, bool> usable_cache_;                 // (pool, mbs, tp) -> usable
+  std::map<std::tuple<int, int, bool, double>, double> fastest_cache_;     // (pool a, pool b, same node, bytes) -> B/s
 };
 
 }  // namespace

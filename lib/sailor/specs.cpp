@@ -311,26 +311,29 @@ ClusterSpec load_cluster_spec(const std::filesystem::path& path) {
   return c;
 }
 
+const char* training_runtime_name(TrainingRuntime runtime) {
+  return runtime == TrainingRuntime::kDeepSpeed ? "deepspeed" : "sailor-run";
+}
+
 JobSpec load_job_spec(const std::filesystem::path& path) {
   const JsonDocument doc = load_json_file(path);
   const JsonValue root = doc.root();
   check_header(root, "gpufleet-sailor-job");
   root.reject_unknown_keys({"format", "version", "model", "global_batch", "sequence_length", "optimizer", "precision",
-                            "gradient_allreduce"});
+                            "runtime"});
   JobSpec j;
   j.model = root.get<std::string>("model");
   j.global_batch = root.get<int>("global_batch");
   j.sequence_length = root.get<int>("sequence_length");
   j.optimizer = root.get_or<std::string>("optimizer", "adam");
   j.precision = root.get_or<std::string>("precision", "mixed");
-  j.gradient_allreduce = root.get_or<std::string>("gradient_allreduce", "overlapped");
+  const std::string runtime = root.get_or<std::string>("runtime", "sailor-run");
   if (j.global_batch <= 0) root.at("global_batch").fail("must be positive");
   if (j.sequence_length <= 0) root.at("sequence_length").fail("must be positive");
   if (j.optimizer != "adam") root.at("optimizer").fail("only 'adam' is modelled");
   if (j.precision != "mixed" && j.precision != "fp32") root.at("precision").fail("precision must be 'mixed' or 'fp32'");
-  if (j.gradient_allreduce != "overlapped" && j.gradient_allreduce != "after-backward") {
-    root.at("gradient_allreduce").fail("must be 'overlapped' or 'after-backward'");
-  }
+  if (runtime == training_runtime_name(TrainingRuntime::kDeepSpeed)) j.runtime = TrainingRuntime::kDeepSpeed;
+  else if (runtime != training_runtime_name(TrainingRuntime::kSailorRun)) root.at("runtime").fail("must be 'sailor-run' or 'deepspeed'");
   return j;
 }
 
@@ -387,7 +390,7 @@ nlohmann::json to_json(const ClusterSpec& c) {
 nlohmann::json to_json(const JobSpec& j) {
   return {{"format", "gpufleet-sailor-job"}, {"version", kVersion}, {"model", j.model}, {"global_batch", j.global_batch},
           {"sequence_length", j.sequence_length}, {"optimizer", j.optimizer}, {"precision", j.precision},
-          {"gradient_allreduce", j.gradient_allreduce}};
+          {"runtime", training_runtime_name(j.runtime)}};
 }
 
 }  // namespace fleet::sailor

@@ -104,17 +104,28 @@ struct ClusterSpec {
 };
 
 /// The training job.
+/// The runtime that trains a plan; the simulator follows its schedule
+/// (docs/sailor-model.md, "Time").
+enum class TrainingRuntime {
+  /// sailor-run: gradient buckets all-reduced while the last micro-batch's
+  /// backward runs; a stage's sends do not hold up its receiver's compute.
+  kSailorRun,
+  /// DeepSpeed's pipeline engine, SAILOR's runtime: the all-reduce is a step
+  /// of its own after the last backward, and every send and receive blocks
+  /// both stages until the transfer is done.
+  kDeepSpeed,
+};
+
+/// "sailor-run" or "deepspeed".
+const char* training_runtime_name(TrainingRuntime runtime);
+
 struct JobSpec {
   std::string model;
   int global_batch = 0;
   int sequence_length = 0;
   std::string optimizer = "adam";
   std::string precision = "mixed";  ///< mixed (fp16/bf16 compute, fp32 master) or fp32
-  /// When the runtime all-reduces the gradients: "overlapped" (in buckets while
-  /// the last micro-batch's backward runs, as sailor-run and PyTorch DDP do) or
-  /// "after-backward" (once every backward has finished, as DeepSpeed's pipeline
-  /// engine, SAILOR's runtime, does).
-  std::string gradient_allreduce = "overlapped";
+  TrainingRuntime runtime = TrainingRuntime::kSailorRun;  ///< what will train the plan
   /// Bytes per activation/gradient element on the wire: 2 for mixed precision, 4 for fp32.
   int wire_bytes() const { return precision == "fp32" ? 4 : 2; }
 };

@@ -50,6 +50,22 @@ TEST(Estimator, TheRuntimesWorkPerMicroBatchAddsOncePerSlotOfTheCriticalPath) {
   EXPECT_NEAR(run(plan, in).iteration_s - without, 0.003 * (7 + 2), 1e-12);
 }
 
+TEST(Estimator, DeepSpeedsBlockingTransfersHoldBothStages) {
+  PlannerInputs in = tiny_inputs();
+  // Stage 1 on the slow GPUs paces the pipeline (0.12 s against 0.06 s).
+  const Plan plan = make_plan(2, 16, {2, 2}, {{{"fast", "z1a"}}, {{"slow", "z2a"}}});
+  const Estimate async = run(plan, in);
+  in.job.runtime = TrainingRuntime::kDeepSpeed;
+  const Estimate blocking = run(plan, in);
+  // 4000 B each way over the 1 GB/s cross-region link; with DeepSpeed stage 1
+  // also waits out those transfers (activations in, gradients out): its slot
+  // grows by stage 0's send time, once per slot of the critical path (7
+  // steady-state slots and its own in the pass through both stages).
+  const double send = 2 * 4000 / 1e9;
+  EXPECT_DOUBLE_EQ(blocking.stages[0].send_s, send);
+  EXPECT_NEAR(blocking.iteration_s - async.iteration_s, 8 * send, 1e-12);
+}
+
 TEST(Estimator, ReplicasOfAStageMayDifferInTensorParallelism) {
   const PlannerInputs in = tiny_inputs();
   // Stage 0: replica 0 at TP 1, replica 1 at TP 2 (0.5e6 params per layer and rank); stage 1 at TP 1.
@@ -111,7 +127,7 @@ TEST(Estimator, ExposedAllReduceAcrossRegions) {
   EXPECT_NEAR(hidden.egress_usd, 2 * 8e6 / 1e9 * 0.02, 1e-15);  // each replica sends 8e6 B across
   // A runtime that all-reduces after the last backward (DeepSpeed's pipeline engine) exposes all of it.
   PlannerInputs after = in;
-  after.job.gradient_allreduce = "after-backward";
+  after.job.runtime = TrainingRuntime::kDeepSpeed;
   const Estimate serial = run(make_plan(1, 16, {4}, {{{"fast", "z1a"}, {"fast", "z2a"}}}), after);
   EXPECT_DOUBLE_EQ(serial.stages[0].allreduce_exposed_s, 8e6 / 1e9);
   EXPECT_NEAR(serial.iteration_s - hidden.iteration_s, 8e6 / 1e9, 1e-12);

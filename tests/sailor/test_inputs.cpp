@@ -56,7 +56,7 @@ TEST(SailorInputs, CalibratedAgainstTheGh200Measurements) {
   // Judged on what it was not fitted to: each run predicted with the
   // constants fitted to the other seven (docs/sailor-model.md has the table).
   const auto held_out = leave_one_out(runs, in);
-  EXPECT_LT(mean_abs_error(held_out, false), 0.055);
+  EXPECT_LT(mean_abs_error(held_out, false), 0.05);
   EXPECT_LT(mean_abs_error(held_out, true), 0.02);
   for (const RunPrediction& p : held_out) {
     EXPECT_LT(std::fabs(p.time_error), 0.17) << p.name;
@@ -199,10 +199,10 @@ TEST(SailorInputs, BadInputNamesFileAndField) {
   bad["egress_usd_per_gb"]["cross_zone"] = -0.5;
   EXPECT_NE(cluster_error(bad).find("/egress_usd_per_gb/cross_zone: price cannot be negative"), std::string::npos);
   nlohmann::json job = to_json(in.job);
-  job["gradient_allreduce"] = "sometimes";
+  job["runtime"] = "megatron";
   write_json_file(dir / "job.json", job);
   EXPECT_NE(error_of([&] { load_job_spec(dir / "job.json"); })
-                .find("/gradient_allreduce: must be 'overlapped' or 'after-backward'"),
+                .find("/runtime: must be 'sailor-run' or 'deepspeed'"),
             std::string::npos);
   write_file_atomically(dir / "cluster.json", "{\"format\": ");
   EXPECT_NE(error_of([&] { load_cluster_spec(dir / "cluster.json"); }).find("malformed JSON"), std::string::npos);
