@@ -70,6 +70,9 @@ class Searcher {
  public:
   Searcher(const PlannerInputs& in, const SearchOptions& opt, SearchStats& stats)
       : in_(in), opt_(opt), stats_(stats), pools_(make_pools(in.cluster)), layers_(static_cast<int>(in.model.layers.size())) {
+    for (const Pool& p : pools_) {
+      for (int r : p.zone_region) regions_ = std::max(regions_, r + 1);
+    }
     std::vector<int> mbs;
     for (const auto& [gpu, entries] : in.profiles.gpus) {
       for (const auto& [key, times] : entries) mbs.push_back(key.first);
@@ -95,9 +98,19 @@ class Searcher {
             std::vector<int> used;
             for (int p : config)
               if (std::find(used.begin(), used.end(), p) == used.end()) used.push_back(p);
-            if (spill >= 0 && std::find(used.begin(), used.end(), spill) == used.end()) used.push_back(spill);
+            // A spill pool no stage owns: every TP degree when exhaustive; else
+            // the smallest at which an even share of the model fits its GPUs.
+            const bool spill_only = spill >= 0 && std::find(used.begin(), used.end(), spill) == used.end();
+            if (spill_only && opt_.exhaustive) used.push_back(spill);
             std::vector<int> tps(pools_.size(), 0);
-            for_each_tp_choice(used, 0, tps, [&] { search_config(mbs, tps, config, spill); });
+            for_each_tp_choice(used, 0, tps, [&] {
+              if (spill_only && !opt_.exhaustive) {
+                const int tp = opt_.one_tp ? tps[static_cast<std::size_t>(used[0])] : smallest_fitting_tp(spill, mbs, stages);
+                if (tp == 0) return;
+                tps[static_cast<std::size_t>(spill)] = tp;
+              }
+              search_config(mbs, tps, config, spill);
+            });
           }
         }
       }
@@ -282,10 +295,12 @@ class Searcher {
     const Pool& pool = pools_[static_cast<std::size_t>(p)];
     auto& l = left[static_cast<std::size_t>(p)];
     const int tp = tp_of(tps, p);
-    std::map<int, int> room;
-    for (std::size_t z = 0; z < l.size(); ++z) room[pool.zone_region[z]] += l[z];
+    // Room per region (region ids are small indices; a pool has few zones).
+    room_.assign(static_cast<std::size_t>(regions_), 0);
+    for (std::size_t z = 0; z < l.size(); ++z) room_[static_cast<std::size_t>(pool.zone_region[z])] += l[z];
     int region = -1, best_room = 0;
-    for (const auto& [r, n] : room) {
+    for (int r = 0; r < regions_; ++r) {
+      const int n = room_[static_cast<std::size_t>(r)];
       if (n >= need && n > best_room) {
         region = r;
         best_room = n;
@@ -293,6 +308,7 @@ class Searcher {
     }
     if (region < 0) return 0;
     const int n = std::min(want, best_room);
+    const int per_node = pool.gpus_per_node / tp;
     for (int r = 0; r < n; ++r) {
       std::size_t z = l.size();
       for (std::size_t k = 0; k < l.size(); ++k) {
@@ -301,8 +317,7 @@ class Searcher {
       // Groups fill nodes in order, gpus_per_node / tp groups per node (what pack_nodes would do).
       const int used = groups_in_zone(pool.zones[z].second, pool.gpus_per_node, tp) - l[z];
       --l[z];
-      stage.replicas.push_back({pool.gpu, pool.zones[z].first, used / (pool.gpus_per_node / tp),
-                                tp == stage.tp ? 0 : tp});
+      stage.replicas.push_back({pool.gpu, pool.zones[z].first, used / per_node, tp == stage.tp ? 0 : tp});
     }
     return n;
   }
@@ -380,6 +395,7 @@ class Searcher {
       dp_own = std::min(dp_own, groups_in_pool(pools_[static_cast<std::size_t>(p)], tp_of(tps, p)) / n);
     int dp_min = 1, dp_max = std::min(dp_own, batch_limit);
     if (spill >= 0) {
+      if (!opt_.exhaustive && !roomiest_spill_pool(mbs, tps, stages_on_pool, dp_own, spill)) return;
       // Spilling only adds plans with more replicas than the own pools host.
       dp_min = dp_own + 1;
       dp_max = std::min(spill_capacity(tps, config, spill), batch_limit);
@@ -453,6 +469,25 @@ class Searcher {
     if (best && stages > 1 && spill < 0) refine(mbs, tps, best_dp, config, spill, bounds, *best);
   }
 
+  // Heuristic: a configuration spills only into the pool with the most TP
+  // groups left once its stages hold dp_own replicas each (ties: the first).
+  bool roomiest_spill_pool(int mbs, const std::vector<int>& tps, const std::map<int, int>& stages_on_pool, int dp_own,
+                           int spill) {
+    auto room = [&](int q) {
+      auto own = stages_on_pool.find(q);
+      const int tp = own != stages_on_pool.end() ? tp_of(tps, q) : smallest_fitting_tp(q, mbs, static_cast<int>(stages_on_pool.size()));
+      if (tp == 0) return -1;
+      return groups_in_pool(pools_[static_cast<std::size_t>(q)], tp) - (own != stages_on_pool.end() ? own->second * dp_own : 0);
+    };
+    const int mine = room(spill);
+    for (int q = 0; q < static_cast<int>(pools_.size()); ++q) {
+      if (q == spill || (stages_on_pool.size() == 1 && stages_on_pool.begin()->first == q)) continue;
+      const int r = room(q);
+      if (r > mine || (r == mine && q < spill)) return false;
+    }
+    return true;
+  }
+
   // The most replicas per stage when stages take what their own pool has
   // left, in stage order, and the spill pool the rest.
   int spill_capacity(const std::vector<int>& tps, const std::vector<int>& config, int spill) const {
@@ -495,17 +530,30 @@ class Searcher {
   // Weights, gradients, optimizer state and runtime overhead alone (no
   // activations) must fit on every stage; independent of D, so checked once.
   bool states_fit(const std::vector<int>& tps, const std::vector<int>& config, const std::vector<int>& bounds) const {
+    for (std::size_t i = 0; i < config.size(); ++i) {
+      if (!states_fit_on(config[i], in_.model.params(bounds[i], bounds[i + 1], tp_of(tps, config[i])))) return false;
+    }
+    return true;
+  }
+
+  // Parameter states of `params` parameters per GPU, framework copies and
+  // runtime overhead within a GPU of pool p.
+  bool states_fit_on(int p, double params) const {
     const Calibration& cal = in_.calibration;
     const bool fp32 = in_.job.precision == "fp32";
     const double per_param = ((fp32 ? 4 : cal.weight_bytes_per_param) + (fp32 ? 4 : cal.gradient_bytes_per_param) +
                               cal.optimizer_bytes_per_param) * (1 + cal.framework_copy_factor);
-    for (std::size_t i = 0; i < config.size(); ++i) {
-      const Pool& pool = pools_[static_cast<std::size_t>(config[i])];
-      const double bytes =
-          in_.model.params(bounds[i], bounds[i + 1], tp_of(tps, config[i])) * per_param + cal.runtime_overhead_bytes;
-      if (bytes > in_.cluster.gpu_types.at(pool.gpu).memory_bytes) return false;
+    const Pool& pool = pools_[static_cast<std::size_t>(p)];
+    return params * per_param + cal.runtime_overhead_bytes <= in_.cluster.gpu_types.at(pool.gpu).memory_bytes;
+  }
+
+  // The smallest usable TP degree at which 1/stages of the model's
+  // parameter states fit a GPU of pool p; 0 when none does.
+  int smallest_fitting_tp(int p, int mbs, int stages) {
+    for (int tp : {1, 2, 4, 8}) {
+      if (usable(p, mbs, tp) && states_fit_on(p, in_.model.params(0, layers_, tp) / stages)) return tp;
     }
-    return true;
+    return 0;
   }
 
   // Optimistic bound: the most replicas, no communication, perfect balance.
@@ -656,6 +704,8 @@ class Searcher {
   int layers_;
   std::vector<int> mbs_;
   std::vector<RankedPlan> top_;
+  int regions_ = 0;                                                        // region ids are 0..regions_-1
+  mutable std::vector<int> room_;                                          // take_replicas' scratch
   std::map<std::tuple<int, int, int>, std::vector<double>> prefix_cache_;  // (pool, mbs, tp) -> prefix sums
   std::map<std::tuple<int, int, int>, bool> usable_cache_;                 // (pool, mbs, tp) -> usable
   std::map<std::tuple<int, int, bool, double>, double> fastest_cache_;     // (pool a, pool b, same node, bytes) -> B/s
