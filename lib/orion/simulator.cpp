@@ -67,7 +67,8 @@ class Simulation {
       c.sm_cap = sms_;
       if (policy_.limits_client_sms()) {
         // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: the context's kernels run on that share of the SMs.
-        c.sm_cap = std::clamp(static_cast<int>(std::ceil(c.spec->mps_active_thread_percentage / 100.0 * sms_)), 1, sms_);
+        const double share = c.spec->mps_active_thread_percentage / 100.0;
+        c.sm_cap = std::clamp(static_cast<int>(std::ceil(share * sms_)), 1, sms_);
       }
       if (c.spec->high_priority) {
         view_.hp_client = static_cast<int>(i);

@@ -105,7 +105,8 @@ class Searcher {
             std::vector<int> tps(pools_.size(), 0);
             for_each_tp_choice(used, 0, tps, [&] {
               if (spill_only && !opt_.exhaustive) {
-                const int tp = opt_.one_tp ? tps[static_cast<std::size_t>(used[0])] : smallest_fitting_tp(spill, mbs, stages);
+                const int tp =
+                    opt_.one_tp ? tps[static_cast<std::size_t>(used[0])] : smallest_fitting_tp(spill, mbs, stages);
                 if (tp == 0) return;
                 tps[static_cast<std::size_t>(spill)] = tp;
               }
@@ -473,11 +474,14 @@ class Searcher {
   // groups left once its stages hold dp_own replicas each (ties: the first).
   bool roomiest_spill_pool(int mbs, const std::vector<int>& tps, const std::map<int, int>& stages_on_pool, int dp_own,
                            int spill) {
+    int stages = 0;  // pipeline stages (the TP a pool no stage owns would get depends on it)
+    for (const auto& [p, n] : stages_on_pool) stages += n;
     auto room = [&](int q) {
-      auto own = stages_on_pool.find(q);
-      const int tp = own != stages_on_pool.end() ? tp_of(tps, q) : smallest_fitting_tp(q, mbs, static_cast<int>(stages_on_pool.size()));
+      const auto own = stages_on_pool.find(q);
+      const bool owned = own != stages_on_pool.end();
+      const int tp = owned ? tp_of(tps, q) : smallest_fitting_tp(q, mbs, stages);
       if (tp == 0) return -1;
-      return groups_in_pool(pools_[static_cast<std::size_t>(q)], tp) - (own != stages_on_pool.end() ? own->second * dp_own : 0);
+      return groups_in_pool(pools_[static_cast<std::size_t>(q)], tp) - (owned ? own->second * dp_own : 0);
     };
     const int mine = room(spill);
     for (int q = 0; q < static_cast<int>(pools_.size()); ++q) {
@@ -508,12 +512,14 @@ class Searcher {
 
   // Per stage, whether it takes replicas from the spill pool at D replicas;
   // empty when the pools cannot host D (or no spill pool).
-  std::vector<bool> spilling_stages(const std::vector<int>& tps, const std::vector<int>& config, int spill, int dp) const {
+  std::vector<bool> spilling_stages(const std::vector<int>& tps, const std::vector<int>& config, int spill,
+                                    int dp) const {
     std::vector<bool> spills(config.size(), false);
     if (spill < 0) return spills;
     std::vector<int> left(pools_.size(), 0);
-    for (int p : config) left[static_cast<std::size_t>(p)] = groups_in_pool(pools_[static_cast<std::size_t>(p)], tp_of(tps, p));
-    left[static_cast<std::size_t>(spill)] = groups_in_pool(pools_[static_cast<std::size_t>(spill)], tp_of(tps, spill));
+    auto groups = [&](int p) { return groups_in_pool(pools_[static_cast<std::size_t>(p)], tp_of(tps, p)); };
+    for (int p : config) left[static_cast<std::size_t>(p)] = groups(p);
+    left[static_cast<std::size_t>(spill)] = groups(spill);
     for (std::size_t i = 0; i < config.size(); ++i) {
       int& own = left[static_cast<std::size_t>(config[i])];
       const int take = std::min(own, dp);
@@ -556,9 +562,7 @@ class Searcher {
     return 0;
   }
 
-  // Optimistic bound: the most replicas, no communication, perfect balance.
-  // When even that cannot enter the top K, the configuration is skipped.
-  // Lower bounds on a configuration's compute per micro-batch, the runtime's
+  // Lower bounds on a configuration's time per micro-batch, the runtime's
   // work included: of its slowest stage and of all its stages together.
   struct PipelineBound {
     double slowest = 0, total = 0;
@@ -585,15 +589,18 @@ class Searcher {
     return {total / stages + o, total + stages * o};
   }
 
-  // After it: each stage's compute on its kinds (a stage that spills is paced by the slower).
-  // Between stages on one GPU type each, the transfers at the fastest link
-  // their placement could give count too (on both stages' slots with
-  // DeepSpeed's blocking transfers, as the simulator counts them).
+  // After it: each stage's compute on its kinds (a stage that spills is
+  // paced by the slower) and, between stages on one GPU type each, the
+  // transfers at the fastest link any placement could give them (on both
+  // stages' slots with DeepSpeed's blocking transfers, as the simulator
+  // counts them).
   PipelineBound bound_of_split(const std::vector<StageKinds>& prefix, const std::vector<int>& bounds, int mbs,
                                const std::vector<int>& config, const std::vector<int>& tps) {
     const std::size_t stages = prefix.size();
     std::vector<double> slot(stages);
-    for (std::size_t i = 0; i < stages; ++i) slot[i] = prefix[i].time(bounds[i], bounds[i + 1]) + in_.calibration.microbatch_overhead_s;
+    for (std::size_t i = 0; i < stages; ++i) {
+      slot[i] = prefix[i].time(bounds[i], bounds[i + 1]) + in_.calibration.microbatch_overhead_s;
+    }
     for (std::size_t i = 0; i + 1 < stages; ++i) {
       if (prefix[i].spill != nullptr || prefix[i + 1].spill != nullptr) continue;
       const int tp = tp_of(tps, config[i]);
@@ -621,7 +628,8 @@ class Searcher {
     const std::string& ga = pa.gpu;
     const std::string& gb = pools_[static_cast<std::size_t>(b)].gpu;
     double best = 0;
-    for (LinkClass link : {LinkClass::kSameNode, LinkClass::kSameZone, LinkClass::kCrossZone, LinkClass::kCrossRegion}) {
+    for (LinkClass link :
+         {LinkClass::kSameNode, LinkClass::kSameZone, LinkClass::kCrossZone, LinkClass::kCrossRegion}) {
       if (link == LinkClass::kSameNode && !same_node) continue;
       try {
         best = std::max(best, in_.cluster.fit(link, ga, gb).bytes_per_s(bytes));
@@ -646,7 +654,7 @@ class Searcher {
     return usd_per_s;
   }
 
-  // Optimistic bound: the most replicas, no communication, the compute bound
+  // Optimistic bound: the most replicas, no all-reduce, the pipeline bound
   // given. When even that cannot enter the top K, the configuration is skipped.
   bool cannot_beat_top(int mbs, int dp_max, const PipelineBound& b, double usd_per_s) const {
     if (opt_.exhaustive || top_.size() < static_cast<std::size_t>(std::max(1, opt_.top_k))) return false;

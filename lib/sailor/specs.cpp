@@ -332,8 +332,11 @@ JobSpec load_job_spec(const std::filesystem::path& path) {
   if (j.sequence_length <= 0) root.at("sequence_length").fail("must be positive");
   if (j.optimizer != "adam") root.at("optimizer").fail("only 'adam' is modelled");
   if (j.precision != "mixed" && j.precision != "fp32") root.at("precision").fail("precision must be 'mixed' or 'fp32'");
-  if (runtime == training_runtime_name(TrainingRuntime::kDeepSpeed)) j.runtime = TrainingRuntime::kDeepSpeed;
-  else if (runtime != training_runtime_name(TrainingRuntime::kSailorRun)) root.at("runtime").fail("must be 'sailor-run' or 'deepspeed'");
+  if (runtime == training_runtime_name(TrainingRuntime::kDeepSpeed)) {
+    j.runtime = TrainingRuntime::kDeepSpeed;
+  } else if (runtime != training_runtime_name(TrainingRuntime::kSailorRun)) {
+    root.at("runtime").fail("must be 'sailor-run' or 'deepspeed'");
+  }
   return j;
 }
 

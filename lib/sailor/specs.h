@@ -103,7 +103,6 @@ struct ClusterSpec {
   const BandwidthFit& fit(LinkClass link, const std::string& src_gpu, const std::string& dst_gpu) const;
 };
 
-/// The training job.
 /// The runtime that trains a plan; the simulator follows its schedule
 /// (docs/sailor-model.md, "Time").
 enum class TrainingRuntime {
@@ -119,6 +118,7 @@ enum class TrainingRuntime {
 /// "sailor-run" or "deepspeed".
 const char* training_runtime_name(TrainingRuntime runtime);
 
+/// The training job.
 struct JobSpec {
   std::string model;
   int global_batch = 0;

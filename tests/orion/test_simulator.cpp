@@ -212,8 +212,9 @@ TEST(Workload, BadWorkloadsNameTheField) {
             std::string::npos);
   bad = good;
   bad.replace(bad.find("\"requests\": 10"), 14, "\"requests\": 10, \"mps_active_thread_percentage\": 0");
-  EXPECT_NE(error_for("[" + bad + "]").find("/clients/0/mps_active_thread_percentage: mps_active_thread_percentage must be "
-                                            "above 0 and at most 100"),
+  EXPECT_NE(error_for("[" + bad + "]")
+                .find("/clients/0/mps_active_thread_percentage: mps_active_thread_percentage must be above 0 and at most "
+                      "100"),
             std::string::npos);
   std::string closed = good;
   closed.replace(closed.find("{\"type\": \"poisson\", \"rate\": 5}"), 30, "{\"type\": \"closed\"}, \"gap_ms\": -1");
