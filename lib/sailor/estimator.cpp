@@ -44,8 +44,22 @@ class FitCache {
     return *fit_;
   }
 
+  /// Bytes per second of a `bytes` message on that link; the last answer is
+  /// kept too (every replica pair of a stage sends the same message).
+  double bytes_per_s(LinkClass link, const std::string& src, const std::string& dst, double bytes) {
+    const BandwidthFit& fit = get(link, src, dst);
+    if (&fit != rate_fit_ || bytes != rate_bytes_) {
+      rate_fit_ = &fit;
+      rate_bytes_ = bytes;
+      rate_ = fit.bytes_per_s(bytes);
+    }
+    return rate_;
+  }
+
  private:
   const ClusterSpec& cluster_;
+  const BandwidthFit* rate_fit_ = nullptr;
+  double rate_bytes_ = -1, rate_ = 0;
   const BandwidthFit* fit_ = nullptr;
   LinkClass link_ = LinkClass::kSameNode;
   const std::string* src_ = nullptr;
@@ -137,7 +151,7 @@ Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
         const Replica& b = next.replicas[static_cast<std::size_t>(r)];
         const double message = in.model.act_output(s.last_layer - 1, s.tp_of(a)) * mbs * wire;
         const LinkClass link = link_of(a, b, in.cluster);
-        const double one_way = message / fits.get(link, a.gpu, b.gpu).bytes_per_s(message);
+        const double one_way = message / fits.bytes_per_s(link, a.gpu, b.gpu, message);
         se.send_s = std::max(se.send_s, 2 * one_way);
         if (link == LinkClass::kCrossZone || link == LinkClass::kCrossRegion) {
           egress_bytes_usd += 2 * message * nb / 1e9 * egress_price(link, in.cluster);
@@ -161,7 +175,7 @@ Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
         const BandwidthFit& fit = fits.get(link, a.gpu, b.gpu);
         if (&fit == last_fit) continue;  // same link kind as the previous pair: same time, and egress only across zones
         last_fit = link == LinkClass::kSameZone || link == LinkClass::kSameNode ? &fit : nullptr;
-        const double bw = fit.bytes_per_s(std::min(cal.allreduce_bucket_bytes, grad_bytes));
+        const double bw = fits.bytes_per_s(link, a.gpu, b.gpu, std::min(cal.allreduce_bucket_bytes, grad_bytes));
         slowest = std::max(slowest, per_link / bw);
         if (link == LinkClass::kCrossZone || link == LinkClass::kCrossRegion) {
           egress_bytes_usd += per_link * s.tp_of(a) / 1e9 * egress_price(link, in.cluster);
