@@ -57,7 +57,10 @@ double objective_value(const Estimate& e, Objective o) {
 
 TEST(Search, HeuristicWithinOnePercentOfExhaustive) {
   for (unsigned seed = 1; seed <= 8; ++seed) {
-    const PlannerInputs in = generated_cluster(seed);
+    PlannerInputs in = generated_cluster(seed);
+    // Odd seeds with DeepSpeed's schedule (blocking transfers, exposed
+    // all-reduce), which the search's bounds count differently.
+    if (seed % 2 == 1) in.job.runtime = TrainingRuntime::kDeepSpeed;
     for (Objective objective : {Objective::kThroughput, Objective::kCost}) {
       SearchOptions heuristic;
       heuristic.objective = objective;
