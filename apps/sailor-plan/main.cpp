@@ -86,7 +86,8 @@ int main(int argc, char** argv) {
   search_cmd->add_option("--max-stages", search.max_stages, "Largest pipeline degree tried")->capture_default_str()
       ->check(fleet::in_range(1, 1024));
   search_cmd->add_flag("--exhaustive", search.exhaustive,
-                       "Every stage-to-GPU-pool sequence, layer split and DP degree (small clusters only)");
+                       "Every stage-to-GPU-pool sequence, spill pool, TP degree per pool, layer split and DP degree "
+                       "(small clusters only)");
   search_cmd->add_option("-o,--output", search_output, "Write the best plan (with predictions) to this file");
   fleet::add_json_flag(search_cmd, &search.json);
 

@@ -22,7 +22,7 @@ struct SearchOptions {
   double min_throughput = 0;          ///< iterations per second, 0: no bound
   int max_gpus = 0;                   ///< 0: no bound
   int top_k = 1;                      ///< plans to keep
-  bool exhaustive = false;            ///< every stage-pool sequence, layer split and DP degree
+  bool exhaustive = false;            ///< every stage-pool sequence, spill pool, TP per pool, split and DP degree
   int max_stages = 16;                ///< pipeline degrees tried: 1..max_stages
   bool one_tp = false;                ///< one TP degree for every stage (what sailor-run trains); else one per GPU pool
 };
