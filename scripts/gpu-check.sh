@@ -121,6 +121,9 @@ if "$build/bin/sailor-run" -q init --preset 100m -o "$tmp/init" &&
 fi
 rm -rf "$tmp"
 
+section "orion: kernel pairs measured against the simulator (conv / batch norm, alone, sequential, together)"
+scripts/bench/orion_pairs.sh "$build" "$python" || fail "orion kernel pairs"
+
 section "orion: PyTorch inference (HP) beside training (BE), alone / orion / mps"
 HP_REQUESTS=300 BE_SECONDS=20 scripts/bench/orion_gpu.sh "$build" "$python" || fail "orion on the GPU"
 

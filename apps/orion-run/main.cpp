@@ -46,6 +46,10 @@ int main(int argc, char** argv) {
                        "orion, training HP client: its iteration-time target in ms; the SM threshold is then "
                        "searched online (0: off)")
       ->check(fleet::in_range(0, 1e9));
+  simulate->add_option("--reef-queue-depth", sim.reef_queue_depth,
+                       "reef: best-effort kernels released and unfinished at most (REEF's bounded device queue)")
+      ->capture_default_str()
+      ->check(fleet::in_range(1, 1e6));
   simulate->add_option("--max-be-wait", sim.max_be_wait_ms,
                        "Milliseconds after which a held best-effort kernel is admitted anyway (0: never)")
       ->capture_default_str()
@@ -75,6 +79,10 @@ int main(int argc, char** argv) {
                    "orion: outstanding best-effort work cap, as a fraction of the HP request latency")
       ->capture_default_str()
       ->check(fleet::in_range(1e-9, 1));
+  exec->add_option("--reef-queue-depth", ex.reef_queue_depth,
+                   "reef: best-effort kernels released and unfinished at most (REEF's bounded device queue)")
+      ->capture_default_str()
+      ->check(fleet::in_range(1, 1e6));
   exec->add_flag("--hp-trains", ex.hp_trains, "The HP command trains (Orion's SM threshold for training)");
   exec->add_flag("--wait-be", ex.wait_be, "Wait for best-effort commands instead of stopping them when HP ends");
   exec->add_option("--grace", ex.grace_s, "Seconds from SIGTERM to SIGKILL for stopped best-effort commands")

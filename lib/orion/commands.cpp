@@ -67,6 +67,7 @@ int run_simulate(const SimulateOptions& options) {
   if (options.hp_limit_ms > 0 && options.sm_threshold >= 0)
     throw UsageError("--hp-limit tunes the SM threshold online; leave --sm-threshold at -1");
   sim.policy.hp_limit_ms = options.hp_limit_ms;
+  sim.policy.reef_queue_depth = options.reef_queue_depth;
   spdlog::info("simulating {} client(s) on {} from {}", workload.clients.size(), workload.device.name, workload.source);
   const SimResult dedicated = simulate(workload, "dedicated", sim);
   std::vector<SimResult> results;

@@ -23,6 +23,7 @@ struct SimulateOptions {
   double max_be_wait_ms = 100;                  ///< a held BE kernel is admitted after this long (0: never)
   int sm_threshold = -1;
   double hp_limit_ms = 0;                       ///< orion, training HP: iteration target for the online SM threshold
+  int reef_queue_depth = 4;                     ///< reef: released, unfinished BE kernels at most
   bool json = false;
 };
 

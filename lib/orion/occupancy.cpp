@@ -81,4 +81,25 @@ Occupancy compute_occupancy(const LaunchConfig& launch, const DeviceSpec& device
   return out;
 }
 
+SmShare resident_share(const LaunchConfig& launch, const DeviceSpec& device) {
+  const Occupancy occupancy = compute_occupancy(launch, device);
+  const double blocks = static_cast<double>(std::min<std::int64_t>(occupancy.blocks_per_sm, launch.grid_blocks));
+  const int warps_per_block = (launch.threads_per_block + device.warp_size - 1) / device.warp_size;
+  const double warps = blocks * warps_per_block;
+  const double registers =
+      launch.registers_per_thread <= 0
+          ? 0.0
+          : blocks * warps_per_block *
+                static_cast<double>(round_up(static_cast<std::int64_t>(launch.registers_per_thread) * device.warp_size,
+                                             device.register_alloc_unit));
+  const std::int64_t shared_per_block =
+      round_up(launch.static_shared_bytes + launch.dynamic_shared_bytes + device.reserved_shared_memory_per_block,
+               device.shared_memory_alloc_unit);
+  return {std::max(warps / device.max_warps_per_sm, warps * device.warp_size / device.max_threads_per_sm),
+          registers / device.registers_per_sm,
+          device.shared_memory_per_sm > 0 ? blocks * static_cast<double>(shared_per_block) / device.shared_memory_per_sm
+                                          : 0.0,
+          blocks / device.max_blocks_per_sm};
+}
+
 }  // namespace fleet::orion

@@ -2,6 +2,7 @@
 // needs at full occupancy: SMs = ceil(grid blocks / blocks per SM).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string_view>
 
@@ -31,6 +32,15 @@ struct Occupancy {
   int warps_per_sm = 0;              ///< resident warps per SM
   std::int64_t sms_needed = 0;       ///< ceil(grid / blocks_per_sm); may exceed the SM count (several waves)
 };
+
+/// Fractions of one SM's warps, registers, shared memory and block slots
+/// that a kernel's resident blocks hold on it (each in [0, 1]).
+using SmShare = std::array<double, 4>;
+
+/// What one SM's worth of a launch (min(blocks per SM, grid) resident
+/// blocks) holds of the SM's warps, registers, shared memory and block slots.
+/// Registers count 0 when unknown. InputError as compute_occupancy.
+SmShare resident_share(const LaunchConfig& launch, const DeviceSpec& device);
 
 /// Blocks per SM = min of the block, thread/warp, register (allocated per
 /// warp in units of register_alloc_unit) and shared-memory (static + dynamic

@@ -104,16 +104,23 @@ class TemporalPolicy : public StreamsPolicy {
 };
 
 // REEF-like: during an HP request a BE kernel runs beside the HP kernel only
-// if it is no longer and needs no more SMs than that HP kernel.
+// if it is no longer and needs no more SMs than that HP kernel; at most
+// `queue_depth` BE kernels are released and unfinished at any time.
 class ReefPolicy : public Policy {
  public:
+  explicit ReefPolicy(int queue_depth) : queue_depth_(queue_depth) {}
   std::string_view name() const override { return "reef"; }
   bool preempts_best_effort() const override { return true; }
   bool admit(const SchedulerView& v, int client, std::size_t, std::size_t, const SimKernel& k) override {
-    if (client == v.hp_client || !v.hp_request_active) return true;
+    if (client == v.hp_client) return true;
+    if (v.be_outstanding_kernels >= queue_depth_) return false;
+    if (!v.hp_request_active) return true;
     if (v.hp_current == nullptr || v.hp_current_done) return false;
     return k.duration_us <= v.hp_current->duration_us && k.sm_usage <= v.hp_current->sm_usage;
   }
+
+ private:
+  int queue_depth_;
 };
 
 // Tick-Tock for training jobs: an iteration is a forward half then a backward
@@ -155,7 +162,10 @@ std::unique_ptr<Policy> make_policy(std::string_view name, const Workload& workl
   if (name == "streams") return std::make_unique<StreamsPolicy>();
   if (name == "mps") return std::make_unique<MpsPolicy>();
   if (name == "temporal") return std::make_unique<TemporalPolicy>();
-  if (name == "reef") return std::make_unique<ReefPolicy>();
+  if (name == "reef") {
+    if (options.reef_queue_depth < 1) throw InputError("the REEF queue depth must be at least 1 kernel");
+    return std::make_unique<ReefPolicy>(options.reef_queue_depth);
+  }
   if (name == "tick-tock") {
     for (const ClientSpec& c : workload.clients) {
       if (!c.training) throw InputError("tick-tock interleaves training jobs; client '" + c.name + "' is inference");

@@ -34,6 +34,9 @@ struct PolicyOptions {
   /// iterations: lower when their mean exceeds the target, higher otherwise).
   double hp_limit_ms = 0;
   int tune_every = 10;
+  /// reef: released, unfinished BE kernels at most (REEF-N's bounded device
+  /// queue: what a preemption cannot take back stays this short).
+  int reef_queue_depth = 4;
 };
 
 /// The decision interface.

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/stats.h"
+#include "orion/sm_pool.h"
 
 namespace fleet::orion {
 
@@ -17,14 +18,27 @@ constexpr double kEps = 1e-9;
 
 int class_index(KernelClass c) { return static_cast<int>(c) + 1; }
 
-struct RunningKernel {
-  int client;
-  std::size_t index;
-  const SimKernel* kernel;
-  double remaining_us;  // solo-time units left
-  int sms;
+// The kernel at the head of a client's stream, once it has gone to the GPU.
+struct GpuKernel {
+  bool on = false;
+  std::size_t index = 0;
+  const SimKernel* kernel = nullptr;
+  SmShare share{};
+  int units_unplaced = 0;   // SM units not yet placed
+  int units_resident = 0;   // SM units on SMs now
+  int units_total = 0;
+  double unit_us = 0;       // solo time of one unit (one wave)
   double speed = 1;
-  double start_us;
+  double ready_us = 0;      // when it became the head: first come, first served for SMs
+  double start_us = -1;     // its first unit placed
+  std::uint64_t no_room_at = ~std::uint64_t{0};  // pool generation at which it last found no room
+};
+
+// Units of one kernel placed together: they end together.
+struct Cohort {
+  int client;
+  int units;
+  double remaining_us;  // solo-time units left
 };
 
 struct ClientRun {
@@ -38,7 +52,7 @@ struct ClientRun {
   double request_arrival_us = 0;
   std::size_t launched = 0, released = 0, started = 0, completed = 0;
   double next_launch_us = 0;
-  bool on_gpu = false;
+  GpuKernel gpu;
   int sm_cap = 0;  // SMs its kernels may hold at once (its MPS share under mps; else every SM)
   // Results.
   std::int64_t done = 0;
@@ -59,7 +73,8 @@ struct ClientRun {
 class Simulation {
  public:
   Simulation(const Workload& w, Policy& policy, const SimOptions& options, ChromeTrace* trace)
-      : w_(w), policy_(policy), options_(options), trace_(trace), sms_(w.device.sm_count) {
+      : w_(w), policy_(policy), options_(options), trace_(trace), sms_(w.device.sm_count),
+        pool_(w.device.sm_count, static_cast<int>(w.clients.size())) {
     clients_.resize(w.clients.size());
     for (std::size_t i = 0; i < w.clients.size(); ++i) {
       ClientRun& c = clients_[i];
@@ -80,7 +95,6 @@ class Simulation {
       }
     }
     view_.device_sms = sms_;
-    capacity_ = static_cast<int>(std::floor(options.model.coresidence * sms_));
     dispatch_order_.resize(clients_.size());
     for (std::size_t i = 0; i < clients_.size(); ++i) dispatch_order_[i] = static_cast<int>(i);
     if (policy_.priority_streams() && view_.hp_client >= 0) {
@@ -198,26 +212,38 @@ class Simulation {
   // REEF: the running BE kernels are reset; each goes back to its stream's
   // head, unreleased, and waits for the policy to admit it again.
   void preempt_best_effort() {
-    for (std::size_t j = 0; j < running_.size();) {
-      RunningKernel& r = running_[j];
-      if (r.client == view_.hp_client) {
-        ++j;
-        continue;
+    for (std::size_t i = 0; i < clients_.size(); ++i) {
+      ClientRun& c = clients_[i];
+      if (static_cast<int>(i) == view_.hp_client || !c.gpu.on) continue;
+      GpuKernel& g = c.gpu;
+      // The work done so far: finished units, and the finished part of resident ones.
+      double units_done = g.units_total - g.units_unplaced - g.units_resident;
+      for (std::size_t j = 0; j < cohorts_.size();) {
+        Cohort& h = cohorts_[j];
+        if (h.client != static_cast<int>(i)) {
+          ++j;
+          continue;
+        }
+        if (g.unit_us > 0) units_done += h.units * (1.0 - h.remaining_us / g.unit_us);
+        pool_.release(h.client, h.units);
+        remove_cohort(j);
       }
-      ClientRun& c = clients_[r.client];
       ++c.preempted;
-      c.preempted_work_us += r.kernel->duration_us - r.remaining_us;
+      c.preempted_work_us += g.kernel->duration_us * units_done / g.units_total;
+      g.on = false;
       --c.started;
-      c.on_gpu = false;
       // Unreleased again (a stream's unstarted kernels are its last released ones).
       for (; c.released > c.started; --c.released) {
         const SimKernel& k = (*c.kernels)[c.released - 1];
         view_.be_outstanding_us = std::max(0.0, view_.be_outstanding_us - k.duration_us);
         --view_.be_outstanding_kernels;
       }
-      running_[j] = running_.back();
-      running_.pop_back();
     }
+  }
+
+  void remove_cohort(std::size_t j) {
+    if (j + 1 != cohorts_.size()) cohorts_[j] = cohorts_.back();
+    cohorts_.pop_back();
   }
 
   void schedule() {
@@ -255,35 +281,76 @@ class Simulation {
       }
     }
     if (served >= 0) served_best_effort(served);
-    // Block dispatch: grow partially placed kernels, then start stream heads.
-    int used = 0;
-    for (const RunningKernel& r : running_) used += r.sms;
-    for (int i : dispatch_order_) {
-      const int cap = clients_[i].sm_cap;
-      for (RunningKernel& r : running_) {
-        if (r.client == i && r.sms < std::min(r.kernel->sm_need, cap) && used < capacity_) {
-          const int extra = std::min(std::min(r.kernel->sm_need, cap) - r.sms, capacity_ - used);
-          r.sms += extra;
-          used += extra;
-        }
-      }
+    // Stream heads go to the GPU, then their blocks are placed.
+    for (std::size_t i = 0; i < clients_.size(); ++i) {
       ClientRun& c = clients_[i];
-      if (c.active && !c.on_gpu && c.started < c.released && used < capacity_) {
-        const SimKernel& k = (*c.kernels)[c.started];
-        const int sms = std::min({k.sm_need, cap, capacity_ - used});
-        running_.push_back(RunningKernel{i, c.started, &k, k.duration_us, sms, 1.0, now_});
-        used += sms;
-        ++c.started;
-        c.on_gpu = true;
-      }
+      if (c.active && !c.gpu.on && c.started < c.released) start_kernel(c);
+    }
+    dispatch_blocks();
+  }
+
+  void start_kernel(ClientRun& c) {
+    const SimKernel& k = (*c.kernels)[c.started];
+    GpuKernel& g = c.gpu;
+    g.on = true;
+    g.index = c.started++;
+    g.kernel = &k;
+    g.share = k.sm_share;
+    if (g.share == SmShare{}) g.share.fill(options_.model.default_unit_share[class_index(k.cls)]);
+    // A kernel of W waves runs as at most max_waves, each unit then standing
+    // for several consecutive blocks on its SM.
+    const std::int64_t units = std::clamp<std::int64_t>(k.sm_usage, 1, std::int64_t{1} << 40);
+    const std::int64_t max_waves = std::max(1, options_.model.max_waves);
+    const std::int64_t waves = (units + sms_ - 1) / sms_;
+    const std::int64_t group = (waves + max_waves - 1) / max_waves;
+    g.units_total = static_cast<int>((units + group - 1) / group);
+    g.units_unplaced = g.units_total;
+    g.units_resident = 0;
+    g.unit_us = k.duration_us / static_cast<double>((g.units_total + sms_ - 1) / sms_);
+    g.speed = 1;
+    g.ready_us = now_;
+    g.start_us = -1;
+    g.no_room_at = ~std::uint64_t{0};
+  }
+
+  // Room on the SMs goes to the waiting kernels in order: the HP stream
+  // first when the policy uses stream priorities, then first come, first
+  // served. A kernel takes at most one unit per SM and, under MPS limits,
+  // at most its client's share of the SMs.
+  void dispatch_blocks() {
+    waiting_.clear();
+    for (std::size_t i = 0; i < clients_.size(); ++i) {
+      const GpuKernel& g = clients_[i].gpu;
+      if (g.on && g.units_unplaced > 0 && g.no_room_at != pool_.generation()) waiting_.push_back(static_cast<int>(i));
+    }
+    if (waiting_.empty()) return;
+    const bool priority = policy_.priority_streams();
+    std::sort(waiting_.begin(), waiting_.end(), [&](int a, int b) {
+      const bool ha = priority && a == view_.hp_client, hb = priority && b == view_.hp_client;
+      if (ha != hb) return ha;
+      const double ra = clients_[a].gpu.ready_us, rb = clients_[b].gpu.ready_us;
+      return ra != rb ? ra < rb : a < b;
+    });
+    for (int i : waiting_) {
+      ClientRun& c = clients_[i];
+      GpuKernel& g = c.gpu;
+      const int wanted = std::min(g.units_unplaced, c.sm_cap - g.units_resident);
+      if (wanted <= 0) continue;  // its own cap: room comes back when one of its units ends
+      Cohort h{i, 0, g.unit_us};
+      h.units = pool_.place(i, g.share, wanted);
+      if (h.units < wanted) g.no_room_at = pool_.generation();
+      if (h.units == 0) continue;
+      g.units_unplaced -= h.units;
+      g.units_resident += h.units;
+      if (g.start_us < 0) g.start_us = now_;
+      cohorts_.push_back(h);
     }
   }
 
   // A counter track of SMs held, drawn by Perfetto under the kernel rows.
   void trace_sm_counter() {
     if (trace_ == nullptr || kernels_ > options_.trace_kernel_limit) return;
-    int held = 0;
-    for (const RunningKernel& r : running_) held += r.sms;
+    const int held = pool_.busy_sms();
     if (held != last_traced_sms_) {
       trace_->add_counter(1, "SMs held", now_, "sms", held);
       last_traced_sms_ = held;
@@ -292,14 +359,21 @@ class Simulation {
 
   void update_speeds() {
     scratch_.clear();
-    for (const RunningKernel& r : running_) scratch_.emplace_back(r.kernel, r.sms);
+    on_gpu_.clear();
+    for (std::size_t i = 0; i < clients_.size(); ++i) {
+      const GpuKernel& g = clients_[i].gpu;
+      if (g.on && g.units_resident > 0) {
+        scratch_.emplace_back(g.kernel, g.units_resident);
+        on_gpu_.push_back(static_cast<int>(i));
+      }
+    }
     contention_speeds(scratch_, sms_, options_.model, speeds_);
-    for (std::size_t j = 0; j < running_.size(); ++j) running_[j].speed = speeds_[j];
+    for (std::size_t j = 0; j < on_gpu_.size(); ++j) clients_[on_gpu_[j]].gpu.speed = speeds_[j];
   }
 
   double next_event() const {
     double t = kInf;
-    for (const RunningKernel& r : running_) t = std::min(t, now_ + r.remaining_us / r.speed);
+    for (const Cohort& h : cohorts_) t = std::min(t, now_ + h.remaining_us / clients_[h.client].gpu.speed);
     for (std::size_t i = 0; i < clients_.size(); ++i) {
       const ClientRun& c = clients_[i];
       if (c.active && c.launched < c.count()) t = std::min(t, c.next_launch_us);
@@ -320,47 +394,54 @@ class Simulation {
   void advance(double t) {
     const double dt = t - now_;
     if (dt >= 0) {
-      int held = 0;
-      for (RunningKernel& r : running_) {
-        // A kernel whose finish time is t ends exactly there, whatever the
-        // rounding of remaining / speed (at large t, now + tiny == now).
-        r.remaining_us = now_ + r.remaining_us / r.speed <= t ? 0.0 : r.remaining_us - dt * r.speed;
-        held += r.sms;
+      for (Cohort& h : cohorts_) {
+        const double speed = clients_[h.client].gpu.speed;
+        // Units whose end is t end exactly there, whatever the rounding of
+        // remaining / speed (at large t, now + tiny == now).
+        h.remaining_us = now_ + h.remaining_us / speed <= t ? 0.0 : h.remaining_us - dt * speed;
       }
-      if (!running_.empty() && dt > 0) {
+      if (!cohorts_.empty() && dt > 0) {
         busy_us_ += dt;
-        sm_us_ += dt * std::min(1.0, static_cast<double>(held) / sms_);
+        sm_us_ += dt * static_cast<double>(pool_.busy_sms()) / sms_;
       }
     }
     now_ = t;
   }
 
   void complete_finished() {
-    for (std::size_t j = 0; j < running_.size();) {
-      RunningKernel& r = running_[j];
-      if (r.remaining_us > 0) {
+    for (std::size_t j = 0; j < cohorts_.size();) {
+      Cohort& h = cohorts_[j];
+      if (h.remaining_us > 0) {
         ++j;
         continue;
       }
-      ClientRun& c = clients_[r.client];
-      ++kernels_;
-      if (trace_ != nullptr && kernels_ <= options_.trace_kernel_limit) {
-        trace_->add_complete(1, 2 * r.client, "k" + std::to_string(r.index), kernel_class_name(r.kernel->cls), r.start_us,
-                             now_ - r.start_us, {{"sms", r.sms}, {"solo_us", r.kernel->duration_us}});
-      }
-      if (r.client == view_.hp_client) {
-        if (view_.hp_current == r.kernel) view_.hp_current_done = true;
-      } else {
-        view_.be_outstanding_us = std::max(0.0, view_.be_outstanding_us - r.kernel->duration_us);
-        --view_.be_outstanding_kernels;
-      }
-      c.on_gpu = false;
-      ++c.completed;
-      policy_.on_complete(r.client, r.index, c.count());
-      if (c.completed == c.count()) finish_request(r.client);
-      running_[j] = running_.back();
-      running_.pop_back();
+      const int client = h.client;
+      GpuKernel& g = clients_[client].gpu;
+      pool_.release(client, h.units);
+      g.units_resident -= h.units;
+      remove_cohort(j);
+      if (g.units_resident == 0 && g.units_unplaced == 0) finish_kernel(client);
     }
+  }
+
+  void finish_kernel(int client) {
+    ClientRun& c = clients_[client];
+    GpuKernel& g = c.gpu;
+    ++kernels_;
+    if (trace_ != nullptr && kernels_ <= options_.trace_kernel_limit) {
+      trace_->add_complete(1, 2 * client, "k" + std::to_string(g.index), kernel_class_name(g.kernel->cls), g.start_us,
+                           now_ - g.start_us, {{"sm_units", g.units_total}, {"solo_us", g.kernel->duration_us}});
+    }
+    if (client == view_.hp_client) {
+      if (view_.hp_current == g.kernel) view_.hp_current_done = true;
+    } else {
+      view_.be_outstanding_us = std::max(0.0, view_.be_outstanding_us - g.kernel->duration_us);
+      --view_.be_outstanding_kernels;
+    }
+    g.on = false;
+    ++c.completed;
+    policy_.on_complete(client, g.index, c.count());
+    if (c.completed == c.count()) finish_request(client);
   }
 
   void finish_request(int i) {
@@ -418,13 +499,14 @@ class Simulation {
   const SimOptions& options_;
   ChromeTrace* trace_;
   int sms_;
-  int capacity_ = 0;
+  SmPool pool_;
   double now_ = 0;
   double busy_us_ = 0, sm_us_ = 0;
   std::uint64_t kernels_ = 0;
   int last_traced_sms_ = -1;
   std::vector<ClientRun> clients_;
-  std::vector<RunningKernel> running_;
+  std::vector<Cohort> cohorts_;
+  std::vector<int> waiting_, on_gpu_;  // scratch of dispatch_blocks and update_speeds
   std::vector<int> dispatch_order_;
   SchedulerView view_;
   std::vector<std::pair<const SimKernel*, int>> scratch_;
@@ -446,9 +528,9 @@ void contention_speeds(const std::vector<std::pair<const SimKernel*, int>>& runn
   const double oversubscription = std::max({1.0, compute, memory});
   speeds.clear();
   for (const auto& [k, sms] : running) {
-    const double placed = static_cast<double>(sms) / k->sm_need;  // fewer SMs than needed: slower
+    // (Fewer SMs than a kernel has units cost it waves, not speed.)
     const int neighbours = k->cls == KernelClass::kUnknown ? 0 : per_class[class_index(k->cls)] - 1;
-    speeds.push_back(placed / oversubscription / (1.0 + model.same_class_penalty * neighbours));
+    speeds.push_back(1.0 / oversubscription / (1.0 + model.same_class_penalty * neighbours));
   }
 }
 

@@ -2,11 +2,13 @@
 // scheduling policy. The model (docs/orion-simulator.md):
 //  - each client is one in-order stream; a request/iteration's kernels are
 //    launched by the CPU one per launch_overhead_us, released to the GPU
-//    when the policy admits them, and start when their predecessor finished
-//    and SMs are free;
-//  - SMs are handed out at dispatch (HP stream first when the policy uses
-//    stream priorities), never taken back; blocks of up to `coresidence`
-//    kernels may share the SMs;
+//    when the policy admits them, and start when their predecessor finished;
+//  - kernels are dispatched block by block (in SM units: one SM's worth of
+//    a kernel's resident blocks) onto SMs with room for them by their warp,
+//    register, shared-memory and block-slot limits; a kernel with more units
+//    than SMs runs in waves; freed room goes to the high-priority stream
+//    first when the policy uses stream priorities, else first come first
+//    served; resident blocks are never taken back;
 //  - running kernels share the device's compute and memory bandwidth in
 //    proportion to their demand (a class-dependent fraction scaled by the
 //    share of SMs they hold); same-class neighbours add a small interference.
@@ -30,7 +32,13 @@ struct ContentionModel {
   double compute_use[3] = {0.6, 0.2, 1.0};
   double memory_use[3] = {0.6, 0.93, 0.3};
   double same_class_penalty = 0.015;  ///< slowdown per other running kernel of the same known class
-  double coresidence = 2.0;           ///< SM capacity in units of the device's SMs
+  /// Share of each SM resource one SM unit holds when the profile has no
+  /// launch data, by class (unknown, memory, compute).
+  double default_unit_share[3] = {1.0, 0.5, 0.5};
+  /// A kernel of more waves than this is simulated in this many (each unit
+  /// then stands for several consecutive blocks on its SM): bounds the events
+  /// per kernel.
+  int max_waves = 32;
 };
 
 /// Options of one simulation.
@@ -67,7 +75,7 @@ struct SimResult {
   std::vector<ClientResult> clients;
   double simulated_s = 0;        ///< simulated time
   double busy_fraction = 0;      ///< time with at least one kernel running
-  double sm_utilization = 0;     ///< time-average of min(1, SMs held / SMs)
+  double sm_utilization = 0;     ///< time-average of the fraction of SMs holding blocks
   std::uint64_t kernels = 0;     ///< kernels simulated
 };
 
@@ -76,8 +84,9 @@ struct SimResult {
 SimResult simulate(const Workload& workload, std::string_view policy, const SimOptions& options = {},
                    ChromeTrace* trace = nullptr);
 
-/// Speed (fraction of solo speed) of each of `running` kernels (kernel, SMs
-/// held) under the model, written to `speeds`; exposed for tests.
+/// Speed (fraction of solo speed per resident block) of each of `running`
+/// kernels (kernel, SMs holding its blocks) under the model, written to
+/// `speeds`; exposed for tests.
 void contention_speeds(const std::vector<std::pair<const SimKernel*, int>>& running, int device_sms,
                        const ContentionModel& model, std::vector<double>& speeds);
 

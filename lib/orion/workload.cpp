@@ -21,6 +21,16 @@ std::vector<SimKernel> to_sim_kernels(const KernelProfile& profile, const Device
     s.sm_usage = k.sm_usage;
     s.sm_need = static_cast<int>(std::clamp<std::int64_t>(k.sm_usage, 1, device.sm_count));
     s.cls = k.profile;
+    if (k.grid_blocks > 0 && k.threads_per_block > 0) {
+      const LaunchConfig launch{k.grid_blocks, k.threads_per_block, k.registers_per_thread, k.static_shared_bytes,
+                                k.dynamic_shared_bytes};
+      try {
+        s.sm_share = resident_share(launch, device);
+      } catch (const InputError& e) {
+        throw InputError("kernel '" + k.name + "' of " + profile.source + " cannot run on " + device.name + ": " +
+                         e.message());
+      }
+    }
     out.push_back(s);
   }
   return out;

@@ -11,6 +11,7 @@
 
 #include "orion/device.h"
 #include "orion/kernel_profile.h"
+#include "orion/occupancy.h"
 
 namespace fleet::orion {
 
@@ -30,6 +31,10 @@ struct SimKernel {
   std::int64_t sm_usage = 0;///< SMs needed at full occupancy (uncapped: may exceed the device)
   int sm_need = 1;          ///< SMs it can use at once: sm_usage clamped to [1, device SMs]
   KernelClass cls = KernelClass::kUnknown;
+  /// What one SM's worth of its blocks holds of an SM, from its launch data;
+  /// all zero when the profile has none (the simulator then assumes its
+  /// class's default, docs/orion-simulator.md).
+  SmShare sm_share{};
 };
 
 /// One client: a model doing inference requests or training iterations.

@@ -79,6 +79,21 @@ TEST_F(PolicyFixture, ReefAdmitsOnlyShorterAndSmallerKernels) {
   EXPECT_TRUE(reef->admit(v, 0, 0, 1, be_big_memory));
 }
 
+TEST_F(PolicyFixture, ReefBoundsTheBestEffortKernelsInFlight) {
+  PolicyOptions options;
+  options.reef_queue_depth = 2;
+  auto reef = make_policy("reef", w, options);
+  SchedulerView idle;  // no HP request: REEF's normal mode
+  idle.hp_client = 1;
+  idle.be_outstanding_kernels = 1;
+  EXPECT_TRUE(reef->admit(idle, 0, 0, 1, be_big_memory));
+  idle.be_outstanding_kernels = 2;
+  EXPECT_FALSE(reef->admit(idle, 0, 0, 1, be_big_memory));  // the device queue is full
+  EXPECT_TRUE(reef->admit(idle, 1, 0, 1, hp_conv));           // HP kernels are never bounded
+  options.reef_queue_depth = 0;
+  EXPECT_THROW(make_policy("reef", w, options), InputError);
+}
+
 TEST_F(PolicyFixture, BaselinesAdmitEverything) {
   for (const char* name : {"streams", "mps", "temporal"}) {
     auto p = make_policy(name, w);

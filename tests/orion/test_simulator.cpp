@@ -72,21 +72,21 @@ TEST(Simulator, StreamsStayInOrderAndNothingExceedsTheSms) {
   ChromeTrace trace;
   simulate(w, "mps", {}, &trace);
   std::map<int, double> last_end;
-  int counters = 0;
+  int counters = 0, most_sms = 0;
   const nlohmann::json events = trace.to_json()["traceEvents"];
   for (const auto& e : events) {
-    if (e["ph"] == "C") {  // SMs held by all running kernels together
-      EXPECT_LE(e["args"]["sms"].get<int>(), 160) << "more than two kernels' blocks per SM";
+    if (e["ph"] == "C") {  // SMs holding blocks
+      most_sms = std::max(most_sms, e["args"]["sms"].get<int>());
       ++counters;
     }
     if (e["ph"] != "X" || e["cat"] == "request") continue;
     const int tid = e["tid"];
     const double start = e["ts"], end = start + e["dur"].get<double>();
-    EXPECT_LE(e["args"]["sms"].get<int>(), 80);
     EXPECT_GE(start, last_end[tid] - 1e-9) << "stream " << tid << " overlaps itself";
     last_end[tid] = end;
   }
-  EXPECT_GT(counters, 10);
+  EXPECT_GT(counters, 1);
+  EXPECT_EQ(most_sms, 80);  // busy, never above the device's SMs
   EXPECT_EQ(last_end.size(), 3u);
 }
 
@@ -125,7 +125,7 @@ TEST(Simulator, ContentionSpeedsFollowTheModel) {
   contention_speeds({{&conv, 80}}, 80, {}, speeds);
   EXPECT_DOUBLE_EQ(speeds[0], 1.0);
   contention_speeds({{&conv, 40}}, 80, {}, speeds);
-  EXPECT_DOUBLE_EQ(speeds[0], 0.5);  // half the SMs it needs
+  EXPECT_DOUBLE_EQ(speeds[0], 1.0);  // half the SMs it needs: twice the waves, not a slower block
   contention_speeds({{&conv, 80}, {&conv, 80}}, 80, {}, speeds);
   EXPECT_NEAR(speeds[0], 0.5 / 1.015, 1e-12);
   contention_speeds({{&conv, 80}, {&bn, 8}}, 80, {}, speeds);
@@ -141,13 +141,25 @@ TEST(Simulator, OrionMeetsItsTargetOnTheReferenceWorkload) {
   const SimResult orion = simulate(w, "orion");
   const SimResult mps = simulate(w, "mps");
   const SimResult temporal = simulate(w, "temporal");
+  const SimResult streams = simulate(w, "streams");
+  const SimResult reef = simulate(w, "reef");
   const std::size_t hp = 1, be = 0;
   ASSERT_TRUE(w.clients[hp].high_priority);
   EXPECT_LE(orion.clients[hp].p99_ms, 1.15 * dedicated.clients[hp].p99_ms);
   EXPECT_GE(orion.clients[be].throughput_per_s, 0.70 * dedicated.clients[be].throughput_per_s);
-  EXPECT_GT(mps.clients[hp].p99_ms, orion.clients[hp].p99_ms);
-  EXPECT_GT(temporal.clients[hp].p99_ms, 3 * dedicated.clients[hp].p99_ms);
   EXPECT_GT(orion.busy_fraction, dedicated.busy_fraction);
+  // The baselines behave differently: without stream priorities (mps) HP
+  // kernels wait behind whole BE kernels, with them (streams) behind one
+  // wave, and reef resets BE work; temporal sharing has the worst tail.
+  const double mps_p99 = mps.clients[hp].p99_ms / dedicated.clients[hp].p99_ms;
+  EXPECT_GE(mps_p99, 1.3);
+  EXPECT_LE(mps_p99, 2.5);
+  EXPECT_GT(mps.clients[hp].p99_ms, 1.2 * streams.clients[hp].p99_ms);
+  EXPECT_GT(streams.clients[hp].p99_ms, 1.2 * reef.clients[hp].p99_ms);
+  for (const SimResult* r : {&orion, &mps, &streams, &reef}) {
+    EXPECT_GT(temporal.clients[hp].p99_ms, 3 * r->clients[hp].p99_ms) << r->policy;
+  }
+  EXPECT_GE(orion.clients[be].throughput_per_s, 0.99 * temporal.clients[be].throughput_per_s);
 }
 
 TEST(Workload, ReadsOrionsConfigs) {
@@ -380,20 +392,43 @@ TEST(SimulatorOutcomes, MpsSharesLimitEachClientsSms) {
   EXPECT_DOUBLE_EQ(simulate(w, "mps").clients[0].latencies_ms.at(0), 2.0);
   EXPECT_DOUBLE_EQ(simulate(w, "streams").clients[0].latencies_ms.at(0), 1.0);
   EXPECT_DOUBLE_EQ(simulate(w, "dedicated").clients[0].latencies_ms.at(0), 1.0);
-  // A 30-SM kernel is untouched by a 50 % share (40 SMs); 25 % (20 SMs) slows it by 30/20.
+  // A 30-SM kernel is untouched by a 50 % share (40 SMs); 25 % (20 SMs) needs two waves.
   w.clients[0].kernels = {kernel(1000, 30, KernelClass::kCompute)};
   EXPECT_DOUBLE_EQ(simulate(w, "mps").clients[0].latencies_ms.at(0), 1.0);
   w.clients[0].mps_active_thread_percentage = 25;
-  EXPECT_DOUBLE_EQ(simulate(w, "mps").clients[0].latencies_ms.at(0), 1.5);
+  EXPECT_DOUBLE_EQ(simulate(w, "mps").clients[0].latencies_ms.at(0), 2.0);
   // Two clients split 50/50: mps now differs from streams, where they share every SM.
   Workload pair = testing::workload({client("be", {kernel(400, 80, KernelClass::kMemory)}, false, true, 0),
                                      client("hp", {kernel(300, 80, KernelClass::kCompute)}, true, false, 300, 200.0)});
   const SimResult shared = simulate(pair, "mps");
-  EXPECT_EQ(shared.clients[1].latencies_ms, simulate(pair, "streams").clients[1].latencies_ms);
+  const std::vector<double> streams = simulate(pair, "streams").clients[1].latencies_ms;
   for (ClientSpec& c : pair.clients) c.mps_active_thread_percentage = 50;
   const SimResult split = simulate(pair, "mps");
   EXPECT_GT(split.clients[1].p50_ms, 1.5 * shared.clients[1].p50_ms);
-  EXPECT_EQ(simulate(pair, "streams").clients[1].latencies_ms, shared.clients[1].latencies_ms);
+  EXPECT_EQ(simulate(pair, "streams").clients[1].latencies_ms, streams);
+}
+
+// Block-level dispatch: a best-effort kernel of 800 SM units (10 waves of
+// 100 us on 80 SMs, blocks that fill their SM) is running when a one-wave HP
+// kernel arrives at 250 us. With stream priority the HP kernel takes the SMs
+// the BE kernel's third wave frees at 300 us; without (MPS) room goes first
+// come, first served, so it waits for the BE kernel's last wave.
+TEST(SimulatorOutcomes, WithoutStreamPriorityAnHpKernelWaitsForEveryBestEffortWave) {
+  Workload w = testing::workload({client("be", {kernel(1000, 800, KernelClass::kUnknown)}, false, false, 1),
+                                  client("hp", {kernel(50, 80, KernelClass::kUnknown)}, true, false, 1)});
+  w.clients[1].arrivals.kind = ArrivalKind::kTrace;
+  w.clients[1].arrivals.trace_gaps_s = {250e-6};
+  const SimResult streams = simulate(w, "streams"), mps = simulate(w, "mps");
+  EXPECT_NEAR(streams.clients[1].latencies_ms.at(0), 0.100, 1e-9);  // waits 50 us, runs 50 us
+  EXPECT_NEAR(streams.clients[0].latencies_ms.at(0), 1.050, 1e-9);  // BE loses the 50 us
+  EXPECT_NEAR(mps.clients[1].latencies_ms.at(0), 0.800, 1e-9);      // waits 750 us
+  EXPECT_NEAR(mps.clients[0].latencies_ms.at(0), 1.000, 1e-9);
+  // Blocks that leave room (a known class holds half an SM here) let the HP
+  // kernel in beside them at once, whatever the priority.
+  w.clients[0].kernels[0].cls = KernelClass::kMemory;
+  w.clients[1].kernels[0].cls = KernelClass::kCompute;
+  // (Both at full speed but for the shared bandwidth: 0.93 + 0.3 of it.)
+  EXPECT_NEAR(simulate(w, "mps").clients[1].latencies_ms.at(0), 0.050 * 1.23, 1e-9);
 }
 
 TEST(SimulatorOutcomes, ThroughputIsMeasuredOverTheCommonWindow) {

@@ -150,6 +150,7 @@ LiveConfig build_config(const ExecOptions& o) {
   config.policy = o.policy;
   config.policy_options.sm_threshold = o.sm_threshold;
   config.policy_options.dur_threshold_fraction = o.dur_threshold;
+  config.policy_options.reef_queue_depth = o.reef_queue_depth;
   std::size_t i = 0;
   auto add = [&](bool hp) {
     LiveClient c;
