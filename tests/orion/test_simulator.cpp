@@ -30,6 +30,18 @@ TEST(Simulator, LoneKernelTakesItsProfiledTime) {
   EXPECT_THROW(simulate(w, "orion"), InputError);  // orion protects an HP client; there is none
 }
 
+TEST(Simulator, AManyWaveKernelTakesItsProfiledTimeAndTwiceThatOnHalfTheSms) {
+  // 8000 SM units on 80 SMs: 100 waves, simulated as 32 (each unit standing
+  // for several consecutive blocks); alone it still takes its solo time.
+  Workload w = testing::workload({client("solo", {kernel(1000, 8000, KernelClass::kMemory)}, false, false, 1)});
+  EXPECT_NEAR(simulate(w, "streams").clients[0].latencies_ms.at(0), 1.0, 1e-9);
+  w.clients[0].mps_active_thread_percentage = 50;  // 40 SMs: twice the waves
+  EXPECT_NEAR(simulate(w, "mps").clients[0].latencies_ms.at(0), 2.0, 1e-9);
+  SimOptions fine;
+  fine.model.max_waves = 1000;  // every wave simulated: the same times
+  EXPECT_NEAR(simulate(w, "mps", fine).clients[0].latencies_ms.at(0), 2.0, 1e-9);
+}
+
 TEST(Simulator, InOrderKernelsOfOneClientAddUp) {
   Workload w = testing::workload({client("seq",
                                          {kernel(10, 80, KernelClass::kCompute), kernel(20, 5, KernelClass::kMemory),
