@@ -84,6 +84,8 @@ def scenario(tmp, ref, name, nprocs, plan, act, extra=("--checkpoint-every", "10
     code, out, err, folder, metrics = elastic(RUN, tmp, name.replace(" ", "_"), nprocs, plan, extra=list(extra),
                                               act=act, **kwargs)
     steps, events = records(metrics)
+    if len(events) > 1:  # more reconfigurations than the scenario caused: show the workers' errors
+        print("\n".join(line for line in err.splitlines() if "error" in line or "exited" in line)[-3000:])
     check(code == 0 and finishes_on_new_plan(out, events),
           f"{name}: the job finishes on the new plan's workers (rc {code}): {out.strip()[-200:]} {err[-600:]}")
     redone = same_losses(check, ref, steps, name, allowed_redone=allowed_redone)

@@ -23,6 +23,21 @@ std::string first_line(const std::exception& e) {
   return text.substr(0, text.find('\n'));
 }
 
+// Starting a transfer or collective towards a peer that died can fail at
+// once (Gloo throws the pair's read or write error when the work is
+// enqueued), before there is any work to wait for: the same lost peer as a
+// failed wait.
+template <class Start>
+c10::intrusive_ptr<c10d::Work> started(Start&& start) {
+  try {
+    return start();
+  } catch (const PeerLost&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw PeerLost("lost a peer: " + first_line(e));
+  }
+}
+
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
@@ -127,26 +142,28 @@ void Group::all_reduce_max(torch::Tensor& tensor) {
   std::vector<torch::Tensor> tensors{tensor};
   c10d::AllreduceOptions options;
   options.reduceOp = c10d::ReduceOp::MAX;
-  wait(backend_->allreduce(tensors, options));
+  wait(started([&] { return backend_->allreduce(tensors, options); }));
 }
 
 c10::intrusive_ptr<c10d::Work> Group::all_reduce_sum_async(torch::Tensor& tensor) {
   std::vector<torch::Tensor> tensors{tensor};
-  return backend_->allreduce(tensors);
+  return started([&] { return backend_->allreduce(tensors); });
 }
 
 c10::intrusive_ptr<c10d::Work> Group::send(torch::Tensor& tensor, int to, int tag) {
   std::vector<torch::Tensor> tensors{tensor};
-  return backend_->send(tensors, local(to), tag);
+  const int peer = local(to);
+  return started([&] { return backend_->send(tensors, peer, tag); });
 }
 
 void Group::recv(torch::Tensor& tensor, int from, int tag) {
   std::vector<torch::Tensor> tensors{tensor};
-  wait(backend_->recv(tensors, local(from), tag));
+  const int peer = local(from);
+  wait(started([&] { return backend_->recv(tensors, peer, tag); }));
 }
 
 void Group::barrier() {
-  if (size() > 1) wait(backend_->barrier());
+  if (size() > 1) wait(started([&] { return backend_->barrier(); }));
 }
 
 Communicator::Communicator(const WorldInfo& world, std::chrono::milliseconds timeout)
