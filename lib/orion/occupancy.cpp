@@ -12,6 +12,26 @@ namespace {
 
 std::int64_t round_up(std::int64_t value, std::int64_t unit) { return unit <= 0 ? value : (value + unit - 1) / unit * unit; }
 
+// What one block of a launch takes of an SM, as the hardware allocates it.
+struct BlockNeeds {
+  int warps;                  // threads rounded up to whole warps
+  std::int64_t regs_per_warp; // per-warp allocation in units of register_alloc_unit; 0 when unknown
+  std::int64_t shared;        // static + dynamic + the runtime's reservation, rounded to the allocation unit
+};
+
+BlockNeeds block_needs(const LaunchConfig& launch, const DeviceSpec& device) {
+  BlockNeeds b;
+  b.warps = (launch.threads_per_block + device.warp_size - 1) / device.warp_size;
+  b.regs_per_warp =
+      launch.registers_per_thread <= 0
+          ? 0
+          : round_up(static_cast<std::int64_t>(launch.registers_per_thread) * device.warp_size,
+                     device.register_alloc_unit);
+  b.shared = round_up(launch.static_shared_bytes + launch.dynamic_shared_bytes + device.reserved_shared_memory_per_block,
+                      device.shared_memory_alloc_unit);
+  return b;
+}
+
 }  // namespace
 
 std::string_view limiter_name(OccupancyLimiter limiter) {
@@ -41,7 +61,8 @@ Occupancy compute_occupancy(const LaunchConfig& launch, const DeviceSpec& device
                      std::to_string(device.max_shared_memory_per_block) + "-byte limit of " + device.name);
   }
 
-  const int warps_per_block = (launch.threads_per_block + device.warp_size - 1) / device.warp_size;
+  const BlockNeeds block = block_needs(launch, device);
+  const int warps_per_block = block.warps;
   struct Limit {
     int blocks;
     OccupancyLimiter limiter;
@@ -51,16 +72,12 @@ Occupancy compute_occupancy(const LaunchConfig& launch, const DeviceSpec& device
   limits.push_back({std::min(device.max_warps_per_sm / warps_per_block,
                              device.max_threads_per_sm / (warps_per_block * device.warp_size)),
                     OccupancyLimiter::kThreads});
-  if (launch.registers_per_thread > 0) {
-    const std::int64_t regs_per_warp =
-        round_up(static_cast<std::int64_t>(launch.registers_per_thread) * device.warp_size, device.register_alloc_unit);
-    const std::int64_t warps_by_registers = device.registers_per_sm / regs_per_warp;
+  if (block.regs_per_warp > 0) {
+    const std::int64_t warps_by_registers = device.registers_per_sm / block.regs_per_warp;
     limits.push_back({static_cast<int>(warps_by_registers / warps_per_block), OccupancyLimiter::kRegisters});
   }
-  const std::int64_t shared_per_block =
-      round_up(requested_shared + device.reserved_shared_memory_per_block, device.shared_memory_alloc_unit);
-  if (shared_per_block > 0) {
-    limits.push_back({static_cast<int>(device.shared_memory_per_sm / shared_per_block), OccupancyLimiter::kSharedMemory});
+  if (block.shared > 0) {
+    limits.push_back({static_cast<int>(device.shared_memory_per_sm / block.shared), OccupancyLimiter::kSharedMemory});
   }
 
   Occupancy out;
@@ -83,21 +100,12 @@ Occupancy compute_occupancy(const LaunchConfig& launch, const DeviceSpec& device
 
 SmShare resident_share(const LaunchConfig& launch, const DeviceSpec& device) {
   const Occupancy occupancy = compute_occupancy(launch, device);
+  const BlockNeeds block = block_needs(launch, device);
   const double blocks = static_cast<double>(std::min<std::int64_t>(occupancy.blocks_per_sm, launch.grid_blocks));
-  const int warps_per_block = (launch.threads_per_block + device.warp_size - 1) / device.warp_size;
-  const double warps = blocks * warps_per_block;
-  const double registers =
-      launch.registers_per_thread <= 0
-          ? 0.0
-          : blocks * warps_per_block *
-                static_cast<double>(round_up(static_cast<std::int64_t>(launch.registers_per_thread) * device.warp_size,
-                                             device.register_alloc_unit));
-  const std::int64_t shared_per_block =
-      round_up(launch.static_shared_bytes + launch.dynamic_shared_bytes + device.reserved_shared_memory_per_block,
-               device.shared_memory_alloc_unit);
+  const double warps = blocks * block.warps;
   return {std::max(warps / device.max_warps_per_sm, warps * device.warp_size / device.max_threads_per_sm),
-          registers / device.registers_per_sm,
-          device.shared_memory_per_sm > 0 ? blocks * static_cast<double>(shared_per_block) / device.shared_memory_per_sm
+          warps * static_cast<double>(block.regs_per_warp) / device.registers_per_sm,
+          device.shared_memory_per_sm > 0 ? blocks * static_cast<double>(block.shared) / device.shared_memory_per_sm
                                           : 0.0,
           blocks / device.max_blocks_per_sm};
 }

@@ -48,6 +48,12 @@ void SmPool::move(std::size_t from, std::uint64_t to, const Fixed& used, int n) 
   }
 }
 
+void SmPool::drop_empty_groups() {
+  // The idle group stays first, even when empty.
+  groups_.erase(std::remove_if(groups_.begin() + 1, groups_.end(), [](const Group& g) { return g.count == 0; }),
+                groups_.end());
+}
+
 int SmPool::place(int client, const SmShare& share, int units) {
   const Fixed need = to_fixed(share);
   client_need_[static_cast<std::size_t>(client)] = need;
@@ -70,9 +76,7 @@ int SmPool::place(int client, const SmShare& share, int units) {
     move(i, g.clients | bit, used, n);
     placed += n;
   }
-  // Drop emptied groups (the idle group stays first).
-  groups_.erase(std::remove_if(groups_.begin() + 1, groups_.end(), [](const Group& g) { return g.count == 0; }),
-                groups_.end());
+  drop_empty_groups();
   return placed;
 }
 
@@ -92,8 +96,7 @@ void SmPool::release(int client, int units) {
     left -= n;
   }
   if (left != 0) throw std::logic_error("SmPool::release: more units than the client holds");
-  groups_.erase(std::remove_if(groups_.begin() + 1, groups_.end(), [](const Group& g) { return g.count == 0; }),
-                groups_.end());
+  drop_empty_groups();
   ++generation_;
 }
 

@@ -51,6 +51,8 @@ class SmPool {
   int idle_sms() const;
   // Moves `n` SMs from groups_[from] to the group of mask `to` (created if new).
   void move(std::size_t from, std::uint64_t to, const Fixed& used, int n);
+  // Removes groups left with no SMs (all but the idle group).
+  void drop_empty_groups();
 
   int sms_;
   std::vector<Group> groups_;       // groups_[0]: idle SMs (clients == 0), always present
