@@ -4,7 +4,8 @@
 //     the SBMM kernel on packed 4-bit 2:4 and 2-bit 2:4 deltas of the 100m
 //     preset's shapes against one dense float32 GEMM of the same shape
 //     (libtorch), and against what full mode does instead (one dense GEMM per
-//     variant), for 1-64 batch rows spread over 1-16 variants.
+//     variant), for 1-64 batch rows spread over 1-16 variants; and the
+//     portable kernels against the AVX2 ones (where the CPU has them).
 //   bench_dz_serve decode BASE_DIR BATCH THREADS REPEATS DELTA.h5...
 //     one decode step of BATCH sequences spread over the deltas: delta mode
 //     (base + SBMM overlay) against full mode (one reconstructed model per
@@ -84,9 +85,14 @@ int sbmm(int repeats) {
           };
           const double t_sbmm = best_of(repeats, run_sbmm), t_gemm = best_of(repeats, run_one_gemm),
                        t_full = best_of(repeats, run_per_variant_gemm);
+          SbmmMatrix::use_vector_kernels(false);  // the portable kernels, for the vector kernels' gain
+          const double t_portable = best_of(repeats, run_sbmm);
+          SbmmMatrix::use_vector_kernels(true);
           std::cout << nlohmann::json{{"bench", "sbmm"}, {"bits", bits}, {"rows", rows}, {"cols", cols}, {"batch", n},
                                       {"variants", variants}, {"sbmm_us", t_sbmm * 1e6}, {"dense_gemm_us", t_gemm * 1e6},
-                                      {"per_variant_gemm_us", t_full * 1e6},
+                                      {"per_variant_gemm_us", t_full * 1e6}, {"sbmm_portable_us", t_portable * 1e6},
+                                      {"vector_kernels", SbmmMatrix::vector_kernels()},
+                                      {"portable_over_sbmm", t_portable / t_sbmm},
                                       {"sbmm_over_dense", t_sbmm / t_gemm}, {"sbmm_over_per_variant", t_sbmm / t_full},
                                       {"packed_bytes", deltas[0].bytes()}, {"dense_bytes", rows * cols * 4}}
                            .dump()

@@ -60,7 +60,11 @@ TEST_P(SbmmAgainstDequantized, EqualsDequantizeThenMatmul) {
     matrix.decode_row(o, row.data());
     for (std::int64_t k = 0; k < cols; ++k) ASSERT_EQ(row[static_cast<std::size_t>(k)], dense[static_cast<std::size_t>(o * cols + k)]);
   }
-  for (std::int64_t n : {1, 5}) {
+  // Both kernels for the fused 2:4 form: the AVX2 ones where the CPU has
+  // them, and the portable ones.
+  for (const bool vector : {true, false})
+  for (std::int64_t n : {1, 5, 16}) {
+    SbmmMatrix::use_vector_kernels(vector);
     std::normal_distribution<float> normal(0, 1);
     const std::int64_t x_stride = cols + 3, y_stride = rows + 2;  // strides wider than the rows
     std::vector<float> x(static_cast<std::size_t>(n * x_stride)), y(static_cast<std::size_t>(n * y_stride), 0.5f);
@@ -83,6 +87,7 @@ TEST_P(SbmmAgainstDequantized, EqualsDequantizeThenMatmul) {
     for (std::int64_t r = 0; r < n; ++r)  // padding columns untouched
       for (std::int64_t o = rows; o < y_stride; ++o) EXPECT_EQ(y[static_cast<std::size_t>(r * y_stride + o)], 0.5f);
   }
+  SbmmMatrix::use_vector_kernels(true);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -98,6 +103,45 @@ INSTANTIATE_TEST_SUITE_P(
       return "bits" + std::to_string(info.param.bits) + "_" + s + "_group" +
              (info.param.group_size < 0 ? std::string("row") : std::to_string(info.param.group_size));
     });
+
+// The AVX2 kernels against the portable ones on the fused 2:4 form: the
+// same decoded weights bit for bit, the same products up to summation order,
+// for row lengths of one, an odd and an even number of 8-column chunks and
+// every block of input rows (1-4, then blocks of four and a remainder).
+TEST(Sbmm, VectorKernelsMatchThePortableOnes) {
+  if (!SbmmMatrix::vector_kernels()) GTEST_SKIP() << "this CPU has no AVX2 and FMA";
+  std::mt19937 rng(3);
+  for (int bits : {2, 4})
+    for (std::int64_t cols : {8, 40, 96}) {
+      const std::int64_t rows = 7;
+      const SbmmMatrix matrix(random_matrix(rows, cols, Case{bits, "2:4", -1}, rng));
+      ASSERT_TRUE(matrix.fused_2of4());
+      std::vector<float> vector_tile(static_cast<std::size_t>(rows * cols)), portable_tile(vector_tile.size());
+      matrix.decode_rows(0, rows, vector_tile.data());
+      SbmmMatrix::use_vector_kernels(false);
+      matrix.decode_rows(0, rows, portable_tile.data());
+      SbmmMatrix::use_vector_kernels(true);
+      ASSERT_EQ(vector_tile, portable_tile) << bits << " bits, " << cols << " columns";
+      std::normal_distribution<float> normal(0, 1);
+      for (std::int64_t n : {1, 2, 3, 4, 6, 9}) {
+        std::vector<float> x(static_cast<std::size_t>(n * cols)), vector_y(static_cast<std::size_t>(n * rows), 0.0f);
+        for (auto& v : x) v = normal(rng);
+        auto portable_y = vector_y;
+        matrix.multiply_add(x.data(), n, cols, vector_y.data(), rows, 0, rows);
+        SbmmMatrix::use_vector_kernels(false);
+        matrix.multiply_add(x.data(), n, cols, portable_y.data(), rows, 0, rows);
+        SbmmMatrix::use_vector_kernels(true);
+        for (std::size_t i = 0; i < vector_y.size(); ++i) {
+          double magnitude = 0;
+          const auto r = static_cast<std::int64_t>(i) / rows, o = static_cast<std::int64_t>(i) % rows;
+          for (std::int64_t c = 0; c < cols; ++c)
+            magnitude += std::abs(static_cast<double>(x[static_cast<std::size_t>(r * cols + c)]) *
+                                  vector_tile[static_cast<std::size_t>(o * cols + c)]);
+          EXPECT_NEAR(vector_y[i], portable_y[i], 1e-5 * (magnitude + 1)) << n << " rows, entry " << i;
+        }
+      }
+    }
+}
 
 TEST(Sbmm, RejectsRowRangesOutsideTheMatrix) {
   std::mt19937 rng(1);

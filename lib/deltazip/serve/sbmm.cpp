@@ -1,16 +1,20 @@
 #include "deltazip/serve/sbmm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstring>
 
 #include "common/error.h"
 #include "common/half.h"
+#include "deltazip/serve/sbmm_2of4_avx2.h"
 
 namespace fleet::deltazip {
 namespace {
 
 constexpr std::size_t kPadding = 8;
+
+std::atomic<bool> vector_kernels_enabled{true};
 
 std::vector<std::uint8_t> padded(const std::vector<std::uint8_t>& bytes) {
   std::vector<std::uint8_t> out(bytes.size() + kPadding, 0);
@@ -49,7 +53,24 @@ SbmmMatrix::SbmmMatrix(const PackedMatrix& p)
       row_code_bit_[static_cast<std::size_t>(o) + 1] = row_code_bit_[static_cast<std::size_t>(o)] + kept * static_cast<std::uint64_t>(bits_);
     }
   }
+  if (fused_2of4()) {
+    // The vector kernels place each kept weight in its own lane; a group that
+    // names one position twice (never written by the packer, but readable
+    // from a file) sums both in the portable kernels only.
+    const std::size_t position_bytes = static_cast<std::size_t>(rows_ * cols_ / 8);
+    for (std::size_t i = 0; i < position_bytes && distinct_positions_; ++i)
+      for (int half = 0; half < 2; ++half) {
+        const unsigned nibble = (indices_[i] >> (4 * half)) & 15u;
+        if ((nibble & 3u) == (nibble >> 2)) distinct_positions_ = false;
+      }
+  }
 }
+
+void SbmmMatrix::use_vector_kernels(bool enabled) { vector_kernels_enabled = enabled; }
+
+bool SbmmMatrix::vector_kernels() { return vector_kernels_enabled && avx2::available(); }
+
+bool SbmmMatrix::vectorised() const { return fused_2of4() && distinct_positions_ && vector_kernels(); }
 
 bool SbmmMatrix::fused_2of4() const {
   return sparsity_.kind == SparsityPattern::Kind::kNOfM && sparsity_.m == 4 && sparsity_.n == 2 && groups_ == 1 &&
@@ -192,6 +213,7 @@ void SbmmMatrix::decode_row(std::int64_t o, float* out) const {
 }
 
 void SbmmMatrix::decode_rows(std::int64_t begin, std::int64_t end, float* out) const {
+  if (vectorised()) return avx2::decode_rows_2of4(layout(), begin, end, out);
   for (std::int64_t o = begin; o < end; ++o) decode_row(o, out + (o - begin) * cols_);
 }
 
@@ -246,6 +268,7 @@ void multiply_2of4_x4(const std::uint8_t* codes, const std::uint8_t* positions, 
 void SbmmMatrix::multiply_add(const float* x, std::int64_t n, std::int64_t x_stride, float* y, std::int64_t y_stride,
                               std::int64_t row_begin, std::int64_t row_end) const {
   if (row_begin < 0 || row_end > rows_ || row_begin > row_end) throw UsageError("multiply_add: row range out of bounds");
+  if (vectorised()) return avx2::multiply_add_2of4(layout(), x, n, x_stride, y, y_stride, row_begin, row_end);
   if (fused_2of4()) {
     // Rows of 2:4 start on byte boundaries: cols/2 kept weights, cols/8 bytes
     // of positions, cols/2 * bits / 8 bytes of codes.

@@ -33,6 +33,13 @@ class SbmmMatrix {
   /// The arrays, for the GPU kernel's upload.
   SbmmLayout layout() const;
 
+  /// Whether the fused 2:4 form runs the AVX2 kernels (sbmm_2of4_avx2.h)
+  /// where the CPU has them (the default) or the portable ones everywhere:
+  /// for tests and benchmarks that compare the two. Process-wide.
+  static void use_vector_kernels(bool enabled);
+  /// True when the fused 2:4 form runs the AVX2 kernels on this CPU now.
+  static bool vector_kernels();
+
   /// y[r, o] += Σ_c x[r, c] · Δ[o, c] for r < n and o in [row_begin,
   /// row_end): x is n rows of cols() floats `x_stride` apart, y n rows of
   /// rows() floats `y_stride` apart. Touches only the kept weights (the
@@ -58,6 +65,8 @@ class SbmmMatrix {
   std::vector<std::uint8_t> codes_, indices_;  ///< packed streams + 8 bytes of padding
   std::vector<float> scales_, zeros_;          ///< [rows, groups]
   std::vector<std::uint64_t> row_code_bit_;    ///< unstructured: first code bit of each row
+  bool distinct_positions_ = true;             ///< 2:4: no group names one position twice
+  bool vectorised() const;                     ///< fused form on the AVX2 kernels
 };
 
 }  // namespace fleet::deltazip

@@ -1,0 +1,188 @@
+#include "deltazip/serve/sbmm_2of4_avx2.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace fleet::deltazip::avx2 {
+
+#if defined(__x86_64__)
+
+// Every function that touches 256-bit vectors carries the target itself (no
+// lambdas: they would not inherit it), so nothing outside them needs AVX2.
+#define FLEET_AVX2 __attribute__((target("avx2,fma")))
+
+namespace {
+
+// For each byte of 2:4 positions (two groups of four columns, low nibble
+// first; in a nibble the first kept weight's position in bits 0-1, the
+// second's in bits 2-3): the lane each kept weight lands in. Per lane, the
+// shift that brings its code to the bottom of the chunk's code word (codes
+// in the order first, second of group 0, then group 1) and a mask that is
+// zero at the pruned lanes. 6 KiB, stays in L1 beside x.
+struct PositionTable {
+  std::uint8_t shift4[256][8], shift2[256][8];
+  std::int8_t keep[256][8];
+
+  PositionTable() {
+    for (int p = 0; p < 256; ++p) {
+      for (int lane = 0; lane < 8; ++lane) shift4[p][lane] = shift2[p][lane] = 0, keep[p][lane] = 0;
+      for (int half = 0; half < 2; ++half) {
+        const int nibble = (p >> (4 * half)) & 15;
+        const int lanes[2] = {4 * half + (nibble & 3), 4 * half + (nibble >> 2)};
+        for (int k = 0; k < 2; ++k) {
+          const int slot = 2 * half + k;
+          shift4[p][lanes[k]] = static_cast<std::uint8_t>(4 * slot);
+          shift2[p][lanes[k]] = static_cast<std::uint8_t>(2 * slot);
+          keep[p][lanes[k]] = -1;
+        }
+      }
+    }
+  }
+};
+
+const PositionTable& position_table() {
+  static const PositionTable table;
+  return table;
+}
+
+// Columns [8i, 8i + 8) of one row as dense weights: scale · (code - zero)
+// where kept (the same float operations as the scalar table), +0 elsewhere.
+template <int Bits>
+FLEET_AVX2 inline __m256 decode_chunk(const std::uint8_t* codes, const std::uint8_t* positions, std::int64_t i,
+                                      const PositionTable& table, __m256 scale, __m256 zero) {
+  const unsigned p = positions[i];
+  unsigned word;
+  if constexpr (Bits == 4) {
+    std::uint16_t two;
+    std::memcpy(&two, codes + 2 * i, sizeof two);
+    word = two;
+  } else {
+    word = codes[i];
+  }
+  const std::uint8_t* shifts = Bits == 4 ? table.shift4[p] : table.shift2[p];
+  const __m256i shift = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(shifts)));
+  const __m256i keep = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(table.keep[p])));
+  const __m256i q = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(word)), shift),
+                                     _mm256_set1_epi32((1 << Bits) - 1));
+  const __m256 value = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(q), zero), scale);
+  return _mm256_and_ps(value, _mm256_castsi256_ps(keep));
+}
+
+FLEET_AVX2 inline float sum_lanes(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+struct Row {
+  const std::uint8_t* codes;
+  const std::uint8_t* positions;
+  __m256 scale, zero;
+};
+
+template <int Bits>
+FLEET_AVX2 inline Row row_of(const SbmmLayout& l, std::int64_t o) {
+  return Row{l.codes + o * (l.cols / 2 * Bits / 8), l.indices + o * (l.cols / 8), _mm256_set1_ps(l.scales[o]),
+             _mm256_set1_ps(l.zeros[o])};
+}
+
+// R input rows (at most 4) times one output row. Two accumulators per input
+// row (even and odd chunks) keep two FMA chains in flight; they are added in
+// a fixed order, so the result depends only on the data.
+template <int Bits, int R>
+FLEET_AVX2 void row_block(const SbmmLayout& l, std::int64_t o, const float* x, std::int64_t x_stride, float* y,
+                          std::int64_t y_stride) {
+  const std::int64_t chunks = l.cols / 8;
+  const PositionTable& table = position_table();
+  const Row row = row_of<Bits>(l, o);
+  __m256 even[R], odd[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) even[r] = odd[r] = _mm256_setzero_ps();
+  std::int64_t i = 0;
+  for (; i + 2 <= chunks; i += 2) {
+    const __m256 a = decode_chunk<Bits>(row.codes, row.positions, i, table, row.scale, row.zero);
+    const __m256 b = decode_chunk<Bits>(row.codes, row.positions, i + 1, table, row.scale, row.zero);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      even[r] = _mm256_fmadd_ps(a, _mm256_loadu_ps(x + r * x_stride + 8 * i), even[r]);
+      odd[r] = _mm256_fmadd_ps(b, _mm256_loadu_ps(x + r * x_stride + 8 * i + 8), odd[r]);
+    }
+  }
+  if (i < chunks) {
+    const __m256 a = decode_chunk<Bits>(row.codes, row.positions, i, table, row.scale, row.zero);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) even[r] = _mm256_fmadd_ps(a, _mm256_loadu_ps(x + r * x_stride + 8 * i), even[r]);
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) y[r * y_stride + o] += sum_lanes(_mm256_add_ps(even[r], odd[r]));
+}
+
+template <int Bits>
+FLEET_AVX2 void multiply_add_bits(const SbmmLayout& l, const float* x, std::int64_t n, std::int64_t x_stride,
+                                  float* y, std::int64_t y_stride, std::int64_t row_begin, std::int64_t row_end) {
+  for (std::int64_t r0 = 0; r0 < n; r0 += 4) {
+    const float* xr = x + r0 * x_stride;
+    float* yr = y + r0 * y_stride;
+    const auto rows = std::min<std::int64_t>(4, n - r0);
+    for (std::int64_t o = row_begin; o < row_end; ++o) switch (rows) {
+        case 1: row_block<Bits, 1>(l, o, xr, x_stride, yr, y_stride); break;
+        case 2: row_block<Bits, 2>(l, o, xr, x_stride, yr, y_stride); break;
+        case 3: row_block<Bits, 3>(l, o, xr, x_stride, yr, y_stride); break;
+        default: row_block<Bits, 4>(l, o, xr, x_stride, yr, y_stride); break;
+      }
+  }
+}
+
+template <int Bits>
+FLEET_AVX2 void decode_bits(const SbmmLayout& l, std::int64_t begin, std::int64_t end, float* out) {
+  const PositionTable& table = position_table();
+  for (std::int64_t o = begin; o < end; ++o) {
+    const Row row = row_of<Bits>(l, o);
+    float* dst = out + (o - begin) * l.cols;
+    for (std::int64_t i = 0; i < l.cols / 8; ++i)
+      _mm256_storeu_ps(dst + 8 * i, decode_chunk<Bits>(row.codes, row.positions, i, table, row.scale, row.zero));
+  }
+}
+
+}  // namespace
+
+bool available() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+
+void multiply_add_2of4(const SbmmLayout& l, const float* x, std::int64_t n, std::int64_t x_stride, float* y,
+                       std::int64_t y_stride, std::int64_t row_begin, std::int64_t row_end) {
+  if (l.bits == 4) multiply_add_bits<4>(l, x, n, x_stride, y, y_stride, row_begin, row_end);
+  else multiply_add_bits<2>(l, x, n, x_stride, y, y_stride, row_begin, row_end);
+}
+
+void decode_rows_2of4(const SbmmLayout& l, std::int64_t begin, std::int64_t end, float* out) {
+  if (l.bits == 4) decode_bits<4>(l, begin, end, out);
+  else decode_bits<2>(l, begin, end, out);
+}
+
+#undef FLEET_AVX2
+
+#else  // not x86-64: the portable kernels in sbmm.cpp run everywhere
+
+bool available() { return false; }
+
+void multiply_add_2of4(const SbmmLayout&, const float*, std::int64_t, std::int64_t, float*, std::int64_t,
+                       std::int64_t, std::int64_t) {
+  throw std::logic_error("AVX2 SBMM kernel called on a CPU without AVX2");
+}
+
+void decode_rows_2of4(const SbmmLayout&, std::int64_t, std::int64_t, float*) {
+  throw std::logic_error("AVX2 SBMM kernel called on a CPU without AVX2");
+}
+
+#endif
+
+}  // namespace fleet::deltazip::avx2

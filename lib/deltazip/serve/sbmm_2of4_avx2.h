@@ -1,0 +1,29 @@
+// AVX2 kernels for the most common packed delta form: 2:4 sparsity, one
+// scale per row, 2- or 4-bit codes (SbmmMatrix::fused_2of4). Eight columns
+// (two groups of four) are decoded at once into a dense vector of weights,
+// zeros at the pruned positions, from one byte of positions and one or two
+// bytes of codes; x is then read contiguously, no gathers. Compiled for
+// AVX2+FMA per function, so the rest of the library keeps the baseline ISA;
+// callers check available() first.
+#pragma once
+
+#include <cstdint>
+
+#include "deltazip/serve/sbmm_layout.h"
+
+namespace fleet::deltazip::avx2 {
+
+/// True when this CPU runs AVX2 and FMA (x86-64 only; checked once).
+bool available();
+
+/// y[r, o] += Σ_c x[r, c] · Δ[o, c], as SbmmMatrix::multiply_add, for a
+/// fused 2:4 layout whose groups keep two distinct positions and whose
+/// column count is a multiple of 8. Each sum is taken in a fixed order.
+void multiply_add_2of4(const SbmmLayout& layout, const float* x, std::int64_t n, std::int64_t x_stride, float* y,
+                       std::int64_t y_stride, std::int64_t row_begin, std::int64_t row_end);
+
+/// Rows [begin, end) of Δ into `out` ((end - begin) x cols, row-major), as
+/// SbmmMatrix::decode_rows: bit for bit the same values.
+void decode_rows_2of4(const SbmmLayout& layout, std::int64_t begin, std::int64_t end, float* out);
+
+}  // namespace fleet::deltazip::avx2
