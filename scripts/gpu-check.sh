@@ -75,7 +75,7 @@ cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DWITH_CUDA=
 
 section "build (GPU tests, tools, benchmarks)"
 jobs=$(nproc)
-cmake --build "$build" -j "$jobs" --target test_devices_gpu test_model_gpu test_sailor_training_gpu test_deltazip_gpu sailor-run dz-compress bench_model_inference \
+cmake --build "$build" -j "$jobs" --target test_devices_gpu test_model_gpu test_sailor_training_gpu test_deltazip_gpu test_deltazip_serving_gpu sailor-run dz-compress bench_model_inference \
   orion-run orion-profile orion_client orion_capture orion_static_cudart_app ||
   { fail "build"; exit 1; }
 "$build/bin/sailor-run" --version

@@ -51,7 +51,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(fleet::in_range(1024, 1e9));
   sc->add_option("--http-threads", serve.http.threads, "Connections served at once (each stream holds one)")
       ->capture_default_str()->check(fleet::in_range(1, 4096));
-  sc->add_option("--device", serve.engine.device, "cpu (this build computes on the CPU)")->capture_default_str();
+  sc->add_option("--device", serve.engine.device,
+                 "cpu, cuda (a GPU, in a build with CUDA libtorch; delta mode runs the CUDA SBMM kernel) or auto")
+      ->capture_default_str();
   fleet::add_threads_option(sc, &serve.threads);
 #endif
 

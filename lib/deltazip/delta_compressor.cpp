@@ -229,13 +229,13 @@ void check_same_architecture(const LlamaConfig& base, const LlamaConfig& delta, 
   }
 }
 
-LlamaModel reconstruct_model(const DeltaReader& reader, const LlamaModel& base) {
+LlamaModel reconstruct_model(const DeltaReader& reader, const LlamaModel& base, torch::Device device) {
   auto config = delta_config(reader);
   check_same_architecture(base.config(), config, reader.path().string());
   std::map<std::string, torch::Tensor> base_params;
   for (const auto& [name, t] : base.named_parameters()) base_params[name] = t;
   torch::NoGradGuard no_grad;
-  auto model = LlamaModel::uninitialized(config);  // every tensor is filled below
+  auto model = LlamaModel::uninitialized(config, torch::kFloat32, device);  // every tensor is filled below
   std::vector<std::pair<std::string, torch::Tensor>> values;
   for (const auto& [name, t] : model.named_parameters()) {
     const auto base_value = base_params.at(name).to(torch::kCPU, torch::kFloat32);

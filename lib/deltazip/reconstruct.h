@@ -21,8 +21,9 @@ torch::Tensor dense_tensor(const DenseEntry& entry);
 /// The fine-tune's config (from the container's header).
 model::LlamaConfig delta_config(const DeltaReader& reader);
 
-/// Base + delta for every tensor, float32 on the CPU. The caller has checked
-/// the base identity.
-model::LlamaModel reconstruct_model(const DeltaReader& reader, const model::LlamaModel& base);
+/// Base + delta for every tensor, float32 on `device` (computed on the CPU,
+/// then copied). The caller has checked the base identity.
+model::LlamaModel reconstruct_model(const DeltaReader& reader, const model::LlamaModel& base,
+                                    torch::Device device = torch::kCPU);
 
 }  // namespace fleet::deltazip

@@ -162,10 +162,12 @@ LlamaModel LlamaModel::random(const LlamaConfig& config, std::uint64_t seed, tor
   return m;
 }
 
-LlamaModel LlamaModel::uninitialized(const LlamaConfig& config, torch::ScalarType dtype) {
+LlamaModel LlamaModel::uninitialized(const LlamaConfig& config, torch::ScalarType dtype, torch::Device device) {
   config.validate("config");
   LlamaModel m(config, dtype);
-  m.allocate([&](const std::vector<std::int64_t>& shape) { return torch::empty(shape, torch::TensorOptions().dtype(dtype)); });
+  const auto options = torch::TensorOptions().dtype(dtype).device(device);
+  m.allocate([&](const std::vector<std::int64_t>& shape) { return torch::empty(shape, options); });
+  m.inv_freq_ = m.inv_freq_.to(device);
   return m;
 }
 

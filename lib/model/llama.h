@@ -90,9 +90,10 @@ class LlamaModel {
   /// A freshly initialised model: normal(0, initializer_range) weights, unit
   /// norms, from a seeded generator (same seed, same weights).
   static LlamaModel random(const LlamaConfig& config, std::uint64_t seed, torch::ScalarType dtype = torch::kFloat32);
-  /// A model of the config's shapes with uninitialised weights, for callers
-  /// that fill every parameter (load_parameters).
-  static LlamaModel uninitialized(const LlamaConfig& config, torch::ScalarType dtype = torch::kFloat32);
+  /// A model of the config's shapes with uninitialised weights on `device`,
+  /// for callers that fill every parameter (load_parameters).
+  static LlamaModel uninitialized(const LlamaConfig& config, torch::ScalarType dtype = torch::kFloat32,
+                                  torch::Device device = torch::kCPU);
 
   /// Writes config.json and model.safetensors (sharded above 4 GiB) into
   /// `dir` (which must exist), weights converted to `dtype` (default: the

@@ -161,6 +161,7 @@ if [ "$torch" = 1 ]; then
   bad 2 "--device must be"        "$dz" eval --model base --task copy --device tpu --threads 1
   if ! "$sr" --version | grep -q "^build: .*CUDA" || "$sr" --version | grep -q "^GPUs: none"; then
     bad 2 "--device cuda: "       "$sr" train --model base --data copy.txt -o run --device cuda --threads 1
+    bad 2 "--device cuda: "       "$ds" -q serve --base base --device cuda --port 0 --threads 1
   fi
 fi
 

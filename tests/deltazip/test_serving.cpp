@@ -18,101 +18,13 @@
 #include "model/generate.h"
 #include "model/llama.h"
 #include "model/tokenizer.h"
+#include "serving_fixture.h"
 #include "test_util.h"
 
 namespace fleet::deltazip {
 namespace {
 
 using model::LlamaModel;
-using fleet::testing::TempDir;
-
-// A tiny random base, two fine-tunes (base + noise) and their deltas: 4-bit
-// 2:4 round-to-nearest with float16 dense deltas, and 2-bit 2:4 OBS with full
-// dense tensors. Built once for the whole suite.
-class Serving : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    auto config = model::llama_preset("tiny");
-    config.max_position_embeddings = 128;
-    auto make = [&](const std::string& name, std::uint64_t seed) {
-      auto m = LlamaModel::random(config, seed);
-      std::filesystem::create_directories(*dir_ / name);
-      m.save(*dir_ / name);
-      write_file_atomically(*dir_ / name / "tokenizer.json", model::byte_tokenizer_json());
-      return m;
-    };
-    auto base = make("base", 1);
-    make("other-base", 2);
-    auto fine_tune = [&](const std::string& name, std::uint64_t seed) {
-      torch::manual_seed(static_cast<std::int64_t>(seed));
-      auto m = LlamaModel::load(*dir_ / "base");
-      std::vector<std::pair<std::string, torch::Tensor>> values;
-      for (const auto& [n, t] : m.named_parameters()) values.emplace_back(n, t + 0.03 * torch::randn_like(t));
-      m.load_parameters(values);
-      std::filesystem::create_directories(*dir_ / name);
-      m.save(*dir_ / name);
-      write_file_atomically(*dir_ / name / "tokenizer.json", model::byte_tokenizer_json());
-    };
-    fine_tune("ft1", 11);
-    fine_tune("ft2", 12);
-    auto compress = [&](const std::string& target, const std::string& base_name, int bits, const std::string& method,
-                        const std::string& dense, const std::string& out) {
-      CompressCommand c;
-      c.base = *dir_ / base_name;
-      c.target = *dir_ / target;
-      c.output = *dir_ / out;
-      c.bits = bits;
-      c.method = method;
-      c.dense_policy = dense;
-      c.calib_samples = 8;
-      c.seq_len = 32;
-      c.threads = 1;
-      ASSERT_EQ(run_compress(c), 0);
-    };
-    compress("ft1", "base", 4, "rtn", "delta-zstd", "ft1.h5");
-    compress("ft2", "base", 2, "obs", "full", "ft2.h5");
-    compress("ft1", "other-base", 4, "rtn", "delta-zstd", "foreign.h5");
-  }
-  static void TearDownTestSuite() { delete dir_; }
-
-  static std::filesystem::path path(const std::string& name) { return *dir_ / name; }
-
-  static EngineOptions options(ServeMode mode) {
-    EngineOptions o;
-    o.base = path("base");
-    o.base_name = "base";
-    o.mode = mode;
-    o.max_batch = 3;            // fewer slots than requests: sequences join as others leave
-    o.max_tokens_per_step = 7;  // prompts prefilled in several chunks
-    o.max_context = 96;
-    return o;
-  }
-
-  // Every token of a request; gives up (a failure, not a hang) when the
-  // engine makes no progress for two minutes.
-  static std::vector<std::int64_t> collect(const std::shared_ptr<RequestStream>& stream) {
-    std::vector<std::int64_t> out;
-    for (int idle = 0; idle < 120;) {
-      auto u = stream->wait(std::chrono::milliseconds(1000));
-      idle = u.tokens.empty() && !u.finished ? idle + 1 : 0;
-      out.insert(out.end(), u.tokens.begin(), u.tokens.end());
-      EXPECT_TRUE(u.error.empty()) << u.error;
-      if (u.finished) return out;
-    }
-    ADD_FAILURE() << "no progress for 120 s";
-    stream->cancel();
-    return out;
-  }
-
-  static TempDir* dir_;
-};
-TempDir* Serving::dir_ = nullptr;
-
-std::vector<std::vector<std::int64_t>> prompts() {
-  return {{1, 40, 41, 42}, {1, 100, 7, 9, 200, 33, 34, 35, 36, 37, 38, 39, 12}, {1, 77}, {1, 5, 6, 7, 8, 9, 10, 11, 12, 13},
-          {1, 250, 251}, {1, 60, 61, 62, 63, 64}};
-}
 
 TEST_F(Serving, MixedBatchLogitsEqualEachReconstructedModelAlone) {
   torch::NoGradGuard no_grad;
@@ -154,33 +66,27 @@ TEST_P(ServingModes, GreedyTokensEqualTheReconstructedModelRunAlone) {
   alone.emplace("ft1", reconstruct_model(r1, base));
   alone.emplace("ft2", reconstruct_model(r2, base));
   alone.emplace("base", LlamaModel::load(path("base")));
-  const std::vector<std::string> names = {"ft1", "base", "ft2"};
 
   auto o = options(GetParam());
   o.max_variants_per_batch = 1;  // requests for the other variant wait for the batch to drain of one
   Engine engine(o);
   engine.add_variant("ft1", path("ft1.h5"));
   engine.add_variant("ft2", path("ft2.h5"));
-  std::vector<std::pair<std::string, std::vector<std::int64_t>>> asked;
+  std::vector<GenerationRequest> asked;
   std::vector<std::shared_ptr<RequestStream>> streams;
-  const auto all = prompts();
   for (std::size_t i = 0; i < 12; ++i) {
-    GenerationRequest r;
-    r.model = names[i % names.size()];
-    r.prompt = all[i % all.size()];
-    r.max_tokens = 10 + static_cast<std::int64_t>(i % 3);
-    asked.emplace_back(r.model, r.prompt);
-    streams.push_back(engine.submit(r));
+    asked.push_back(request(i));
+    streams.push_back(engine.submit(asked.back()));
   }
   std::map<std::string, std::vector<std::vector<std::int64_t>>> by_model;
   for (std::size_t i = 0; i < streams.size(); ++i) {
     auto got = collect(streams[i]);
     model::GenerationOptions g;
-    g.max_new_tokens = 10 + static_cast<std::int64_t>(i % 3);
+    g.max_new_tokens = asked[i].max_tokens;
     g.stop_tokens = {engine.eos_token_id()};
-    auto want = model::generate(alone.at(asked[i].first), {asked[i].second}, g)[0];
-    EXPECT_EQ(got, want) << "request " << i << " for " << asked[i].first;
-    by_model[asked[i].first].push_back(got);
+    auto want = model::generate(alone.at(asked[i].model), {asked[i].prompt}, g)[0];
+    EXPECT_EQ(got, want) << "request " << i << " for " << asked[i].model;
+    by_model[asked[i].model].push_back(got);
   }
   // The check means something: the variants answer the same prompt differently.
   EXPECT_NE(by_model["ft1"][0], by_model["base"][0]);

@@ -17,6 +17,7 @@
 #include "deltazip/container.h"
 #include "deltazip/reconstruct.h"
 #include "deltazip/serve/variant_delta.h"
+#include "fleet/config.h"
 #include "model/device.h"
 #include "model/llama.h"
 
@@ -217,13 +218,17 @@ Engine::Engine(EngineOptions options) {
   if (options.max_tokens_per_step <= 0) throw UsageError("--max-tokens-per-step must be positive");
   if (options.max_queue <= 0) throw UsageError("--max-queue must be positive");
   if (options.max_variants_per_batch < 0) throw UsageError("--max-variants-per-batch must be 0 (no limit) or more");
-  if (model::resolve_device(options.device) != model::ComputeDevice::kCpu)
-    throw UsageError("dz-serve computes on the CPU in this build (--device cpu); its CUDA SBMM kernel is not there yet");
+  const auto compute = model::resolve_device(options.device);
+  const torch::Device device = compute == model::ComputeDevice::kCuda ? torch::kCUDA : torch::kCPU;
+  if (compute == model::ComputeDevice::kCuda && options.mode == ServeMode::kDelta && !FLEET_WITH_CUDA)
+    throw UsageError("--device cuda in delta mode needs the CUDA SBMM kernel: this build has no CUDA toolkit "
+                     "(docs/gpu.md); swap and full modes run without it");
   auto tokenizer = model::Tokenizer::load(options.base);
   state_ = std::make_unique<State>(std::move(options), std::move(tokenizer));
   auto& s = *state_;
   if (s.options.base_name.empty()) s.options.base_name = std::filesystem::absolute(s.options.base).filename().string();
-  s.base = std::make_shared<const LlamaModel>(LlamaModel::load(s.options.base));
+  // float32 on either device: the SBMM kernels read and write float32.
+  s.base = std::make_shared<const LlamaModel>(LlamaModel::load(s.options.base, torch::kFloat32, device));
   s.identity = base_identity(s.options.base);
   try {
     s.chat_template = model::load_chat_template(s.options.base);
@@ -238,15 +243,16 @@ Engine::Engine(EngineOptions options) {
   if (s.context > limit)
     throw UsageError("--max-context " + std::to_string(s.context) + " exceeds the model's max_position_embeddings (" +
                      std::to_string(limit) + ")");
-  s.cache = std::make_unique<model::KvCache>(s.base->config(), s.options.max_batch, s.context, s.base->dtype());
+  s.cache = std::make_unique<model::KvCache>(s.base->config(), s.options.max_batch, s.context, s.base->dtype(), device);
   for (std::int64_t i = s.options.max_batch - 1; i >= 0; --i) s.free_slots.push_back(i);
   s.declare_metrics();
   s.update_gauges();
   s.scheduler = std::thread([&s] { s.scheduler_loop(); });
   s.loader = std::thread([&s] { s.loader_loop(); });
-  spdlog::info("base {} ({}): {} parameters, context {} tokens, {} KV slots ({:.1f} MiB), mode {}",
+  spdlog::info("base {} ({}): {} parameters, context {} tokens, {} KV slots ({:.1f} MiB), mode {}, on {}",
                s.options.base_name, s.options.base.string(), s.base_bytes / 4, s.context, s.options.max_batch,
-               static_cast<double>(s.cache->bytes()) / (1 << 20), serve_mode_name(s.options.mode));
+               static_cast<double>(s.cache->bytes()) / (1 << 20), serve_mode_name(s.options.mode),
+               model::device_name(compute));
 }
 
 Engine::~Engine() {
@@ -290,7 +296,7 @@ void Engine::add_variant(const std::string& name, const std::filesystem::path& d
   v->path = delta;
   if (s.options.mode == ServeMode::kFull) {
     torch::NoGradGuard no_grad;
-    v->full = std::make_shared<const LlamaModel>(reconstruct_model(*reader, *s.base));
+    v->full = std::make_shared<const LlamaModel>(reconstruct_model(*reader, *s.base, s.base->device()));
   }
   std::lock_guard lock(s.mutex);
   if (s.variants.count(name)) throw ServeError(400, "invalid_request_error", "a model named '" + name + "' is already served", "name");
@@ -465,7 +471,7 @@ void Engine::State::swap_to(const std::shared_ptr<Variant>& target, std::unique_
   try {
     torch::NoGradGuard no_grad;
     DeltaReader reader(target->path);
-    model = std::make_shared<const LlamaModel>(reconstruct_model(reader, *base));
+    model = std::make_shared<const LlamaModel>(reconstruct_model(reader, *base, base->device()));
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -611,7 +617,8 @@ void Engine::State::run_rows(StepRows& rows, std::int64_t width, bool decode) {
     slots.push_back(sorted.seqs[static_cast<std::size_t>(b)]->slot);
     counts.push_back(static_cast<std::int64_t>(t.size()));
   }
-  auto logits = forward(sorted, tokens, slots, counts).contiguous();
+  // Sampling runs on the CPU: the logits come back (on a GPU, this waits for the step).
+  auto logits = forward(sorted, tokens.to(base->device()), slots, counts).to(torch::kCPU).contiguous();
   for (std::int64_t b = 0; b < B; ++b) {
     auto* seq = sorted.seqs[static_cast<std::size_t>(b)];
     if (!decode) {

@@ -7,8 +7,16 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "fleet/config.h"
 #include "deltazip/reconstruct.h"
 #include "model/tensor_bridge.h"
+
+#if FLEET_WITH_CUDA
+#include "deltazip/serve/cuda/sbmm_cuda.h"
+#endif
+#if FLEET_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 namespace fleet::deltazip {
 namespace {
@@ -42,6 +50,9 @@ std::shared_ptr<const VariantDelta> VariantDelta::load(const std::string& name, 
   check_same_architecture(base.config(), delta_config(reader), reader.path().string());
   std::map<std::string, torch::Tensor> base_params;
   for (const auto& [param, t] : base.named_parameters()) base_params[param] = t;
+  const auto device = base.device();
+  if (device.is_cuda() && !FLEET_WITH_CUDA)
+    throw UsageError("delta mode on a GPU needs the CUDA SBMM kernel: this build has no CUDA toolkit (docs/gpu.md)");
   auto v = std::make_shared<VariantDelta>();
   v->name = name;
   const auto layers = base.num_layers();
@@ -50,11 +61,11 @@ std::shared_ptr<const VariantDelta> VariantDelta::load(const std::string& name, 
     if (!contains(reader.dense_names(), tensor)) return {};
     auto d = dense_delta(reader, tensor, base_params.at(tensor));
     v->bytes += static_cast<std::uint64_t>(d.nbytes());
-    return d;
+    return d.to(device);
   };
   // Norms are kept as the variant's full weights: the overlay hands them out per row.
   auto norm = [&](const std::string& tensor) {
-    auto base_value = base_params.at(tensor).to(torch::kCPU, torch::kFloat32);
+    auto base_value = base_params.at(tensor).to(device, torch::kFloat32);
     auto d = dense_or_zero(tensor);
     return d.defined() ? base_value + d : base_value;
   };
@@ -69,6 +80,12 @@ std::shared_ptr<const VariantDelta> VariantDelta::load(const std::string& name, 
       if (matrix->rows() != base_w.size(0) || matrix->cols() != base_w.size(1))
         throw InputError(reader.path().string() + ": '" + tensor + "' has another shape than the base's");
       v->bytes += matrix->bytes();
+#if FLEET_WITH_CUDA
+      if (device.is_cuda()) {  // the packed arrays are copied to the GPU; the host copy goes
+        v->device_linear.push_back(std::make_shared<const SbmmCudaMatrix>(matrix->layout()));
+        continue;
+      }
+#endif
       v->linear.push_back(std::move(matrix));
     }
     v->input_norm.push_back(norm(layer_tensor(l, "input_layernorm")));
@@ -114,18 +131,39 @@ DeltaOverlay::DeltaOverlay(std::vector<VariantSegment> segments, std::int64_t ba
     if (s.variant && s.count > 0) segments_.push_back(s);
 }
 
+namespace {
+
+// rows_x · Δᵀ of linear delta `index` of `v` added into `flat` ([n, out]
+// float32, contiguous, on rows_x's device): the CPU kernels, or the CUDA
+// kernel on PyTorch's current stream, so it runs in order with the base's
+// products around it.
+void add_delta_product(const VariantDelta& v, std::size_t index, const torch::Tensor& rows_x, torch::Tensor& flat) {
+  if (!rows_x.is_cuda()) return sbmm_add(*v.linear.at(index), rows_x, flat);
+#if FLEET_WITH_CUDA
+  void* stream = nullptr;
+#if FLEET_TORCH_CUDA
+  stream = c10::cuda::getCurrentCUDAStream().stream();
+#endif
+  v.device_linear.at(index)->multiply_add(rows_x.data_ptr<float>(), rows_x.size(0), flat.data_ptr<float>(), stream);
+#else
+  throw UsageError("delta mode on a GPU needs the CUDA SBMM kernel: this build has no CUDA toolkit (docs/gpu.md)");
+#endif
+}
+
+}  // namespace
+
 void DeltaOverlay::add_linear(std::size_t layer, model::Projection which, const torch::Tensor& x,
                               torch::Tensor& out) const {
+  const auto index = layer * 7 + static_cast<std::size_t>(which);
   for (const auto& s : segments_) {
-    const auto& matrix = *s.variant->matrix(layer, which);
     auto rows_x = x.narrow(0, s.begin, s.count).reshape({-1, x.size(-1)}).to(torch::kFloat32).contiguous();
     auto rows_out = out.narrow(0, s.begin, s.count);
     if (rows_out.is_contiguous() && rows_out.scalar_type() == torch::kFloat32) {
       auto flat = rows_out.view({-1, out.size(-1)});
-      sbmm_add(matrix, rows_x, flat);
+      add_delta_product(*s.variant, index, rows_x, flat);
     } else {
-      auto flat = torch::zeros({rows_x.size(0), out.size(-1)}, torch::kFloat32);
-      sbmm_add(matrix, rows_x, flat);
+      auto flat = torch::zeros({rows_x.size(0), out.size(-1)}, x.options().dtype(torch::kFloat32));
+      add_delta_product(*s.variant, index, rows_x, flat);
       rows_out.add_(flat.view(rows_out.sizes()).to(out.scalar_type()));
     }
   }

@@ -1,8 +1,9 @@
 // One fine-tuned variant as dz-serve keeps it in memory in delta mode: each
-// linear layer's delta in packed low-bit form (SbmmMatrix), the small dense
-// tensors (norms, embedding and head deltas) as float32 — and the overlay
-// that lets one batched forward pass run each row with its own variant.
-// Include only from torch targets.
+// linear layer's delta in packed low-bit form (SbmmMatrix on the CPU,
+// SbmmCudaMatrix in GPU memory when the base runs on a GPU), the small dense
+// tensors (norms, embedding and head deltas) as float32 on the base's device
+// — and the overlay that lets one batched forward pass run each row with its
+// own variant. Include only from torch targets.
 #pragma once
 
 #include <cstdint>
@@ -18,10 +19,15 @@
 
 namespace fleet::deltazip {
 
+class SbmmCudaMatrix;  // deltazip/serve/cuda/sbmm_cuda.h, in builds with CUDA
+
 struct VariantDelta {
   std::string name;
-  /// Linear deltas by layer * 7 + projection (model::Projection order).
+  /// Linear deltas by layer * 7 + projection (model::Projection order): on
+  /// the CPU in `linear`, or in GPU memory in `device_linear` (then `linear`
+  /// is empty), as the base model's device.
   std::vector<std::unique_ptr<SbmmMatrix>> linear;
+  std::vector<std::shared_ptr<const SbmmCudaMatrix>> device_linear;
   /// Norm weights of the variant (base + delta), [hidden], per layer.
   std::vector<torch::Tensor> input_norm, post_attention_norm;
   torch::Tensor final_norm;
@@ -31,14 +37,12 @@ struct VariantDelta {
   std::uint64_t bytes = 0;
 
   /// Reads every tensor of `reader` (already checked against the base's
-  /// identity) into serving form. InputError for a malformed container or a
-  /// model of another architecture.
+  /// identity) into serving form on the base's device. InputError for a
+  /// malformed container or a model of another architecture; UsageError for a
+  /// base on a GPU in a build without the CUDA kernel.
   static std::shared_ptr<const VariantDelta> load(const std::string& name, const DeltaReader& reader,
                                                   const model::LlamaModel& base);
 
-  const SbmmMatrix* matrix(std::size_t layer, model::Projection which) const {
-    return linear[layer * 7 + static_cast<std::size_t>(which)].get();
-  }
 };
 
 /// A batch as runs of rows by variant (nullptr: the base model itself).
@@ -48,7 +52,8 @@ struct VariantSegment {
 };
 
 /// The WeightOverlay of one batch: base products come from the model, and
-/// every segment with a variant adds its delta products (SBMM on the CPU).
+/// every segment with a variant adds its delta products (SBMM on the CPU, or
+/// the CUDA kernel on the current stream for tensors on a GPU).
 class DeltaOverlay final : public model::WeightOverlay {
  public:
   DeltaOverlay(std::vector<VariantSegment> segments, std::int64_t batch);
