@@ -12,6 +12,9 @@
 #
 #   FLEET_TORCH_PREFIX=DIR          libtorch's CMake prefix (default: from python3's torch)
 #   FLEET_GPU_ARCH=9.0              TORCH_CUDA_ARCH_LIST (default: the GPU's, from nvidia-smi)
+#   scripts/gpu-check.sh serving    instead of the checks above: dz-serve's delta mode against
+#                                   swap mode on the GPU (about 5 minutes; a second call on the
+#                                   warm machine, which keeps build-gpu/)
 # Users building for their cluster follow docs/gpu.md instead.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -75,11 +78,13 @@ cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DWITH_CUDA=
 
 section "build (GPU tests, tools, benchmarks)"
 jobs=$(nproc)
-cmake --build "$build" -j "$jobs" --target test_devices_gpu test_model_gpu test_sailor_training_gpu test_deltazip_gpu test_deltazip_serving_gpu sailor-run dz-compress bench_model_inference \
+cmake --build "$build" -j "$jobs" --target test_devices_gpu test_model_gpu test_sailor_training_gpu test_deltazip_gpu test_deltazip_serving_gpu sailor-run dz-compress dz-serve bench_model_inference \
   orion-run orion-profile orion_client orion_capture orion_static_cudart_app ||
   { fail "build"; exit 1; }
 "$build/bin/sailor-run" --version
 
+# Everything but the serving benchmark; `gpu-check.sh serving` runs that alone.
+if [ "${1:-all}" != serving ]; then
 section "tests labelled gpu"
 (cd "$build" && ctest -L gpu --output-on-failure --timeout 300) | tee "$out/gpu-tests.txt" || fail "gpu tests"
 # On a machine with a GPU, a skipped GPU test is a failure of the check.
@@ -126,6 +131,16 @@ scripts/bench/orion_pairs.sh "$build" "$python" || fail "orion kernel pairs"
 
 section "orion: PyTorch inference (HP) beside training (BE), alone / orion / mps"
 HP_REQUESTS=300 BE_SECONDS=20 scripts/bench/orion_gpu.sh "$build" "$python" || fail "orion on the GPU"
+
+fi
+
+if [ "${1:-all}" = serving ]; then
+  section "dz-serve on the GPU: delta mode against swap mode, 8 fine-tunes of the 100m preset (Zipf 1.0)"
+  tmp=$(mktemp -d)
+  BIN="$build/bin" DEVICE=cuda VARIANTS=8 MODES="delta swap" RATES8="8 32" DURATION=15 SKIP_KERNELS=1 \
+    THREADS="$jobs" FLEET_PYTHON="$python" timeout 420 scripts/bench/dz_serve.sh "$tmp" || fail "dz-serve on the GPU"
+  rm -rf "$tmp"
+fi
 
 section "summary"
 if [ ${#failures[@]} -eq 0 ]; then

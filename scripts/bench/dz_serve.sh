@@ -10,17 +10,22 @@
 # fine-tuned folders are deleted after compression).
 #
 #   scripts/bench/dz_serve.sh [MODELS_DIR]     default: build/bench-dz-serve
-#   RATES8="0.5 1 2" RATES16="1" DURATION=30 MAX_TOKENS=16 THREADS=1 STEPS=2 CAP=2
+#   RATES8="0.5 1 2 4" RATES16="1" DURATION=30 MAX_TOKENS=16 THREADS=1 STEPS=2 CAP=8
 #   (CAP: --max-variants-per-batch of the delta and full servers)
 #   MODES="delta" SKIP_KERNELS=1   rerun some modes only (their earlier results are replaced)
+#   VARIANTS=8                     make and serve 8 variants only (no 16-variant runs)
+#   DEVICE=cuda BIN=build-gpu/bin  fine-tune, compress and serve on a GPU (scripts/gpu-check.sh)
 # Results (JSON lines) in MODELS_DIR/results; a summary table on stdout and
 # MODELS_DIR/results/curves.png.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 models=${1:-$root/build/bench-dz-serve}
-bin=$root/build/bin
-rates8=${RATES8:-"0.5 1 2"} rates16=${RATES16:-"1"} duration=${DURATION:-30} cap=${CAP:-2}
-max_tokens=${MAX_TOKENS:-16} threads=${THREADS:-1} steps=${STEPS:-2}
+bin=${BIN:-$root/build/bin}
+rates8=${RATES8:-"0.5 1 2 4"} rates16=${RATES16:-"1"} duration=${DURATION:-30} cap=${CAP:-8}
+max_tokens=${MAX_TOKENS:-16} threads=${THREADS:-1} steps=${STEPS:-2} device=${DEVICE:-cpu} count=${VARIANTS:-16}
+[ "$count" = 8 ] || [ "$count" = 16 ] || { echo "VARIANTS must be 8 or 16" >&2; exit 2; }
+[ "$count" = 16 ] || rates16=""
+python=${FLEET_PYTHON:-/usr/bin/python3}
 results=$models/results
 mkdir -p "$models/deltas" "$results"
 log() { echo "[dz_serve.sh $(date +%H:%M:%S)] $*" >&2; }
@@ -35,16 +40,18 @@ make_variant() {  # make_variant I
   local task=${tasks[$((i % 5))]} bits=$(( i % 2 == 1 ? 4 : 2 ))
   "$bin/sailor-run" -q make-corpus --task "$task" --lines 2000 --seed "$i" -o "$models/$name.txt"
   "$bin/sailor-run" -q train --model "$models/base" --data "$models/$name.txt" -o "$models/$name" --steps "$steps" \
-    --batch-size 2 --seq-len 64 --lr 1e-4 --threads 1 --force >/dev/null
+    --batch-size 2 --seq-len 64 --lr 1e-4 --threads 1 --device "$device" --force >/dev/null
   "$bin/dz-compress" -q compress --base "$models/base" --target "$models/$name" -o "$models/deltas/$name.h5" \
-    --bits "$bits" --sparsity 2:4 --calib "$models/$name.txt" --calib-samples 16 --seq-len 64 --threads 1 >/dev/null
+    --bits "$bits" --sparsity 2:4 --calib "$models/$name.txt" --calib-samples 16 --seq-len 64 --threads 1 \
+    --device "$device" >/dev/null
   rm -rf "${models:?}/$name" "$models/$name.txt"
   log "variant $name: $task corpus, $bits-bit 2:4"
 }
-for i in $(seq 1 2 16); do  # two at a time, one thread each
+for i in $(seq 1 2 "$count"); do  # two at a time, one thread each
   make_variant "$i" & make_variant $((i + 1)); wait
 done
 for n in 8 16; do
+  [ "$n" -le "$count" ] || continue
   rm -rf "$models/d$n" && mkdir -p "$models/d$n"
   for i in $(seq 1 "$n"); do ln -s "../deltas/$(printf 'ft%02d' "$i").h5" "$models/d$n/"; done
 done
@@ -67,7 +74,7 @@ serve_mode() {  # serve_mode N MODE RATES...
   local port_file=$results/port log_file=$results/server_${n}_${mode}.log
   rm -f "$port_file"
   "$bin/dz-serve" serve --base "$models/base" --base-name base --delta-dir "$models/d$n" --mode "$mode" \
-    --max-batch 16 --max-context 256 --max-variants-per-batch "$cap" --threads "$threads" --port 0 \
+    --max-batch 16 --max-context 256 --max-variants-per-batch "$cap" --threads "$threads" --device "$device" --port 0 \
     --port-file "$port_file" > "$log_file" 2>&1 &
   local pid=$!
   for _ in $(seq 600); do [ -f "$port_file" ] && break; sleep 0.5; done
@@ -78,7 +85,7 @@ serve_mode() {  # serve_mode N MODE RATES...
     log "$n variants, $mode mode, $rate requests/s for $duration s"
     "$bin/dz-serve" -q bench --url "$url" --variants "$variants" --rate "$rate" --duration "$duration" \
       --popularity zipf:1.0 --max-tokens "$max_tokens" --seed 7 --timeout 1200 --json > "$results/run.json" || true
-    /usr/bin/python3 - "$results/run.json" "$n" "$mode" "$rate" >> "$results/serve.jsonl" <<'PY'
+    "$python" - "$results/run.json" "$n" "$mode" "$rate" >> "$results/serve.jsonl" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 r.update(variants_count=int(sys.argv[2]), mode=sys.argv[3], rate=float(sys.argv[4]))
@@ -86,7 +93,7 @@ print(json.dumps(r))
 PY
   done
   curl -s "$url/metrics" | grep -E '^dz_(resident_bytes|full_models_equivalent_bytes|model_swaps_total|delta_loads_total)' |
-    sed "s/^/$n $mode /" >> "$results/memory.txt"
+    sed "s/^/$n $mode /" >> "$results/memory.txt" || log "no memory figures (curl missing?)"
   kill -TERM "$pid"
   wait "$pid" || true
 }
@@ -99,6 +106,11 @@ for mode in $modes; do  # drop earlier results of the modes run now
   mv "$results/keep" "$results/memory.txt"
 done
 for mode in $modes; do serve_mode 8 "$mode" $rates8; done
-for mode in $modes; do serve_mode 16 "$mode" $rates16; done
+if [ -n "$rates16" ]; then for mode in $modes; do serve_mode 16 "$mode" $rates16; done; fi
 
-/usr/bin/python3 "$root/scripts/plot/dz_serve_curves.py" "$results"
+if "$python" -c 'import matplotlib' 2>/dev/null; then
+  "$python" "$root/scripts/plot/dz_serve_curves.py" "$results"
+else
+  log "no matplotlib for $python: results in $results/serve.jsonl, no figure"
+  cat "$results/serve.jsonl"
+fi
