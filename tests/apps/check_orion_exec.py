@@ -125,6 +125,22 @@ for policy in ["orion", "mps"]:
     else:
         check(len(inside) > 0, f"mps: BE kernels released during HP requests ({len(inside)})")
 
+# ---------------------------------------------------------------- REEF's bounded best-effort queue
+# --reef-queue-depth 1: a BE launch is released only once the one before it
+# has finished, so consecutive BE releases lie at least a kernel's duration
+# (2 ms on the stand-in driver) apart, however the machine is loaded; the
+# default depth (4) lets an iteration's four launches go within microseconds.
+log_path = tmp / "reef.log"
+r = run([ORION, "exec", "--policy", "reef", "--reef-queue-depth", "1",
+         "--hp", f"{APP} --name hpk --markers --requests 3 --kernels 2 --duration-us 3000 --think-us 2000",
+         "--be", f"{APP} --name bek --requests 3 --kernels 4 --duration-us 2000", "--wait-be",
+         "--profiles", PROFILES, "--log", str(log_path), "--report", "--json"])
+check(r.returncode == 0, f"reef with --reef-queue-depth 1 exits 0 (rc {r.returncode} {r.stderr[-200:]})")
+be_releases = [e["t_us"] for e in read_log(log_path) if e["event"] == "release" and e["client"] == "be0"]
+gaps = [b - a for a, b in zip(be_releases, be_releases[1:])]
+check(len(be_releases) == 12 and min(gaps) >= 1900,
+      f"reef depth 1: 12 BE releases, each at least a kernel's 2 ms after the last (gaps {[round(g) for g in gaps]})")
+
 # ---------------------------------------------------------------- a program that outlives its shell
 # "; true" keeps the shell from exec'ing the program: SIGTERM ends the shell
 # at once while the program finishes its request. exec waits for it too.
