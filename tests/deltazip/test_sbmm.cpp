@@ -62,30 +62,31 @@ TEST_P(SbmmAgainstDequantized, EqualsDequantizeThenMatmul) {
   }
   // Both kernels for the fused 2:4 form: the AVX2 ones where the CPU has
   // them, and the portable ones.
-  for (const bool vector : {true, false})
-  for (std::int64_t n : {1, 5, 16}) {
+  for (const bool vector : {true, false}) {
     SbmmMatrix::use_vector_kernels(vector);
-    std::normal_distribution<float> normal(0, 1);
-    const std::int64_t x_stride = cols + 3, y_stride = rows + 2;  // strides wider than the rows
-    std::vector<float> x(static_cast<std::size_t>(n * x_stride)), y(static_cast<std::size_t>(n * y_stride), 0.5f);
-    for (auto& v : x) v = normal(rng);
-    // Two disjoint row ranges, as two threads would take them.
-    matrix.multiply_add(x.data(), n, x_stride, y.data(), y_stride, 0, 10);
-    matrix.multiply_add(x.data(), n, x_stride, y.data(), y_stride, 10, rows);
-    for (std::int64_t r = 0; r < n; ++r)
-      for (std::int64_t o = 0; o < rows; ++o) {
-        double expected = 0.5, magnitude = 0;
-        for (std::int64_t k = 0; k < cols; ++k) {
-          const double term = static_cast<double>(x[static_cast<std::size_t>(r * x_stride + k)]) *
-                              dense[static_cast<std::size_t>(o * cols + k)];
-          expected += term;
-          magnitude += std::abs(term);
+    for (std::int64_t n : {1, 5, 16}) {
+      std::normal_distribution<float> normal(0, 1);
+      const std::int64_t x_stride = cols + 3, y_stride = rows + 2;  // strides wider than the rows
+      std::vector<float> x(static_cast<std::size_t>(n * x_stride)), y(static_cast<std::size_t>(n * y_stride), 0.5f);
+      for (auto& v : x) v = normal(rng);
+      // Two disjoint row ranges, as two threads would take them.
+      matrix.multiply_add(x.data(), n, x_stride, y.data(), y_stride, 0, 10);
+      matrix.multiply_add(x.data(), n, x_stride, y.data(), y_stride, 10, rows);
+      for (std::int64_t r = 0; r < n; ++r)
+        for (std::int64_t o = 0; o < rows; ++o) {
+          double expected = 0.5, magnitude = 0;
+          for (std::int64_t k = 0; k < cols; ++k) {
+            const double term = static_cast<double>(x[static_cast<std::size_t>(r * x_stride + k)]) *
+                                dense[static_cast<std::size_t>(o * cols + k)];
+            expected += term;
+            magnitude += std::abs(term);
+          }
+          EXPECT_NEAR(y[static_cast<std::size_t>(r * y_stride + o)], expected, 1e-5 * (magnitude + 1))
+              << "row " << r << " output " << o;
         }
-        EXPECT_NEAR(y[static_cast<std::size_t>(r * y_stride + o)], expected, 1e-5 * (magnitude + 1))
-            << "row " << r << " output " << o;
-      }
-    for (std::int64_t r = 0; r < n; ++r)  // padding columns untouched
-      for (std::int64_t o = rows; o < y_stride; ++o) EXPECT_EQ(y[static_cast<std::size_t>(r * y_stride + o)], 0.5f);
+      for (std::int64_t r = 0; r < n; ++r)  // padding columns untouched
+        for (std::int64_t o = rows; o < y_stride; ++o) EXPECT_EQ(y[static_cast<std::size_t>(r * y_stride + o)], 0.5f);
+    }
   }
   SbmmMatrix::use_vector_kernels(true);
 }

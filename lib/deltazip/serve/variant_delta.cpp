@@ -21,6 +21,9 @@
 namespace fleet::deltazip {
 namespace {
 
+constexpr const char* kNoCudaKernel =
+    "delta mode on a GPU needs the CUDA SBMM kernel: this build has no CUDA toolkit (docs/gpu.md)";
+
 constexpr const char* kProjectionNames[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
                                              "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
                                              "mlp.down_proj"};
@@ -52,7 +55,7 @@ std::shared_ptr<const VariantDelta> VariantDelta::load(const std::string& name, 
   for (const auto& [param, t] : base.named_parameters()) base_params[param] = t;
   const auto device = base.device();
   if (device.is_cuda() && !FLEET_WITH_CUDA)
-    throw UsageError("delta mode on a GPU needs the CUDA SBMM kernel: this build has no CUDA toolkit (docs/gpu.md)");
+    throw UsageError(kNoCudaKernel);
   auto v = std::make_shared<VariantDelta>();
   v->name = name;
   const auto layers = base.num_layers();
@@ -146,7 +149,7 @@ void add_delta_product(const VariantDelta& v, std::size_t index, const torch::Te
 #endif
   v.device_linear.at(index)->multiply_add(rows_x.data_ptr<float>(), rows_x.size(0), flat.data_ptr<float>(), stream);
 #else
-  throw UsageError("delta mode on a GPU needs the CUDA SBMM kernel: this build has no CUDA toolkit (docs/gpu.md)");
+  throw UsageError(kNoCudaKernel);
 #endif
 }
 
