@@ -1,6 +1,7 @@
 #include "model/llama.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -11,6 +12,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/safetensors.h"
+#include "model/small_batch_linear.h"
 #include "model/tensor_bridge.h"
 #include "model/tensor_parallel.h"
 
@@ -84,7 +86,34 @@ void check_tokens(const torch::Tensor& tokens, std::int64_t vocab) {
                      std::to_string(vocab) + ")");
 }
 
+std::atomic<bool> small_batch_on{true};
+
 }  // namespace
+
+void use_small_batch_linear(bool on) { small_batch_on = on; }
+bool small_batch_linear_in_use() { return small_batch_on && small_batch::available(); }
+
+torch::Tensor inference_linear(const torch::Tensor& x, const torch::Tensor& w) {
+  const bool applies = !torch::GradMode::is_enabled() && small_batch_linear_in_use() && x.device().is_cpu() &&
+                       w.device().is_cpu() && x.scalar_type() == torch::kFloat32 &&
+                       w.scalar_type() == torch::kFloat32 && w.dim() == 2 && w.is_contiguous() && x.dim() >= 1 &&
+                       x.size(-1) == w.size(1) && x.numel() > 0;
+  if (!applies) return torch::linear(x, w);
+  const std::int64_t in = w.size(1), out = w.size(0), rows = x.numel() / in;
+  if (rows > small_batch::kMaxRows) return torch::linear(x, w);
+  const auto xc = x.contiguous();
+  auto sizes = x.sizes().vec();
+  sizes.back() = out;
+  auto y = torch::empty(sizes, x.options());
+  const float* xp = xc.data_ptr<float>();
+  const float* wp = w.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  // Threads split the outputs: each output is one thread's fixed-order sum.
+  at::parallel_for(0, out, 192, [&](std::int64_t begin, std::int64_t end) {
+    small_batch::linear(xp, rows, in, in, wp + begin * in, end - begin, yp + begin, out);
+  });
+  return y;
+}
 
 // State of one cached forward: which cache rows the batch uses and where.
 struct LlamaModel::CacheStep {
@@ -360,7 +389,11 @@ torch::Tensor LlamaModel::project(std::size_t layer, Projection which, const tor
     case Projection::kUp: weight = &w.up_proj; break;
     case Projection::kDown: weight = &w.down_proj; break;
   }
-  auto out = torch::linear(x, *weight);
+  if (step && step->overlay) {
+    auto merged = step->overlay->linear(layer, which, x, *weight);
+    if (merged.defined()) return merged;
+  }
+  auto out = inference_linear(x, *weight);
   if (step && step->overlay) step->overlay->add_linear(layer, which, x, out);
   return out;
 }

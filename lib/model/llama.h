@@ -66,6 +66,14 @@ class WeightOverlay {
   virtual ~WeightOverlay() = default;
   /// `out` = x · W_baseᵀ ([B, ..., out_features]); adds x_rows · Δᵀ per variant.
   virtual void add_linear(std::size_t layer, Projection which, const torch::Tensor& x, torch::Tensor& out) const = 0;
+  /// x · (W_base + Δ)ᵀ for every row at once, when the overlay computes that
+  /// more cheaply than the base product plus add_linear (all rows of variants
+  /// with many rows each, as in a prompt's prefill); an undefined tensor
+  /// otherwise, and the model takes the usual path.
+  virtual torch::Tensor linear(std::size_t /*layer*/, Projection /*which*/, const torch::Tensor& /*x*/,
+                               const torch::Tensor& /*base*/) const {
+    return {};
+  }
   /// The norm weight per row, [B, 1, hidden], or `base` when no row changes it.
   virtual torch::Tensor norm_weight(std::size_t layer, NormSlot which, const torch::Tensor& base) const = 0;
   /// `hidden` = embedding of `tokens` [B, T]; adds the rows' embedding deltas.
@@ -202,6 +210,16 @@ class LlamaModel {
 /// the targets where `mask` (same shape as tokens, optional) is non-zero.
 torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& tokens,
                              const std::optional<torch::Tensor>& mask = std::nullopt);
+
+/// x · wᵀ, as torch::linear(x, w). Without autograd, for float32 on a CPU with
+/// AVX2 and at most small_batch::kMaxRows rows in x, the small-batch kernel
+/// (model/small_batch_linear.h: w is read in place, not packed); otherwise
+/// torch::linear. The projections of every cached forward go through it.
+torch::Tensor inference_linear(const torch::Tensor& x, const torch::Tensor& w);
+/// Turns the small-batch kernel off (true: on, the default), so that
+/// benchmarks and tests can compare against the BLAS GEMM in one process.
+void use_small_batch_linear(bool on);
+bool small_batch_linear_in_use();
 
 /// The torch dtype of a config.json torch_dtype string (float32/float16/bfloat16).
 torch::ScalarType parse_torch_dtype(const std::string& name);

@@ -23,6 +23,7 @@
 #include "deltazip/serve/variant_delta.h"
 #include "model/commands.h"
 #include "model/llama.h"
+#include "model/small_batch_linear.h"
 
 using namespace fleet;
 using namespace fleet::deltazip;
@@ -65,7 +66,7 @@ int sbmm(int repeats) {
         deltas.emplace_back(random_packed(rows, cols, bits, rng));
         dense.push_back(torch::randn({rows, cols}));
       }
-      for (std::int64_t n : {1, 2, 4, 8, 16, 64})
+      for (std::int64_t n : {1, 2, 4, 8, 16, 32, 48, 64})
         for (std::int64_t variants : {1, 4, 16}) {
           if (variants > n) continue;
           auto x = torch::randn({n, cols});
@@ -79,18 +80,25 @@ int sbmm(int repeats) {
             }
           };
           auto run_one_gemm = [&] { y = torch::linear(x, dense[0]); };
+          auto run_small_batch = [&] {  // the base product as decoding computes it
+            torch::NoGradGuard no_grad;
+            y = model::inference_linear(x, dense[0]);
+          };
           auto run_per_variant_gemm = [&] {
             for (std::int64_t v = 0; v < variants; ++v)
               y.narrow(0, v * per, per).copy_(torch::linear(x.narrow(0, v * per, per), dense[static_cast<std::size_t>(v)]));
           };
           const double t_sbmm = best_of(repeats, run_sbmm), t_gemm = best_of(repeats, run_one_gemm),
-                       t_full = best_of(repeats, run_per_variant_gemm);
+                       t_full = best_of(repeats, run_per_variant_gemm), t_small = best_of(repeats, run_small_batch);
           SbmmMatrix::use_vector_kernels(false);  // the portable kernels, for the vector kernels' gain
           const double t_portable = best_of(repeats, run_sbmm);
           SbmmMatrix::use_vector_kernels(true);
           std::cout << nlohmann::json{{"bench", "sbmm"}, {"bits", bits}, {"rows", rows}, {"cols", cols}, {"batch", n},
                                       {"variants", variants}, {"sbmm_us", t_sbmm * 1e6}, {"dense_gemm_us", t_gemm * 1e6},
                                       {"per_variant_gemm_us", t_full * 1e6}, {"sbmm_portable_us", t_portable * 1e6},
+                                      {"inference_linear_us", t_small * 1e6},
+                                      {"small_batch_kernel", model::small_batch_linear_in_use() && n <= model::small_batch::kMaxRows},
+                                      {"dense_gemm_over_inference_linear", t_gemm / t_small},
                                       {"vector_kernels", SbmmMatrix::vector_kernels()},
                                       {"portable_over_sbmm", t_portable / t_sbmm},
                                       {"sbmm_over_dense", t_sbmm / t_gemm}, {"sbmm_over_per_variant", t_sbmm / t_full},

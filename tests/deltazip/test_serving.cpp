@@ -55,6 +55,83 @@ TEST_F(Serving, MixedBatchLogitsEqualEachReconstructedModelAlone) {
   EXPECT_LT(v1->bytes, 4 * static_cast<std::uint64_t>(base.config().hidden_size) * 260 + 500000);
 }
 
+torch::Tensor parameter(const LlamaModel& m, const std::string& name) {
+  for (const auto& [n, t] : m.named_parameters())
+    if (n == name) return t;
+  throw std::runtime_error("no parameter " + name);
+}
+
+// The delta product on the CPU for every number of rows (the fused kernels for
+// a few, decoded tiles times the small-batch kernel or BLAS for more), and
+// the prefill product x · (W + Δ)ᵀ, against the whole delta decoded.
+TEST_F(Serving, DeltaProductsEqualTheDecodedDeltaForEveryRowCount) {
+  torch::NoGradGuard no_grad;
+  auto base = LlamaModel::load(path("base"));
+  DeltaReader r1(path("ft1.h5"));
+  auto v1 = VariantDelta::load("ft1", r1, base);
+  const SbmmMatrix& delta = *v1->linear.at(6);  // layer 0's down projection
+  auto dense = torch::empty({delta.rows(), delta.cols()});
+  delta.decode_rows(0, delta.rows(), dense.data_ptr<float>());
+  auto w = parameter(base, "model.layers.0.mlp.down_proj.weight").contiguous();
+  for (bool small_batch : {true, false}) {
+    model::use_small_batch_linear(small_batch);
+    for (std::int64_t n : {1, 3, 8, 9, 16, 33, 40}) {
+      auto x = torch::randn({n, delta.cols()});
+      auto y0 = torch::randn({n, delta.rows()});
+      auto y = y0.clone();
+      sbmm_add(delta, x, y);
+      auto want = (y0.to(torch::kFloat64) + x.to(torch::kFloat64).mm(dense.to(torch::kFloat64).t())).to(torch::kFloat32);
+      EXPECT_TRUE(torch::allclose(y, want, 1e-4, 1e-4)) << n << " rows, small-batch kernel " << small_batch
+                                                        << ": max difference " << (y - want).abs().max().item<float>();
+      auto merged = torch::full({n, delta.rows()}, std::nanf(""));  // every entry must be written
+      merged_product(delta, w, x, merged);
+      auto merged_want = x.to(torch::kFloat64).mm((w + dense).to(torch::kFloat64).t()).to(torch::kFloat32);
+      EXPECT_TRUE(torch::allclose(merged, merged_want, 1e-4, 1e-4))
+          << n << " rows, small-batch kernel " << small_batch << ": max difference "
+          << (merged - merged_want).abs().max().item<float>();
+    }
+  }
+  model::use_small_batch_linear(true);
+}
+
+// A prefill of variants only takes the merged product (one dense product with
+// W + Δ per variant instead of the base's plus the delta's) and computes what
+// each reconstructed model computes alone; a decode step, or a batch with a
+// row of the base model, keeps base product + SBMM.
+TEST_F(Serving, PrefillOfVariantsOnlyIsOneProductPerVariant) {
+  torch::NoGradGuard no_grad;
+  auto base = LlamaModel::load(path("base"));
+  DeltaReader r1(path("ft1.h5")), r2(path("ft2.h5"));
+  auto v1 = VariantDelta::load("ft1", r1, base);
+  auto v2 = VariantDelta::load("ft2", r2, base);
+  auto m1 = reconstruct_model(r1, base), m2 = reconstruct_model(r2, base);
+  const auto hidden = base.config().hidden_size;
+  const auto& q = parameter(base, "model.layers.1.self_attn.q_proj.weight");
+  DeltaOverlay overlay({{0, 2, v1.get()}, {2, 1, v2.get()}}, 3);
+  auto x = torch::randn({3, 12, hidden});
+  auto merged = overlay.linear(1, model::Projection::kQ, x, q);
+  ASSERT_TRUE(merged.defined());
+  auto want = torch::cat({torch::linear(x.narrow(0, 0, 2), parameter(m1, "model.layers.1.self_attn.q_proj.weight")),
+                          torch::linear(x.narrow(0, 2, 1), parameter(m2, "model.layers.1.self_attn.q_proj.weight"))});
+  EXPECT_TRUE(torch::allclose(merged, want, 1e-4, 1e-4)) << (merged - want).abs().max().item<float>();
+  EXPECT_FALSE(overlay.linear(1, model::Projection::kQ, torch::randn({3, 1, hidden}), q).defined());
+  DeltaOverlay with_base({{0, 2, v1.get()}, {2, 1, nullptr}}, 3);
+  EXPECT_FALSE(with_base.linear(1, model::Projection::kQ, x, q).defined());
+
+  // Through the model: a whole prefill, logits as each reconstruction alone.
+  auto tokens = torch::randint(4, 260, {3, 12}, torch::kInt64);
+  model::KvCache cache(base.config(), 3, 32, torch::kFloat32);
+  auto mixed = base.forward_cached(cache, {0, 1, 2}, tokens, {12, 12, 12}, true, &overlay);
+  const std::vector<const LlamaModel*> alone = {&m1, &m1, &m2};
+  for (std::int64_t b = 0; b < 3; ++b) {
+    model::KvCache own(base.config(), 1, 32, torch::kFloat32);
+    auto expected = alone[static_cast<std::size_t>(b)]->forward_cached(own, {0}, tokens.narrow(0, b, 1), {12}, true);
+    auto got = mixed.narrow(0, b, 1);
+    EXPECT_TRUE(torch::allclose(got, expected, 1e-4, 1e-4)) << "row " << b << ": max difference "
+                                                            << (got - expected).abs().max().item<float>();
+  }
+}
+
 // Every mode serves every variant exactly as its reconstruction runs alone.
 class ServingModes : public Serving, public ::testing::WithParamInterface<ServeMode> {};
 

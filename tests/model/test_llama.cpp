@@ -59,6 +59,40 @@ TEST(Llama, CachedDecodeMatchesFullForward) {
   EXPECT_EQ(cache.length(0), 20);
 }
 
+// inference_linear: torch::linear's result through the small-batch kernel
+// for a few rows without autograd, torch::linear itself otherwise (so that
+// training keeps its graph), and a whole decode the same either way.
+TEST(Llama, InferenceLinearEqualsTorchLinear) {
+  auto w = torch::randn({37, 45});
+  for (std::int64_t rows : {1, 5, 32, 33, 80}) {
+    auto x = torch::randn({rows, 1, 45});
+    torch::NoGradGuard no_grad;
+    expect_close(inference_linear(x, w), torch::linear(x, w));
+  }
+  auto trainable = torch::randn({6, 45}, torch::requires_grad());
+  auto y = inference_linear(torch::randn({3, 45}), trainable);
+  EXPECT_TRUE(y.requires_grad());
+  y.sum().backward();
+  EXPECT_TRUE(trainable.grad().defined());
+
+  auto model = LlamaModel::random(small_config(false), 7);
+  auto tokens = torch::cat({random_tokens(16, 97, 3), random_tokens(16, 97, 4), random_tokens(16, 97, 5)});
+  torch::NoGradGuard no_grad;
+  auto decode = [&] {
+    KvCache cache(model.config(), 3, 32, torch::kFloat32);
+    auto logits = model.forward_cached(cache, {0, 1, 2}, tokens.narrow(1, 0, 8), {8, 8, 8}, true);
+    std::vector<torch::Tensor> steps = {logits};
+    for (std::int64_t t = 8; t < 16; ++t) steps.push_back(model.forward_cached(cache, {0, 1, 2}, tokens.narrow(1, t, 1), {1, 1, 1}, true));
+    return torch::cat(steps, 1);
+  };
+  auto with_kernel = decode();
+  use_small_batch_linear(false);
+  EXPECT_FALSE(small_batch_linear_in_use());
+  auto with_blas = decode();
+  use_small_batch_linear(true);
+  expect_close(with_kernel, with_blas);
+}
+
 TEST(Llama, BatchedSequencesOfDifferentLengthsEqualEachAlone) {
   auto model = LlamaModel::random(small_config(true), 11);
   const std::vector<std::int64_t> lengths{9, 3, 14};

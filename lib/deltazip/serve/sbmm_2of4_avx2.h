@@ -18,7 +18,10 @@ bool available();
 
 /// y[r, o] += Σ_c x[r, c] · Δ[o, c], as SbmmMatrix::multiply_add, for a
 /// fused 2:4 layout whose groups keep two distinct positions and whose
-/// column count is a multiple of 8. Each sum is taken in a fixed order.
+/// column count is a multiple of 8 (zero points are integers, as the
+/// container stores them). Each row's scale multiplies the finished sum
+/// instead of every weight, so results equal the portable kernel's to
+/// rounding, not bit for bit; each sum is taken in a fixed order.
 void multiply_add_2of4(const SbmmLayout& layout, const float* x, std::int64_t n, std::int64_t x_stride, float* y,
                        std::int64_t y_stride, std::int64_t row_begin, std::int64_t row_end);
 

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "fleet/config.h"
 #include "deltazip/reconstruct.h"
+#include "model/small_batch_linear.h"
 #include "model/tensor_bridge.h"
 
 #if FLEET_WITH_CUDA
@@ -100,21 +101,24 @@ std::shared_ptr<const VariantDelta> VariantDelta::load(const std::string& name, 
   return v;
 }
 
-void sbmm_add(const SbmmMatrix& delta, const torch::Tensor& x, torch::Tensor& out) {
-  // Tiles of output rows: each is decoded from the packed form into a buffer
-  // that stays in cache and multiplied with every input row by BLAS, so the
-  // packed bytes are read once per step whatever the number of rows, and the
-  // whole matrix never exists dequantized.
-  constexpr std::int64_t kTile = 64;
-  const auto n = x.size(0);
-  if (n <= (delta.fused_2of4() ? 16 : 4)) {  // a few rows: touch only the kept weights, no dense tile
-    const float* xp = x.data_ptr<float>();
-    float* yp = out.data_ptr<float>();
-    at::parallel_for(0, delta.rows(), kTile, [&](std::int64_t begin, std::int64_t end) {
-      delta.multiply_add(xp, n, delta.cols(), yp, out.size(1), begin, end);
-    });
-    return;
-  }
+namespace {
+
+constexpr std::int64_t kTile = 64;  // output rows decoded at a time: 64 x cols floats stay in L2
+
+// Rows of x from which the tile path (decode a tile, multiply it densely)
+// beats the fused kernels, which decode every weight again for each group of
+// input rows. Measured with bench_dz_serve sbmm (docs/benchmarks.md).
+std::int64_t tile_path_rows(const SbmmMatrix& delta) {
+  if (!delta.fused_2of4()) return 5;
+  return model::small_batch_linear_in_use() ? 9 : 17;
+}
+
+// Tiles of output rows of Δ decoded from the packed form into a per-thread
+// buffer that stays in cache, split over libtorch's intra-op threads; the
+// whole matrix never exists dequantized. use(begin, count, tile) may change
+// the tile.
+template <typename Use>
+void for_each_decoded_tile(const SbmmMatrix& delta, Use&& use) {
   const std::int64_t tiles = (delta.rows() + kTile - 1) / kTile;
   at::parallel_for(0, tiles, 1, [&](std::int64_t first, std::int64_t last) {
     thread_local std::vector<float> buffer;
@@ -122,10 +126,54 @@ void sbmm_add(const SbmmMatrix& delta, const torch::Tensor& x, torch::Tensor& ou
     for (std::int64_t t = first; t < last; ++t) {
       const std::int64_t begin = t * kTile, count = std::min(kTile, delta.rows() - begin);
       delta.decode_rows(begin, begin + count, buffer.data());
-      auto tile = torch::from_blob(buffer.data(), {count, delta.cols()}, torch::kFloat32);
-      auto slice = out.narrow(1, begin, count);
-      slice.addmm_(x, tile.t());
+      use(begin, count, buffer.data());
     }
+  });
+}
+
+// out[:, begin, begin + count) = x · tileᵀ (+= with `accumulate`); x [n, cols]
+// and out float32 contiguous. The small-batch kernel multiplies the tile
+// where it is; BLAS would copy it once more.
+void multiply_tile(const torch::Tensor& x, float* tile, std::int64_t begin, std::int64_t count, torch::Tensor& out,
+                   bool accumulate) {
+  const std::int64_t n = x.size(0), cols = x.size(1);
+  if (n <= model::small_batch::kMaxRows && model::small_batch_linear_in_use()) {
+    model::small_batch::linear(x.data_ptr<float>(), n, cols, cols, tile, count, out.data_ptr<float>() + begin,
+                               out.size(1), accumulate);
+    return;
+  }
+  auto t = torch::from_blob(tile, {count, cols}, torch::kFloat32);
+  out.narrow(1, begin, count).addmm_(x, t.t(), /*beta=*/accumulate ? 1 : 0);
+}
+
+}  // namespace
+
+void sbmm_add(const SbmmMatrix& delta, const torch::Tensor& x, torch::Tensor& out) {
+  const auto n = x.size(0);
+  if (n < tile_path_rows(delta)) {  // a few rows: touch only the kept weights, no dense tile
+    const float* xp = x.data_ptr<float>();
+    float* yp = out.data_ptr<float>();
+    at::parallel_for(0, delta.rows(), kTile, [&](std::int64_t begin, std::int64_t end) {
+      delta.multiply_add(xp, n, delta.cols(), yp, out.size(1), begin, end);
+    });
+    return;
+  }
+  for_each_decoded_tile(delta, [&](std::int64_t begin, std::int64_t count, float* tile) {
+    multiply_tile(x, tile, begin, count, out, /*accumulate=*/true);
+  });
+}
+
+void merged_product(const SbmmMatrix& delta, const torch::Tensor& base, const torch::Tensor& x, torch::Tensor& out) {
+  const float* w = base.data_ptr<float>();
+  const std::int64_t cols = delta.cols();
+  for_each_decoded_tile(delta, [&](std::int64_t begin, std::int64_t count, float* tile) {
+    const float* wb = w + begin * cols;
+    if (model::small_batch::available()) {
+      model::small_batch::add(tile, wb, count * cols);
+    } else {
+      for (std::int64_t i = 0; i < count * cols; ++i) tile[i] += wb[i];
+    }
+    multiply_tile(x, tile, begin, count, out, /*accumulate=*/false);
   });
 }
 
@@ -154,6 +202,34 @@ void add_delta_product(const VariantDelta& v, std::size_t index, const torch::Te
 }
 
 }  // namespace
+
+torch::Tensor DeltaOverlay::linear(std::size_t layer, model::Projection which, const torch::Tensor& x,
+                                   const torch::Tensor& base) const {
+  // Only when every row belongs to a variant that has enough rows for the tile
+  // path (a prompt's prefill): then decoding Δ's tiles and adding W's costs
+  // less than a second dense product. Rows of the base model, or a decode
+  // step's one row per sequence, keep base product + SBMM.
+  if (!x.device().is_cpu() || x.scalar_type() != torch::kFloat32 || base.scalar_type() != torch::kFloat32 ||
+      !base.is_contiguous() || x.dim() < 2 || x.size(0) != batch_ || x.numel() == 0)
+    return {};
+  const auto index = layer * 7 + static_cast<std::size_t>(which);
+  const std::int64_t in = x.size(-1), per_row = x.numel() / (batch_ * in), out_features = base.size(0);
+  std::int64_t covered = 0;
+  for (const auto& s : segments_) {
+    if (s.count * per_row < tile_path_rows(*s.variant->linear.at(index))) return {};
+    covered += s.count;
+  }
+  if (covered != batch_) return {};
+  auto sizes = x.sizes().vec();
+  sizes.back() = out_features;
+  auto out = torch::empty(sizes, x.options());
+  for (const auto& s : segments_) {
+    auto rows_x = x.narrow(0, s.begin, s.count).reshape({-1, in}).contiguous();
+    auto flat = out.narrow(0, s.begin, s.count).view({-1, out_features});
+    merged_product(*s.variant->linear.at(index), base, rows_x, flat);
+  }
+  return out;
+}
 
 void DeltaOverlay::add_linear(std::size_t layer, model::Projection which, const torch::Tensor& x,
                               torch::Tensor& out) const {

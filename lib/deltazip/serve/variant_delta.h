@@ -59,6 +59,8 @@ class DeltaOverlay final : public model::WeightOverlay {
   DeltaOverlay(std::vector<VariantSegment> segments, std::int64_t batch);
 
   void add_linear(std::size_t layer, model::Projection which, const torch::Tensor& x, torch::Tensor& out) const override;
+  torch::Tensor linear(std::size_t layer, model::Projection which, const torch::Tensor& x,
+                       const torch::Tensor& base) const override;
   torch::Tensor norm_weight(std::size_t layer, model::NormSlot which, const torch::Tensor& base) const override;
   void add_embedding(const torch::Tensor& tokens, torch::Tensor& hidden) const override;
   void add_head(const torch::Tensor& hidden, torch::Tensor& logits) const override;
@@ -69,8 +71,14 @@ class DeltaOverlay final : public model::WeightOverlay {
 };
 
 /// x_rows · Δᵀ added into `out` rows for one packed matrix: `x` [n, in] and
-/// `out` [n, out] float32 contiguous; tiles of output rows are decoded into
-/// cache and multiplied by BLAS, split over libtorch's intra-op threads.
+/// `out` [n, out] float32 contiguous, on the CPU. A few rows go through the
+/// fused kernels; more through tiles of output rows decoded into cache and
+/// multiplied densely, split over libtorch's intra-op threads.
 void sbmm_add(const SbmmMatrix& delta, const torch::Tensor& x, torch::Tensor& out);
+
+/// out = x · (W + Δ)ᵀ, W = `base` [out, in] float32 contiguous, by the same
+/// tiles with W's rows added before the product: a variant's prefill without
+/// a separate base product.
+void merged_product(const SbmmMatrix& delta, const torch::Tensor& base, const torch::Tensor& x, torch::Tensor& out);
 
 }  // namespace fleet::deltazip

@@ -1,0 +1,35 @@
+// y = x · Wᵀ for a few rows of x (a decode step's batch), without packing W.
+//
+// A BLAS GEMM copies ("packs") the weight matrix into its own layout on every
+// call; with 16 rows of x that copy costs about as much as the arithmetic,
+// and decoding runs the model's every weight through it at every step. This
+// kernel reads W where it is, once per call: blocks of three weight rows
+// stay in L1 while up to four rows of x at a time are multiplied against
+// them (twelve running sums in registers), and x stays in L2. AVX2+FMA,
+// compiled per function and chosen at run time; callers check available().
+// Every output is one dot product summed in a fixed order, so the result
+// does not depend on the thread count or on how the rows were grouped.
+#pragma once
+
+#include <cstdint>
+
+namespace fleet::model::small_batch {
+
+/// Rows of x up to which the kernel beats the BLAS GEMM on the machines it was
+/// measured on (scripts/bench/model_inference.sh, docs/benchmarks.md).
+inline constexpr std::int64_t kMaxRows = 64;
+
+/// True when this CPU runs AVX2 and FMA (x86-64 only; checked once).
+bool available();
+
+/// y[r, j] = Σ_k x[r, k] · w[j, k] (or += with `accumulate`) for r < rows and
+/// j < count. w is count x in, dense and row-major; the rows of x (in floats
+/// each) and of y (count floats used) are x_stride and y_stride floats apart.
+void linear(const float* x, std::int64_t rows, std::int64_t in, std::int64_t x_stride, const float* w,
+            std::int64_t count, float* y, std::int64_t y_stride, bool accumulate = false);
+
+/// y[i] += x[i] for i < n (a base tile added to a decoded delta tile); as
+/// linear(), only where available().
+void add(float* y, const float* x, std::int64_t n);
+
+}  // namespace fleet::model::small_batch

@@ -1,0 +1,87 @@
+// The small-batch linear kernel against a double-precision reference, for
+// shapes that leave every remainder (rows not a multiple of four, outputs not
+// a multiple of three, inputs not a multiple of eight), strided rows and
+// accumulation; and its promise that an output does not depend on the rows
+// computed beside it.
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "model/small_batch_linear.h"
+
+namespace fleet::model {
+namespace {
+
+std::vector<float> random_values(std::size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+TEST(SmallBatchLinear, EqualsTheProductInDoublePrecision) {
+  if (!small_batch::available()) GTEST_SKIP() << "this CPU has no AVX2+FMA; the BLAS GEMM is used instead";
+  std::mt19937 rng(3);
+  for (std::int64_t in : {5, 8, 13, 64, 67})
+    for (std::int64_t count : {1, 2, 3, 4, 7})
+      for (std::int64_t rows : {1, 2, 3, 4, 5, 9})
+        for (bool accumulate : {false, true}) {
+          const std::int64_t x_stride = in + 3, y_stride = count + 2;
+          const auto x = random_values(static_cast<std::size_t>(rows * x_stride), rng);
+          const auto w = random_values(static_cast<std::size_t>(count * in), rng);
+          const auto start = random_values(static_cast<std::size_t>(rows * y_stride), rng);
+          auto y = start;
+          small_batch::linear(x.data(), rows, in, x_stride, w.data(), count, y.data(), y_stride, accumulate);
+          for (std::int64_t r = 0; r < rows; ++r)
+            for (std::int64_t j = 0; j < y_stride; ++j) {
+              const auto at = static_cast<std::size_t>(r * y_stride + j);
+              if (j >= count) {  // outside the outputs: untouched
+                EXPECT_EQ(y[at], start[at]);
+                continue;
+              }
+              double want = accumulate ? start[at] : 0.0;
+              for (std::int64_t k = 0; k < in; ++k)
+                want += static_cast<double>(x[static_cast<std::size_t>(r * x_stride + k)]) * w[static_cast<std::size_t>(j * in + k)];
+              EXPECT_NEAR(y[at], want, 1e-5 * (std::sqrt(static_cast<double>(in)) + 1))
+                  << "in " << in << ", outputs " << count << ", rows " << rows << ", row " << r << ", output " << j;
+            }
+        }
+}
+
+TEST(SmallBatchLinear, AnOutputDoesNotDependOnTheRowsBesideIt) {
+  if (!small_batch::available()) GTEST_SKIP() << "this CPU has no AVX2+FMA";
+  std::mt19937 rng(5);
+  const std::int64_t rows = 11, in = 77, count = 10;
+  const auto x = random_values(static_cast<std::size_t>(rows * in), rng);
+  const auto w = random_values(static_cast<std::size_t>(count * in), rng);
+  std::vector<float> all(static_cast<std::size_t>(rows * count)), one(static_cast<std::size_t>(count));
+  small_batch::linear(x.data(), rows, in, in, w.data(), count, all.data(), count);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    small_batch::linear(x.data() + r * in, 1, in, in, w.data(), count, one.data(), count);
+    for (std::int64_t j = 0; j < count; ++j)  // bit for bit: one sum in one order
+      EXPECT_EQ(one[static_cast<std::size_t>(j)], all[static_cast<std::size_t>(r * count + j)]) << "row " << r;
+  }
+  // Outputs split between two calls (two threads' ranges) give the same bits.
+  std::vector<float> split(all.size());
+  small_batch::linear(x.data(), rows, in, in, w.data(), 4, split.data(), count);
+  small_batch::linear(x.data(), rows, in, in, w.data() + 4 * in, count - 4, split.data() + 4, count);
+  EXPECT_EQ(split, all);
+}
+
+TEST(SmallBatchLinear, AddSumsElementwise) {
+  if (!small_batch::available()) GTEST_SKIP() << "this CPU has no AVX2+FMA";
+  std::mt19937 rng(9);
+  for (std::int64_t n : {0, 1, 7, 8, 9, 100}) {
+    auto y = random_values(static_cast<std::size_t>(n), rng);
+    const auto x = random_values(static_cast<std::size_t>(n), rng);
+    auto want = y;
+    for (std::size_t i = 0; i < want.size(); ++i) want[i] += x[i];
+    small_batch::add(y.data(), x.data(), n);
+    EXPECT_EQ(y, want) << n << " elements";
+  }
+}
+
+}  // namespace
+}  // namespace fleet::model
