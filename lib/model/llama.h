@@ -212,7 +212,7 @@ torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& t
                              const std::optional<torch::Tensor>& mask = std::nullopt);
 
 /// x · wᵀ, as torch::linear(x, w). Without autograd, for float32 on a CPU with
-/// AVX2 and at most small_batch::kMaxRows rows in x, the small-batch kernel
+/// AVX2 and at most small_batch::max_rows() rows in x, the small-batch kernel
 /// (model/small_batch_linear.h: w is read in place, not packed); otherwise
 /// torch::linear. The projections of every cached forward go through it.
 torch::Tensor inference_linear(const torch::Tensor& x, const torch::Tensor& w);

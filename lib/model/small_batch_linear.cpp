@@ -1,6 +1,7 @@
 #include "model/small_batch_linear.h"
 
 #include <algorithm>
+#include <atomic>
 #include <stdexcept>
 
 #if defined(__x86_64__)
@@ -11,11 +12,16 @@ namespace fleet::model::small_batch {
 
 #if defined(__x86_64__)
 
-// Every function that touches 256-bit vectors carries the target itself, so
-// nothing outside them needs AVX2.
+// Every function that touches vectors carries its target itself, so nothing
+// outside them needs AVX2 or AVX-512.
 #define FLEET_AVX2 __attribute__((target("avx2,fma")))
 
 namespace {
+
+struct Strides {
+  std::int64_t in, x, y;
+  bool accumulate;
+};
 
 FLEET_AVX2 inline float sum_lanes(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -24,59 +30,59 @@ FLEET_AVX2 inline float sum_lanes(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// J weight rows (outputs o .. o + J) times R rows of x: J·R running sums of
-// eight lanes each over the multiples of eight in k, then the tail in scalar
-// order. With J = 3 and R = 4 that is 12 accumulators, 3 + 4 loads and 12
-// FMAs per eight k: the FMA units, not the loads, set the pace.
-struct Strides {
-  std::int64_t in, x, y;
-  bool accumulate;
-};
+// AVX2: 3 weight rows x 4 rows of x = 12 accumulators of the 16 registers.
+#define KERNEL_TARGET FLEET_AVX2
+#define KERNEL_NS avx2
+#define Vec __m256
+#define WIDTH 8
+#define VZERO _mm256_setzero_ps
+#define VLOAD _mm256_loadu_ps
+#define VFMA _mm256_fmadd_ps
+#define VSUM sum_lanes
+#define BLOCK_J 3
+#include "model/small_batch_linear_kernel.inc"
+#undef KERNEL_TARGET
+#undef KERNEL_NS
+#undef Vec
+#undef WIDTH
+#undef VZERO
+#undef VLOAD
+#undef VFMA
+#undef VSUM
+#undef BLOCK_J
 
-template <int J, int R>
-FLEET_AVX2 void block(const float* x, const float* w, float* y, const Strides& s) {
-  const std::int64_t in = s.in;
-  __m256 acc[J][R];
-#pragma GCC unroll 4
-  for (int j = 0; j < J; ++j)
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) acc[j][r] = _mm256_setzero_ps();
-  const std::int64_t body = in / 8 * 8;
-  for (std::int64_t k = 0; k < body; k += 8) {
-    __m256 wv[J];
-#pragma GCC unroll 4
-    for (int j = 0; j < J; ++j) wv[j] = _mm256_loadu_ps(w + j * in + k);
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const __m256 xv = _mm256_loadu_ps(x + r * s.x + k);
-#pragma GCC unroll 4
-      for (int j = 0; j < J; ++j) acc[j][r] = _mm256_fmadd_ps(wv[j], xv, acc[j][r]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int j = 0; j < J; ++j)
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      float sum = sum_lanes(acc[j][r]);
-      for (std::int64_t k = body; k < in; ++k) sum += x[r * s.x + k] * w[j * in + k];
-      float& out = y[r * s.y + j];
-      out = s.accumulate ? out + sum : sum;
-    }
+#define FLEET_AVX512 __attribute__((target("avx512f,avx2,fma")))
+
+// Through memory: GCC 12's own reduction intrinsic warns about an undefined
+// register inside it. Once per output, so the store costs nothing that shows.
+FLEET_AVX512 inline float sum_lanes_512(__m512 v) {
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, v);
+  return sum_lanes(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8)));
 }
 
-template <int J>
-FLEET_AVX2 void rows_times(const float* x, std::int64_t rows, const float* w, float* y, const Strides& s) {
-  for (std::int64_t r0 = 0; r0 < rows; r0 += 4) {
-    const float* xr = x + r0 * s.x;
-    float* yr = y + r0 * s.y;
-    switch (std::min<std::int64_t>(4, rows - r0)) {
-      case 1: block<J, 1>(xr, w, yr, s); break;
-      case 2: block<J, 2>(xr, w, yr, s); break;
-      case 3: block<J, 3>(xr, w, yr, s); break;
-      default: block<J, 4>(xr, w, yr, s); break;
-    }
-  }
-}
+// AVX-512: 16 lanes, and 32 registers hold 5 x 4 accumulators.
+#define KERNEL_TARGET FLEET_AVX512
+#define KERNEL_NS avx512
+#define Vec __m512
+#define WIDTH 16
+#define VZERO _mm512_setzero_ps
+#define VLOAD _mm512_loadu_ps
+#define VFMA _mm512_fmadd_ps
+#define VSUM sum_lanes_512
+#define BLOCK_J 5
+#include "model/small_batch_linear_kernel.inc"
+#undef KERNEL_TARGET
+#undef KERNEL_NS
+#undef Vec
+#undef WIDTH
+#undef VZERO
+#undef VLOAD
+#undef VFMA
+#undef VSUM
+#undef BLOCK_J
+
+std::atomic<bool> avx512_wanted{true};
 
 }  // namespace
 
@@ -85,15 +91,20 @@ bool available() {
   return yes;
 }
 
-FLEET_AVX2 void linear(const float* x, std::int64_t rows, std::int64_t in, std::int64_t x_stride, const float* w,
-                       std::int64_t count, float* y, std::int64_t y_stride, bool accumulate) {
+bool avx512_available() {
+  static const bool yes = available() && __builtin_cpu_supports("avx512f");
+  return yes;
+}
+
+void use_avx512(bool on) { avx512_wanted = on; }
+bool avx512_in_use() { return avx512_wanted && avx512_available(); }
+std::int64_t max_rows() { return avx512_in_use() ? 64 : 32; }
+
+void linear(const float* x, std::int64_t rows, std::int64_t in, std::int64_t x_stride, const float* w,
+            std::int64_t count, float* y, std::int64_t y_stride, bool accumulate) {
   const Strides s{in, x_stride, y_stride, accumulate};
-  // Outer loop over weight rows: each block of three is read from memory once
-  // and reused from L1 for every group of four rows of x.
-  std::int64_t j = 0;
-  for (; j + 3 <= count; j += 3) rows_times<3>(x, rows, w + j * in, y + j, s);
-  if (count - j == 2) rows_times<2>(x, rows, w + j * in, y + j, s);
-  else if (count - j == 1) rows_times<1>(x, rows, w + j * in, y + j, s);
+  if (avx512_in_use()) avx512::linear(x, rows, w, count, y, s);
+  else avx2::linear(x, rows, w, count, y, s);
 }
 
 FLEET_AVX2 void add(float* y, const float* x, std::int64_t n) {
@@ -103,10 +114,15 @@ FLEET_AVX2 void add(float* y, const float* x, std::int64_t n) {
 }
 
 #undef FLEET_AVX2
+#undef FLEET_AVX512
 
 #else  // not x86-64: callers keep the BLAS GEMM
 
 bool available() { return false; }
+bool avx512_available() { return false; }
+void use_avx512(bool) {}
+bool avx512_in_use() { return false; }
+std::int64_t max_rows() { return 0; }
 
 void linear(const float*, std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t, float*, std::int64_t,
             bool) {

@@ -5,8 +5,9 @@
 // and decoding runs the model's every weight through it at every step. This
 // kernel reads W where it is, once per call: blocks of three weight rows
 // stay in L1 while up to four rows of x at a time are multiplied against
-// them (twelve running sums in registers), and x stays in L2. AVX2+FMA,
-// compiled per function and chosen at run time; callers check available().
+// them (twelve running sums in registers), and x stays in L2. AVX2+FMA, or
+// AVX-512 where the CPU has it (five weight rows, twenty sums), compiled per
+// function and chosen at run time; callers check available().
 // Every output is one dot product summed in a fixed order, so the result
 // does not depend on the thread count or on how the rows were grouped.
 #pragma once
@@ -15,12 +16,19 @@
 
 namespace fleet::model::small_batch {
 
-/// Rows of x up to which the kernel beats the BLAS GEMM on the machines it was
-/// measured on (scripts/bench/model_inference.sh, docs/benchmarks.md).
-inline constexpr std::int64_t kMaxRows = 64;
-
 /// True when this CPU runs AVX2 and FMA (x86-64 only; checked once).
 bool available();
+/// True when it also runs AVX-512F: linear() then uses 16-lane vectors and
+/// twice the accumulators, unless use_avx512(false) turned that off (tests
+/// and benchmarks compare the two; process-wide).
+bool avx512_available();
+void use_avx512(bool on);
+bool avx512_in_use();
+
+/// Rows of x up to which the kernel beats OpenBLAS's GEMM on the machine it
+/// was measured on (bench_dz_serve sbmm, docs/benchmarks.md): 32 with AVX2,
+/// 64 with AVX-512.
+std::int64_t max_rows();
 
 /// y[r, j] = Σ_k x[r, k] · w[j, k] (or += with `accumulate`) for r < rows and
 /// j < count. w is count x in, dense and row-major; the rows of x (in floats

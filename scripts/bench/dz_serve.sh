@@ -10,8 +10,8 @@
 # fine-tuned folders are deleted after compression).
 #
 #   scripts/bench/dz_serve.sh [MODELS_DIR]     default: build/bench-dz-serve
-#   RATES8="0.5 1 2 4" RATES16="1" DURATION=30 MAX_TOKENS=16 THREADS=1 STEPS=2 CAP=8
-#   (CAP: --max-variants-per-batch of the delta and full servers)
+#   RATES8="1 2 4 8" RATES16="8" DURATION=30 MAX_TOKENS=16 THREADS=1 STEPS=2 CAP=8 MAX_BATCH=32
+#   (CAP: --max-variants-per-batch of the delta and full servers; MAX_BATCH: --max-batch of every server)
 #   MODES="delta" SKIP_KERNELS=1   rerun some modes only (their earlier results are replaced)
 #   VARIANTS=8                     make and serve 8 variants only (no 16-variant runs)
 #   DEVICE=cuda BIN=build-gpu/bin  fine-tune, compress and serve on a GPU (scripts/gpu-check.sh)
@@ -21,7 +21,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 models=${1:-$root/build/bench-dz-serve}
 bin=${BIN:-$root/build/bin}
-rates8=${RATES8:-"0.5 1 2 4"} rates16=${RATES16:-"1"} duration=${DURATION:-30} cap=${CAP:-8}
+rates8=${RATES8:-"1 2 4 8"} rates16=${RATES16:-"8"} duration=${DURATION:-30} cap=${CAP:-8} max_batch=${MAX_BATCH:-32}
 max_tokens=${MAX_TOKENS:-16} threads=${THREADS:-1} steps=${STEPS:-2} device=${DEVICE:-cpu} count=${VARIANTS:-16}
 [ "$count" = 8 ] || [ "$count" = 16 ] || { echo "VARIANTS must be 8 or 16" >&2; exit 2; }
 [ "$count" = 16 ] || rates16=""
@@ -74,7 +74,7 @@ serve_mode() {  # serve_mode N MODE RATES...
   local port_file=$results/port log_file=$results/server_${n}_${mode}.log
   rm -f "$port_file"
   "$bin/dz-serve" serve --base "$models/base" --base-name base --delta-dir "$models/d$n" --mode "$mode" \
-    --max-batch 16 --max-context 256 --max-variants-per-batch "$cap" --threads "$threads" --device "$device" --port 0 \
+    --max-batch "$max_batch" --max-context 256 --max-variants-per-batch "$cap" --threads "$threads" --device "$device" --port 0 \
     --port-file "$port_file" > "$log_file" 2>&1 &
   local pid=$!
   for _ in $(seq 600); do [ -f "$port_file" ] && break; sleep 0.5; done

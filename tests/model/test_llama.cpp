@@ -64,7 +64,7 @@ TEST(Llama, CachedDecodeMatchesFullForward) {
 // training keeps its graph), and a whole decode the same either way.
 TEST(Llama, InferenceLinearEqualsTorchLinear) {
   auto w = torch::randn({37, 45});
-  for (std::int64_t rows : {1, 5, 32, 33, 80}) {
+  for (std::int64_t rows : {1, 5, 32, 33, 64, 80}) {
     auto x = torch::randn({rows, 1, 45});
     torch::NoGradGuard no_grad;
     expect_close(inference_linear(x, w), torch::linear(x, w));

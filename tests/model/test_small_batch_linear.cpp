@@ -21,11 +21,19 @@ std::vector<float> random_values(std::size_t n, std::mt19937& rng) {
   return v;
 }
 
+// The AVX2 kernel, and the AVX-512 one where the CPU has it.
+std::vector<bool> widths() {
+  if (small_batch::avx512_available()) return {false, true};
+  return {false};
+}
+
 TEST(SmallBatchLinear, EqualsTheProductInDoublePrecision) {
   if (!small_batch::available()) GTEST_SKIP() << "this CPU has no AVX2+FMA; the BLAS GEMM is used instead";
   std::mt19937 rng(3);
-  for (std::int64_t in : {5, 8, 13, 64, 67})
-    for (std::int64_t count : {1, 2, 3, 4, 7})
+  for (bool wide : widths()) {
+  small_batch::use_avx512(wide);
+  for (std::int64_t in : {5, 8, 13, 16, 64, 67})
+    for (std::int64_t count : {1, 2, 3, 4, 5, 7, 11})
       for (std::int64_t rows : {1, 2, 3, 4, 5, 9})
         for (bool accumulate : {false, true}) {
           const std::int64_t x_stride = in + 3, y_stride = count + 2;
@@ -45,13 +53,18 @@ TEST(SmallBatchLinear, EqualsTheProductInDoublePrecision) {
               for (std::int64_t k = 0; k < in; ++k)
                 want += static_cast<double>(x[static_cast<std::size_t>(r * x_stride + k)]) * w[static_cast<std::size_t>(j * in + k)];
               EXPECT_NEAR(y[at], want, 1e-5 * (std::sqrt(static_cast<double>(in)) + 1))
-                  << "in " << in << ", outputs " << count << ", rows " << rows << ", row " << r << ", output " << j;
+                  << (wide ? "AVX-512" : "AVX2") << ": in " << in << ", outputs " << count << ", rows " << rows
+                  << ", row " << r << ", output " << j;
             }
         }
+  }
+  small_batch::use_avx512(true);
 }
 
 TEST(SmallBatchLinear, AnOutputDoesNotDependOnTheRowsBesideIt) {
   if (!small_batch::available()) GTEST_SKIP() << "this CPU has no AVX2+FMA";
+  for (bool wide : widths()) {
+  small_batch::use_avx512(wide);
   std::mt19937 rng(5);
   const std::int64_t rows = 11, in = 77, count = 10;
   const auto x = random_values(static_cast<std::size_t>(rows * in), rng);
@@ -68,6 +81,8 @@ TEST(SmallBatchLinear, AnOutputDoesNotDependOnTheRowsBesideIt) {
   small_batch::linear(x.data(), rows, in, in, w.data(), 4, split.data(), count);
   small_batch::linear(x.data(), rows, in, in, w.data() + 4 * in, count - 4, split.data() + 4, count);
   EXPECT_EQ(split, all);
+  }
+  small_batch::use_avx512(true);
 }
 
 TEST(SmallBatchLinear, AddSumsElementwise) {
