@@ -214,7 +214,8 @@ torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& t
 /// x · wᵀ, as torch::linear(x, w). Without autograd, for float32 on a CPU with
 /// AVX2 and at most small_batch::max_rows() rows in x, the small-batch kernel
 /// (model/small_batch_linear.h: w is read in place, not packed); otherwise
-/// torch::linear. The projections of every cached forward go through it.
+/// torch::linear. Every projection of the model goes through it (training
+/// keeps torch::linear: autograd is on there).
 torch::Tensor inference_linear(const torch::Tensor& x, const torch::Tensor& w);
 /// Turns the small-batch kernel off (true: on, the default), so that
 /// benchmarks and tests can compare against the BLAS GEMM in one process.

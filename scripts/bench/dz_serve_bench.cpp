@@ -4,8 +4,11 @@
 //     the SBMM kernel on packed 4-bit 2:4 and 2-bit 2:4 deltas of the 100m
 //     preset's shapes against one dense float32 GEMM of the same shape
 //     (libtorch), and against what full mode does instead (one dense GEMM per
-//     variant), for 1-64 batch rows spread over 1-16 variants; and the
-//     portable kernels against the AVX2 ones (where the CPU has them).
+//     variant), for 1-64 batch rows spread over 1-16 variants; the
+//     portable kernels against the AVX2 ones (where the CPU has them); and
+//     the base product as the model computes it (model::inference_linear:
+//     the small-batch kernel, at its widest and at AVX2 width) against the
+//     same GEMM.
 //   bench_dz_serve decode BASE_DIR BATCH THREADS REPEATS DELTA.h5...
 //     one decode step of BATCH sequences spread over the deltas: delta mode
 //     (base + SBMM overlay) against full mode (one reconstructed model per

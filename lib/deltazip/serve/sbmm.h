@@ -43,7 +43,7 @@ class SbmmMatrix {
   /// y[r, o] += Σ_c x[r, c] · Δ[o, c] for r < n and o in [row_begin,
   /// row_end): x is n rows of cols() floats `x_stride` apart, y n rows of
   /// rows() floats `y_stride` apart. Touches only the kept weights (the
-  /// path for a few rows; many rows go through decode_rows and BLAS).
+  /// path for a few rows; many rows go through decode_rows and a dense product).
   /// Disjoint row ranges may run on different threads at once. Each sum is
   /// taken in a fixed order, so the result does not depend on the split.
   void multiply_add(const float* x, std::int64_t n, std::int64_t x_stride, float* y, std::int64_t y_stride,

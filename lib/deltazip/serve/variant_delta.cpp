@@ -137,7 +137,7 @@ void for_each_decoded_tile(const SbmmMatrix& delta, Use&& use) {
 void multiply_tile(const torch::Tensor& x, float* tile, std::int64_t begin, std::int64_t count, torch::Tensor& out,
                    bool accumulate) {
   const std::int64_t n = x.size(0), cols = x.size(1);
-  if (n <= model::small_batch::max_rows() && model::small_batch_linear_in_use()) {
+  if (model::small_batch_linear_in_use()) {
     model::small_batch::linear(x.data_ptr<float>(), n, cols, cols, tile, count, out.data_ptr<float>() + begin,
                                out.size(1), accumulate);
     return;
