@@ -267,9 +267,13 @@ def main():
         run(BIN / "sailor-run", "-q", "init", "--preset", "small", "--seed", "3", "-o", tmp / "small")
         slow = Server(tmp, "slow", "--base", tmp / "small", "--max-batch", 1, "--max-queue", 1, "--max-context", 1000)
 
-        # Queue full: one running, one waiting, the rest 429 at once.
+        # Queue full: one running, one waiting, the rest 429 at once. Greedy
+        # from "go" reaches no end-of-sequence token within 200 tokens, so the
+        # running request lasts as long as its max_tokens (a sampled one may
+        # stop after a few tokens, before the others arrive).
         def burst(i):
-            return slow.request("POST", "/v1/completions", {"model": "small", "prompt": "go", "max_tokens": 60})
+            return slow.request("POST", "/v1/completions", {"model": "small", "prompt": "go", "max_tokens": 200,
+                                                            "temperature": 0})
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             statuses = sorted(status for status, _ in pool.map(burst, range(8)))
         check(statuses.count(200) >= 1 and statuses.count(429) >= 1 and set(statuses) <= {200, 429},
@@ -277,7 +281,8 @@ def main():
         servers.append(slow)
         conn = http.client.HTTPConnection("127.0.0.1", slow.port, timeout=60)
         conn.request("POST", "/v1/completions", json.dumps({"model": "small", "prompt": "go", "max_tokens": 900,
-                                                            "stream": True}), {"Content-Type": "application/json"})
+                                                            "temperature": 0, "stream": True}),
+                     {"Content-Type": "application/json"})
         resp = conn.getresponse()
         resp.fp.readline()  # the first event
         conn.sock.shutdown(socket.SHUT_RDWR)
