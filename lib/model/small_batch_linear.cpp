@@ -41,15 +41,6 @@ FLEET_AVX2 inline float sum_lanes(__m256 v) {
 #define VSUM sum_lanes
 #define BLOCK_J 3
 #include "model/small_batch_linear_kernel.inc"
-#undef KERNEL_TARGET
-#undef KERNEL_NS
-#undef Vec
-#undef WIDTH
-#undef VZERO
-#undef VLOAD
-#undef VFMA
-#undef VSUM
-#undef BLOCK_J
 
 #define FLEET_AVX512 __attribute__((target("avx512f,avx2,fma")))
 
@@ -72,15 +63,6 @@ FLEET_AVX512 inline float sum_lanes_512(__m512 v) {
 #define VSUM sum_lanes_512
 #define BLOCK_J 5
 #include "model/small_batch_linear_kernel.inc"
-#undef KERNEL_TARGET
-#undef KERNEL_NS
-#undef Vec
-#undef WIDTH
-#undef VZERO
-#undef VLOAD
-#undef VFMA
-#undef VSUM
-#undef BLOCK_J
 
 std::atomic<bool> avx512_wanted{true};
 
