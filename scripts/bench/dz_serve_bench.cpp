@@ -96,11 +96,16 @@ int sbmm(int repeats) {
           model::small_batch::use_avx512(false);  // the AVX2 width of the small-batch kernel
           const double t_small_avx2 = best_of(repeats, run_small_batch);
           model::small_batch::use_avx512(true);
+          SbmmMatrix::use_avx512(false);  // the AVX2 width of the SBMM kernels
+          const double t_sbmm_avx2 = best_of(repeats, run_sbmm);
+          SbmmMatrix::use_avx512(true);
           SbmmMatrix::use_vector_kernels(false);  // the portable kernels, for the vector kernels' gain
           const double t_portable = best_of(repeats, run_sbmm);
           SbmmMatrix::use_vector_kernels(true);
           std::cout << nlohmann::json{{"bench", "sbmm"}, {"bits", bits}, {"rows", rows}, {"cols", cols}, {"batch", n},
                                       {"variants", variants}, {"sbmm_us", t_sbmm * 1e6}, {"dense_gemm_us", t_gemm * 1e6},
+                                      {"sbmm_avx2_us", t_sbmm_avx2 * 1e6},
+                                      {"sbmm_avx512", SbmmMatrix::avx512_in_use()},
                                       {"per_variant_gemm_us", t_full * 1e6}, {"sbmm_portable_us", t_portable * 1e6},
                                       {"inference_linear_us", t_small * 1e6},
                                       {"inference_linear_avx2_us", t_small_avx2 * 1e6},

@@ -45,6 +45,28 @@ PackedMatrix random_matrix(std::int64_t rows, std::int64_t cols, const Case& c, 
   return pack_matrix(rows, cols, c.bits, c.group_size, pattern, codes, kept, std::move(scales), std::move(zeros));
 }
 
+// The kernel sets this CPU can run for the fused 2:4 form: portable, AVX2,
+// AVX-512.
+struct Kernels {
+  bool vector, avx512;
+  std::string name() const { return !vector ? "portable" : avx512 ? "AVX-512" : "AVX2"; }
+  void select() const {
+    SbmmMatrix::use_vector_kernels(vector);
+    SbmmMatrix::use_avx512(avx512);
+  }
+};
+
+std::vector<Kernels> kernel_sets() {
+  std::vector<Kernels> sets{{false, false}};
+  SbmmMatrix::use_vector_kernels(true);
+  SbmmMatrix::use_avx512(true);
+  if (SbmmMatrix::vector_kernels()) sets.push_back({true, false});
+  if (SbmmMatrix::avx512_in_use()) sets.push_back({true, true});
+  return sets;
+}
+
+void restore_default_kernels() { Kernels{true, true}.select(); }
+
 class SbmmAgainstDequantized : public ::testing::TestWithParam<Case> {};
 
 TEST_P(SbmmAgainstDequantized, EqualsDequantizeThenMatmul) {
@@ -60,10 +82,9 @@ TEST_P(SbmmAgainstDequantized, EqualsDequantizeThenMatmul) {
     matrix.decode_row(o, row.data());
     for (std::int64_t k = 0; k < cols; ++k) ASSERT_EQ(row[static_cast<std::size_t>(k)], dense[static_cast<std::size_t>(o * cols + k)]);
   }
-  // Both kernels for the fused 2:4 form: the AVX2 ones where the CPU has
-  // them, and the portable ones.
-  for (const bool vector : {true, false}) {
-    SbmmMatrix::use_vector_kernels(vector);
+  // Every kernel set for the fused 2:4 form.
+  for (const auto& kernels : kernel_sets()) {
+    kernels.select();
     for (std::int64_t n : {1, 5, 16}) {
       std::normal_distribution<float> normal(0, 1);
       const std::int64_t x_stride = cols + 3, y_stride = rows + 2;  // strides wider than the rows
@@ -82,13 +103,13 @@ TEST_P(SbmmAgainstDequantized, EqualsDequantizeThenMatmul) {
             magnitude += std::abs(term);
           }
           EXPECT_NEAR(y[static_cast<std::size_t>(r * y_stride + o)], expected, 1e-5 * (magnitude + 1))
-              << "row " << r << " output " << o;
+              << kernels.name() << ": row " << r << " output " << o;
         }
       for (std::int64_t r = 0; r < n; ++r)  // padding columns untouched
         for (std::int64_t o = rows; o < y_stride; ++o) EXPECT_EQ(y[static_cast<std::size_t>(r * y_stride + o)], 0.5f);
     }
   }
-  SbmmMatrix::use_vector_kernels(true);
+  restore_default_kernels();
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -105,43 +126,49 @@ INSTANTIATE_TEST_SUITE_P(
              (info.param.group_size < 0 ? std::string("row") : std::to_string(info.param.group_size));
     });
 
-// The AVX2 kernels against the portable ones on the fused 2:4 form: the
-// same decoded weights bit for bit, the same products up to summation order,
-// for row lengths of one, an odd and an even number of 8-column chunks and
-// every block of input rows (1-4, then blocks of four and a remainder).
+// The x86 kernels (AVX2, and AVX-512 where the CPU has it) against the
+// portable ones on the fused 2:4 form: the same decoded weights bit for bit,
+// the same products up to summation order, for rows of one to twelve
+// 8-column chunks (a lone chunk, whole pairs, pairs and a lone one, for the
+// 16-column vectors) and every block of input rows (1-8, then whole blocks
+// and a remainder).
 TEST(Sbmm, VectorKernelsMatchThePortableOnes) {
-  if (!SbmmMatrix::vector_kernels()) GTEST_SKIP() << "this CPU has no AVX2 and FMA";
+  const auto sets = kernel_sets();
+  if (sets.size() < 2) GTEST_SKIP() << "this CPU has no AVX2 and FMA";
   std::mt19937 rng(3);
   for (int bits : {2, 4})
-    for (std::int64_t cols : {8, 40, 96}) {
+    for (std::int64_t cols : {8, 16, 24, 40, 48, 96}) {
       const std::int64_t rows = 7;
       const SbmmMatrix matrix(random_matrix(rows, cols, Case{bits, "2:4", -1}, rng));
       ASSERT_TRUE(matrix.fused_2of4());
-      std::vector<float> vector_tile(static_cast<std::size_t>(rows * cols)), portable_tile(vector_tile.size());
-      matrix.decode_rows(0, rows, vector_tile.data());
-      SbmmMatrix::use_vector_kernels(false);
+      std::vector<float> portable_tile(static_cast<std::size_t>(rows * cols));
+      sets.front().select();
       matrix.decode_rows(0, rows, portable_tile.data());
-      SbmmMatrix::use_vector_kernels(true);
-      ASSERT_EQ(vector_tile, portable_tile) << bits << " bits, " << cols << " columns";
       std::normal_distribution<float> normal(0, 1);
-      for (std::int64_t n : {1, 2, 3, 4, 6, 9}) {
-        std::vector<float> x(static_cast<std::size_t>(n * cols)), vector_y(static_cast<std::size_t>(n * rows), 0.0f);
+      for (std::int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 17}) {
+        std::vector<float> x(static_cast<std::size_t>(n * cols)), portable_y(static_cast<std::size_t>(n * rows), 0.0f);
         for (auto& v : x) v = normal(rng);
-        auto portable_y = vector_y;
-        matrix.multiply_add(x.data(), n, cols, vector_y.data(), rows, 0, rows);
-        SbmmMatrix::use_vector_kernels(false);
+        sets.front().select();
         matrix.multiply_add(x.data(), n, cols, portable_y.data(), rows, 0, rows);
-        SbmmMatrix::use_vector_kernels(true);
-        for (std::size_t i = 0; i < vector_y.size(); ++i) {
-          double magnitude = 0;
-          const auto r = static_cast<std::int64_t>(i) / rows, o = static_cast<std::int64_t>(i) % rows;
-          for (std::int64_t c = 0; c < cols; ++c)
-            magnitude += std::abs(static_cast<double>(x[static_cast<std::size_t>(r * cols + c)]) *
-                                  vector_tile[static_cast<std::size_t>(o * cols + c)]);
-          EXPECT_NEAR(vector_y[i], portable_y[i], 1e-5 * (magnitude + 1)) << n << " rows, entry " << i;
+        for (std::size_t k = 1; k < sets.size(); ++k) {
+          sets[k].select();
+          std::vector<float> tile(portable_tile.size(), -1.0f), y(portable_y.size(), 0.0f);
+          matrix.decode_rows(0, rows, tile.data());
+          ASSERT_EQ(tile, portable_tile) << sets[k].name() << ", " << bits << " bits, " << cols << " columns";
+          matrix.multiply_add(x.data(), n, cols, y.data(), rows, 0, rows);
+          for (std::size_t i = 0; i < y.size(); ++i) {
+            double magnitude = 0;
+            const auto r = static_cast<std::int64_t>(i) / rows, o = static_cast<std::int64_t>(i) % rows;
+            for (std::int64_t c = 0; c < cols; ++c)
+              magnitude += std::abs(static_cast<double>(x[static_cast<std::size_t>(r * cols + c)]) *
+                                    portable_tile[static_cast<std::size_t>(o * cols + c)]);
+            EXPECT_NEAR(y[i], portable_y[i], 1e-5 * (magnitude + 1))
+                << sets[k].name() << ", " << bits << " bits, " << cols << " columns, " << n << " rows, entry " << i;
+          }
         }
       }
     }
+  restore_default_kernels();
 }
 
 TEST(Sbmm, RejectsRowRangesOutsideTheMatrix) {

@@ -7,7 +7,7 @@
 
 #include "common/error.h"
 #include "common/half.h"
-#include "deltazip/serve/sbmm_2of4_avx2.h"
+#include "deltazip/serve/sbmm_2of4_x86.h"
 
 namespace fleet::deltazip {
 namespace {
@@ -15,6 +15,7 @@ namespace {
 constexpr std::size_t kPadding = 8;
 
 std::atomic<bool> vector_kernels_enabled{true};
+std::atomic<bool> avx512_wanted{true};
 
 std::vector<std::uint8_t> padded(const std::vector<std::uint8_t>& bytes) {
   std::vector<std::uint8_t> out(bytes.size() + kPadding, 0);
@@ -68,7 +69,11 @@ SbmmMatrix::SbmmMatrix(const PackedMatrix& p)
 
 void SbmmMatrix::use_vector_kernels(bool enabled) { vector_kernels_enabled = enabled; }
 
-bool SbmmMatrix::vector_kernels() { return vector_kernels_enabled && avx2::available(); }
+bool SbmmMatrix::vector_kernels() { return vector_kernels_enabled && x86::avx2_available(); }
+
+void SbmmMatrix::use_avx512(bool enabled) { avx512_wanted = enabled; }
+
+bool SbmmMatrix::avx512_in_use() { return vector_kernels() && avx512_wanted && x86::avx512_available(); }
 
 bool SbmmMatrix::vectorised() const { return fused_2of4() && distinct_positions_ && vector_kernels(); }
 
@@ -213,7 +218,10 @@ void SbmmMatrix::decode_row(std::int64_t o, float* out) const {
 }
 
 void SbmmMatrix::decode_rows(std::int64_t begin, std::int64_t end, float* out) const {
-  if (vectorised()) return avx2::decode_rows_2of4(layout(), begin, end, out);
+  if (vectorised()) {
+    if (avx512_in_use()) return x86::decode_rows_2of4_avx512(layout(), begin, end, out);
+    return x86::decode_rows_2of4_avx2(layout(), begin, end, out);
+  }
   for (std::int64_t o = begin; o < end; ++o) decode_row(o, out + (o - begin) * cols_);
 }
 
@@ -268,7 +276,10 @@ void multiply_2of4_x4(const std::uint8_t* codes, const std::uint8_t* positions, 
 void SbmmMatrix::multiply_add(const float* x, std::int64_t n, std::int64_t x_stride, float* y, std::int64_t y_stride,
                               std::int64_t row_begin, std::int64_t row_end) const {
   if (row_begin < 0 || row_end > rows_ || row_begin > row_end) throw UsageError("multiply_add: row range out of bounds");
-  if (vectorised()) return avx2::multiply_add_2of4(layout(), x, n, x_stride, y, y_stride, row_begin, row_end);
+  if (vectorised()) {
+    if (avx512_in_use()) return x86::multiply_add_2of4_avx512(layout(), x, n, x_stride, y, y_stride, row_begin, row_end);
+    return x86::multiply_add_2of4_avx2(layout(), x, n, x_stride, y, y_stride, row_begin, row_end);
+  }
   if (fused_2of4()) {
     // Rows of 2:4 start on byte boundaries: cols/2 kept weights, cols/8 bytes
     // of positions, cols/2 * bits / 8 bytes of codes.

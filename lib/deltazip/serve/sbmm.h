@@ -33,12 +33,17 @@ class SbmmMatrix {
   /// The arrays, for the GPU kernel's upload.
   SbmmLayout layout() const;
 
-  /// Whether the fused 2:4 form runs the AVX2 kernels (sbmm_2of4_avx2.h)
+  /// Whether the fused 2:4 form runs the x86 kernels (sbmm_2of4_x86.h)
   /// where the CPU has them (the default) or the portable ones everywhere:
   /// for tests and benchmarks that compare the two. Process-wide.
   static void use_vector_kernels(bool enabled);
-  /// True when the fused 2:4 form runs the AVX2 kernels on this CPU now.
+  /// True when the fused 2:4 form runs the x86 kernels on this CPU now.
   static bool vector_kernels();
+  /// Whether those kernels take the AVX-512 width where the CPU has it (the
+  /// default) or stay at AVX2: for tests and benchmarks. Process-wide.
+  static void use_avx512(bool enabled);
+  /// True when the fused 2:4 form runs the AVX-512 kernels now.
+  static bool avx512_in_use();
 
   /// y[r, o] += Σ_c x[r, c] · Δ[o, c] for r < n and o in [row_begin,
   /// row_end): x is n rows of cols() floats `x_stride` apart, y n rows of

@@ -1,0 +1,399 @@
+#include "deltazip/serve/sbmm_2of4_x86.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace fleet::deltazip::x86 {
+
+#if defined(__x86_64__)
+
+// Every function that touches 256-bit vectors carries the target itself (no
+// lambdas: they would not inherit it), so nothing outside them needs AVX2.
+#define FLEET_AVX2 __attribute__((target("avx2,fma")))
+
+namespace {
+
+// For each byte of 2:4 positions (two groups of four columns, low nibble
+// first; in a nibble the first kept weight's position in bits 0-1, the
+// second's in bits 2-3): the lane each kept weight lands in. Per lane, the
+// shift that brings its code to the bottom of the chunk's code word (codes
+// in the order first, second of group 0, then group 1) and a mask that is
+// zero at the pruned lanes. 6 KiB, stays in L1 beside x.
+struct PositionTable {
+  std::uint8_t shift4[256][8], shift2[256][8];
+  std::int8_t keep[256][8];
+
+  PositionTable() {
+    for (int p = 0; p < 256; ++p) {
+      for (int lane = 0; lane < 8; ++lane) shift4[p][lane] = shift2[p][lane] = 0, keep[p][lane] = 0;
+      for (int half = 0; half < 2; ++half) {
+        const int nibble = (p >> (4 * half)) & 15;
+        const int lanes[2] = {4 * half + (nibble & 3), 4 * half + (nibble >> 2)};
+        for (int k = 0; k < 2; ++k) {
+          const int slot = 2 * half + k;
+          shift4[p][lanes[k]] = static_cast<std::uint8_t>(4 * slot);
+          shift2[p][lanes[k]] = static_cast<std::uint8_t>(2 * slot);
+          keep[p][lanes[k]] = -1;
+        }
+      }
+    }
+  }
+};
+
+const PositionTable& position_table() {
+  static const PositionTable table;
+  return table;
+}
+
+// Columns [8i, 8i + 8) of one row as dense weights: scale · (code - zero)
+// where kept (the same float operations as the scalar table), +0 elsewhere.
+template <int Bits>
+FLEET_AVX2 inline __m256 decode_chunk(const std::uint8_t* codes, const std::uint8_t* positions, std::int64_t i,
+                                      const PositionTable& table, __m256 scale, __m256 zero) {
+  const unsigned p = positions[i];
+  unsigned word;
+  if constexpr (Bits == 4) {
+    std::uint16_t two;
+    std::memcpy(&two, codes + 2 * i, sizeof two);
+    word = two;
+  } else {
+    word = codes[i];
+  }
+  const std::uint8_t* shifts = Bits == 4 ? table.shift4[p] : table.shift2[p];
+  const __m256i shift = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(shifts)));
+  const __m256i keep = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(table.keep[p])));
+  const __m256i q = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(word)), shift),
+                                     _mm256_set1_epi32((1 << Bits) - 1));
+  const __m256 value = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(q), zero), scale);
+  return _mm256_and_ps(value, _mm256_castsi256_ps(keep));
+}
+
+FLEET_AVX2 inline float sum_lanes(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+struct Row {
+  const std::uint8_t* codes;
+  const std::uint8_t* positions;
+  __m256 scale, zero;
+};
+
+template <int Bits>
+FLEET_AVX2 inline Row row_of(const SbmmLayout& l, std::int64_t o) {
+  return Row{l.codes + o * (l.cols / 2 * Bits / 8), l.indices + o * (l.cols / 8), _mm256_set1_ps(l.scales[o]),
+             _mm256_set1_ps(l.zeros[o])};
+}
+
+// The position table widened to one int32 per lane, so that a chunk's shifts
+// and mask are each one aligned load with no unpacking (24 KiB).
+struct alignas(32) WideTable {
+  std::int32_t shift4[256][8], shift2[256][8], keep[256][8];
+
+  WideTable() {
+    const PositionTable& narrow = position_table();
+    for (int p = 0; p < 256; ++p)
+      for (int lane = 0; lane < 8; ++lane) {
+        shift4[p][lane] = narrow.shift4[p][lane];
+        shift2[p][lane] = narrow.shift2[p][lane];
+        keep[p][lane] = narrow.keep[p][lane];
+      }
+  }
+};
+
+const WideTable& wide_table() {
+  static const WideTable table;
+  return table;
+}
+
+// Columns [8i, 8i + 8) of one row as (code - zero) where kept, 0 elsewhere:
+// small integers, exact in float. The products leave the row's scale out and
+// apply it once to each finished sum, which takes the subtraction and the
+// multiplication to the integer side and saves a multiplication per chunk.
+// The code word is read as four bytes (the buffer is padded) and broadcast
+// straight from memory.
+template <int Bits>
+FLEET_AVX2 inline __m256 centred_chunk(const std::uint8_t* codes, const std::uint8_t* positions, std::int64_t i,
+                                       const WideTable& table, __m256i zero) {
+  const unsigned p = positions[i];
+  std::int32_t word;
+  std::memcpy(&word, codes + (Bits == 4 ? 2 * i : i), sizeof word);
+  const auto* shift = reinterpret_cast<const __m256i*>(Bits == 4 ? table.shift4[p] : table.shift2[p]);
+  const __m256i q = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(word), _mm256_load_si256(shift)),
+                                     _mm256_set1_epi32((1 << Bits) - 1));
+  const __m256i keep = _mm256_load_si256(reinterpret_cast<const __m256i*>(table.keep[p]));
+  return _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_sub_epi32(q, zero), keep));
+}
+
+// R input rows (at most 4) times one output row. Two accumulators per input
+// row (even and odd chunks) keep two FMA chains in flight; they are added in
+// a fixed order, so the result depends only on the data.
+template <int Bits, int R>
+FLEET_AVX2 void row_block(const SbmmLayout& l, std::int64_t o, const float* x, std::int64_t x_stride, float* y,
+                          std::int64_t y_stride) {
+  const std::int64_t chunks = l.cols / 8;
+  const WideTable& table = wide_table();
+  const std::uint8_t* codes = l.codes + o * (l.cols / 2 * Bits / 8);
+  const std::uint8_t* positions = l.indices + o * (l.cols / 8);
+  const __m256i zero = _mm256_set1_epi32(static_cast<std::int32_t>(l.zeros[o]));
+  __m256 even[R], odd[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) even[r] = odd[r] = _mm256_setzero_ps();
+  std::int64_t i = 0;
+  for (; i + 2 <= chunks; i += 2) {
+    const __m256 a = centred_chunk<Bits>(codes, positions, i, table, zero);
+    const __m256 b = centred_chunk<Bits>(codes, positions, i + 1, table, zero);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      even[r] = _mm256_fmadd_ps(a, _mm256_loadu_ps(x + r * x_stride + 8 * i), even[r]);
+      odd[r] = _mm256_fmadd_ps(b, _mm256_loadu_ps(x + r * x_stride + 8 * i + 8), odd[r]);
+    }
+  }
+  if (i < chunks) {
+    const __m256 a = centred_chunk<Bits>(codes, positions, i, table, zero);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) even[r] = _mm256_fmadd_ps(a, _mm256_loadu_ps(x + r * x_stride + 8 * i), even[r]);
+  }
+  const float scale = l.scales[o];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) y[r * y_stride + o] += scale * sum_lanes(_mm256_add_ps(even[r], odd[r]));
+}
+
+template <int Bits>
+FLEET_AVX2 void multiply_add_bits(const SbmmLayout& l, const float* x, std::int64_t n, std::int64_t x_stride,
+                                  float* y, std::int64_t y_stride, std::int64_t row_begin, std::int64_t row_end) {
+  for (std::int64_t r0 = 0; r0 < n; r0 += 4) {
+    const float* xr = x + r0 * x_stride;
+    float* yr = y + r0 * y_stride;
+    const auto rows = std::min<std::int64_t>(4, n - r0);
+    for (std::int64_t o = row_begin; o < row_end; ++o) switch (rows) {
+        case 1: row_block<Bits, 1>(l, o, xr, x_stride, yr, y_stride); break;
+        case 2: row_block<Bits, 2>(l, o, xr, x_stride, yr, y_stride); break;
+        case 3: row_block<Bits, 3>(l, o, xr, x_stride, yr, y_stride); break;
+        default: row_block<Bits, 4>(l, o, xr, x_stride, yr, y_stride); break;
+      }
+  }
+}
+
+template <int Bits>
+FLEET_AVX2 void decode_bits(const SbmmLayout& l, std::int64_t begin, std::int64_t end, float* out) {
+  const PositionTable& table = position_table();
+  for (std::int64_t o = begin; o < end; ++o) {
+    const Row row = row_of<Bits>(l, o);
+    float* dst = out + (o - begin) * l.cols;
+    for (std::int64_t i = 0; i < l.cols / 8; ++i)
+      _mm256_storeu_ps(dst + 8 * i, decode_chunk<Bits>(row.codes, row.positions, i, table, row.scale, row.zero));
+  }
+}
+
+}  // namespace
+
+bool avx2_available() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+
+void multiply_add_2of4_avx2(const SbmmLayout& l, const float* x, std::int64_t n, std::int64_t x_stride, float* y,
+                            std::int64_t y_stride, std::int64_t row_begin, std::int64_t row_end) {
+  if (l.bits == 4) multiply_add_bits<4>(l, x, n, x_stride, y, y_stride, row_begin, row_end);
+  else multiply_add_bits<2>(l, x, n, x_stride, y, y_stride, row_begin, row_end);
+}
+
+void decode_rows_2of4_avx2(const SbmmLayout& l, std::int64_t begin, std::int64_t end, float* out) {
+  if (l.bits == 4) decode_bits<4>(l, begin, end, out);
+  else decode_bits<2>(l, begin, end, out);
+}
+
+// --- AVX-512: sixteen columns (two position bytes) per vector -------------
+
+#define FLEET_AVX512 __attribute__((target("avx512f,avx2,fma")))
+// GCC 12's AVX-512 intrinsics fill unused operands with a self-initialised
+// "undefined" vector, which -Wuninitialized reports wherever they inline.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace {
+
+// Per position byte, the lanes that keep a weight as a bit mask (bit k for
+// lane k), so that two bytes make the 16-lane mask of a 512-bit chunk.
+struct KeepBits {
+  std::uint8_t bits[256];
+
+  KeepBits() {
+    const PositionTable& narrow = position_table();
+    for (int p = 0; p < 256; ++p) {
+      bits[p] = 0;
+      for (int lane = 0; lane < 8; ++lane)
+        if (narrow.keep[p][lane]) bits[p] = static_cast<std::uint8_t>(bits[p] | (1u << lane));
+    }
+  }
+};
+
+const KeepBits& keep_bits() {
+  static const KeepBits table;
+  return table;
+}
+
+// The shifts of 8-column chunks 2j and 2j + 1 side by side; the second
+// chunk's codes start Bits * 4 bits further into the word. `last` (a row
+// with an odd number of 8-column chunks): only the first chunk exists.
+template <int Bits>
+FLEET_AVX512 inline void chunk_pair(const std::uint8_t* codes, const std::uint8_t* positions, std::int64_t j, bool last,
+                                    const WideTable& table, const KeepBits& keep, __m512i& q, __mmask16& kept) {
+  const unsigned p0 = positions[2 * j], p1 = last ? 0 : positions[2 * j + 1];
+  std::int32_t word;
+  std::memcpy(&word, codes + (Bits == 4 ? 4 * j : 2 * j), sizeof word);  // the buffer is padded
+  const auto& shifts = Bits == 4 ? table.shift4 : table.shift2;
+  __m512i shift = _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(shifts[p0]))),
+      _mm256_load_si256(reinterpret_cast<const __m256i*>(shifts[p1])), 1);
+  shift = _mm512_add_epi32(shift, _mm512_set_epi32(4 * Bits, 4 * Bits, 4 * Bits, 4 * Bits, 4 * Bits, 4 * Bits, 4 * Bits,
+                                                   4 * Bits, 0, 0, 0, 0, 0, 0, 0, 0));
+  q = _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(word), shift), _mm512_set1_epi32((1 << Bits) - 1));
+  kept = _cvtu32_mask16(keep.bits[p0] | (last ? 0u : static_cast<unsigned>(keep.bits[p1]) << 8));
+}
+
+// Columns [16j, 16j + 16) of one row as (code - zero) where kept, 0
+// elsewhere, as centred_chunk does for eight.
+template <int Bits>
+FLEET_AVX512 inline __m512 centred_pair(const std::uint8_t* codes, const std::uint8_t* positions, std::int64_t j,
+                                        bool last, const WideTable& table, const KeepBits& keep, __m512i zero) {
+  __m512i q;
+  __mmask16 kept;
+  chunk_pair<Bits>(codes, positions, j, last, table, keep, q, kept);
+  return _mm512_cvtepi32_ps(_mm512_maskz_sub_epi32(kept, q, zero));
+}
+
+// R input rows (at most 8) times one output row, as row_block with vectors
+// of sixteen: two accumulators per input row, added in a fixed order.
+template <int Bits, int R>
+FLEET_AVX512 void row_block512(const SbmmLayout& l, std::int64_t o, const float* x, std::int64_t x_stride, float* y,
+                               std::int64_t y_stride) {
+  const std::int64_t chunks = l.cols / 8, pairs = chunks / 2;
+  const WideTable& table = wide_table();
+  const KeepBits& keep = keep_bits();
+  const std::uint8_t* codes = l.codes + o * (l.cols / 2 * Bits / 8);
+  const std::uint8_t* positions = l.indices + o * (l.cols / 8);
+  const __m512i zero = _mm512_set1_epi32(static_cast<std::int32_t>(l.zeros[o]));
+  __m512 even[R], odd[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) even[r] = odd[r] = _mm512_setzero_ps();
+  std::int64_t j = 0;
+  for (; j + 2 <= pairs; j += 2) {
+    const __m512 a = centred_pair<Bits>(codes, positions, j, false, table, keep, zero);
+    const __m512 b = centred_pair<Bits>(codes, positions, j + 1, false, table, keep, zero);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      even[r] = _mm512_fmadd_ps(a, _mm512_loadu_ps(x + r * x_stride + 16 * j), even[r]);
+      odd[r] = _mm512_fmadd_ps(b, _mm512_loadu_ps(x + r * x_stride + 16 * j + 16), odd[r]);
+    }
+  }
+  for (; 2 * j < chunks; ++j) {  // one whole pair, a lone chunk, or both
+    const bool last = 2 * j + 1 == chunks;
+    const __m512 a = centred_pair<Bits>(codes, positions, j, last, table, keep, zero);
+    const __mmask16 lanes = last ? 0x00FF : 0xFFFF;  // x's row may end after eight columns
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+      even[r] = _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(lanes, x + r * x_stride + 16 * j), even[r]);
+  }
+  const float scale = l.scales[o];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) y[r * y_stride + o] += scale * _mm512_reduce_add_ps(_mm512_add_ps(even[r], odd[r]));
+}
+
+template <int Bits>
+FLEET_AVX512 void multiply_add_bits512(const SbmmLayout& l, const float* x, std::int64_t n, std::int64_t x_stride,
+                                       float* y, std::int64_t y_stride, std::int64_t row_begin, std::int64_t row_end) {
+  for (std::int64_t r0 = 0; r0 < n; r0 += 8) {
+    const float* xr = x + r0 * x_stride;
+    float* yr = y + r0 * y_stride;
+    const auto rows = std::min<std::int64_t>(8, n - r0);
+    for (std::int64_t o = row_begin; o < row_end; ++o) switch (rows) {
+        case 1: row_block512<Bits, 1>(l, o, xr, x_stride, yr, y_stride); break;
+        case 2: row_block512<Bits, 2>(l, o, xr, x_stride, yr, y_stride); break;
+        case 3: row_block512<Bits, 3>(l, o, xr, x_stride, yr, y_stride); break;
+        case 4: row_block512<Bits, 4>(l, o, xr, x_stride, yr, y_stride); break;
+        case 5: row_block512<Bits, 5>(l, o, xr, x_stride, yr, y_stride); break;
+        case 6: row_block512<Bits, 6>(l, o, xr, x_stride, yr, y_stride); break;
+        case 7: row_block512<Bits, 7>(l, o, xr, x_stride, yr, y_stride); break;
+        default: row_block512<Bits, 8>(l, o, xr, x_stride, yr, y_stride); break;
+      }
+  }
+}
+
+// As decode_bits, sixteen columns per store: scale · (code - zero) in the
+// same float operations, so the values are bit for bit the portable ones.
+template <int Bits>
+FLEET_AVX512 void decode_bits512(const SbmmLayout& l, std::int64_t begin, std::int64_t end, float* out) {
+  const WideTable& table = wide_table();
+  const KeepBits& keep = keep_bits();
+  const std::int64_t chunks = l.cols / 8;
+  for (std::int64_t o = begin; o < end; ++o) {
+    const std::uint8_t* codes = l.codes + o * (l.cols / 2 * Bits / 8);
+    const std::uint8_t* positions = l.indices + o * (l.cols / 8);
+    const __m512 scale = _mm512_set1_ps(l.scales[o]), zero = _mm512_set1_ps(l.zeros[o]);
+    float* dst = out + (o - begin) * l.cols;
+    for (std::int64_t j = 0; 2 * j < chunks; ++j) {
+      const bool last = 2 * j + 1 == chunks;
+      __m512i q;
+      __mmask16 kept;
+      chunk_pair<Bits>(codes, positions, j, last, table, keep, q, kept);
+      const __m512 value = _mm512_maskz_mul_ps(kept, _mm512_sub_ps(_mm512_cvtepi32_ps(q), zero), scale);
+      _mm512_mask_storeu_ps(dst + 16 * j, last ? 0x00FF : 0xFFFF, value);
+    }
+  }
+}
+
+}  // namespace
+
+bool avx512_available() {
+  static const bool yes = avx2_available() && __builtin_cpu_supports("avx512f");
+  return yes;
+}
+
+void multiply_add_2of4_avx512(const SbmmLayout& l, const float* x, std::int64_t n, std::int64_t x_stride, float* y,
+                              std::int64_t y_stride, std::int64_t row_begin, std::int64_t row_end) {
+  if (l.bits == 4) multiply_add_bits512<4>(l, x, n, x_stride, y, y_stride, row_begin, row_end);
+  else multiply_add_bits512<2>(l, x, n, x_stride, y, y_stride, row_begin, row_end);
+}
+
+void decode_rows_2of4_avx512(const SbmmLayout& l, std::int64_t begin, std::int64_t end, float* out) {
+  if (l.bits == 4) decode_bits512<4>(l, begin, end, out);
+  else decode_bits512<2>(l, begin, end, out);
+}
+
+#pragma GCC diagnostic pop
+#undef FLEET_AVX512
+#undef FLEET_AVX2
+
+#else  // not x86-64: the portable kernels in sbmm.cpp run everywhere
+
+bool avx2_available() { return false; }
+bool avx512_available() { return false; }
+
+namespace {
+[[noreturn]] void no_x86() { throw std::logic_error("x86 SBMM kernel called on a CPU without it"); }
+}  // namespace
+
+void multiply_add_2of4_avx2(const SbmmLayout&, const float*, std::int64_t, std::int64_t, float*, std::int64_t,
+                            std::int64_t, std::int64_t) {
+  no_x86();
+}
+void decode_rows_2of4_avx2(const SbmmLayout&, std::int64_t, std::int64_t, float*) { no_x86(); }
+void multiply_add_2of4_avx512(const SbmmLayout&, const float*, std::int64_t, std::int64_t, float*, std::int64_t,
+                              std::int64_t, std::int64_t) {
+  no_x86();
+}
+void decode_rows_2of4_avx512(const SbmmLayout&, std::int64_t, std::int64_t, float*) { no_x86(); }
+
+#endif
+
+}  // namespace fleet::deltazip::x86
