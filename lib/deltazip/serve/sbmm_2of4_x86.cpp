@@ -222,54 +222,65 @@ void decode_rows_2of4_avx2(const SbmmLayout& l, std::int64_t begin, std::int64_t
 
 namespace {
 
-// Per position byte, the lanes that keep a weight as a bit mask (bit k for
-// lane k), so that two bytes make the 16-lane mask of a 512-bit chunk.
-struct KeepBits {
-  std::uint8_t bits[256];
+// Per position byte, the shifts that bring each kept code of the lower
+// (columns 0-7) and of the upper eight columns (8-15) of a 16-column vector
+// to the bottom of its lane (the upper chunk's codes start Bits * 4 bits
+// further into the word), and the kept lanes as a bit mask, so that two
+// bytes make the 16-lane mask. 16 KiB per code width; nothing else is read
+// per chunk besides the packed row and x.
+struct alignas(64) PairTable {
+  std::int32_t shift4[2][256][8], shift2[2][256][8];
+  std::uint8_t keep[256];
 
-  KeepBits() {
+  PairTable() {
     const PositionTable& narrow = position_table();
     for (int p = 0; p < 256; ++p) {
-      bits[p] = 0;
-      for (int lane = 0; lane < 8; ++lane)
-        if (narrow.keep[p][lane]) bits[p] = static_cast<std::uint8_t>(bits[p] | (1u << lane));
+      keep[p] = 0;
+      for (int lane = 0; lane < 8; ++lane) {
+        for (int half = 0; half < 2; ++half) {
+          shift4[half][p][lane] = narrow.shift4[p][lane] + 16 * half;
+          shift2[half][p][lane] = narrow.shift2[p][lane] + 8 * half;
+        }
+        if (narrow.keep[p][lane]) keep[p] = static_cast<std::uint8_t>(keep[p] | (1u << lane));
+      }
     }
   }
 };
 
-const KeepBits& keep_bits() {
-  static const KeepBits table;
+const PairTable& pair_table() {
+  static const PairTable table;
   return table;
 }
 
-// The shifts of 8-column chunks 2j and 2j + 1 side by side; the second
-// chunk's codes start Bits * 4 bits further into the word. `last` (a row
-// with an odd number of 8-column chunks): only the first chunk exists.
+// Columns [16j, 16j + 16) of one row as `lut[code]` where kept, 0 elsewhere:
+// the code word shifted per lane and looked up in a 16-entry table of
+// floats (permutes read the low four bits of each lane, so the bits of the
+// next codes above need no masking; 2-bit tables repeat every four
+// entries). `last` (a row with an odd number of 8-column chunks): only the
+// lower chunk exists.
 template <int Bits>
-FLEET_AVX512 inline void chunk_pair(const std::uint8_t* codes, const std::uint8_t* positions, std::int64_t j, bool last,
-                                    const WideTable& table, const KeepBits& keep, __m512i& q, __mmask16& kept) {
+FLEET_AVX512 inline __m512 chunk_pair(const std::uint8_t* codes, const std::uint8_t* positions, std::int64_t j,
+                                      bool last, const PairTable& table, __m512 lut) {
   const unsigned p0 = positions[2 * j], p1 = last ? 0 : positions[2 * j + 1];
   std::int32_t word;
   std::memcpy(&word, codes + (Bits == 4 ? 4 * j : 2 * j), sizeof word);  // the buffer is padded
   const auto& shifts = Bits == 4 ? table.shift4 : table.shift2;
-  __m512i shift = _mm512_inserti64x4(
-      _mm512_castsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(shifts[p0]))),
-      _mm256_load_si256(reinterpret_cast<const __m256i*>(shifts[p1])), 1);
-  shift = _mm512_add_epi32(shift, _mm512_set_epi32(4 * Bits, 4 * Bits, 4 * Bits, 4 * Bits, 4 * Bits, 4 * Bits, 4 * Bits,
-                                                   4 * Bits, 0, 0, 0, 0, 0, 0, 0, 0));
-  q = _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(word), shift), _mm512_set1_epi32((1 << Bits) - 1));
-  kept = _cvtu32_mask16(keep.bits[p0] | (last ? 0u : static_cast<unsigned>(keep.bits[p1]) << 8));
+  const __m512i shift = _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(shifts[0][p0]))),
+      _mm256_load_si256(reinterpret_cast<const __m256i*>(shifts[1][p1])), 1);
+  const __mmask16 kept =
+      _cvtu32_mask16(table.keep[p0] | (last ? 0u : static_cast<unsigned>(table.keep[p1]) << 8));
+  return _mm512_maskz_permutexvar_ps(kept, _mm512_srlv_epi32(_mm512_set1_epi32(word), shift), lut);
 }
 
-// Columns [16j, 16j + 16) of one row as (code - zero) where kept, 0
-// elsewhere, as centred_chunk does for eight.
+// The 16-entry table of a row: scale · (code - zero) for each code (scale 1
+// for the products, which apply it to the finished sums), computed with the
+// same float operations as the portable decoder.
 template <int Bits>
-FLEET_AVX512 inline __m512 centred_pair(const std::uint8_t* codes, const std::uint8_t* positions, std::int64_t j,
-                                        bool last, const WideTable& table, const KeepBits& keep, __m512i zero) {
-  __m512i q;
-  __mmask16 kept;
-  chunk_pair<Bits>(codes, positions, j, last, table, keep, q, kept);
-  return _mm512_cvtepi32_ps(_mm512_maskz_sub_epi32(kept, q, zero));
+FLEET_AVX512 inline __m512 code_table(float scale, float zero) {
+  const __m512i codes = _mm512_and_si512(
+      _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32((1 << Bits) - 1));
+  return _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(codes), _mm512_set1_ps(zero)), _mm512_set1_ps(scale));
 }
 
 // R input rows (at most 8) times one output row, as row_block with vectors
@@ -278,18 +289,17 @@ template <int Bits, int R>
 FLEET_AVX512 void row_block512(const SbmmLayout& l, std::int64_t o, const float* x, std::int64_t x_stride, float* y,
                                std::int64_t y_stride) {
   const std::int64_t chunks = l.cols / 8, pairs = chunks / 2;
-  const WideTable& table = wide_table();
-  const KeepBits& keep = keep_bits();
+  const PairTable& table = pair_table();
   const std::uint8_t* codes = l.codes + o * (l.cols / 2 * Bits / 8);
   const std::uint8_t* positions = l.indices + o * (l.cols / 8);
-  const __m512i zero = _mm512_set1_epi32(static_cast<std::int32_t>(l.zeros[o]));
+  const __m512 lut = code_table<Bits>(1.0f, l.zeros[o]);
   __m512 even[R], odd[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) even[r] = odd[r] = _mm512_setzero_ps();
   std::int64_t j = 0;
   for (; j + 2 <= pairs; j += 2) {
-    const __m512 a = centred_pair<Bits>(codes, positions, j, false, table, keep, zero);
-    const __m512 b = centred_pair<Bits>(codes, positions, j + 1, false, table, keep, zero);
+    const __m512 a = chunk_pair<Bits>(codes, positions, j, false, table, lut);
+    const __m512 b = chunk_pair<Bits>(codes, positions, j + 1, false, table, lut);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       even[r] = _mm512_fmadd_ps(a, _mm512_loadu_ps(x + r * x_stride + 16 * j), even[r]);
@@ -298,7 +308,7 @@ FLEET_AVX512 void row_block512(const SbmmLayout& l, std::int64_t o, const float*
   }
   for (; 2 * j < chunks; ++j) {  // one whole pair, a lone chunk, or both
     const bool last = 2 * j + 1 == chunks;
-    const __m512 a = centred_pair<Bits>(codes, positions, j, last, table, keep, zero);
+    const __m512 a = chunk_pair<Bits>(codes, positions, j, last, table, lut);
     const __mmask16 lanes = last ? 0x00FF : 0xFFFF;  // x's row may end after eight columns
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
@@ -329,25 +339,20 @@ FLEET_AVX512 void multiply_add_bits512(const SbmmLayout& l, const float* x, std:
   }
 }
 
-// As decode_bits, sixteen columns per store: scale · (code - zero) in the
-// same float operations, so the values are bit for bit the portable ones.
+// As decode_bits, sixteen columns per store, from a table of the row's
+// sixteen values: bit for bit the portable decoder's values.
 template <int Bits>
 FLEET_AVX512 void decode_bits512(const SbmmLayout& l, std::int64_t begin, std::int64_t end, float* out) {
-  const WideTable& table = wide_table();
-  const KeepBits& keep = keep_bits();
+  const PairTable& table = pair_table();
   const std::int64_t chunks = l.cols / 8;
   for (std::int64_t o = begin; o < end; ++o) {
     const std::uint8_t* codes = l.codes + o * (l.cols / 2 * Bits / 8);
     const std::uint8_t* positions = l.indices + o * (l.cols / 8);
-    const __m512 scale = _mm512_set1_ps(l.scales[o]), zero = _mm512_set1_ps(l.zeros[o]);
+    const __m512 lut = code_table<Bits>(l.scales[o], l.zeros[o]);
     float* dst = out + (o - begin) * l.cols;
     for (std::int64_t j = 0; 2 * j < chunks; ++j) {
       const bool last = 2 * j + 1 == chunks;
-      __m512i q;
-      __mmask16 kept;
-      chunk_pair<Bits>(codes, positions, j, last, table, keep, q, kept);
-      const __m512 value = _mm512_maskz_mul_ps(kept, _mm512_sub_ps(_mm512_cvtepi32_ps(q), zero), scale);
-      _mm512_mask_storeu_ps(dst + 16 * j, last ? 0x00FF : 0xFFFF, value);
+      _mm512_mask_storeu_ps(dst + 16 * j, last ? 0x00FF : 0xFFFF, chunk_pair<Bits>(codes, positions, j, last, table, lut));
     }
   }
 }
