@@ -7,11 +7,20 @@ Usage: model_inference_hf.py MODEL_DIR BATCH PROMPT_LEN NEW_TOKENS THREADS REPEA
 On cuda the model runs in bfloat16 and every timing ends with a synchronisation.
 """
 import json
+import os
 import sys
 import time
 
-import torch
-from transformers import LlamaForCausalLM
+# torch.set_num_threads does not reach the BLAS library's own thread pool
+# (Debian's torch uses OpenBLAS built with pthreads, which otherwise starts
+# one thread per core); it must be sized before torch loads it, as
+# `--threads` does for our programs.
+if len(sys.argv) > 5:
+    for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(variable, sys.argv[5])
+
+import torch  # noqa: E402
+from transformers import LlamaForCausalLM  # noqa: E402
 
 folder, batch, prompt, new_tokens, threads, repeats = sys.argv[1], *map(int, sys.argv[2:7])
 device = sys.argv[7] if len(sys.argv) > 7 else "cpu"
