@@ -11,8 +11,11 @@
 #include <torch/torch.h>
 
 #include "common/atomic_file.h"
+#include "deltazip/container.h"
 #include "deltazip/delta_compressor.h"
+#include "deltazip/reconstruct.h"
 #include "deltazip/serve/engine.h"
+#include "deltazip/serve/variant_delta.h"
 #include "model/llama.h"
 #include "model/tokenizer.h"
 #include "test_util.h"
@@ -75,6 +78,19 @@ class Serving : public ::testing::Test {
   static void TearDownTestSuite() { delete dir_; }
 
   static std::filesystem::path path(const std::string& name) { return *dir_ / name; }
+
+  // The base with both fine-tunes loaded as deltas over it and as the
+  // models `dz-compress decompress` would rebuild.
+  struct TwoVariants {
+    TwoVariants()
+        : base(model::LlamaModel::load(path("base"))), r1(path("ft1.h5")), r2(path("ft2.h5")),
+          v1(VariantDelta::load("ft1", r1, base)), v2(VariantDelta::load("ft2", r2, base)),
+          m1(reconstruct_model(r1, base)), m2(reconstruct_model(r2, base)) {}
+    model::LlamaModel base;
+    DeltaReader r1, r2;
+    std::shared_ptr<const VariantDelta> v1, v2;
+    model::LlamaModel m1, m2;
+  };
 
   static EngineOptions options(ServeMode mode) {
     EngineOptions o;

@@ -28,11 +28,8 @@ using model::LlamaModel;
 
 TEST_F(Serving, MixedBatchLogitsEqualEachReconstructedModelAlone) {
   torch::NoGradGuard no_grad;
-  auto base = LlamaModel::load(path("base"));
-  DeltaReader r1(path("ft1.h5")), r2(path("ft2.h5"));
-  auto v1 = VariantDelta::load("ft1", r1, base);
-  auto v2 = VariantDelta::load("ft2", r2, base);
-  auto m1 = reconstruct_model(r1, base), m2 = reconstruct_model(r2, base);
+  TwoVariants loaded;
+  auto& [base, r1, r2, v1, v2, m1, m2] = loaded;
   // Rows: ft1, ft1, base, ft2 (sorted by variant, as the engine sorts them).
   const std::vector<const LlamaModel*> alone = {&m1, &m1, &base, &m2};
   auto tokens = torch::randint(4, 260, {4, 9}, torch::kInt64);
@@ -100,11 +97,8 @@ TEST_F(Serving, DeltaProductsEqualTheDecodedDeltaForEveryRowCount) {
 // row of the base model, keeps base product + SBMM.
 TEST_F(Serving, PrefillOfVariantsOnlyIsOneProductPerVariant) {
   torch::NoGradGuard no_grad;
-  auto base = LlamaModel::load(path("base"));
-  DeltaReader r1(path("ft1.h5")), r2(path("ft2.h5"));
-  auto v1 = VariantDelta::load("ft1", r1, base);
-  auto v2 = VariantDelta::load("ft2", r2, base);
-  auto m1 = reconstruct_model(r1, base), m2 = reconstruct_model(r2, base);
+  TwoVariants loaded;
+  auto& [base, r1, r2, v1, v2, m1, m2] = loaded;
   const auto hidden = base.config().hidden_size;
   const auto& q = parameter(base, "model.layers.1.self_attn.q_proj.weight");
   DeltaOverlay overlay({{0, 2, v1.get()}, {2, 1, v2.get()}}, 3);
