@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "common/cpu_isa.h"
 #include "common/error.h"
 #include "fleet/config.h"
 
@@ -74,6 +75,7 @@ int Tool::run(int argc, char** argv) {
   }
   try {
     setup_logging(name_, log_options_);
+    spdlog::debug("CPU kernels: {}", cpu_isa_name(cpu_isa()));  // a bad GPUFLEET_CPU_ISA stops here
     const CLI::App* command = selected_command(*app_, actions_);
     if (command == nullptr) {
       if (actions_.empty()) {

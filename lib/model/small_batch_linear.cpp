@@ -4,6 +4,8 @@
 #include <atomic>
 #include <stdexcept>
 
+#include "common/cpu_isa.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -68,15 +70,9 @@ std::atomic<bool> avx512_wanted{true};
 
 }  // namespace
 
-bool available() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-}
+bool available() { return cpu_isa() >= CpuIsa::kAvx2; }
 
-bool avx512_available() {
-  static const bool yes = available() && __builtin_cpu_supports("avx512f");
-  return yes;
-}
+bool avx512_available() { return cpu_isa() >= CpuIsa::kAvx512; }
 
 void use_avx512(bool on) { avx512_wanted = on; }
 bool avx512_in_use() { return avx512_wanted && avx512_available(); }

@@ -16,9 +16,10 @@
 
 namespace fleet::model::small_batch {
 
-/// True when this CPU runs AVX2 and FMA (x86-64 only; checked once).
+/// True when this CPU runs AVX2 and FMA (x86-64 only) and GPUFLEET_CPU_ISA
+/// does not cap the kernels below that (common/cpu_isa.h).
 bool available();
-/// True when it also runs AVX-512F: linear() then uses 16-lane vectors and
+/// True when it also runs AVX-512F, uncapped: linear() then uses 16-lane vectors and
 /// twice the accumulators, unless use_avx512(false) turned that off (tests
 /// and benchmarks compare the two; process-wide).
 bool avx512_available();

@@ -28,6 +28,11 @@ err=$(GPUFLEET_LOG_LEVEL=bogus "$bin" 2>&1 >/dev/null); rc=$?
 [ $rc -eq 2 ] || fail "bad GPUFLEET_LOG_LEVEL exited $rc, expected 2"
 grep -q "GPUFLEET_LOG_LEVEL" <<<"$err" || fail "bad environment level not named: $err"
 
+err=$(GPUFLEET_CPU_ISA=sse9 "$bin" 2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] || fail "bad GPUFLEET_CPU_ISA exited $rc, expected 2"
+grep -q "^$name: error: GPUFLEET_CPU_ISA must be portable, avx2 or avx512, not 'sse9'" <<<"$err" ||
+  fail "bad GPUFLEET_CPU_ISA not named: $err"
+
 "$bin" >/dev/null 2>&1; rc=$?
 [ $rc -eq 2 ] || fail "no subcommand exited $rc, expected 2"
 echo "ok: $name"

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "common/cpu_isa.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -213,10 +215,7 @@ FLEET_AVX2 void decode_bits(const SbmmLayout& l, std::int64_t begin, std::int64_
 
 }  // namespace
 
-bool avx2_available() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-}
+bool avx2_available() { return cpu_isa() >= CpuIsa::kAvx2; }
 
 void multiply_add_2of4_avx2(const SbmmLayout& l, const float* x, std::int64_t n, std::int64_t x_stride, float* y,
                             std::int64_t y_stride, std::int64_t row_begin, std::int64_t row_end) {
@@ -377,10 +376,7 @@ FLEET_AVX512 void decode_bits512(const SbmmLayout& l, std::int64_t begin, std::i
 
 }  // namespace
 
-bool avx512_available() {
-  static const bool yes = avx2_available() && __builtin_cpu_supports("avx512f");
-  return yes;
-}
+bool avx512_available() { return cpu_isa() >= CpuIsa::kAvx512; }
 
 void multiply_add_2of4_avx512(const SbmmLayout& l, const float* x, std::int64_t n, std::int64_t x_stride, float* y,
                               std::int64_t y_stride, std::int64_t row_begin, std::int64_t row_end) {

@@ -13,9 +13,10 @@
 
 namespace fleet::deltazip::x86 {
 
-/// True when this CPU runs AVX2 and FMA (x86-64 only; checked once).
+/// True when this CPU runs AVX2 and FMA (x86-64 only) and GPUFLEET_CPU_ISA
+/// does not cap the kernels below that (common/cpu_isa.h).
 bool avx2_available();
-/// True when it also runs AVX-512F.
+/// True when it also runs AVX-512F, uncapped.
 bool avx512_available();
 
 /// y[r, o] += Σ_c x[r, c] · Δ[o, c], as SbmmMatrix::multiply_add, for a

@@ -1,0 +1,37 @@
+// The kernels' instruction set: names, the environment cap, bad values.
+#include <gtest/gtest.h>
+
+#include "common/cpu_isa.h"
+#include "common/error.h"
+
+namespace fleet {
+namespace {
+
+TEST(CpuIsa, NamesRoundTrip) {
+  for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512})
+    EXPECT_EQ(parse_cpu_isa(cpu_isa_name(isa)), isa);
+}
+
+TEST(CpuIsa, TheEnvironmentCapsButNeverRaises) {
+  EXPECT_EQ(capped_cpu_isa(CpuIsa::kAvx512, nullptr), CpuIsa::kAvx512);
+  EXPECT_EQ(capped_cpu_isa(CpuIsa::kAvx512, ""), CpuIsa::kAvx512);
+  EXPECT_EQ(capped_cpu_isa(CpuIsa::kAvx512, "avx2"), CpuIsa::kAvx2);
+  EXPECT_EQ(capped_cpu_isa(CpuIsa::kAvx512, "portable"), CpuIsa::kPortable);
+  EXPECT_EQ(capped_cpu_isa(CpuIsa::kAvx2, "avx512"), CpuIsa::kAvx2);
+  EXPECT_EQ(capped_cpu_isa(CpuIsa::kPortable, "avx2"), CpuIsa::kPortable);
+}
+
+TEST(CpuIsa, ABadValueNamesTheVariable) {
+  try {
+    capped_cpu_isa(CpuIsa::kAvx2, "sse9");
+    FAIL() << "accepted sse9";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("GPUFLEET_CPU_ISA must be portable, avx2 or avx512, not 'sse9'"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(parse_cpu_isa("AVX2"), UsageError);
+}
+
+}  // namespace
+}  // namespace fleet
