@@ -131,13 +131,24 @@ void for_each_decoded_tile(const SbmmMatrix& delta, Use&& use) {
   });
 }
 
+// Whether the small-batch kernel multiplies n rows of x by a tile of `cols`
+// columns faster than BLAS. It multiplies the tile where it is (BLAS copies
+// it once more), which wins up to its max_rows(); beyond that BLAS's packed
+// kernel wins unless the small kernel's working set, a block of five tile
+// rows and four rows of x (AVX-512), stays in a 32 KiB L1. Measured with
+// bench_dz_serve sbmm for 32-256 rows (docs/benchmarks.md).
+bool small_kernel_for_tile(std::int64_t n, std::int64_t cols) {
+  if (!model::small_batch_linear_in_use()) return false;
+  if (n <= model::small_batch::max_rows()) return true;
+  return model::small_batch::avx512_in_use() && (5 + 4) * cols * static_cast<std::int64_t>(sizeof(float)) <= 32 * 1024;
+}
+
 // out[:, begin, begin + count) = x · tileᵀ (+= with `accumulate`); x [n, cols]
-// and out float32 contiguous. The small-batch kernel multiplies the tile
-// where it is; BLAS would copy it once more.
+// and out float32 contiguous.
 void multiply_tile(const torch::Tensor& x, float* tile, std::int64_t begin, std::int64_t count, torch::Tensor& out,
                    bool accumulate) {
   const std::int64_t n = x.size(0), cols = x.size(1);
-  if (model::small_batch_linear_in_use()) {
+  if (small_kernel_for_tile(n, cols)) {
     model::small_batch::linear(x.data_ptr<float>(), n, cols, cols, tile, count, out.data_ptr<float>() + begin,
                                out.size(1), accumulate);
     return;
