@@ -14,8 +14,9 @@ namespace fleet::deltazip::x86 {
 
 #if defined(__x86_64__)
 
-// Every function that touches 256-bit vectors carries the target itself (no
-// lambdas: they would not inherit it), so nothing outside them needs AVX2.
+// Every function that touches vectors carries its target itself (no
+// lambdas: they would not inherit it), so nothing outside them needs AVX2
+// or AVX-512.
 #define FLEET_AVX2 __attribute__((target("avx2,fma")))
 
 namespace {
