@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs dependencies, configures, builds and runs every CPU test with
-# CTest, then the tests of everything that builds without libtorch (common,
-# orion, the programs, interop, tokenizers) again under AddressSanitizer + UBSan.
+# CTest (the kernel and serving tests also with the CPU kernels capped at
+# AVX2 and at portable code), then the tests of everything that builds
+# without libtorch (common, orion, the programs, interop, tokenizers) again
+# under AddressSanitizer + UBSan.
 # Exits non-zero on any failure.
 #
 #   scripts/test.sh                 everything
@@ -26,6 +28,14 @@ echo "== build"
 cmake --build "$build" -j "$jobs"
 echo "== test"
 (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 600)
+# Results of the CPU kernels depend on the vector width (summation order, and
+# which product path a batch takes), so the kernel and serving tests run again
+# with the kernels capped as on CPUs without AVX-512 or AVX2.
+for isa in avx2 portable; do
+  echo "== kernel and serving tests with GPUFLEET_CPU_ISA=$isa"
+  (cd "$build" && GPUFLEET_CPU_ISA=$isa ctest --output-on-failure -j "$jobs" --timeout 600 -LE gpu \
+      -R '^(Serving|ServingModes|Sbmm|SmallBatchLinear|Llama|CpuIsa)\.')
+done
 
 if [ "${FLEET_SKIP_SANITIZERS:-0}" != 1 ]; then
   san="$build-asan"

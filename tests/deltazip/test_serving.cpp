@@ -102,24 +102,29 @@ TEST_F(Serving, PrefillOfVariantsOnlyIsOneProductPerVariant) {
   const auto hidden = base.config().hidden_size;
   const auto& q = parameter(base, "model.layers.1.self_attn.q_proj.weight");
   DeltaOverlay overlay({{0, 2, v1.get()}, {2, 1, v2.get()}}, 3);
-  auto x = torch::randn({3, 12, hidden});
-  auto merged = overlay.linear(1, model::Projection::kQ, x, q);
-  ASSERT_TRUE(merged.defined());
+  // 20 tokens: more rows than the tile path needs with or without the
+  // small-batch kernel (a CPU without AVX2 needs 17).
+  auto x = torch::randn({3, 20, hidden});
   auto want = torch::cat({torch::linear(x.narrow(0, 0, 2), parameter(m1, "model.layers.1.self_attn.q_proj.weight")),
                           torch::linear(x.narrow(0, 2, 1), parameter(m2, "model.layers.1.self_attn.q_proj.weight"))});
-  EXPECT_TRUE(torch::allclose(merged, want, 1e-4, 1e-4)) << (merged - want).abs().max().item<float>();
+  for (bool small_batch : {false, true}) {
+    model::use_small_batch_linear(small_batch);
+    auto merged = overlay.linear(1, model::Projection::kQ, x, q);
+    ASSERT_TRUE(merged.defined()) << "small-batch kernel " << small_batch;
+    EXPECT_TRUE(torch::allclose(merged, want, 1e-4, 1e-4)) << (merged - want).abs().max().item<float>();
+  }
   EXPECT_FALSE(overlay.linear(1, model::Projection::kQ, torch::randn({3, 1, hidden}), q).defined());
   DeltaOverlay with_base({{0, 2, v1.get()}, {2, 1, nullptr}}, 3);
   EXPECT_FALSE(with_base.linear(1, model::Projection::kQ, x, q).defined());
 
   // Through the model: a whole prefill, logits as each reconstruction alone.
-  auto tokens = torch::randint(4, 260, {3, 12}, torch::kInt64);
+  auto tokens = torch::randint(4, 260, {3, 20}, torch::kInt64);
   model::KvCache cache(base.config(), 3, 32, torch::kFloat32);
-  auto mixed = base.forward_cached(cache, {0, 1, 2}, tokens, {12, 12, 12}, true, &overlay);
+  auto mixed = base.forward_cached(cache, {0, 1, 2}, tokens, {20, 20, 20}, true, &overlay);
   const std::vector<const LlamaModel*> alone = {&m1, &m1, &m2};
   for (std::int64_t b = 0; b < 3; ++b) {
     model::KvCache own(base.config(), 1, 32, torch::kFloat32);
-    auto expected = alone[static_cast<std::size_t>(b)]->forward_cached(own, {0}, tokens.narrow(0, b, 1), {12}, true);
+    auto expected = alone[static_cast<std::size_t>(b)]->forward_cached(own, {0}, tokens.narrow(0, b, 1), {20}, true);
     auto got = mixed.narrow(0, b, 1);
     EXPECT_TRUE(torch::allclose(got, expected, 1e-4, 1e-4)) << "row " << b << ": max difference "
                                                             << (got - expected).abs().max().item<float>();
