@@ -432,9 +432,9 @@ torch::Tensor LlamaModel::attention(std::size_t layer, const torch::Tensor& x, c
       cache_k[slot].narrow(1, start, count).copy_(k[b].narrow(1, 0, count));
       cache_v[slot].narrow(1, start, count).copy_(v[b].narrow(1, 0, count));
     }
-    if (step->slot_index) {
-      keys = cache_k.index_select(0, *step->slot_index).narrow(2, 0, step->key_length);
-      values = cache_v.index_select(0, *step->slot_index).narrow(2, 0, step->key_length);
+    if (step->slot_index) {  // gathers only the filled positions, not the whole context of each slot
+      keys = cache_k.narrow(2, 0, step->key_length).index_select(0, *step->slot_index);
+      values = cache_v.narrow(2, 0, step->key_length).index_select(0, *step->slot_index);
     } else {
       keys = cache_k.narrow(0, (*step->slots)[0], B).narrow(2, 0, step->key_length);
       values = cache_v.narrow(0, (*step->slots)[0], B).narrow(2, 0, step->key_length);

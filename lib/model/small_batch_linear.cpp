@@ -85,12 +85,6 @@ void linear(const float* x, std::int64_t rows, std::int64_t in, std::int64_t x_s
   else avx2::linear(x, rows, w, count, y, s);
 }
 
-FLEET_AVX2 void add(float* y, const float* x, std::int64_t n) {
-  std::int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(x + i)));
-  for (; i < n; ++i) y[i] += x[i];
-}
-
 #undef FLEET_AVX2
 #undef FLEET_AVX512
 
@@ -105,10 +99,6 @@ std::int64_t max_rows() { return 0; }
 void linear(const float*, std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t, float*, std::int64_t,
             bool) {
   throw std::logic_error("AVX2 small-batch linear called on a CPU without AVX2");
-}
-
-void add(float* y, const float* x, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
 #endif

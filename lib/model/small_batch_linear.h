@@ -37,8 +37,4 @@ std::int64_t max_rows();
 void linear(const float* x, std::int64_t rows, std::int64_t in, std::int64_t x_stride, const float* w,
             std::int64_t count, float* y, std::int64_t y_stride, bool accumulate = false);
 
-/// y[i] += x[i] for i < n (a base tile added to a decoded delta tile); as
-/// linear(), only where available().
-void add(float* y, const float* x, std::int64_t n);
-
 }  // namespace fleet::model::small_batch

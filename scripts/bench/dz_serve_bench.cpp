@@ -9,6 +9,11 @@
 //     the base product as the model computes it (model::inference_linear:
 //     the small-batch kernel, at its widest and at AVX2 width) against the
 //     same GEMM.
+//   bench_dz_serve merged THREADS REPEATS
+//     the prefill product of one variant, x · (W + Δ)ᵀ from the packed delta
+//     (decoded tile by tile, W added), against one dense GEMM with the
+//     reconstructed matrix (what full mode runs) and against the base
+//     product alone as the model computes it, for 8-256 prompt rows.
 //   bench_dz_serve decode BASE_DIR BATCH THREADS REPEATS DELTA.h5...
 //     one decode step of BATCH sequences spread over the deltas: delta mode
 //     (base + SBMM overlay) against full mode (one reconstructed model per
@@ -123,6 +128,34 @@ int sbmm(int repeats) {
   return 0;
 }
 
+int merged(int repeats) {
+  torch::NoGradGuard no_grad;
+  std::mt19937 rng(2);
+  const std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {{768, 768}, {2048, 768}, {768, 2048}};
+  for (auto [rows, cols] : shapes) {
+    const SbmmMatrix delta(random_packed(rows, cols, 4, rng));
+    auto w = torch::randn({rows, cols});
+    auto decoded = torch::empty({rows, cols});
+    delta.decode_rows(0, rows, decoded.data_ptr<float>());
+    auto reconstructed = w + decoded;
+    for (std::int64_t n : {8, 16, 24, 32, 40, 48, 64, 96, 128, 256}) {
+      auto x = torch::randn({n, cols});
+      auto y = torch::empty({n, rows});
+      const double t_merged = best_of(repeats, [&] { merged_product(delta, w, x, y); });
+      const double t_full = best_of(repeats, [&] { y = torch::linear(x, reconstructed); });
+      const double t_base = best_of(repeats, [&] { y = model::inference_linear(x, w); });
+      std::cout << nlohmann::json{{"bench", "merged"}, {"rows", rows}, {"cols", cols}, {"batch", n},
+                                  {"merged_us", t_merged * 1e6}, {"dense_gemm_us", t_full * 1e6},
+                                  {"base_product_us", t_base * 1e6}, {"merged_over_dense", t_merged / t_full},
+                                  {"small_batch_avx512", model::small_batch::avx512_in_use()},
+                                  {"small_batch_kernel", model::small_batch_linear_in_use()}}
+                       .dump()
+                << std::endl;
+    }
+  }
+  return 0;
+}
+
 int decode(const std::string& base_dir, std::int64_t batch, int repeats, const std::vector<std::string>& files) {
   torch::NoGradGuard no_grad;
   auto base = model::LlamaModel::load(base_dir);
@@ -208,11 +241,15 @@ int main(int argc, char** argv) try {
     model::set_cpu_threads(std::stoi(argv[2]));
     return sbmm(std::stoi(argv[3]));
   }
+  if (what == "merged" && argc == 4) {
+    model::set_cpu_threads(std::stoi(argv[2]));
+    return merged(std::stoi(argv[3]));
+  }
   if (what == "decode" && argc >= 7) {
     model::set_cpu_threads(std::stoi(argv[4]));
     return decode(argv[2], std::stoll(argv[3]), std::stoi(argv[5]), std::vector<std::string>(argv + 6, argv + argc));
   }
-  std::cerr << "usage: bench_dz_serve sbmm THREADS REPEATS | decode BASE_DIR BATCH THREADS REPEATS DELTA.h5...\n";
+  std::cerr << "usage: bench_dz_serve sbmm THREADS REPEATS | merged THREADS REPEATS | decode BASE_DIR BATCH THREADS REPEATS DELTA.h5...\n";
   return 2;
 } catch (const std::exception& e) {
   std::cerr << "bench_dz_serve: error: " << e.what() << "\n";

@@ -85,18 +85,5 @@ TEST(SmallBatchLinear, AnOutputDoesNotDependOnTheRowsBesideIt) {
   small_batch::use_avx512(true);
 }
 
-TEST(SmallBatchLinear, AddSumsElementwise) {
-  if (!small_batch::available()) GTEST_SKIP() << "this CPU has no AVX2+FMA";
-  std::mt19937 rng(9);
-  for (std::int64_t n : {0, 1, 7, 8, 9, 100}) {
-    auto y = random_values(static_cast<std::size_t>(n), rng);
-    const auto x = random_values(static_cast<std::size_t>(n), rng);
-    auto want = y;
-    for (std::size_t i = 0; i < want.size(); ++i) want[i] += x[i];
-    small_batch::add(y.data(), x.data(), n);
-    EXPECT_EQ(y, want) << n << " elements";
-  }
-}
-
 }  // namespace
 }  // namespace fleet::model

@@ -217,12 +217,18 @@ void SbmmMatrix::decode_row(std::int64_t o, float* out) const {
   for (std::int64_t k = 0; k < kept; ++k) out[columns[static_cast<std::size_t>(k)]] = values[static_cast<std::size_t>(k)];
 }
 
-void SbmmMatrix::decode_rows(std::int64_t begin, std::int64_t end, float* out) const {
+void SbmmMatrix::decode_rows(std::int64_t begin, std::int64_t end, float* out, const float* plus) const {
   if (vectorised()) {
-    if (avx512_in_use()) return x86::decode_rows_2of4_avx512(layout(), begin, end, out);
-    return x86::decode_rows_2of4_avx2(layout(), begin, end, out);
+    if (avx512_in_use()) return x86::decode_rows_2of4_avx512(layout(), begin, end, out, plus);
+    return x86::decode_rows_2of4_avx2(layout(), begin, end, out, plus);
   }
-  for (std::int64_t o = begin; o < end; ++o) decode_row(o, out + (o - begin) * cols_);
+  for (std::int64_t o = begin; o < end; ++o) {
+    float* row = out + (o - begin) * cols_;
+    decode_row(o, row);
+    if (plus == nullptr) continue;
+    const float* p = plus + (o - begin) * cols_;
+    for (std::int64_t i = 0; i < cols_; ++i) row[i] += p[i];
+  }
 }
 
 namespace {

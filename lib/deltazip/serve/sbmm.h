@@ -61,7 +61,10 @@ class SbmmMatrix {
   void decode_row(std::int64_t o, float* out) const;
   /// Rows [begin, end) of Δ into `out` ((end - begin) x cols(), row-major):
   /// a tile that stays in cache for a BLAS product with many input rows.
-  void decode_rows(std::int64_t begin, std::int64_t end, float* out) const;
+  /// With `plus`, the same rows of a dense matrix (row-major, cols() wide)
+  /// are added as the tile is written: out = Δ + plus, each sum one float
+  /// addition, as adding afterwards would give.
+  void decode_rows(std::int64_t begin, std::int64_t end, float* out, const float* plus = nullptr) const;
 
  private:
   std::int64_t rows_ = 0, cols_ = 0, group_size_ = 0, groups_ = 0;

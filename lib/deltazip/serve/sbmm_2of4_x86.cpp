@@ -204,13 +204,20 @@ FLEET_AVX2 void multiply_add_bits(const SbmmLayout& l, const float* x, std::int6
 }
 
 template <int Bits>
-FLEET_AVX2 void decode_bits(const SbmmLayout& l, std::int64_t begin, std::int64_t end, float* out) {
+FLEET_AVX2 void decode_bits(const SbmmLayout& l, std::int64_t begin, std::int64_t end, float* out, const float* plus) {
   const PositionTable& table = position_table();
   for (std::int64_t o = begin; o < end; ++o) {
     const Row row = row_of<Bits>(l, o);
     float* dst = out + (o - begin) * l.cols;
+    if (plus == nullptr) {
+      for (std::int64_t i = 0; i < l.cols / 8; ++i)
+        _mm256_storeu_ps(dst + 8 * i, decode_chunk<Bits>(row.codes, row.positions, i, table, row.scale, row.zero));
+      continue;
+    }
+    const float* add = plus + (o - begin) * l.cols;
     for (std::int64_t i = 0; i < l.cols / 8; ++i)
-      _mm256_storeu_ps(dst + 8 * i, decode_chunk<Bits>(row.codes, row.positions, i, table, row.scale, row.zero));
+      _mm256_storeu_ps(dst + 8 * i, _mm256_add_ps(decode_chunk<Bits>(row.codes, row.positions, i, table, row.scale, row.zero),
+                                                  _mm256_loadu_ps(add + 8 * i)));
   }
 }
 
@@ -224,9 +231,9 @@ void multiply_add_2of4_avx2(const SbmmLayout& l, const float* x, std::int64_t n,
   else multiply_add_bits<2>(l, x, n, x_stride, y, y_stride, row_begin, row_end);
 }
 
-void decode_rows_2of4_avx2(const SbmmLayout& l, std::int64_t begin, std::int64_t end, float* out) {
-  if (l.bits == 4) decode_bits<4>(l, begin, end, out);
-  else decode_bits<2>(l, begin, end, out);
+void decode_rows_2of4_avx2(const SbmmLayout& l, std::int64_t begin, std::int64_t end, float* out, const float* plus) {
+  if (l.bits == 4) decode_bits<4>(l, begin, end, out, plus);
+  else decode_bits<2>(l, begin, end, out, plus);
 }
 
 // --- AVX-512: sixteen columns (two position bytes) per vector -------------
@@ -360,7 +367,8 @@ FLEET_AVX512 void multiply_add_bits512(const SbmmLayout& l, const float* x, std:
 // As decode_bits, sixteen columns per store, from a table of the row's
 // sixteen values: bit for bit the portable decoder's values.
 template <int Bits>
-FLEET_AVX512 void decode_bits512(const SbmmLayout& l, std::int64_t begin, std::int64_t end, float* out) {
+FLEET_AVX512 void decode_bits512(const SbmmLayout& l, std::int64_t begin, std::int64_t end, float* out,
+                                 const float* plus) {
   const PairTable& table = pair_table();
   const std::int64_t chunks = l.cols / 8;
   for (std::int64_t o = begin; o < end; ++o) {
@@ -368,9 +376,13 @@ FLEET_AVX512 void decode_bits512(const SbmmLayout& l, std::int64_t begin, std::i
     const std::uint8_t* positions = l.indices + o * (l.cols / 8);
     const __m512 lut = code_table<Bits>(l.scales[o], l.zeros[o]);
     float* dst = out + (o - begin) * l.cols;
+    const float* add = plus == nullptr ? nullptr : plus + (o - begin) * l.cols;
     for (std::int64_t j = 0; 2 * j < chunks; ++j) {
       const bool last = 2 * j + 1 == chunks;
-      _mm512_mask_storeu_ps(dst + 16 * j, last ? 0x00FF : 0xFFFF, chunk_pair<Bits>(codes, positions, j, last, table, lut));
+      const __mmask16 lanes = last ? 0x00FF : 0xFFFF;
+      __m512 v = chunk_pair<Bits>(codes, positions, j, last, table, lut);
+      if (add != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(lanes, add + 16 * j));
+      _mm512_mask_storeu_ps(dst + 16 * j, lanes, v);
     }
   }
 }
@@ -385,9 +397,10 @@ void multiply_add_2of4_avx512(const SbmmLayout& l, const float* x, std::int64_t 
   else multiply_add_bits512<2>(l, x, n, x_stride, y, y_stride, row_begin, row_end);
 }
 
-void decode_rows_2of4_avx512(const SbmmLayout& l, std::int64_t begin, std::int64_t end, float* out) {
-  if (l.bits == 4) decode_bits512<4>(l, begin, end, out);
-  else decode_bits512<2>(l, begin, end, out);
+void decode_rows_2of4_avx512(const SbmmLayout& l, std::int64_t begin, std::int64_t end, float* out,
+                             const float* plus) {
+  if (l.bits == 4) decode_bits512<4>(l, begin, end, out, plus);
+  else decode_bits512<2>(l, begin, end, out, plus);
 }
 
 #pragma GCC diagnostic pop
@@ -407,12 +420,12 @@ void multiply_add_2of4_avx2(const SbmmLayout&, const float*, std::int64_t, std::
                             std::int64_t, std::int64_t) {
   no_x86();
 }
-void decode_rows_2of4_avx2(const SbmmLayout&, std::int64_t, std::int64_t, float*) { no_x86(); }
+void decode_rows_2of4_avx2(const SbmmLayout&, std::int64_t, std::int64_t, float*, const float*) { no_x86(); }
 void multiply_add_2of4_avx512(const SbmmLayout&, const float*, std::int64_t, std::int64_t, float*, std::int64_t,
                               std::int64_t, std::int64_t) {
   no_x86();
 }
-void decode_rows_2of4_avx512(const SbmmLayout&, std::int64_t, std::int64_t, float*) { no_x86(); }
+void decode_rows_2of4_avx512(const SbmmLayout&, std::int64_t, std::int64_t, float*, const float*) { no_x86(); }
 
 #endif
 

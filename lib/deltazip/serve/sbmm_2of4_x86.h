@@ -34,7 +34,9 @@ void multiply_add_2of4_avx512(const SbmmLayout& layout, const float* x, std::int
 
 /// Rows [begin, end) of Δ into `out` ((end - begin) x cols, row-major), as
 /// SbmmMatrix::decode_rows: bit for bit the same values.
-void decode_rows_2of4_avx2(const SbmmLayout& layout, std::int64_t begin, std::int64_t end, float* out);
-void decode_rows_2of4_avx512(const SbmmLayout& layout, std::int64_t begin, std::int64_t end, float* out);
+void decode_rows_2of4_avx2(const SbmmLayout& layout, std::int64_t begin, std::int64_t end, float* out,
+                           const float* plus);
+void decode_rows_2of4_avx512(const SbmmLayout& layout, std::int64_t begin, std::int64_t end, float* out,
+                             const float* plus);
 
 }  // namespace fleet::deltazip::x86

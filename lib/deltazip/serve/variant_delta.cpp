@@ -113,24 +113,6 @@ std::int64_t tile_path_rows(const SbmmMatrix& delta) {
   return model::small_batch_linear_in_use() ? 9 : 17;
 }
 
-// Tiles of output rows of Δ decoded from the packed form into a per-thread
-// buffer that stays in cache, split over libtorch's intra-op threads; the
-// whole matrix never exists dequantized. use(begin, count, tile) may change
-// the tile.
-template <typename Use>
-void for_each_decoded_tile(const SbmmMatrix& delta, Use&& use) {
-  const std::int64_t tiles = (delta.rows() + kTile - 1) / kTile;
-  at::parallel_for(0, tiles, 1, [&](std::int64_t first, std::int64_t last) {
-    thread_local std::vector<float> buffer;
-    buffer.resize(static_cast<std::size_t>(kTile * delta.cols()));
-    for (std::int64_t t = first; t < last; ++t) {
-      const std::int64_t begin = t * kTile, count = std::min(kTile, delta.rows() - begin);
-      delta.decode_rows(begin, begin + count, buffer.data());
-      use(begin, count, buffer.data());
-    }
-  });
-}
-
 // Whether the small-batch kernel multiplies n rows of x by a tile of `cols`
 // columns faster than BLAS. It multiplies the tile where it is (BLAS copies
 // it once more), which wins up to its max_rows(); beyond that BLAS's packed
@@ -141,6 +123,38 @@ bool small_kernel_for_tile(std::int64_t n, std::int64_t cols) {
   if (!model::small_batch_linear_in_use()) return false;
   if (n <= model::small_batch::max_rows()) return true;
   return model::small_batch::avx512_in_use() && (5 + 4) * cols * static_cast<std::int64_t>(sizeof(float)) <= 32 * 1024;
+}
+
+// Output rows decoded at a time for n rows of x. The small-batch kernel reads
+// a tile in place, so kTile rows suffice. A BLAS call packs x anew for every
+// tile, so its tiles hold about 1 MiB (bench_dz_serve merged, AVX2: 40-128
+// rows of x 5-20 % faster than with kTile rows; 256 KiB loses, 2-4 MiB only
+// gain from 128 rows), but no more than half of Δ's rows per thread, so that
+// every intra-op thread gets tiles.
+std::int64_t tile_rows(std::int64_t n, const SbmmMatrix& delta) {
+  if (small_kernel_for_tile(n, delta.cols())) return kTile;
+  const std::int64_t fit = (std::int64_t{1} << 20) / (delta.cols() * static_cast<std::int64_t>(sizeof(float)));
+  const std::int64_t share = delta.rows() / (2 * static_cast<std::int64_t>(at::get_num_threads()));
+  return std::max(kTile, std::min(fit, share) / kTile * kTile);
+}
+
+// Tiles of `rows_per_tile` output rows of Δ decoded from the packed form into
+// a per-thread buffer that stays in cache, split over libtorch's intra-op
+// threads; the whole matrix never exists dequantized. With `plus` (a dense
+// matrix of Δ's shape), each tile holds those rows of Δ + plus.
+// use(begin, count, tile) may change the tile.
+template <typename Use>
+void for_each_decoded_tile(const SbmmMatrix& delta, std::int64_t rows_per_tile, const float* plus, Use&& use) {
+  const std::int64_t tiles = (delta.rows() + rows_per_tile - 1) / rows_per_tile;
+  at::parallel_for(0, tiles, 1, [&](std::int64_t first, std::int64_t last) {
+    thread_local std::vector<float> buffer;
+    buffer.resize(static_cast<std::size_t>(rows_per_tile * delta.cols()));
+    for (std::int64_t t = first; t < last; ++t) {
+      const std::int64_t begin = t * rows_per_tile, count = std::min(rows_per_tile, delta.rows() - begin);
+      delta.decode_rows(begin, begin + count, buffer.data(), plus == nullptr ? nullptr : plus + begin * delta.cols());
+      use(begin, count, buffer.data());
+    }
+  });
 }
 
 // out[:, begin, begin + count) = x · tileᵀ (+= with `accumulate`); x [n, cols]
@@ -169,23 +183,16 @@ void sbmm_add(const SbmmMatrix& delta, const torch::Tensor& x, torch::Tensor& ou
     });
     return;
   }
-  for_each_decoded_tile(delta, [&](std::int64_t begin, std::int64_t count, float* tile) {
+  for_each_decoded_tile(delta, tile_rows(n, delta), nullptr, [&](std::int64_t begin, std::int64_t count, float* tile) {
     multiply_tile(x, tile, begin, count, out, /*accumulate=*/true);
   });
 }
 
 void merged_product(const SbmmMatrix& delta, const torch::Tensor& base, const torch::Tensor& x, torch::Tensor& out) {
-  const float* w = base.data_ptr<float>();
-  const std::int64_t cols = delta.cols();
-  for_each_decoded_tile(delta, [&](std::int64_t begin, std::int64_t count, float* tile) {
-    const float* wb = w + begin * cols;
-    if (model::small_batch::available()) {
-      model::small_batch::add(tile, wb, count * cols);
-    } else {
-      for (std::int64_t i = 0; i < count * cols; ++i) tile[i] += wb[i];
-    }
-    multiply_tile(x, tile, begin, count, out, /*accumulate=*/false);
-  });
+  for_each_decoded_tile(delta, tile_rows(x.size(0), delta), base.data_ptr<float>(),
+                        [&](std::int64_t begin, std::int64_t count, float* tile) {
+                          multiply_tile(x, tile, begin, count, out, /*accumulate=*/false);
+                        });
 }
 
 DeltaOverlay::DeltaOverlay(std::vector<VariantSegment> segments, std::int64_t batch) : batch_(batch) {
