@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # DeltaZip serving: delta mode against swap mode (the baseline) and full mode
 # (the upper bound) on the same arrivals, plus the SBMM kernel against dense
-# GEMMs and one decode step of delta mode against full mode at the same batch.
+# GEMMs, a variant's prefill product against one dense GEMM, and one decode
+# step of delta mode against full mode at the same batch.
 #
 # Models: the 100m preset (101 M parameters) as base and 16 variants, each
 # fine-tuned briefly (STEPS steps) on its own synthetic corpus and compressed
@@ -60,6 +61,8 @@ done
 if [ "${SKIP_KERNELS:-0}" != 1 ]; then
 log "SBMM against dense GEMMs"
 "$bin/bench_dz_serve" sbmm "$threads" 5 > "$results/sbmm.jsonl"
+log "a variant's prefill product against one dense GEMM"
+"$bin/bench_dz_serve" merged "$threads" 7 > "$results/merged.jsonl"
 log "one decode step: delta mode against full mode"
 : > "$results/decode.jsonl"
 for batch in 8 16 32; do

@@ -1,7 +1,7 @@
 """Summarises scripts/bench/dz_serve.sh results and draws the curves.
 
 Usage: dz_serve_curves.py RESULTS_DIR   (reads serve.jsonl, sbmm.jsonl,
-decode.jsonl, memory.txt; writes curves.png there and prints Markdown tables)
+merged.jsonl, decode.jsonl, memory.txt; writes curves.png there and prints Markdown tables)
 """
 import json
 import sys
@@ -54,6 +54,14 @@ if sbmm:
         print(f"| {s['bits']} | {s['rows']}x{s['cols']} | {s['batch']} | {s['variants']} | {s['sbmm_us']:.0f} us | "
               f"{s['dense_gemm_us']:.0f} us | {s['sbmm_over_dense']:.2f} | {s['per_variant_gemm_us']:.0f} us | "
               f"{s['sbmm_over_per_variant']:.2f} |")
+
+merged = lines(results / "merged.jsonl")
+if merged:
+    print("\n| shape (out x in) | prompt rows | x (W + delta) from the packed delta | one dense GEMM | ratio | base product alone |")
+    print("|---|---|---|---|---|---|")
+    for m in merged:
+        print(f"| {m['rows']}x{m['cols']} | {m['batch']} | {m['merged_us']:.0f} us | {m['dense_gemm_us']:.0f} us | "
+              f"{m['merged_over_dense']:.2f} | {m['base_product_us']:.0f} us |")
 
 if (results / "memory.txt").exists():
     print("\nresident bytes at the end of each server run (variants, mode, metric):")

@@ -131,6 +131,46 @@ TEST_F(Serving, PrefillOfVariantsOnlyIsOneProductPerVariant) {
   }
 }
 
+// A prefill pads shorter prompts to the longest; the merged product computes
+// only the real positions (the padding's outputs are zero), and each
+// sequence's logits at its real positions are what its reconstruction gives
+// for its prompt alone.
+TEST_F(Serving, PaddedPrefillComputesOnlyTheRealPositions) {
+  torch::NoGradGuard no_grad;
+  TwoVariants loaded;
+  auto& [base, r1, r2, v1, v2, m1, m2] = loaded;
+  const auto hidden = base.config().hidden_size;
+  const std::vector<std::int64_t> counts = {20, 13, 17};  // 33 and 17 rows: the tile path with or without AVX2
+  DeltaOverlay overlay({{0, 2, v1.get()}, {2, 1, v2.get()}}, 3, counts);
+  const std::vector<const LlamaModel*> alone = {&m1, &m1, &m2};
+  const char* q_name = "model.layers.1.self_attn.q_proj.weight";
+  auto x = torch::randn({3, 20, hidden});
+  auto merged = overlay.linear(1, model::Projection::kQ, x, parameter(base, q_name));
+  ASSERT_TRUE(merged.defined());
+  for (std::int64_t b = 0; b < 3; ++b) {
+    const auto real = counts[static_cast<std::size_t>(b)];
+    auto want = torch::linear(x[b].narrow(0, 0, real), parameter(*alone[static_cast<std::size_t>(b)], q_name));
+    EXPECT_TRUE(torch::allclose(merged[b].narrow(0, 0, real), want, 1e-4, 1e-4)) << "row " << b;
+    EXPECT_EQ(merged[b].narrow(0, real, 20 - real).abs().sum().item<float>(), 0.0f) << "row " << b;
+  }
+  EXPECT_THROW(DeltaOverlay({{0, 3, v1.get()}}, 3, {20, 13}), std::invalid_argument);
+
+  auto tokens = torch::randint(4, 260, {3, 20}, torch::kInt64);
+  for (std::int64_t b = 0; b < 3; ++b)  // the padding as the engine writes it
+    tokens[b].narrow(0, counts[static_cast<std::size_t>(b)], 20 - counts[static_cast<std::size_t>(b)]).zero_();
+  model::KvCache cache(base.config(), 3, 32, torch::kFloat32);
+  auto mixed = base.forward_cached(cache, {0, 1, 2}, tokens, counts, true, &overlay);
+  for (std::int64_t b = 0; b < 3; ++b) {
+    const auto real = counts[static_cast<std::size_t>(b)];
+    model::KvCache own(base.config(), 1, 32, torch::kFloat32);
+    auto expected = alone[static_cast<std::size_t>(b)]->forward_cached(own, {0}, tokens.narrow(0, b, 1).narrow(1, 0, real),
+                                                                     {real}, true);
+    auto got = mixed.narrow(0, b, 1).narrow(1, 0, real);
+    EXPECT_TRUE(torch::allclose(got, expected, 1e-4, 1e-4)) << "row " << b << ": max difference "
+                                                            << (got - expected).abs().max().item<float>();
+  }
+}
+
 // Every mode serves every variant exactly as its reconstruction runs alone.
 class ServingModes : public Serving, public ::testing::WithParamInterface<ServeMode> {};
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <stdexcept>
 
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
@@ -195,7 +196,10 @@ void merged_product(const SbmmMatrix& delta, const torch::Tensor& base, const to
                         });
 }
 
-DeltaOverlay::DeltaOverlay(std::vector<VariantSegment> segments, std::int64_t batch) : batch_(batch) {
+DeltaOverlay::DeltaOverlay(std::vector<VariantSegment> segments, std::int64_t batch, std::vector<std::int64_t> tokens)
+    : batch_(batch), tokens_(std::move(tokens)) {
+  if (!tokens_.empty() && static_cast<std::int64_t>(tokens_.size()) != batch_)
+    throw std::invalid_argument("DeltaOverlay: one token count per batch row");
   for (auto& s : segments)
     if (s.variant && s.count > 0) segments_.push_back(s);
 }
@@ -232,19 +236,39 @@ torch::Tensor DeltaOverlay::linear(std::size_t layer, model::Projection which, c
     return {};
   const auto index = layer * 7 + static_cast<std::size_t>(which);
   const std::int64_t in = x.size(-1), per_row = x.numel() / (batch_ * in), out_features = base.size(0);
+  // Positions of batch row b that hold tokens: a prefill pads its prompts to
+  // the longest, and the padding's outputs are never read, so it is skipped.
+  const bool padded = !tokens_.empty() && x.dim() == 3 &&
+                      std::any_of(tokens_.begin(), tokens_.end(), [&](std::int64_t t) { return t < per_row; });
+  auto real = [&](std::int64_t b) { return padded ? std::min(tokens_[static_cast<std::size_t>(b)], per_row) : per_row; };
   std::int64_t covered = 0;
   for (const auto& s : segments_) {
-    if (s.count * per_row < tile_path_rows(*s.variant->linear.at(index))) return {};
+    std::int64_t rows = 0;
+    for (std::int64_t b = s.begin; b < s.begin + s.count; ++b) rows += real(b);
+    if (rows < tile_path_rows(*s.variant->linear.at(index))) return {};
     covered += s.count;
   }
   if (covered != batch_) return {};
   auto sizes = x.sizes().vec();
   sizes.back() = out_features;
-  auto out = torch::empty(sizes, x.options());
+  auto out = padded ? torch::zeros(sizes, x.options()) : torch::empty(sizes, x.options());
   for (const auto& s : segments_) {
-    auto rows_x = x.narrow(0, s.begin, s.count).reshape({-1, in}).contiguous();
-    auto flat = out.narrow(0, s.begin, s.count).view({-1, out_features});
+    if (!padded) {
+      auto rows_x = x.narrow(0, s.begin, s.count).reshape({-1, in}).contiguous();
+      auto flat = out.narrow(0, s.begin, s.count).view({-1, out_features});
+      merged_product(*s.variant->linear.at(index), base, rows_x, flat);
+      continue;
+    }
+    std::vector<torch::Tensor> pieces;
+    for (std::int64_t b = s.begin; b < s.begin + s.count; ++b) pieces.push_back(x[b].narrow(0, 0, real(b)));
+    auto rows_x = torch::cat(pieces, 0).contiguous();
+    auto flat = torch::empty({rows_x.size(0), out_features}, x.options());
     merged_product(*s.variant->linear.at(index), base, rows_x, flat);
+    std::int64_t at = 0;
+    for (std::int64_t b = s.begin; b < s.begin + s.count; ++b) {
+      out[b].narrow(0, 0, real(b)).copy_(flat.narrow(0, at, real(b)));
+      at += real(b);
+    }
   }
   return out;
 }

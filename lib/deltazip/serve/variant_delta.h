@@ -56,7 +56,10 @@ struct VariantSegment {
 /// the CUDA kernel on the current stream for tensors on a GPU).
 class DeltaOverlay final : public model::WeightOverlay {
  public:
-  DeltaOverlay(std::vector<VariantSegment> segments, std::int64_t batch);
+  /// `tokens`: how many leading positions of each batch row are real tokens
+  /// (a prefill pads shorter prompts to the longest); empty: all of them.
+  /// The merged prefill product skips the padding (its outputs are zero).
+  DeltaOverlay(std::vector<VariantSegment> segments, std::int64_t batch, std::vector<std::int64_t> tokens = {});
 
   void add_linear(std::size_t layer, model::Projection which, const torch::Tensor& x, torch::Tensor& out) const override;
   torch::Tensor linear(std::size_t layer, model::Projection which, const torch::Tensor& x,
@@ -68,6 +71,7 @@ class DeltaOverlay final : public model::WeightOverlay {
  private:
   std::vector<VariantSegment> segments_;  ///< only those with a variant
   std::int64_t batch_;
+  std::vector<std::int64_t> tokens_;  ///< real positions per batch row; empty: all
 };
 
 /// x_rows · Δᵀ added into `out` rows for one packed matrix: `x` [n, in] and
