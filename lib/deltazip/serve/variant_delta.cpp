@@ -128,10 +128,10 @@ bool small_kernel_for_tile(std::int64_t n, std::int64_t cols) {
 
 // Output rows decoded at a time for n rows of x. The small-batch kernel reads
 // a tile in place, so kTile rows suffice. A BLAS call packs x anew for every
-// tile, so its tiles hold about 1 MiB (bench_dz_serve merged, AVX2: 40-128
-// rows of x 5-20 % faster than with kTile rows; 256 KiB loses, 2-4 MiB only
-// gain from 128 rows), but no more than half of Δ's rows per thread, so that
-// every intra-op thread gets tiles.
+// tile, so its tiles hold about 1 MiB (bench_dz_serve merged, AVX2: 40-256
+// rows of x 4-13 % faster than with kTile rows; 256 KiB tiles are slower
+// than 1 MiB ones, 2-4 MiB ones only gain from 128 rows), but no more than
+// half of Δ's rows per thread, so that every intra-op thread gets tiles.
 std::int64_t tile_rows(std::int64_t n, const SbmmMatrix& delta) {
   if (small_kernel_for_tile(n, delta.cols())) return kTile;
   const std::int64_t fit = (std::int64_t{1} << 20) / (delta.cols() * static_cast<std::int64_t>(sizeof(float)));
