@@ -18,15 +18,25 @@ def lines(path):
     return [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.exists() else []
 
 
+def table(header, rows, blank_line_before=True):
+    """Prints a Markdown table: the header cells, then each row's cells."""
+    if blank_line_before:
+        print()
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for cells in rows:
+        print("| " + " | ".join(cells) + " |")
+
+
 results = Path(sys.argv[1])
 serve = lines(results / "serve.jsonl")
 
-print("| variants | mode | rate (req/s) | completed | failed | req/s | tokens/s | TTFT p50 | latency p50 | latency p99 |")
-print("|---|---|---|---|---|---|---|---|---|---|")
-for r in serve:
-    print(f"| {r['variants_count']} | {r['mode']} | {r['rate']:g} | {r['completed']}/{r['requests']} | {r['failed']} | "
-          f"{r['throughput_requests_per_s']:.3f} | {r['throughput_tokens_per_s']:.1f} | {r['ttft_s']['p50']:.2f} s | "
-          f"{r['latency_s']['p50']:.2f} s | {r['latency_s']['p99']:.2f} s |")
+table(["variants", "mode", "rate (req/s)", "completed", "failed", "req/s", "tokens/s", "TTFT p50", "latency p50",
+       "latency p99"],
+      [[f"{r['variants_count']}", r["mode"], f"{r['rate']:g}", f"{r['completed']}/{r['requests']}", f"{r['failed']}",
+        f"{r['throughput_requests_per_s']:.3f}", f"{r['throughput_tokens_per_s']:.1f}", f"{r['ttft_s']['p50']:.2f} s",
+        f"{r['latency_s']['p50']:.2f} s", f"{r['latency_s']['p99']:.2f} s"] for r in serve],
+      blank_line_before=False)
 by = {(r["variants_count"], r["mode"], r["rate"]): r for r in serve}
 print()
 for (n, mode, rate), r in sorted(by.items()):
@@ -39,29 +49,27 @@ for (n, mode, rate), r in sorted(by.items()):
 
 decode = lines(results / "decode.jsonl")
 if decode:
-    print("\n| batch | variants | delta step | full step | base step | delta / full | resident delta mode | full mode |")
-    print("|---|---|---|---|---|---|---|---|")
-    for d in decode:
-        print(f"| {d['batch']} | {d['variants']} | {d['delta_step_ms']:.1f} ms | {d['full_step_ms']:.1f} ms | "
-              f"{d['base_step_ms']:.1f} ms | {d['delta_over_full']:.2f} | {d['resident_delta_mode_bytes'] / 2**20:.0f} MiB | "
-              f"{d['resident_full_mode_bytes'] / 2**20:.0f} MiB |")
+    table(["batch", "variants", "delta step", "full step", "base step", "delta / full", "resident delta mode",
+           "full mode"],
+          [[f"{d['batch']}", f"{d['variants']}", f"{d['delta_step_ms']:.1f} ms", f"{d['full_step_ms']:.1f} ms",
+            f"{d['base_step_ms']:.1f} ms", f"{d['delta_over_full']:.2f}",
+            f"{d['resident_delta_mode_bytes'] / 2**20:.0f} MiB", f"{d['resident_full_mode_bytes'] / 2**20:.0f} MiB"]
+           for d in decode])
 
 sbmm = lines(results / "sbmm.jsonl")
 if sbmm:
-    print("\n| bits | shape (out x in) | batch rows | variants | SBMM | one dense GEMM | SBMM / GEMM | one GEMM per variant | SBMM / that |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for s in sbmm:
-        print(f"| {s['bits']} | {s['rows']}x{s['cols']} | {s['batch']} | {s['variants']} | {s['sbmm_us']:.0f} us | "
-              f"{s['dense_gemm_us']:.0f} us | {s['sbmm_over_dense']:.2f} | {s['per_variant_gemm_us']:.0f} us | "
-              f"{s['sbmm_over_per_variant']:.2f} |")
+    table(["bits", "shape (out x in)", "batch rows", "variants", "SBMM", "one dense GEMM", "SBMM / GEMM",
+           "one GEMM per variant", "SBMM / that"],
+          [[f"{s['bits']}", f"{s['rows']}x{s['cols']}", f"{s['batch']}", f"{s['variants']}", f"{s['sbmm_us']:.0f} us",
+            f"{s['dense_gemm_us']:.0f} us", f"{s['sbmm_over_dense']:.2f}", f"{s['per_variant_gemm_us']:.0f} us",
+            f"{s['sbmm_over_per_variant']:.2f}"] for s in sbmm])
 
 merged = lines(results / "merged.jsonl")
 if merged:
-    print("\n| shape (out x in) | prompt rows | x (W + delta) from the packed delta | one dense GEMM | ratio | base product alone |")
-    print("|---|---|---|---|---|---|")
-    for m in merged:
-        print(f"| {m['rows']}x{m['cols']} | {m['batch']} | {m['merged_us']:.0f} us | {m['dense_gemm_us']:.0f} us | "
-              f"{m['merged_over_dense']:.2f} | {m['base_product_us']:.0f} us |")
+    table(["shape (out x in)", "prompt rows", "x (W + delta) from the packed delta", "one dense GEMM", "ratio",
+           "base product alone"],
+          [[f"{m['rows']}x{m['cols']}", f"{m['batch']}", f"{m['merged_us']:.0f} us", f"{m['dense_gemm_us']:.0f} us",
+            f"{m['merged_over_dense']:.2f}", f"{m['base_product_us']:.0f} us"] for m in merged])
 
 if (results / "memory.txt").exists():
     print("\nresident bytes at the end of each server run (variants, mode, metric):")
