@@ -1,6 +1,9 @@
 #include "common/cpu_isa.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 
 #include "common/error.h"
@@ -39,6 +42,26 @@ CpuIsa capped_cpu_isa(CpuIsa detected, const char* env_value) {
 
 CpuIsa cpu_isa() {
   static const CpuIsa isa = capped_cpu_isa(detected_cpu_isa(), std::getenv(kCpuIsaEnvVar));
+  return isa;
+}
+
+CpuIsa blas_isa_of_core(const char* core, CpuIsa detected) {
+  if (core == nullptr) return detected;
+  std::string name(core);
+  for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* wide : {"skylakex", "cooperlake", "sapphirerapids"})
+    if (name == wide) return CpuIsa::kAvx512;
+  for (const char* avx2 : {"haswell", "zen"})
+    if (name == avx2) return CpuIsa::kAvx2;
+  return detected;
+}
+
+CpuIsa blas_cpu_isa() {
+  static const CpuIsa isa = [] {
+    using CoreName = char* (*)();
+    auto* core_name = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+    return blas_isa_of_core(core_name ? core_name() : nullptr, detected_cpu_isa());
+  }();
   return isa;
 }
 

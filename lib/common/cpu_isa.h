@@ -29,4 +29,16 @@ CpuIsa capped_cpu_isa(CpuIsa detected, const char* env_value);
 /// every program checks it at start-up, so it stops there with one line.
 CpuIsa cpu_isa();
 
+/// The widest vectors of the BLAS library's float kernels, which decides up
+/// to how many rows the CPU kernels beat its GEMM. OpenBLAS names the core it
+/// chose its kernels for (openblas_get_corename, looked up at run time, so
+/// nothing links OpenBLAS for it; OPENBLAS_CORETYPE changes the choice).
+/// Without OpenBLAS, what the CPU runs. Not capped by GPUFLEET_CPU_ISA, which
+/// caps this project's kernels only. Checked once.
+CpuIsa blas_cpu_isa();
+/// The instruction set of OpenBLAS's kernels for a core name (any case):
+/// AVX-512 for SkylakeX, Cooperlake and SapphireRapids, AVX2 for Haswell and
+/// Zen, `detected` for any other name or none.
+CpuIsa blas_isa_of_core(const char* core, CpuIsa detected);
+
 }  // namespace fleet

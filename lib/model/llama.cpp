@@ -124,6 +124,10 @@ struct LlamaModel::CacheStep {
   std::int64_t key_length;           ///< keys attended to: max over rows of start + T
   std::optional<torch::Tensor> slot_index;  ///< set when the slots are not one contiguous run
   const WeightOverlay* overlay = nullptr;
+  // A prefill pads its rows to the longest: then the flat indices (b · T + t)
+  // of the real positions, and the overlay for those rows alone.
+  std::optional<torch::Tensor> real_positions;
+  std::unique_ptr<const WeightOverlay> position_overlay;
 };
 
 torch::ScalarType parse_torch_dtype(const std::string& name) {
@@ -378,6 +382,20 @@ torch::Tensor LlamaModel::rms_norm(const torch::Tensor& x, const torch::Tensor& 
 
 torch::Tensor LlamaModel::project(std::size_t layer, Projection which, const torch::Tensor& x,
                                   const CacheStep* step) const {
+  if (step && step->real_positions && x.dim() == 3) {
+    const auto& index = *step->real_positions;
+    const std::int64_t B = x.size(0), T = x.size(1);
+    auto y = project_rows(layer, which, x.reshape({B * T, x.size(2)}).index_select(0, index),
+                          step->overlay ? step->position_overlay.get() : nullptr);
+    auto out = torch::zeros({B * T, y.size(1)}, y.options());
+    out.index_copy_(0, index, y);
+    return out.view({B, T, y.size(1)});
+  }
+  return project_rows(layer, which, x, step ? step->overlay : nullptr);
+}
+
+torch::Tensor LlamaModel::project_rows(std::size_t layer, Projection which, const torch::Tensor& x,
+                                       const WeightOverlay* overlay) const {
   const auto& w = layers_[layer];
   const torch::Tensor* weight = nullptr;
   switch (which) {
@@ -389,12 +407,12 @@ torch::Tensor LlamaModel::project(std::size_t layer, Projection which, const tor
     case Projection::kUp: weight = &w.up_proj; break;
     case Projection::kDown: weight = &w.down_proj; break;
   }
-  if (step && step->overlay) {
-    auto merged = step->overlay->linear(layer, which, x, *weight);
+  if (overlay) {
+    auto merged = overlay->linear(layer, which, x, *weight);
     if (merged.defined()) return merged;
   }
   auto out = inference_linear(x, *weight);
-  if (step && step->overlay) step->overlay->add_linear(layer, which, x, out);
+  if (overlay) overlay->add_linear(layer, which, x, out);
   return out;
 }
 
@@ -559,7 +577,7 @@ torch::Tensor LlamaModel::forward_cached(KvCache& cache, const std::vector<std::
   const std::int64_t B = tokens.size(0), T = tokens.size(1);
   if (static_cast<std::int64_t>(slots.size()) != B || static_cast<std::int64_t>(counts.size()) != B)
     throw InputError("forward_cached: one slot and one count per row are needed");
-  CacheStep step{&cache, &slots, &counts, {}, 0, std::nullopt, overlay};
+  CacheStep step{&cache, &slots, &counts, {}, 0, std::nullopt, overlay, std::nullopt, nullptr};
   std::vector<std::int64_t> position_rows;
   bool contiguous = true;
   for (std::int64_t b = 0; b < B; ++b) {
@@ -583,6 +601,14 @@ torch::Tensor LlamaModel::forward_cached(KvCache& cache, const std::vector<std::
   if (!contiguous)
     step.slot_index = torch::tensor(slots, torch::TensorOptions().dtype(torch::kInt64)).to(tokens.device());
   auto positions = torch::tensor(position_rows, torch::TensorOptions().dtype(torch::kInt64)).view({B, T}).to(tokens.device());
+  std::vector<std::int64_t> real;  // flat indices of the real positions, when some row is padded
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t t = 0; t < counts[static_cast<std::size_t>(b)]; ++t) real.push_back(b * T + t);
+  if (!real.empty() && static_cast<std::int64_t>(real.size()) < B * T) {
+    if (overlay) step.position_overlay = overlay->for_positions(counts);
+    if (!overlay || step.position_overlay)
+      step.real_positions = torch::tensor(real, torch::TensorOptions().dtype(torch::kInt64)).to(tokens.device());
+  }
 
   torch::NoGradGuard no_grad;
   auto embedded = torch::embedding(embed_tokens_, tokens);

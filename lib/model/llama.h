@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -73,6 +74,14 @@ class WeightOverlay {
   virtual torch::Tensor linear(std::size_t /*layer*/, Projection /*which*/, const torch::Tensor& /*x*/,
                                const torch::Tensor& /*base*/) const {
     return {};
+  }
+  /// The same overlay for a step whose padding the model leaves out of its
+  /// projections: `linear` and `add_linear` of the result see x as [Σ counts,
+  /// in], the real positions of batch row 0, then of row 1, and so on
+  /// (counts[b] of row b). Null when the overlay cannot do that; the model
+  /// then projects the padded rows as well.
+  virtual std::unique_ptr<const WeightOverlay> for_positions(const std::vector<std::int64_t>& /*counts*/) const {
+    return nullptr;
   }
   /// The norm weight per row, [B, 1, hidden], or `base` when no row changes it.
   virtual torch::Tensor norm_weight(std::size_t layer, NormSlot which, const torch::Tensor& base) const = 0;
@@ -193,8 +202,12 @@ class LlamaModel {
                           const torch::Tensor& sin, const torch::Tensor& positions, CacheStep* cache_step) const;
   std::pair<torch::Tensor, torch::Tensor> rotary(const torch::Tensor& positions) const;
   torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight) const;
-  // torch::linear, plus the overlay's term when the step has one.
+  // torch::linear, plus the overlay's term when the step has one; a padded
+  // step's projections compute its real positions only (the padding's
+  // outputs are zero).
   torch::Tensor project(std::size_t layer, Projection which, const torch::Tensor& x, const CacheStep* step) const;
+  torch::Tensor project_rows(std::size_t layer, Projection which, const torch::Tensor& x,
+                             const WeightOverlay* overlay) const;
   // rms_norm with the overlay's per-row weight when the step has one.
   torch::Tensor norm(std::size_t layer, NormSlot which, const torch::Tensor& x, const CacheStep* step) const;
 

@@ -76,7 +76,14 @@ bool avx512_available() { return cpu_isa() >= CpuIsa::kAvx512; }
 
 void use_avx512(bool on) { avx512_wanted = on; }
 bool avx512_in_use() { return avx512_wanted && avx512_available(); }
-std::int64_t max_rows() { return avx512_in_use() ? 64 : 32; }
+// Where BLAS's packed GEMM starts to win (bench_dz_serve sbmm and merged,
+// docs/benchmarks.md): with AVX-512 from 64 rows; with AVX2 from 32 rows
+// against BLAS kernels of AVX-512 (a CPU whose kernels here are capped), from
+// about 96 against BLAS kernels of AVX2, as on a CPU without AVX-512.
+std::int64_t max_rows() {
+  if (avx512_in_use()) return 64;
+  return blas_cpu_isa() >= CpuIsa::kAvx512 ? 32 : 96;
+}
 
 void linear(const float* x, std::int64_t rows, std::int64_t in, std::int64_t x_stride, const float* w,
             std::int64_t count, float* y, std::int64_t y_stride, bool accumulate) {

@@ -26,9 +26,10 @@ bool avx512_available();
 void use_avx512(bool on);
 bool avx512_in_use();
 
-/// Rows of x up to which the kernel beats OpenBLAS's GEMM on the machine it
-/// was measured on (bench_dz_serve sbmm, docs/benchmarks.md): 32 with AVX2,
-/// 64 with AVX-512.
+/// Rows of x up to which the kernel beats OpenBLAS's GEMM (bench_dz_serve
+/// sbmm and merged, docs/benchmarks.md): 64 with AVX-512; with AVX2, 32
+/// against BLAS kernels of AVX-512 and 96 against those of AVX2
+/// (common/cpu_isa.h, blas_cpu_isa).
 std::int64_t max_rows();
 
 /// y[r, j] = Σ_k x[r, k] · w[j, k] (or += with `accumulate`) for r < rows and

@@ -1,4 +1,5 @@
-// The kernels' instruction set: names, the environment cap, bad values.
+// The kernels' instruction set: names, the environment cap, bad values; the
+// width of OpenBLAS's kernels.
 #include <gtest/gtest.h>
 
 #include "common/cpu_isa.h"
@@ -31,6 +32,18 @@ TEST(CpuIsa, ABadValueNamesTheVariable) {
         << e.what();
   }
   EXPECT_THROW(parse_cpu_isa("AVX2"), UsageError);
+}
+
+// OpenBLAS's core names as openblas_get_corename() gives them; anything else
+// (another BLAS, a core this list does not know) leaves what the CPU runs.
+TEST(CpuIsa, BlasKernelWidthFollowsOpenBlasCoreName) {
+  EXPECT_EQ(blas_isa_of_core("SkylakeX", CpuIsa::kAvx512), CpuIsa::kAvx512);
+  EXPECT_EQ(blas_isa_of_core("Cooperlake", CpuIsa::kAvx512), CpuIsa::kAvx512);
+  EXPECT_EQ(blas_isa_of_core("SAPPHIRERAPIDS", CpuIsa::kAvx512), CpuIsa::kAvx512);
+  EXPECT_EQ(blas_isa_of_core("Haswell", CpuIsa::kAvx512), CpuIsa::kAvx2);  // OPENBLAS_CORETYPE=Haswell
+  EXPECT_EQ(blas_isa_of_core("Zen", CpuIsa::kAvx2), CpuIsa::kAvx2);
+  EXPECT_EQ(blas_isa_of_core("Prescott", CpuIsa::kAvx2), CpuIsa::kAvx2);
+  EXPECT_EQ(blas_isa_of_core(nullptr, CpuIsa::kAvx512), CpuIsa::kAvx512);
 }
 
 }  // namespace

@@ -91,22 +91,25 @@ TEST_F(Serving, DeltaProductsEqualTheDecodedDeltaForEveryRowCount) {
   model::use_small_batch_linear(true);
 }
 
-// A prefill of variants only takes the merged product (one dense product with
-// W + Δ per variant instead of the base's plus the delta's) and computes what
-// each reconstructed model computes alone; a decode step, or a batch with a
-// row of the base model, keeps base product + SBMM.
-TEST_F(Serving, PrefillOfVariantsOnlyIsOneProductPerVariant) {
+// A variant with enough rows in the step (a prompt's prefill) takes the merged
+// product (one dense product with W + Δ instead of the base's plus the
+// delta's); variants with a few rows and rows of the base model keep base
+// product + SBMM in the same call; each row computes what its reconstructed
+// model computes alone. A step without such a variant (a decode step of a
+// few rows per variant) is left to the model's usual path.
+TEST_F(Serving, VariantsWithManyRowsTakeOneProductEach) {
   torch::NoGradGuard no_grad;
   TwoVariants loaded;
   auto& [base, r1, r2, v1, v2, m1, m2] = loaded;
   const auto hidden = base.config().hidden_size;
-  const auto& q = parameter(base, "model.layers.1.self_attn.q_proj.weight");
+  const char* q_name = "model.layers.1.self_attn.q_proj.weight";
+  const auto& q = parameter(base, q_name);
+  auto q_of = [&](const LlamaModel& m, const torch::Tensor& rows) { return torch::linear(rows, parameter(m, q_name)); };
   DeltaOverlay overlay({{0, 2, v1.get()}, {2, 1, v2.get()}}, 3);
   // 20 tokens: more rows than the tile path needs with or without the
   // small-batch kernel (a CPU without AVX2 needs 17).
   auto x = torch::randn({3, 20, hidden});
-  auto want = torch::cat({torch::linear(x.narrow(0, 0, 2), parameter(m1, "model.layers.1.self_attn.q_proj.weight")),
-                          torch::linear(x.narrow(0, 2, 1), parameter(m2, "model.layers.1.self_attn.q_proj.weight"))});
+  auto want = torch::cat({q_of(m1, x.narrow(0, 0, 2)), q_of(m2, x.narrow(0, 2, 1))});
   for (bool small_batch : {false, true}) {
     model::use_small_batch_linear(small_batch);
     auto merged = overlay.linear(1, model::Projection::kQ, x, q);
@@ -114,8 +117,20 @@ TEST_F(Serving, PrefillOfVariantsOnlyIsOneProductPerVariant) {
     EXPECT_TRUE(torch::allclose(merged, want, 1e-4, 1e-4)) << (merged - want).abs().max().item<float>();
   }
   EXPECT_FALSE(overlay.linear(1, model::Projection::kQ, torch::randn({3, 1, hidden}), q).defined());
-  DeltaOverlay with_base({{0, 2, v1.get()}, {2, 1, nullptr}}, 3);
-  EXPECT_FALSE(with_base.linear(1, model::Projection::kQ, x, q).defined());
+
+  // Rows one per token, as a padded prefill's real positions: 20 rows of ft1
+  // (merged), 3 of the base, 4 of ft2 (base product + SBMM).
+  DeltaOverlay mixed_rows({{0, 20, v1.get()}, {20, 3, nullptr}, {23, 4, v2.get()}}, 27);
+  auto rows = torch::randn({27, hidden});
+  auto rows_want = torch::cat({q_of(m1, rows.narrow(0, 0, 20)), q_of(base, rows.narrow(0, 20, 3)),
+                               q_of(m2, rows.narrow(0, 23, 4))});
+  for (bool small_batch : {false, true}) {
+    model::use_small_batch_linear(small_batch);
+    auto got = mixed_rows.linear(1, model::Projection::kQ, rows, q);
+    ASSERT_TRUE(got.defined()) << "small-batch kernel " << small_batch;
+    EXPECT_TRUE(torch::allclose(got, rows_want, 1e-4, 1e-4)) << (got - rows_want).abs().max().item<float>();
+  }
+  model::use_small_batch_linear(true);
 
   // Through the model: a whole prefill, logits as each reconstruction alone.
   auto tokens = torch::randint(4, 260, {3, 20}, torch::kInt64);
@@ -131,36 +146,39 @@ TEST_F(Serving, PrefillOfVariantsOnlyIsOneProductPerVariant) {
   }
 }
 
-// A prefill pads shorter prompts to the longest; the merged product computes
-// only the real positions (the padding's outputs are zero), and each
-// sequence's logits at its real positions are what its reconstruction gives
-// for its prompt alone.
+// A prefill pads shorter prompts to the longest; the model hands the overlay
+// only the real positions (for_positions: segments counted in tokens), and
+// each sequence's logits at its real positions are what its reconstruction
+// gives for its prompt alone.
 TEST_F(Serving, PaddedPrefillComputesOnlyTheRealPositions) {
   torch::NoGradGuard no_grad;
   TwoVariants loaded;
   auto& [base, r1, r2, v1, v2, m1, m2] = loaded;
   const auto hidden = base.config().hidden_size;
-  const std::vector<std::int64_t> counts = {20, 13, 17};  // 33 and 17 rows: the tile path with or without AVX2
-  DeltaOverlay overlay({{0, 2, v1.get()}, {2, 1, v2.get()}}, 3, counts);
-  const std::vector<const LlamaModel*> alone = {&m1, &m1, &m2};
+  const std::vector<std::int64_t> counts = {20, 13, 5, 17};  // ft1: 33 rows (merged), base: 5, ft2: 17
+  DeltaOverlay overlay({{0, 2, v1.get()}, {2, 1, nullptr}, {3, 1, v2.get()}}, 4);
+  const std::vector<const LlamaModel*> alone = {&m1, &m1, &base, &m2};
   const char* q_name = "model.layers.1.self_attn.q_proj.weight";
-  auto x = torch::randn({3, 20, hidden});
-  auto merged = overlay.linear(1, model::Projection::kQ, x, parameter(base, q_name));
-  ASSERT_TRUE(merged.defined());
-  for (std::int64_t b = 0; b < 3; ++b) {
+  auto positions = overlay.for_positions(counts);
+  ASSERT_NE(positions, nullptr);
+  auto x = torch::randn({55, hidden});
+  auto projected = positions->linear(1, model::Projection::kQ, x, parameter(base, q_name));
+  ASSERT_TRUE(projected.defined());
+  std::int64_t at = 0;
+  for (std::int64_t b = 0; b < 4; ++b) {
     const auto real = counts[static_cast<std::size_t>(b)];
-    auto want = torch::linear(x[b].narrow(0, 0, real), parameter(*alone[static_cast<std::size_t>(b)], q_name));
-    EXPECT_TRUE(torch::allclose(merged[b].narrow(0, 0, real), want, 1e-4, 1e-4)) << "row " << b;
-    EXPECT_EQ(merged[b].narrow(0, real, 20 - real).abs().sum().item<float>(), 0.0f) << "row " << b;
+    auto want = torch::linear(x.narrow(0, at, real), parameter(*alone[static_cast<std::size_t>(b)], q_name));
+    EXPECT_TRUE(torch::allclose(projected.narrow(0, at, real), want, 1e-4, 1e-4)) << "row " << b;
+    at += real;
   }
-  EXPECT_THROW(DeltaOverlay({{0, 3, v1.get()}}, 3, {20, 13}), std::invalid_argument);
+  EXPECT_THROW(overlay.for_positions({20, 13}), std::invalid_argument);
 
-  auto tokens = torch::randint(4, 260, {3, 20}, torch::kInt64);
-  for (std::int64_t b = 0; b < 3; ++b)  // the padding as the engine writes it
+  auto tokens = torch::randint(4, 260, {4, 20}, torch::kInt64);
+  for (std::int64_t b = 0; b < 4; ++b)  // the padding as the engine writes it
     tokens[b].narrow(0, counts[static_cast<std::size_t>(b)], 20 - counts[static_cast<std::size_t>(b)]).zero_();
-  model::KvCache cache(base.config(), 3, 32, torch::kFloat32);
-  auto mixed = base.forward_cached(cache, {0, 1, 2}, tokens, counts, true, &overlay);
-  for (std::int64_t b = 0; b < 3; ++b) {
+  model::KvCache cache(base.config(), 4, 32, torch::kFloat32);
+  auto mixed = base.forward_cached(cache, {0, 1, 2, 3}, tokens, counts, true, &overlay);
+  for (std::int64_t b = 0; b < 4; ++b) {
     const auto real = counts[static_cast<std::size_t>(b)];
     model::KvCache own(base.config(), 1, 32, torch::kFloat32);
     auto expected = alone[static_cast<std::size_t>(b)]->forward_cached(own, {0}, tokens.narrow(0, b, 1).narrow(1, 0, real),

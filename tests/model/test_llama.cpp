@@ -127,6 +127,52 @@ TEST(Llama, BatchedSequencesOfDifferentLengthsEqualEachAlone) {
   EXPECT_EQ(cache.length(2), 0);
 }
 
+// An overlay that adds nothing and records how many rows each projection
+// hands it; for_positions gives one that shares the record.
+class RecordingOverlay final : public WeightOverlay {
+ public:
+  explicit RecordingOverlay(std::shared_ptr<std::vector<std::int64_t>> rows, bool compacts = true)
+      : rows_(std::move(rows)), compacts_(compacts) {}
+  void add_linear(std::size_t, Projection, const torch::Tensor& x, torch::Tensor&) const override {
+    rows_->push_back(x.numel() / x.size(-1));
+  }
+  std::unique_ptr<const WeightOverlay> for_positions(const std::vector<std::int64_t>&) const override {
+    return compacts_ ? std::make_unique<RecordingOverlay>(rows_) : nullptr;
+  }
+  torch::Tensor norm_weight(std::size_t, NormSlot, const torch::Tensor& base) const override { return base; }
+  void add_embedding(const torch::Tensor&, torch::Tensor&) const override {}
+  void add_head(const torch::Tensor&, torch::Tensor&) const override {}
+
+ private:
+  std::shared_ptr<std::vector<std::int64_t>> rows_;
+  bool compacts_;
+};
+
+// A right-padded prefill projects only the real positions (with an overlay,
+// through its for_positions view; an overlay without one sees the padded
+// rows), and its logits there are those of the padded computation.
+TEST(Llama, PaddedPrefillProjectsOnlyTheRealPositions) {
+  auto model = LlamaModel::random(small_config(false), 12);
+  torch::NoGradGuard no_grad;
+  const std::vector<std::int64_t> lengths{9, 3, 14}, slots{0, 1, 2};
+  auto tokens = torch::zeros({3, 14}, torch::kInt64);
+  for (std::int64_t i = 0; i < 3; ++i)
+    tokens[i].narrow(0, 0, lengths[static_cast<std::size_t>(i)]).copy_(random_tokens(lengths[static_cast<std::size_t>(i)], 97, 40 + i)[0]);
+  std::vector<torch::Tensor> logits;
+  for (bool compacts : {true, false}) {
+    auto rows = std::make_shared<std::vector<std::int64_t>>();
+    RecordingOverlay overlay(rows, compacts);
+    KvCache cache(model.config(), 3, 32, torch::kFloat32);
+    logits.push_back(model.forward_cached(cache, slots, tokens, lengths, true, &overlay));
+    ASSERT_EQ(rows->size(), 2u * 7u);  // seven projections per layer
+    for (auto n : *rows) EXPECT_EQ(n, compacts ? 9 + 3 + 14 : 3 * 14);
+  }
+  for (std::int64_t i = 0; i < 3; ++i) {
+    const auto n = lengths[static_cast<std::size_t>(i)];
+    expect_close(logits[0][i].narrow(0, 0, n), logits[1][i].narrow(0, 0, n));
+  }
+}
+
 TEST(Llama, CacheAndTokenErrorsAreClear) {
   auto model = LlamaModel::random(small_config(true), 3);
   KvCache cache(model.config(), 1, 8, torch::kFloat32);

@@ -576,7 +576,7 @@ torch::Tensor Engine::State::forward(const StepRows& rows, const torch::Tensor& 
       if (segments.empty() || segments.back().variant != v) segments.push_back({b, 0, v});
       segments.back().count++;
     }
-    DeltaOverlay overlay(std::move(segments), B, counts);
+    DeltaOverlay overlay(std::move(segments), B);
     return base->forward_cached(*cache, slots, tokens, counts, false, &overlay);
   }
   // Full and swap modes: one call per model present (rows are sorted by model).

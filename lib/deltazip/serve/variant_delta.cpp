@@ -196,12 +196,22 @@ void merged_product(const SbmmMatrix& delta, const torch::Tensor& base, const to
                         });
 }
 
-DeltaOverlay::DeltaOverlay(std::vector<VariantSegment> segments, std::int64_t batch, std::vector<std::int64_t> tokens)
-    : batch_(batch), tokens_(std::move(tokens)) {
-  if (!tokens_.empty() && static_cast<std::int64_t>(tokens_.size()) != batch_)
-    throw std::invalid_argument("DeltaOverlay: one token count per batch row");
+DeltaOverlay::DeltaOverlay(std::vector<VariantSegment> segments, std::int64_t batch) : batch_(batch) {
   for (auto& s : segments)
     if (s.variant && s.count > 0) segments_.push_back(s);
+}
+
+std::unique_ptr<const model::WeightOverlay> DeltaOverlay::for_positions(const std::vector<std::int64_t>& counts) const {
+  if (static_cast<std::int64_t>(counts.size()) != batch_)
+    throw std::invalid_argument("DeltaOverlay: one token count per batch row");
+  std::vector<std::int64_t> first(counts.size() + 1, 0);  // first real position of each batch row
+  for (std::size_t b = 0; b < counts.size(); ++b) first[b + 1] = first[b] + counts[b];
+  std::vector<VariantSegment> rows;
+  for (const auto& s : segments_) {
+    const auto begin = first[static_cast<std::size_t>(s.begin)], end = first[static_cast<std::size_t>(s.begin + s.count)];
+    rows.push_back({begin, end - begin, s.variant});
+  }
+  return std::make_unique<DeltaOverlay>(std::move(rows), first.back());
 }
 
 namespace {
@@ -223,71 +233,68 @@ void add_delta_product(const VariantDelta& v, std::size_t index, const torch::Te
 #endif
 }
 
+// The delta product of one segment's rows of x added into the same rows of out.
+void add_segment(const VariantSegment& s, std::size_t index, const torch::Tensor& x, torch::Tensor& out) {
+  auto rows_x = x.narrow(0, s.begin, s.count).reshape({-1, x.size(-1)}).to(torch::kFloat32).contiguous();
+  auto rows_out = out.narrow(0, s.begin, s.count);
+  if (rows_out.is_contiguous() && rows_out.scalar_type() == torch::kFloat32) {
+    auto flat = rows_out.view({-1, out.size(-1)});
+    add_delta_product(*s.variant, index, rows_x, flat);
+    return;
+  }
+  auto flat = torch::zeros({rows_x.size(0), out.size(-1)}, x.options().dtype(torch::kFloat32));
+  add_delta_product(*s.variant, index, rows_x, flat);
+  rows_out.add_(flat.view(rows_out.sizes()).to(out.scalar_type()));
+}
+
 }  // namespace
 
 torch::Tensor DeltaOverlay::linear(std::size_t layer, model::Projection which, const torch::Tensor& x,
                                    const torch::Tensor& base) const {
-  // Only when every row belongs to a variant that has enough rows for the tile
-  // path (a prompt's prefill): then decoding Δ's tiles and adding W's costs
-  // less than a second dense product. Rows of the base model, or a decode
-  // step's one row per sequence, keep base product + SBMM.
+  // A variant with enough rows for the tile path (a prompt's prefill) takes
+  // x · (W + Δ)ᵀ: decoding Δ's tiles and adding W's rows costs less than a
+  // second dense product. The other rows (variants with a few rows, as in a
+  // decode step, and rows of the base model) keep base product + SBMM.
   if (!x.device().is_cpu() || x.scalar_type() != torch::kFloat32 || base.scalar_type() != torch::kFloat32 ||
       !base.is_contiguous() || x.dim() < 2 || x.size(0) != batch_ || x.numel() == 0)
     return {};
   const auto index = layer * 7 + static_cast<std::size_t>(which);
   const std::int64_t in = x.size(-1), per_row = x.numel() / (batch_ * in), out_features = base.size(0);
-  // Positions of batch row b that hold tokens: a prefill pads its prompts to
-  // the longest, and the padding's outputs are never read, so it is skipped.
-  const bool padded = !tokens_.empty() && x.dim() == 3 &&
-                      std::any_of(tokens_.begin(), tokens_.end(), [&](std::int64_t t) { return t < per_row; });
-  auto real = [&](std::int64_t b) { return padded ? std::min(tokens_[static_cast<std::size_t>(b)], per_row) : per_row; };
-  std::int64_t covered = 0;
+  std::vector<char> merged(static_cast<std::size_t>(batch_), 0);
+  std::vector<const VariantSegment*> rest;
+  bool any = false;
   for (const auto& s : segments_) {
-    std::int64_t rows = 0;
-    for (std::int64_t b = s.begin; b < s.begin + s.count; ++b) rows += real(b);
-    if (rows < tile_path_rows(*s.variant->linear.at(index))) return {};
-    covered += s.count;
-  }
-  if (covered != batch_) return {};
-  auto sizes = x.sizes().vec();
-  sizes.back() = out_features;
-  auto out = padded ? torch::zeros(sizes, x.options()) : torch::empty(sizes, x.options());
-  for (const auto& s : segments_) {
-    if (!padded) {
-      auto rows_x = x.narrow(0, s.begin, s.count).reshape({-1, in}).contiguous();
-      auto flat = out.narrow(0, s.begin, s.count).view({-1, out_features});
-      merged_product(*s.variant->linear.at(index), base, rows_x, flat);
+    if (s.count * per_row < tile_path_rows(*s.variant->linear.at(index))) {
+      rest.push_back(&s);
       continue;
     }
-    std::vector<torch::Tensor> pieces;
-    for (std::int64_t b = s.begin; b < s.begin + s.count; ++b) pieces.push_back(x[b].narrow(0, 0, real(b)));
-    auto rows_x = torch::cat(pieces, 0).contiguous();
-    auto flat = torch::empty({rows_x.size(0), out_features}, x.options());
-    merged_product(*s.variant->linear.at(index), base, rows_x, flat);
-    std::int64_t at = 0;
-    for (std::int64_t b = s.begin; b < s.begin + s.count; ++b) {
-      out[b].narrow(0, 0, real(b)).copy_(flat.narrow(0, at, real(b)));
-      at += real(b);
-    }
+    std::fill_n(merged.begin() + s.begin, s.count, 1);
+    any = true;
   }
+  if (!any) return {};
+  auto sizes = x.sizes().vec();
+  sizes.back() = out_features;
+  auto out = torch::empty(sizes, x.options());
+  for (const auto& s : segments_) {
+    if (!merged[static_cast<std::size_t>(s.begin)]) continue;
+    auto rows_x = x.narrow(0, s.begin, s.count).reshape({-1, in}).contiguous();
+    auto flat = out.narrow(0, s.begin, s.count).view({-1, out_features});
+    merged_product(*s.variant->linear.at(index), base, rows_x, flat);
+  }
+  std::vector<std::int64_t> others;  // batch rows left for the base product
+  for (std::int64_t b = 0; b < batch_; ++b)
+    if (!merged[static_cast<std::size_t>(b)]) others.push_back(b);
+  if (others.empty()) return out;
+  auto rows = torch::tensor(others, torch::TensorOptions().dtype(torch::kInt64));
+  out.index_copy_(0, rows, model::inference_linear(x.index_select(0, rows), base));
+  for (const VariantSegment* s : rest) add_segment(*s, index, x, out);
   return out;
 }
 
 void DeltaOverlay::add_linear(std::size_t layer, model::Projection which, const torch::Tensor& x,
                               torch::Tensor& out) const {
   const auto index = layer * 7 + static_cast<std::size_t>(which);
-  for (const auto& s : segments_) {
-    auto rows_x = x.narrow(0, s.begin, s.count).reshape({-1, x.size(-1)}).to(torch::kFloat32).contiguous();
-    auto rows_out = out.narrow(0, s.begin, s.count);
-    if (rows_out.is_contiguous() && rows_out.scalar_type() == torch::kFloat32) {
-      auto flat = rows_out.view({-1, out.size(-1)});
-      add_delta_product(*s.variant, index, rows_x, flat);
-    } else {
-      auto flat = torch::zeros({rows_x.size(0), out.size(-1)}, x.options().dtype(torch::kFloat32));
-      add_delta_product(*s.variant, index, rows_x, flat);
-      rows_out.add_(flat.view(rows_out.sizes()).to(out.scalar_type()));
-    }
-  }
+  for (const auto& s : segments_) add_segment(s, index, x, out);
 }
 
 torch::Tensor DeltaOverlay::norm_weight(std::size_t layer, model::NormSlot which, const torch::Tensor& base) const {

@@ -53,17 +53,17 @@ struct VariantSegment {
 
 /// The WeightOverlay of one batch: base products come from the model, and
 /// every segment with a variant adds its delta products (SBMM on the CPU, or
-/// the CUDA kernel on the current stream for tensors on a GPU).
+/// the CUDA kernel on the current stream for tensors on a GPU). On the CPU,
+/// a variant with enough rows in the step (a prompt's prefill) takes one
+/// product with W + Δ instead (`linear`).
 class DeltaOverlay final : public model::WeightOverlay {
  public:
-  /// `tokens`: how many leading positions of each batch row are real tokens
-  /// (a prefill pads shorter prompts to the longest); empty: all of them.
-  /// The merged prefill product skips the padding (its outputs are zero).
-  DeltaOverlay(std::vector<VariantSegment> segments, std::int64_t batch, std::vector<std::int64_t> tokens = {});
+  DeltaOverlay(std::vector<VariantSegment> segments, std::int64_t batch);
 
   void add_linear(std::size_t layer, model::Projection which, const torch::Tensor& x, torch::Tensor& out) const override;
   torch::Tensor linear(std::size_t layer, model::Projection which, const torch::Tensor& x,
                        const torch::Tensor& base) const override;
+  std::unique_ptr<const model::WeightOverlay> for_positions(const std::vector<std::int64_t>& counts) const override;
   torch::Tensor norm_weight(std::size_t layer, model::NormSlot which, const torch::Tensor& base) const override;
   void add_embedding(const torch::Tensor& tokens, torch::Tensor& hidden) const override;
   void add_head(const torch::Tensor& hidden, torch::Tensor& logits) const override;
@@ -71,7 +71,6 @@ class DeltaOverlay final : public model::WeightOverlay {
  private:
   std::vector<VariantSegment> segments_;  ///< only those with a variant
   std::int64_t batch_;
-  std::vector<std::int64_t> tokens_;  ///< real positions per batch row; empty: all
 };
 
 /// x_rows · Δᵀ added into `out` rows for one packed matrix: `x` [n, in] and
