@@ -95,8 +95,8 @@ TEST_F(Serving, DeltaProductsEqualTheDecodedDeltaForEveryRowCount) {
 // product (one dense product with W + Δ instead of the base's plus the
 // delta's); variants with a few rows and rows of the base model keep base
 // product + SBMM in the same call; each row computes what its reconstructed
-// model computes alone. A step without such a variant (a decode step of a
-// few rows per variant) is left to the model's usual path.
+// model computes alone. A step without such a variant, and a decode step
+// with rows left for the base product, are left to the model's usual path.
 TEST_F(Serving, VariantsWithManyRowsTakeOneProductEach) {
   torch::NoGradGuard no_grad;
   TwoVariants loaded;
@@ -117,6 +117,12 @@ TEST_F(Serving, VariantsWithManyRowsTakeOneProductEach) {
     EXPECT_TRUE(torch::allclose(merged, want, 1e-4, 1e-4)) << (merged - want).abs().max().item<float>();
   }
   EXPECT_FALSE(overlay.linear(1, model::Projection::kQ, torch::randn({3, 1, hidden}), q).defined());
+  // A decode step (one position per row) merges only when no base product
+  // is left: 20 sequences of ft1 beside 2 of ft2 keep base product + SBMM,
+  // the same rows as a prefill's positions do not.
+  DeltaOverlay decode_rows({{0, 20, v1.get()}, {20, 2, v2.get()}}, 22);
+  EXPECT_FALSE(decode_rows.linear(1, model::Projection::kQ, torch::randn({22, 1, hidden}), q).defined());
+  EXPECT_TRUE(decode_rows.linear(1, model::Projection::kQ, torch::randn({22, hidden}), q).defined());
 
   // Rows one per token, as a padded prefill's real positions: 20 rows of ft1
   // (merged), 3 of the base, 4 of ft2 (base product + SBMM).

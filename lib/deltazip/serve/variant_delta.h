@@ -54,8 +54,8 @@ struct VariantSegment {
 /// The WeightOverlay of one batch: base products come from the model, and
 /// every segment with a variant adds its delta products (SBMM on the CPU, or
 /// the CUDA kernel on the current stream for tensors on a GPU). On the CPU,
-/// a variant with enough rows in the step (a prompt's prefill) takes one
-/// product with W + Δ instead (`linear`).
+/// a variant with enough rows in a prefill takes one product with W + Δ
+/// instead (`linear`; in a decode step only when no base product is left).
 class DeltaOverlay final : public model::WeightOverlay {
  public:
   DeltaOverlay(std::vector<VariantSegment> segments, std::int64_t batch);
