@@ -125,7 +125,8 @@ struct LlamaModel::CacheStep {
   std::optional<torch::Tensor> slot_index;  ///< set when the slots are not one contiguous run
   const WeightOverlay* overlay = nullptr;
   // A prefill pads its rows to the longest: then the flat indices (b · T + t)
-  // of the real positions, and the overlay for those rows alone.
+  // of the real positions, and the overlay's view of those rows (null
+  // without an overlay).
   std::optional<torch::Tensor> real_positions;
   std::unique_ptr<const WeightOverlay> position_overlay;
 };
@@ -386,7 +387,7 @@ torch::Tensor LlamaModel::project(std::size_t layer, Projection which, const tor
     const auto& index = *step->real_positions;
     const std::int64_t B = x.size(0), T = x.size(1);
     auto y = project_rows(layer, which, x.reshape({B * T, x.size(2)}).index_select(0, index),
-                          step->overlay ? step->position_overlay.get() : nullptr);
+                          step->position_overlay.get());
     auto out = torch::zeros({B * T, y.size(1)}, y.options());
     out.index_copy_(0, index, y);
     return out.view({B, T, y.size(1)});

@@ -196,8 +196,9 @@ FLEET_AVX2 void row_block(const SbmmLayout& l, std::int64_t o, const float* x, s
 // (constant shifts, no per-position table), and x is brought to them
 // instead: two permutes pick the kept columns of the two chunks and a blend
 // joins them (1.45-1.6x faster for one row; from two rows on, the permutes
-// per row cost more than row_block's shared decoding saves). Per position byte, the column of each kept
-// weight in code order, in lanes 0-3 and again in 4-7 (8 KiB).
+// per row cost more than row_block's shared decoding saves). Per position
+// byte, the column of each kept weight in code order, in lanes 0-3 and again
+// in 4-7 (8 KiB).
 struct alignas(32) GatherTable {
   std::int32_t column[256][8];
 
@@ -229,16 +230,18 @@ FLEET_AVX2 inline __m256 kept_pair(const std::uint8_t* codes, std::int64_t i, co
   return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(shifted, _mm256_set1_epi32(15)), centre.zero));
 }
 
-// x's columns under the kept weights of chunks i and i + 1 (lanes as in
-// kept_pair); `last`: chunk i alone, lanes 4-7 zero.
-FLEET_AVX2 inline __m256 gathered_x(const float* x, std::int64_t i, __m256i first, __m256i second, bool last) {
-  const __m256 a = _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + 8 * i), first);
-  const __m256 b = last ? _mm256_setzero_ps() : _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + 8 * i + 8), second);
-  return _mm256_blend_ps(a, b, 0xF0);
-}
-
 FLEET_AVX2 inline __m256i kept_columns(const GatherTable& table, const std::uint8_t* positions, std::int64_t i) {
   return _mm256_load_si256(reinterpret_cast<const __m256i*>(table.column[positions[i]]));
+}
+
+// x's columns under the kept weights of chunks i and i + 1 (lanes as in
+// kept_pair); `last`: chunk i alone, lanes 4-7 zero.
+FLEET_AVX2 inline __m256 gathered_x(const float* x, const GatherTable& table, const std::uint8_t* positions,
+                                    std::int64_t i, bool last) {
+  const __m256 a = _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + 8 * i), kept_columns(table, positions, i));
+  const __m256 b = last ? _mm256_setzero_ps()
+                        : _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + 8 * i + 8), kept_columns(table, positions, i + 1));
+  return _mm256_blend_ps(a, b, 0xF0);
 }
 
 // One input row times one output row; two accumulators (alternate chunk
@@ -253,19 +256,11 @@ FLEET_AVX2 void gather_row(const SbmmLayout& l, std::int64_t o, const float* x, 
   __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps();
   std::int64_t i = 0;
   for (; i + 4 <= chunks; i += 4) {
-    even = _mm256_fmadd_ps(kept_pair<Bits>(codes, i, zero),
-                           gathered_x(x, i, kept_columns(table, positions, i), kept_columns(table, positions, i + 1), false),
-                           even);
-    odd = _mm256_fmadd_ps(kept_pair<Bits>(codes, i + 2, zero),
-                          gathered_x(x, i + 2, kept_columns(table, positions, i + 2), kept_columns(table, positions, i + 3), false),
-                          odd);
+    even = _mm256_fmadd_ps(kept_pair<Bits>(codes, i, zero), gathered_x(x, table, positions, i, false), even);
+    odd = _mm256_fmadd_ps(kept_pair<Bits>(codes, i + 2, zero), gathered_x(x, table, positions, i + 2, false), odd);
   }
-  for (; i < chunks; i += 2) {  // one or two chunks of a pair left, then perhaps one more
-    const bool last = i + 1 == chunks;
-    const __m256i first = kept_columns(table, positions, i);
-    even = _mm256_fmadd_ps(kept_pair<Bits>(codes, i, zero),
-                           gathered_x(x, i, first, last ? first : kept_columns(table, positions, i + 1), last), even);
-  }
+  for (; i < chunks; i += 2)  // one or two chunks of a pair left, then perhaps one more
+    even = _mm256_fmadd_ps(kept_pair<Bits>(codes, i, zero), gathered_x(x, table, positions, i, i + 1 == chunks), even);
   y[o] += l.scales[o] * sum_lanes(_mm256_add_ps(even, odd));
 }
 
