@@ -281,8 +281,16 @@ def main():
             time.sleep(0.02)
         workers[0].send_signal(signal.SIGSTOP)  # holds the step while the newcomer starts
         workers.append(start())
+        # c10d's store server reads one request at a time to its end: had the
+        # stop caught worker 0 between the pieces of one (a heartbeat, say),
+        # every other client, the newcomer and the controller included, would
+        # wait for it. So worker 0 runs for a moment now and then, far too
+        # briefly to finish a step.
         while time.time() < deadline and worker_id(2) is None:
-            time.sleep(0.05)
+            time.sleep(1.0)
+            workers[0].send_signal(signal.SIGCONT)
+            time.sleep(0.002)
+            workers[0].send_signal(signal.SIGSTOP)
         workers[0].send_signal(signal.SIGCONT)
         while time.time() < deadline and len(records(metrics)[1]) < 1 and ctl.poll() is None:
             time.sleep(0.02)
