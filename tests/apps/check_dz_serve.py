@@ -205,6 +205,9 @@ def main():
         # Bad requests: 4xx in OpenAI's shape, and the server keeps serving.
         bad = [
             ("POST", "/v1/completions", None, b"{not json", 400),
+            # Not UTF-8: refused, and the error (which quotes what the parser read) still is.
+            ("POST", "/v1/completions", None, b'{"model": "ft1", "prompt": "\xff\xfe", "max_tokens": 2}', 400),
+            ("POST", "/v1/chat/completions", None, b'{"model": "ft1", "messages": [{"role": "user", "content": "\xc3"}]}', 400),
             ("POST", "/v1/completions", {"model": "nope", "prompt": "x"}, None, 404),
             ("POST", "/v1/completions", {"model": "ft1", "prompt": "x", "max_tokens": 0}, None, 400),
             ("POST", "/v1/completions", {"model": "ft1", "prompt": "x", "max_tokens": 100000}, None, 400),

@@ -22,16 +22,21 @@ using nlohmann::json;
 std::atomic<int> g_signal{0};
 extern "C" void on_stop_signal(int sig) { g_signal = sig; }
 
+// Request text can reach a response (a parse error quotes the bytes it read),
+// and a body is not always valid UTF-8: ill-formed bytes become U+FFFD
+// instead of making the dump throw.
+std::string to_text(const json& body) { return body.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 void send_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
-  res.set_content(body.dump(), "application/json");
+  res.set_content(to_text(body), "application/json");
 }
 
 void send_error(httplib::Response& res, const ServeError& e) {
   send_json(res, e.status(), error_body(e.what(), e.type(), e.param(), e.status()));
 }
 
-std::string sse(const json& body) { return "data: " + body.dump() + "\n\n"; }
+std::string sse(const json& body) { return "data: " + to_text(body) + "\n\n"; }
 
 class Frontend {
  public:
