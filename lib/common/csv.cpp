@@ -75,7 +75,7 @@ CsvTable CsvTable::parse(std::string_view text, const std::string& name) {
   return table;
 }
 
-CsvTable CsvTable::read(const std::filesystem::path& path) { return parse(read_file(path), path.string()); }
+CsvTable CsvTable::read(const std::filesystem::path& path) { return parse(read_file(path, kMaxDocumentBytes), path.string()); }
 
 std::optional<std::size_t> CsvTable::column(std::string_view name) const {
   for (std::size_t i = 0; i < header_.size(); ++i) {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <mutex>
 #include <utility>
 
 #include "common/error.h"
@@ -41,10 +42,17 @@ int open_regular_file(const std::filesystem::path& path, struct stat* st) {
   return fd;
 }
 
-// Reads everything from `fd` into `out` (sized as a first guess).
-void read_all(int fd, const std::filesystem::path& path, std::string& out) {
+[[noreturn]] void refuse_size(const std::filesystem::path& path, const std::string& size, std::uintmax_t max_bytes) {
+  throw InputError((is_stdio(path) ? std::string("standard input") : path.string()) + " is " + size + "; at most " + std::to_string(max_bytes >> 20) +
+                   " MiB is accepted for this input");
+}
+
+// Reads everything from `fd` into `out` (sized as a first guess), refusing
+// more than `max_bytes`.
+void read_all(int fd, const std::filesystem::path& path, std::string& out, std::uintmax_t max_bytes) {
   std::size_t done = 0;
   for (;;) {
+    if (done > max_bytes) refuse_size(path, "more than " + std::to_string(max_bytes >> 20) + " MiB", max_bytes);
     if (done == out.size()) out.resize(out.size() + 65536);  // file grew or is a pipe
     const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
     if (n < 0) {
@@ -69,27 +77,31 @@ void check_input_size(const std::filesystem::path& path, std::uintmax_t max_byte
   if (is_stdio(path)) return;
   struct stat st {};
   FdGuard guard{open_regular_file(path, &st)};
-  if (static_cast<std::uintmax_t>(st.st_size) > max_bytes) {
-    throw InputError(path.string() + " is " + std::to_string(static_cast<std::uintmax_t>(st.st_size) >> 20) +
-                     " MiB; at most " + std::to_string(max_bytes >> 20) + " MiB is accepted for this input");
-  }
+  const auto size = static_cast<std::uintmax_t>(st.st_size);
+  if (size > max_bytes) refuse_size(path, std::to_string(size >> 20) + " MiB", max_bytes);
 }
 
-std::string read_file(const std::filesystem::path& path) {
+std::string read_file(const std::filesystem::path& path, std::uintmax_t max_bytes) {
   if (is_stdio(path)) {
     // Standard input can be read once; a second reader gets the same text.
-    static const std::string stdin_text = [] {
-      std::string text;
-      read_all(STDIN_FILENO, kStdioPath, text);
-      return text;
-    }();
+    static std::mutex mutex;
+    static std::string stdin_text;
+    static bool stdin_read = false;
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (!stdin_read) {
+      read_all(STDIN_FILENO, kStdioPath, stdin_text, max_bytes);
+      stdin_read = true;
+    }
+    if (stdin_text.size() > max_bytes) refuse_size(kStdioPath, std::to_string(stdin_text.size() >> 20) + " MiB", max_bytes);
     return stdin_text;
   }
   struct stat st {};
   FdGuard guard{open_regular_file(path, &st)};
+  const auto size = static_cast<std::uintmax_t>(st.st_size);
+  if (size > max_bytes) refuse_size(path, std::to_string(size >> 20) + " MiB", max_bytes);
   std::string out;
-  out.resize(static_cast<std::size_t>(st.st_size));
-  read_all(guard.fd, path, out);
+  out.resize(static_cast<std::size_t>(size));
+  read_all(guard.fd, path, out, max_bytes);
   return out;
 }
 

@@ -16,10 +16,21 @@ inline constexpr const char* kStdioPath = "-";
 /// True when `path` is "-": standard input or output instead of a file.
 inline bool is_stdio(const std::filesystem::path& path) { return path == kStdioPath; }
 
+/// No cap on what read_file() reads.
+inline constexpr std::uintmax_t kNoSizeLimit = UINTMAX_MAX;
+
+/// Cap for documents (JSON, CSV, tokenizer files): far above any real one, so
+/// that reading /dev/zero or an endless pipe by mistake fails instead of
+/// filling memory.
+inline constexpr std::uintmax_t kMaxDocumentBytes = 256ull << 20;
+
 /// Reads a whole file into a string; "-" reads standard input (once: later
 /// reads of "-" return the same text). InputError naming the file when it is
-/// missing, unreadable or a folder: a bad input, whatever the reason.
-std::string read_file(const std::filesystem::path& path);
+/// missing, unreadable or a folder: a bad input, whatever the reason. An input
+/// of more than `max_bytes` is refused (InputError) without reading it all: a
+/// regular file by its size, a pipe or device (whose size is unknown, e.g.
+/// /dev/zero) once that much has arrived.
+std::string read_file(const std::filesystem::path& path, std::uintmax_t max_bytes = kNoSizeLimit);
 
 /// Checks that `path` ("-" always can) can be opened as an input file, without
 /// reading it; InputError naming the file and the cause (missing, unreadable,

@@ -152,7 +152,7 @@ JsonDocument parse_json(std::string_view text, const std::string& name) {
 }
 
 JsonDocument load_json_file(const std::filesystem::path& path) {
-  return parse_json(read_file(path), path.string());
+  return parse_json(read_file(path, kMaxDocumentBytes), path.string());
 }
 
 void write_json_file(const std::filesystem::path& path, const nlohmann::json& json, int indent) {

@@ -956,7 +956,7 @@ std::optional<ModelChatTemplate> load_chat_template(const std::filesystem::path&
   if (!std::filesystem::is_regular_file(path, ec)) return std::nullopt;
   json config;
   try {
-    config = json::parse(read_file(path));
+    config = json::parse(read_file(path, kMaxDocumentBytes));
   } catch (const json::exception& e) {
     throw InputError(path.string() + ": " + e.what());
   }

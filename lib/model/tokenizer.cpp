@@ -108,7 +108,7 @@ Tokenizer::~Tokenizer() = default;
 Tokenizer Tokenizer::load(const std::filesystem::path& path) {
   auto file = std::filesystem::is_directory(path) ? path / "tokenizer.json" : path;
   if (!std::filesystem::exists(file)) throw InputError(file.string() + ": no such tokenizer file");
-  return parse(read_file(file), file.string());
+  return parse(read_file(file, kMaxDocumentBytes), file.string());
 }
 
 Tokenizer Tokenizer::parse(std::string_view json_text, const std::string& source) {

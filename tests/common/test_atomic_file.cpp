@@ -92,6 +92,27 @@ TEST(FileIo, MapsAndReads) {
   EXPECT_THROW(MappedFile(dir / "absent"), InputError);
 }
 
+TEST(FileIo, ReadsAtMostTheCap) {
+  testing::TempDir dir;
+  write_file_atomically(dir / "small", std::string(1 << 20, 'x'));
+  EXPECT_EQ(read_file(dir / "small", 1 << 20).size(), 1u << 20);
+  write_file_atomically(dir / "large", std::string((1 << 20) + 1, 'x'));
+  try {
+    read_file(dir / "large", 1 << 20);
+    FAIL() << "a file over the cap was read";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 1 MiB"), std::string::npos) << e.what();
+  }
+  // A device has no size to check first: the read itself stops at the cap
+  // (without one, /dev/zero would fill memory).
+  try {
+    read_file("/dev/zero", 1 << 20);
+    FAIL() << "/dev/zero was read to its end";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("/dev/zero is more than 1 MiB"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace fleet
 
