@@ -234,12 +234,11 @@ LlamaModel LlamaModel::load_layers(const std::filesystem::path& dir, int first, 
   std::map<std::string, torch::Tensor> loaded;
   for (const auto& [name, shape] : expected_shapes(config)) {
     if (!checkpoint.contains(name))
-      throw InputError(weights.string() + ": missing tensor '" + name + "'", ErrorContext{weights.string(), name, std::nullopt});
+      throw InputError("missing tensor '" + name + "'", ErrorContext{weights.string(), "", std::nullopt});
     const auto& info = checkpoint.info(name);
     if (info.shape != shape)
-      throw InputError(weights.string() + ": tensor '" + name + "' has shape " + shape_text(info.shape) +
-                           ", the config needs " + shape_text(shape),
-                       ErrorContext{weights.string(), name, std::nullopt});
+      throw InputError("tensor '" + name + "' has shape " + shape_text(info.shape) + ", the config needs " + shape_text(shape),
+                       ErrorContext{weights.string(), "", std::nullopt});
     if (info.dtype != DType::kF32 && info.dtype != DType::kF16 && info.dtype != DType::kBF16)
       throw InputError(weights.string() + ": tensor '" + name + "' is " + std::string(dtype_name(info.dtype)) +
                        "; model weights must be F32, F16 or BF16");

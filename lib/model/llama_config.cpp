@@ -16,7 +16,7 @@ std::int64_t LlamaConfig::parameter_count() const {
 
 void LlamaConfig::validate(const std::string& source) const {
   auto fail = [&](const std::string& field, const std::string& why) {
-    throw InputError(source + ": " + field + ": " + why, ErrorContext{source, field, std::nullopt});
+    throw InputError(why, ErrorContext{source, field, std::nullopt});
   };
   auto positive = [&](const char* field, std::int64_t v) {
     if (v <= 0) fail(field, "must be positive, got " + std::to_string(v));

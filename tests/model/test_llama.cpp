@@ -226,6 +226,10 @@ TEST(Llama, BrokenFoldersGiveClearErrors) {
   rewrite_weights(dir.path(), "model.layers.1.mlp.up_proj.weight", "");
   auto message = testing::error_of([&] { LlamaModel::load(dir.path()); });
   EXPECT_NE(message.find("missing tensor 'model.layers.1.mlp.up_proj.weight'"), std::string::npos) << message;
+  const auto named_once = [](const std::string& text, const std::string& part) {
+    return text.find(part) != std::string::npos && text.find(part) == text.rfind(part);
+  };
+  EXPECT_TRUE(named_once(message, "model.safetensors")) << message;
 
   model.save(dir.path());
   rewrite_weights(dir.path(), "", "model.layers.0.self_attn.k_proj.weight");
@@ -233,6 +237,7 @@ TEST(Llama, BrokenFoldersGiveClearErrors) {
   EXPECT_NE(message.find("'model.layers.0.self_attn.k_proj.weight' has shape [768], the config needs [16, 48]"),
             std::string::npos)
       << message;
+  EXPECT_TRUE(named_once(message, "model.safetensors") && named_once(message, "k_proj")) << message;
 
   model.save(dir.path());
   std::filesystem::resize_file(dir.path() / "model.safetensors", 1000);
@@ -248,6 +253,7 @@ TEST(Llama, BrokenFoldersGiveClearErrors) {
                             "num_attention_heads": 6, "num_key_value_heads": 4})");
   message = testing::error_of([&] { LlamaModel::load(dir.path()); });
   EXPECT_NE(message.find("num_key_value_heads: must divide num_attention_heads"), std::string::npos) << message;
+  EXPECT_TRUE(named_once(message, "config.json") && named_once(message, "num_key_value_heads:")) << message;
 }
 
 TEST(Llama, LossMaskSelectsTargets) {
