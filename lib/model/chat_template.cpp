@@ -72,6 +72,36 @@ std::string to_text(const json& v) {
   return v.dump();
 }
 
+// What Python's json.dumps writes (transformers' tojson: ensure_ascii off,
+// separators ", " and ": ", `indent` spaces per level when given). Keys come
+// in sorted order: a parsed object keeps no other.
+void append_json_text(std::string& out, const json& v, int indent, int depth) {
+  const auto newline = [&](int level) {
+    if (indent < 0) return;
+    out += '\n';
+    out.append(static_cast<std::size_t>(indent * level), ' ');
+  };
+  if (v.is_discarded()) {
+    out += "null";
+  } else if (v.is_array() || v.is_object()) {
+    const bool array = v.is_array();
+    out += array ? '[' : '{';
+    if (!v.empty()) {
+      bool first = true;
+      for (auto it = v.begin(); it != v.end(); ++it, first = false) {
+        if (!first) out += indent < 0 ? ", " : ",";
+        newline(depth + 1);
+        if (!array) out += json(it.key()).dump() + ": ";
+        append_json_text(out, it.value(), indent, depth + 1);
+      }
+      newline(depth);
+    }
+    out += array ? ']' : '}';
+  } else {
+    out += v.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+}
+
 // ---- tokens of an expression ------------------------------------------------
 
 struct Token {
@@ -733,7 +763,7 @@ class Renderer {
     fail("unsupported method '" + name + "' on " + std::string(self.type_name()));
   }
 
-  json filter(const std::string& name, const json& v, const std::vector<json>& args) {
+  json filter(const std::string& name, const json& v, const std::vector<json>& args, const json& kwargs) {
     if (name == "trim") return method(v.is_string() ? v : json(to_text(v)), "strip", {});
     if (name == "length" || name == "count") {
       if (v.is_string()) return static_cast<std::int64_t>(v.get_ref<const std::string&>().size());
@@ -741,7 +771,29 @@ class Renderer {
     }
     if (name == "upper" || name == "lower") return method(json(to_text(v)), name, {});
     if (name == "string") return to_text(v);
-    if (name == "tojson") return is_undefined(v) ? "null" : v.dump();
+    if (name == "tojson") {
+      std::string out;
+      const json indent = kwargs.value("indent", json(args.empty() ? json(nullptr) : args[0]));
+      append_json_text(out, v, indent.is_number_integer() ? static_cast<int>(indent.get<std::int64_t>()) : -1, 0);
+      return out;
+    }
+    if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") return select(name, v, args);
+    if (name == "map") {
+      json out = json::array();
+      const bool by_attribute = kwargs.contains("attribute");
+      if (!by_attribute && (args.empty() || !args[0].is_string())) fail("map needs attribute= or a filter name");
+      if (v.is_array()) {
+        for (const json& item : v) {
+          if (!by_attribute) {
+            out.push_back(filter(args[0].get<std::string>(), item, {args.begin() + 1, args.end()}, json::object()));
+            continue;
+          }
+          json x = index(item, kwargs.at("attribute"));
+          out.push_back(is_undefined(x) && kwargs.contains("default") ? kwargs.at("default") : x);
+        }
+      }
+      return out;
+    }
     if (name == "int") return v.is_string() ? json(std::strtoll(v.get<std::string>().c_str(), nullptr, 10)) : json(as_int(v));
     if (name == "list") return v.is_array() ? v : json::array();
     if (name == "first") return v.is_array() && !v.empty() ? v.front() : undefined();
@@ -765,6 +817,25 @@ class Renderer {
     fail("unsupported filter '" + name + "'");
   }
 
+  // select / reject (items by a test, or by truth without one) and
+  // selectattr / rejectattr (the same on one attribute of each item).
+  json select(const std::string& name, const json& v, const std::vector<json>& args) {
+    const bool by_attribute = name.ends_with("attr"), keep = name.starts_with("select");
+    const std::size_t test_at = by_attribute ? 1 : 0;
+    if (by_attribute && (args.empty() || !args[0].is_string())) fail(name + " needs an attribute name");
+    if (args.size() > test_at && !args[test_at].is_string()) fail(name + ": the test must be given by name");
+    json out = json::array();
+    if (!v.is_array()) return out;
+    for (const json& item : v) {
+      const json subject = by_attribute ? index(item, args[0]) : item;
+      const bool passes = args.size() > test_at
+                              ? test(args[test_at].get<std::string>(), subject, {args.begin() + static_cast<std::ptrdiff_t>(test_at) + 1, args.end()})
+                              : truthy(subject);
+      if (passes == keep) out.push_back(item);
+    }
+    return out;
+  }
+
   bool test(const std::string& name, const json& v, const std::vector<json>& args) {
     if (name == "defined") return !is_undefined(v);
     if (name == "undefined") return is_undefined(v);
@@ -780,7 +851,9 @@ class Renderer {
     if (name == "sequence" || name == "iterable") return v.is_array() || v.is_string() || v.is_object();
     if (name == "odd" || name == "even") return v.is_number_integer() && (v.get<std::int64_t>() % 2 != 0) == (name == "odd");
     if (name == "divisibleby" && !args.empty()) return as_int(args[0]) != 0 && as_int(v) % as_int(args[0]) == 0;
-    if (name == "equalto" || name == "eq") return !args.empty() && v == args[0];
+    if (name == "equalto" || name == "eq" || name == "==") return !args.empty() && v == args[0];
+    if (name == "ne" || name == "!=") return !args.empty() && v != args[0];
+    if (name == "in") return !args.empty() && truthy(binary("in", v, args[0]));
     fail("unsupported test '" + name + "'");
   }
 
@@ -897,7 +970,11 @@ class Renderer {
         }
         fail("unsupported call");
       }
-      case Expr::kFilter: return filter(e.name, eval(*e.args[0]), operands(e));
+      case Expr::kFilter: {
+        json kwargs = json::object();
+        for (const auto& [k, v] : e.kwargs) kwargs[k] = eval(*v);
+        return filter(e.name, eval(*e.args[0]), operands(e), kwargs);
+      }
       case Expr::kTest: return test(e.name, eval(*e.args[0]), operands(e)) != e.negated;
       case Expr::kUnary: {
         const json v = eval(*e.args[0]);

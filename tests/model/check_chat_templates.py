@@ -75,6 +75,34 @@ TEMPLATES = {
         "{%- endfor %}\n"
         "{{ 'turns=' ~ ns.turns ~ ' even=' ~ (ns.turns is even) ~ ' keys=' ~ (messages[0] | length) ~ ' last=' ~ messages[-1].content[:5] }}"
     ),
+    # Selection by attribute before the turns, as in templates of the [INST]
+    # family that skip tool messages when checking the alternation.
+    "selected": (
+        "{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content'] %}"
+        "{%- set loop_messages = messages[1:] %}{%- else %}{%- set loop_messages = messages %}{%- endif %}\n"
+        "{%- set user_messages = loop_messages | selectattr('role', 'equalto', 'user') | list %}\n"
+        "{%- for message in loop_messages | rejectattr('role', 'equalto', 'tool') | selectattr('tool_calls', 'undefined') %}\n"
+        "    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}\n"
+        "        {{- raise_exception('After the optional system message, conversation roles must alternate') }}\n"
+        "    {%- endif %}\n"
+        "{%- endfor %}\n"
+        "{{- bos_token }}\n"
+        "{%- for message in loop_messages %}\n"
+        "    {%- if message['role'] == 'user' %}\n"
+        "        {%- if loop.last and system_message is defined %}"
+        "{{- '[INST] ' + system_message + '\\n\\n' + message['content'] + '[/INST]' }}\n"
+        "        {%- else %}{{- '[INST] ' + message['content'] + '[/INST]' }}{%- endif %}\n"
+        "    {%- elif message['role'] == 'assistant' %}{{- ' ' + message['content'] | trim + eos_token }}\n"
+        "    {%- endif %}\n"
+        "{%- endfor %}\n"
+        "{{- '|' ~ user_messages | length ~ '|' ~ messages | map(attribute='role') | join(',') }}"
+        "{{- '|' ~ messages | map(attribute='name', default='-') | join(',') }}"
+        "{{- '|' ~ messages | map(attribute='content') | map('length') | select('odd') | list | length }}"
+        "{{- '|' ~ messages | rejectattr('content') | list | length ~ '|' ~ [1, 0, 2] | select | list | tojson }}"
+        "{{- '|' ~ {'content': messages[-1].content, 'role': messages[-1].role} | tojson ~ '|' ~ [{'a': 1, 'b': [true, none, 2.5]}, []] | tojson(indent=2) }}"
+        "{{- '|' ~ {'a': 'é', 'b': [1, {'c': none}]} | tojson }}"
+        "{{- '|' ~ ['x', 'y'] | reject('in', 'xz') | list | tojson ~ ' ' ~ (messages | selectattr('role', 'ne', 'user') | list | length) }}"
+    ),
     "misc": (
         "{# a comment #}{% set roles = {'user': 'Q', 'assistant': 'A'} %}"
         "{% for m in messages %}{{ roles.get(m.role, 'S') }}{{ ': ' }}"
@@ -93,6 +121,7 @@ CONVERSATIONS = [
     [{"role": "system", "content": "Be brief."}, {"role": "user", "content": " What is 2+2? "},
      {"role": "assistant", "content": "4"}, {"role": "user", "content": "And 3+3?\nThanks"}],
     [{"role": "user", "content": "first"}, {"role": "user", "content": "second"}],  # breaks alternation
+    [{"role": "user", "content": ""}, {"role": "assistant", "content": "<b>&'x'"}],
 ]
 
 
@@ -100,8 +129,11 @@ def reference(template, variables):
     # What transformers 4.44 does in apply_chat_template.
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.globals["raise_exception"] = raise_exception
+    env.filters["tojson"] = tojson  # transformers replaces Jinja's (which escapes HTML and sorts keys)
     try:
         return env.from_string(template).render(**variables)
     except jinja2.exceptions.TemplateError as e:
