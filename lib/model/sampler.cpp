@@ -13,6 +13,10 @@ void SamplingOptions::validate() const {
   if (!(temperature >= 0)) throw UsageError("temperature must be >= 0 (0 means greedy)");
   if (top_k < 0) throw UsageError("top-k must be >= 0 (0 means no limit)");
   if (!(top_p > 0 && top_p <= 1)) throw UsageError("top-p must be in (0, 1]");
+  if (!(std::abs(frequency_penalty) <= 2) || !(std::abs(presence_penalty) <= 2))
+    throw UsageError("frequency and presence penalties must be between -2 and 2");
+  for (const auto& [id, bias] : logit_bias)
+    if (id < 0 || !(std::abs(bias) <= 100)) throw UsageError("logit bias needs a token id >= 0 and a bias between -100 and 100");
 }
 
 TokenSampler::TokenSampler(const SamplingOptions& options, std::uint64_t stream)
@@ -22,6 +26,25 @@ TokenSampler::TokenSampler(const SamplingOptions& options, std::uint64_t stream)
 
 std::int64_t TokenSampler::next(std::span<const float> logits) {
   if (logits.empty()) throw InputError("cannot sample from empty logits");
+  std::int64_t token;
+  const bool penalised = options_.frequency_penalty != 0 || options_.presence_penalty != 0;
+  if (!penalised && options_.logit_bias.empty()) {
+    token = choose(logits);
+  } else {
+    adjusted_.assign(logits.begin(), logits.end());
+    const auto vocab = static_cast<std::int64_t>(adjusted_.size());
+    for (const auto& [id, bias] : options_.logit_bias)
+      if (id < vocab) adjusted_[static_cast<std::size_t>(id)] += bias;
+    for (const auto& [id, count] : produced_)
+      if (id < vocab)
+        adjusted_[static_cast<std::size_t>(id)] -= static_cast<float>(options_.frequency_penalty * count + options_.presence_penalty);
+    token = choose(adjusted_);
+  }
+  if (penalised) ++produced_[token];
+  return token;
+}
+
+std::int64_t TokenSampler::choose(std::span<const float> logits) {
   if (options_.temperature == 0.0)
     return std::max_element(logits.begin(), logits.end()) - logits.begin();  // first of ties
   std::vector<std::int64_t> order(logits.size());

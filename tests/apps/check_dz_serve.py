@@ -202,6 +202,38 @@ def main():
         b = s.client.completions.create(model="base", prompt="x", max_tokens=12, temperature=0.9, top_p=0.9, seed=5)
         check(a.choices[0].text == b.choices[0].text, "same seed, different samples")
 
+        # Penalties and logit bias against transformers' model of the same folder, driven greedily
+        # step by step with OpenAI's rule: logit + bias - frequency x count - presence x (count > 0),
+        # counting the tokens generated so far. A step whose two best adjusted logits are within
+        # 1e-3 could go either way with other rounding: the comparison stops before it.
+        from transformers import LlamaForCausalLM
+        hf = LlamaForCausalLM.from_pretrained(str(tmp / "base"), torch_dtype=torch.float32).eval()
+        prompt_ids, bias = [1, 60, 61, 62, 63], {70: 4.0, 71: -100.0}
+        frequency, presence = 1.5, 0.5
+        ids, counts, decided = list(prompt_ids), {}, 0
+        with torch.no_grad():
+            for _ in range(12):
+                logits = hf(torch.tensor([ids])).logits[0, -1].clone()
+                for t, b in bias.items():
+                    logits[t] += b
+                for t, c in counts.items():
+                    logits[t] -= frequency * c + presence
+                top2 = torch.topk(logits, 2).values
+                if decided == len(ids) - len(prompt_ids) and top2[0] - top2[1] >= 1e-3:
+                    decided += 1
+                token = int(torch.argmax(logits))
+                counts[token] = counts.get(token, 0) + 1
+                ids.append(token)
+        r = s.client.completions.create(model="base", prompt=prompt_ids, max_tokens=12, temperature=0,
+                                        frequency_penalty=frequency, presence_penalty=presence,
+                                        logit_bias={str(t): b for t, b in bias.items()})
+        plain = s.client.completions.create(model="base", prompt=prompt_ids, max_tokens=12, temperature=0)
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(str(tmp / "base"))
+        want = tokenizer.decode(ids[len(prompt_ids):len(prompt_ids) + decided], skip_special_tokens=True)
+        check(decided >= 4 and r.choices[0].text.startswith(want),
+              f"penalised greedy {r.choices[0].text!r}, transformers {want!r} ({decided} decided steps)")
+        check(r.choices[0].text != plain.choices[0].text, "penalties and bias changed nothing: the check proves nothing")
+
         # Bad requests: 4xx in OpenAI's shape, and the server keeps serving.
         bad = [
             ("POST", "/v1/completions", None, b"{not json", 400),
@@ -210,6 +242,9 @@ def main():
             ("POST", "/v1/chat/completions", None, b'{"model": "ft1", "messages": [{"role": "user", "content": "\xc3"}]}', 400),
             ("POST", "/v1/completions", {"model": "nope", "prompt": "x"}, None, 404),
             ("POST", "/v1/completions", {"model": "ft1", "prompt": "x", "max_tokens": 0}, None, 400),
+            ("POST", "/v1/completions", {"model": "ft1", "prompt": "x", "logit_bias": {"999999": 5}}, None, 400),
+            ("POST", "/v1/chat/completions", {"model": "ft1", "messages": [{"role": "user", "content": "x"}],
+                                              "tools": [{"type": "function", "function": {"name": "f"}}]}, None, 400),
             ("POST", "/v1/completions", {"model": "ft1", "prompt": "x", "max_tokens": 100000}, None, 400),
             ("POST", "/v1/completions", {"model": "ft1", "prompt": "y" * 400}, None, 413),
             ("POST", "/v1/completions", {"model": "ft1", "prompt": "y" * 70000}, None, 413),

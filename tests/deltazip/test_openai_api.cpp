@@ -37,6 +37,12 @@ TEST(OpenAiRequests, CompletionFieldsAreRead) {
   EXPECT_EQ(*parse(R"({"model": "m", "prompt": ["one"]})").prompt_text, "one");
   EXPECT_EQ(parse(R"({"model": "m", "prompt": "x"})").max_tokens, 16);  // OpenAI's default
   EXPECT_EQ(parse(R"({"model": "m", "prompt": "x", "stop": "."})").stop, std::vector<std::string>{"."});
+  auto q = parse(R"({"model": "m", "prompt": "x", "frequency_penalty": -0.5, "presence_penalty": 1.5,
+                     "logit_bias": {"7": -100, "12": 2.5}, "tools": [], "tool_choice": "none",
+                     "response_format": {"type": "text"}})");
+  EXPECT_EQ(q.frequency_penalty, -0.5);
+  EXPECT_EQ(q.presence_penalty, 1.5);
+  EXPECT_EQ(q.logit_bias, (std::vector<std::pair<std::int64_t, float>>{{12, 2.5f}, {7, -100.0f}}));
 }
 
 TEST(OpenAiRequests, ChatMessagesAndTemplate) {
@@ -77,6 +83,15 @@ TEST(OpenAiRequests, InvalidBodiesAre400sNamingTheParameter) {
       {R"({"model": "m", "prompt": "x", "stop": 4})", "stop"},
       {R"({"model": "m", "prompt": "x", "stream": "yes"})", "stream"},
       {R"({"model": "m", "prompt": "x", "seed": "s"})", "seed"},
+      {R"({"model": "m", "prompt": "x", "frequency_penalty": 2.5})", "frequency_penalty"},
+      {R"({"model": "m", "prompt": "x", "presence_penalty": "high"})", "presence_penalty"},
+      {R"({"model": "m", "prompt": "x", "logit_bias": [1]})", "logit_bias"},
+      {R"({"model": "m", "prompt": "x", "logit_bias": {"a": 1}})", "logit_bias"},
+      {R"({"model": "m", "prompt": "x", "logit_bias": {"-3": 1}})", "logit_bias"},
+      {R"({"model": "m", "prompt": "x", "logit_bias": {"3": 101}})", "logit_bias"},
+      {R"({"model": "m", "prompt": "x", "tools": [{"type": "function", "function": {"name": "f"}}]})", "tools"},
+      {R"({"model": "m", "prompt": "x", "tool_choice": "auto"})", "tool_choice"},
+      {R"({"model": "m", "prompt": "x", "response_format": {"type": "json_object"}})", "response_format"},
   };
   for (const auto& [body, param] : cases) {
     auto [status, got] = failure(body);

@@ -114,6 +114,41 @@ TEST(Sampler, GreedyTopKTopPAndSeeds) {
   EXPECT_THROW(TokenSampler(hot, 0), UsageError);
 }
 
+TEST(Sampler, PenaltiesAndLogitBias) {
+  const std::vector<float> logits{0.0f, 3.0f, 2.5f, 1.0f};
+  // Bias: +100 all but forces token 0, -100 bans the favourite.
+  SamplingOptions biased;
+  biased.logit_bias = {{0, 100.0f}};
+  TokenSampler forced(biased, 0);
+  EXPECT_EQ(forced.next(logits), 0);
+  biased.logit_bias = {{1, -100.0f}, {99, 5.0f}};  // an id past the vocabulary is ignored
+  EXPECT_EQ(TokenSampler(biased, 0).next(logits), 2);
+  // Frequency: every time a token was produced costs it 0.6.
+  SamplingOptions frequency;
+  frequency.frequency_penalty = 0.6;
+  TokenSampler f(frequency, 0);
+  std::vector<std::int64_t> got;
+  for (int i = 0; i < 5; ++i) got.push_back(f.next(logits));
+  // 1 (3.0), then 2 (2.5 > 2.4), then 1 (2.4 > 1.9), then 2 (1.9 > 1.8), then 1 (1.8 > 1.3).
+  EXPECT_EQ(got, (std::vector<std::int64_t>{1, 2, 1, 2, 1}));
+  // Presence: 1.0 once a token has appeared, whatever its count: 1, then 2
+  // (2.5 > 2.0), then 1 for good (2.0 > 1.5 > 1.0).
+  SamplingOptions presence;
+  presence.presence_penalty = 1.0;
+  TokenSampler pr(presence, 0);
+  got.clear();
+  for (int i = 0; i < 4; ++i) got.push_back(pr.next(logits));
+  EXPECT_EQ(got, (std::vector<std::int64_t>{1, 2, 1, 1}));
+  // Without penalties nothing is remembered: greedy repeats its choice.
+  TokenSampler plain({}, 0);
+  EXPECT_EQ(plain.next(logits), 1);
+  EXPECT_EQ(plain.next(logits), 1);
+  presence.presence_penalty = 2.5;
+  EXPECT_THROW(TokenSampler(presence, 0), UsageError);
+  biased.logit_bias = {{-1, 1.0f}};
+  EXPECT_THROW(TokenSampler(biased, 0), UsageError);
+}
+
 TEST(Generate, BatchedSamplingEqualsEachAlone) {
   auto config = llama_preset("tiny");
   config.num_hidden_layers = 2;

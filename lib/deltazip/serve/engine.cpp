@@ -354,6 +354,10 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
   for (auto t : request.prompt)
     if (t < 0 || t >= s.base->config().vocab_size)
       reject(400, "invalid_request_error", "token id " + std::to_string(t) + " is outside the vocabulary", "prompt");
+  for (const auto& [t, bias] : request.sampling.logit_bias)
+    if (t < 0 || t >= s.base->config().vocab_size)
+      reject(400, "invalid_request_error", "logit_bias: token id " + std::to_string(t) + " is outside the vocabulary",
+             "logit_bias");
   if (prompt > s.context)
     reject(413, "invalid_request_error",
            "the prompt has " + std::to_string(prompt) + " tokens; this server's context is " + std::to_string(s.context),

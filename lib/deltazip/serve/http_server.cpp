@@ -177,6 +177,9 @@ class Frontend {
       g.max_tokens = p.max_tokens;
       g.sampling.temperature = p.temperature;
       g.sampling.top_p = p.top_p;
+      g.sampling.frequency_penalty = p.frequency_penalty;
+      g.sampling.presence_penalty = p.presence_penalty;
+      g.sampling.logit_bias = p.logit_bias;
       g.sampling.seed = p.seed ? *p.seed : std::random_device{}();
       stream = engine_.submit(std::move(g));
     } catch (const ServeError& e) {

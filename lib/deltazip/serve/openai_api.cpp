@@ -111,6 +111,27 @@ CompletionParams parse_completion_request(std::string_view body_text, bool chat,
   p.temperature = number_field(body, "temperature", 1.0, 0.0, 2.0);
   p.top_p = number_field(body, "top_p", 1.0, 0.0, 1.0);
   if (p.top_p <= 0) bad("top_p must be greater than 0", "top_p");
+  p.frequency_penalty = number_field(body, "frequency_penalty", 0.0, -2.0, 2.0);
+  p.presence_penalty = number_field(body, "presence_penalty", 0.0, -2.0, 2.0);
+  if (auto bias = body.find("logit_bias"); bias != body.end() && !bias->is_null()) {
+    if (!bias->is_object()) bad("logit_bias must be an object of token id -> bias", "logit_bias");
+    if (bias->size() > 300) bad("logit_bias takes at most 300 tokens", "logit_bias");
+    for (auto it = bias->begin(); it != bias->end(); ++it) {
+      const std::string& key = it.key();
+      const bool id = !key.empty() && key.size() <= 18 && key.find_first_not_of("0123456789") == std::string::npos;
+      if (!id) bad("logit_bias keys must be token ids, got '" + key + "'", "logit_bias");
+      if (!it->is_number() || !(std::abs(it->get<double>()) <= 100))
+        bad("logit_bias values must be numbers between -100 and 100", "logit_bias");
+      p.logit_bias.emplace_back(std::stoll(key), it->get<float>());
+    }
+  }
+  if (auto tools = body.find("tools"); tools != body.end() && !tools->is_null() && !(tools->is_array() && tools->empty()))
+    bad("tools (function calling) are not supported", "tools");
+  if (auto choice = body.find("tool_choice"); choice != body.end() && !choice->is_null() && *choice != "none")
+    bad("tool_choice is not supported", "tool_choice");
+  if (auto format = body.find("response_format"); format != body.end() && !format->is_null() &&
+                                                  !(format->is_object() && format->value("type", "") == "text"))
+    bad("response_format other than {\"type\": \"text\"} is not supported", "response_format");
   if (auto seed = body.find("seed"); seed != body.end() && !seed->is_null())
     p.seed = static_cast<std::uint64_t>(integer_field(*seed, "seed"));
   if (auto n = body.find("n"); n != body.end() && !n->is_null() && integer_field(*n, "n") != 1)

@@ -39,6 +39,8 @@ struct CompletionParams {
   std::vector<ChatMessage> messages;            ///< chat
   std::int64_t max_tokens = 16;
   double temperature = 1.0, top_p = 1.0;
+  double frequency_penalty = 0.0, presence_penalty = 0.0;        ///< -2 to 2, on generated tokens
+  std::vector<std::pair<std::int64_t, float>> logit_bias;         ///< token id -> -100 to 100
   std::optional<std::uint64_t> seed;
   std::vector<std::string> stop;
   bool stream = false, include_usage = false;
@@ -46,7 +48,9 @@ struct CompletionParams {
 
 /// Parses a request body; ServeError 400 naming the parameter for malformed
 /// JSON, a wrong type, an out-of-range value or an unsupported option (n > 1,
-/// best_of, logprobs, echo, a batch of prompts).
+/// best_of, logprobs, echo, a batch of prompts, tools, a response_format other
+/// than text): refused rather than ignored, so that no reply silently differs
+/// from what was asked.
 CompletionParams parse_completion_request(std::string_view body, bool chat, const ApiLimits& limits = {});
 
 /// The documented plain chat template: each message as "<|role|>\n"
