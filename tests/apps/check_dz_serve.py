@@ -147,6 +147,13 @@ def main():
         # Models list.
         ids = sorted(m.id for m in s.client.models.list().data)
         check(ids == ["base", "ft1", "ft2"], f"models list {ids}")
+        one = s.client.models.retrieve("ft1")
+        check(one.id == "ft1" and getattr(one, "parent", None) == "base", f"retrieve ft1: {one}")
+        try:
+            s.client.models.retrieve("nope")
+            check(False, "retrieving an unknown model succeeded")
+        except openai.NotFoundError:
+            pass
 
         # Greedy text of a variant served from its delta = its reconstruction served alone,
         # also while the other variants run in the same batches.

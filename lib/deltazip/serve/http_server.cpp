@@ -48,6 +48,9 @@ class Frontend {
       send_json(res, stopping ? 503 : 200, {{"status", stopping ? "shutting_down" : "ok"}});
     });
     server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { list_models(res); });
+    server.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+      get_model(req.matches[1].str(), res);
+    });
     server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(engine_.metrics_text(), "text/plain; version=0.0.4; charset=utf-8");
     });
@@ -83,13 +86,23 @@ class Frontend {
   }
 
  private:
+  json model_object(const ModelInfo& m) const {
+    return {{"id", m.name}, {"object", "model"}, {"created", started_}, {"owned_by", "dz-serve"},
+            {"root", engine_.base_name()}, {"parent", m.is_base ? json(nullptr) : json(engine_.base_name())},
+            {"state", m.state}};
+  }
+
   void list_models(httplib::Response& res) {
     json data = json::array();
-    for (const auto& m : engine_.models())
-      data.push_back({{"id", m.name}, {"object", "model"}, {"created", started_}, {"owned_by", "dz-serve"},
-                      {"root", engine_.base_name()}, {"parent", m.is_base ? json(nullptr) : json(engine_.base_name())},
-                      {"state", m.state}});
+    for (const auto& m : engine_.models()) data.push_back(model_object(m));
     send_json(res, 200, {{"object", "list"}, {"data", data}});
+  }
+
+  // GET /v1/models/{id}, OpenAI's "retrieve model".
+  void get_model(const std::string& name, httplib::Response& res) {
+    for (const auto& m : engine_.models())
+      if (m.name == name) return send_json(res, 200, model_object(m));
+    send_error(res, ServeError(404, "not_found_error", "the model '" + name + "' does not exist", "model"));
   }
 
   static json parse_object(const httplib::Request& req) {
