@@ -205,6 +205,11 @@ def main():
                                                   max_tokens=8, temperature=0, stream=True)
         text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
         check(text == chat.choices[0].message.content, f"chat stream {text!r} != {chat.choices[0].message.content!r}")
+        # A chat without a limit runs to its end-of-sequence token or the end of the context (256 here), not 16.
+        free = s.client.chat.completions.create(model="ft2", messages=[{"role": "user", "content": "Hi"}], temperature=0)
+        u = free.usage
+        check((u.completion_tokens > 16 or free.choices[0].finish_reason == "stop") and u.total_tokens <= 256 and
+              (free.choices[0].finish_reason == "stop" or u.total_tokens == 256), f"chat without max_tokens: {u}")
         a = s.client.completions.create(model="base", prompt="x", max_tokens=12, temperature=0.9, top_p=0.9, seed=5)
         b = s.client.completions.create(model="base", prompt="x", max_tokens=12, temperature=0.9, top_p=0.9, seed=5)
         check(a.choices[0].text == b.choices[0].text, "same seed, different samples")

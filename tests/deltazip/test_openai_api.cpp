@@ -52,6 +52,10 @@ TEST(OpenAiRequests, ChatMessagesAndTemplate) {
                  true);
   ASSERT_EQ(p.messages.size(), 2u);
   EXPECT_EQ(p.max_tokens, 3);
+  // Without a limit a chat reply may run to the end of the context (0 here), a completion stops at 16.
+  EXPECT_EQ(parse(R"({"model": "m", "messages": [{"role": "user", "content": "x"}]})", true).max_tokens, 0);
+  EXPECT_EQ(failure(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0})", true).second,
+            "max_tokens");
   EXPECT_EQ(plain_chat_prompt(p.messages), "<|system|>\nBe brief.\n<|user|>\nHello!\n<|assistant|>\n");
 }
 

@@ -1,5 +1,6 @@
 #include "deltazip/serve/http_server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <ctime>
@@ -187,7 +188,10 @@ class Frontend {
       GenerationRequest g;
       g.model = p.model;
       g.prompt = prompt_tokens(p);
-      g.max_tokens = p.max_tokens;
+      // A chat without a limit may fill the context (at least one token, so that a
+      // prompt that fills it alone is refused for that).
+      g.max_tokens = p.max_tokens > 0 ? p.max_tokens
+                                      : std::max<std::int64_t>(1, engine_.max_context() - static_cast<std::int64_t>(g.prompt.size()));
       g.sampling.temperature = p.temperature;
       g.sampling.top_p = p.top_p;
       g.sampling.frequency_penalty = p.frequency_penalty;

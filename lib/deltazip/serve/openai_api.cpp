@@ -106,8 +106,13 @@ CompletionParams parse_completion_request(std::string_view body_text, bool chat,
 
   const char* max_key = chat && body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   auto max_tokens = body.find(max_key);
-  p.max_tokens = max_tokens == body.end() || max_tokens->is_null() ? limits.max_tokens_default : integer_field(*max_tokens, max_key);
-  if (p.max_tokens <= 0) bad(std::string(max_key) + " must be at least 1", max_key);
+  if (max_tokens == body.end() || max_tokens->is_null()) {
+    // OpenAI's defaults: 16 for a completion, and for a chat the rest of the context.
+    p.max_tokens = chat ? 0 : limits.max_tokens_default;
+  } else {
+    p.max_tokens = integer_field(*max_tokens, max_key);
+    if (p.max_tokens <= 0) bad(std::string(max_key) + " must be at least 1", max_key);
+  }
   p.temperature = number_field(body, "temperature", 1.0, 0.0, 2.0);
   p.top_p = number_field(body, "top_p", 1.0, 0.0, 1.0);
   if (p.top_p <= 0) bad("top_p must be greater than 0", "top_p");

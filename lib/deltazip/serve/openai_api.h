@@ -37,7 +37,7 @@ struct CompletionParams {
   std::optional<std::string> prompt_text;       ///< completions: a string prompt
   std::vector<std::int64_t> prompt_tokens;      ///< completions: a token-id prompt
   std::vector<ChatMessage> messages;            ///< chat
-  std::int64_t max_tokens = 16;
+  std::int64_t max_tokens = 16;                 ///< 0: up to the end of the context (chat without a limit)
   double temperature = 1.0, top_p = 1.0;
   double frequency_penalty = 0.0, presence_penalty = 0.0;        ///< -2 to 2, on generated tokens
   std::vector<std::pair<std::int64_t, float>> logit_bias;         ///< token id -> -100 to 100
