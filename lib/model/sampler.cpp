@@ -2,12 +2,36 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <limits>
 #include <numeric>
 #include <vector>
 
 #include "common/error.h"
 
 namespace fleet::model {
+
+namespace {
+
+// Index of the first largest value (NaNs never win). Eight running maxima
+// instead of one: std::max_element's single dependency chain took 2.4 ns per
+// logit, a pass over a 128k vocabulary per greedy token.
+std::size_t first_max(std::span<const float> v) {
+  constexpr std::size_t kLanes = 8;
+  float lanes[kLanes];
+  std::fill(std::begin(lanes), std::end(lanes), -std::numeric_limits<float>::infinity());
+  std::size_t i = 0;
+  for (; i + kLanes <= v.size(); i += kLanes)
+    for (std::size_t j = 0; j < kLanes; ++j) lanes[j] = v[i + j] > lanes[j] ? v[i + j] : lanes[j];
+  float best = -std::numeric_limits<float>::infinity();
+  for (; i < v.size(); ++i) best = v[i] > best ? v[i] : best;
+  for (float m : lanes) best = m > best ? m : best;
+  for (std::size_t k = 0; k < v.size(); ++k)
+    if (v[k] == best) return k;
+  return 0;  // all NaN
+}
+
+}  // namespace
 
 void SamplingOptions::validate() const {
   if (!(temperature >= 0)) throw UsageError("temperature must be >= 0 (0 means greedy)");
@@ -45,46 +69,74 @@ std::int64_t TokenSampler::next(std::span<const float> logits) {
 }
 
 std::int64_t TokenSampler::choose(std::span<const float> logits) {
-  if (options_.temperature == 0.0)
-    return std::max_element(logits.begin(), logits.end()) - logits.begin();  // first of ties
-  std::vector<std::int64_t> order(logits.size());
-  std::iota(order.begin(), order.end(), 0);
+  const std::size_t vocab = logits.size();
+  if (options_.temperature == 0.0) return static_cast<std::int64_t>(first_max(logits));  // first of ties
+  float top = 0;  // the largest logit, once known
+  const double inverse_temperature = 1.0 / options_.temperature;
+  auto weight = [&](std::size_t i) { return std::exp((static_cast<double>(logits[i]) - top) * inverse_temperature); };
+  const bool by_rank = options_.top_k > 0 && static_cast<std::size_t>(options_.top_k) < vocab;
+
+  if (!by_rank && options_.top_p >= 1.0) {
+    top = logits[first_max(logits)];
+    // Plain sampling needs no order: one pass for the weights, one for the draw
+    // (sorting a 128k vocabulary for every token cost about 40x an argmax).
+    weights_.resize(vocab);
+    double total = 0;
+    for (std::size_t i = 0; i < vocab; ++i) total += weights_[i] = weight(i);
+    double draw = std::uniform_real_distribution<double>(0.0, total)(rng_);
+    std::size_t last = 0;
+    for (std::size_t i = 0; i < vocab; ++i) {
+      if (weights_[i] == 0) continue;
+      last = i;
+      draw -= weights_[i];
+      if (draw < 0) return static_cast<std::int64_t>(i);
+    }
+    return static_cast<std::int64_t>(last);  // rounding left a sliver of the draw
+  }
+
   // Most likely first; ties by id so that the order never depends on the sort.
+  order_.resize(vocab);
+  std::iota(order_.begin(), order_.end(), 0);
   auto by_score = [&](std::int64_t a, std::int64_t b) {
-    return logits[static_cast<std::size_t>(a)] != logits[static_cast<std::size_t>(b)]
-               ? logits[static_cast<std::size_t>(a)] > logits[static_cast<std::size_t>(b)]
-               : a < b;
+    const float x = logits[static_cast<std::size_t>(a)], y = logits[static_cast<std::size_t>(b)];
+    return x != y ? x > y : a < b;
   };
-  std::size_t keep = order.size();
-  if (options_.top_k > 0 && static_cast<std::size_t>(options_.top_k) < keep) {
-    keep = static_cast<std::size_t>(options_.top_k);
-    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), order.end(), by_score);
+  auto rank_first = [&](std::size_t n) {
+    std::partial_sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(n), order_.end(), by_score);
+  };
+  // The top k, or for the nucleus alone a first few hundred: it usually
+  // holds fewer, and more are ranked only when it needs them.
+  const std::size_t keep = by_rank ? static_cast<std::size_t>(options_.top_k) : vocab;
+  std::size_t ranked = by_rank ? keep : std::min<std::size_t>(vocab, 256);
+  rank_first(ranked);
+  top = logits[static_cast<std::size_t>(order_[0])];
+  double total = 0;  // of the candidates the nucleus is measured against
+  if (by_rank) {
+    for (std::size_t i = 0; i < keep; ++i) total += weight(static_cast<std::size_t>(order_[i]));
   } else {
-    std::sort(order.begin(), order.end(), by_score);
+    for (std::size_t i = 0; i < vocab; ++i) total += weight(i);
   }
-  const double top = logits[static_cast<std::size_t>(order[0])];
-  std::vector<double> probs(keep);
-  double total = 0;
-  for (std::size_t i = 0; i < keep; ++i) {
-    probs[i] = std::exp((logits[static_cast<std::size_t>(order[i])] - top) / options_.temperature);
-    total += probs[i];
-  }
+  std::size_t drawn_from = keep;
   if (options_.top_p < 1.0) {
+    // The smallest set of the most likely tokens that holds top_p of the mass.
+    const double target = options_.top_p * total;
     double cumulative = 0;
     std::size_t n = 0;
-    while (n < keep) {
-      cumulative += probs[n++] / total;
-      if (cumulative >= options_.top_p) break;
+    for (;;) {
+      while (n < ranked && cumulative < target) cumulative += weight(static_cast<std::size_t>(order_[n++]));
+      if (cumulative >= target || ranked == keep) break;
+      ranked = std::min(keep, ranked * 8);
+      rank_first(ranked);  // the first n stay where they are: they are the n most likely
     }
-    keep = n;
-    total = std::accumulate(probs.begin(), probs.begin() + static_cast<std::ptrdiff_t>(keep), 0.0);
+    drawn_from = n;  // at least 1: the most likely token alone weighs 1 and the target is above 0
+    total = cumulative;
   }
   double draw = std::uniform_real_distribution<double>(0.0, total)(rng_);
-  for (std::size_t i = 0; i < keep; ++i) {
-    draw -= probs[i];
-    if (draw < 0) return order[i];
+  for (std::size_t i = 0; i < drawn_from; ++i) {
+    draw -= weight(static_cast<std::size_t>(order_[i]));
+    if (draw < 0) return order_[i];
   }
-  return order[keep - 1];
+  return order_[drawn_from - 1];
 }
 
 }  // namespace fleet::model

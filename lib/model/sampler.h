@@ -46,6 +46,8 @@ class TokenSampler {
   std::mt19937_64 rng_;
   std::unordered_map<std::int64_t, int> produced_;  ///< token -> times produced (for the penalties)
   std::vector<float> adjusted_;                     ///< logits after bias and penalties
+  std::vector<double> weights_;                     ///< exp((logit - max) / temperature), plain sampling
+  std::vector<std::int64_t> order_;                 ///< token ids, most likely first (top-k, top-p)
 };
 
 }  // namespace fleet::model

@@ -4,6 +4,8 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <numeric>
+#include <random>
 
 #include <torch/torch.h>
 
@@ -112,6 +114,74 @@ TEST(Sampler, GreedyTopKTopPAndSeeds) {
   EXPECT_NE(ra, rc);
   hot.top_p = 0;
   EXPECT_THROW(TokenSampler(hot, 0), UsageError);
+}
+
+TEST(Sampler, GreedyTakesTheFirstOfTiedMaxima) {
+  // Long enough for the eight running maxima and a tail; ties in different lanes.
+  std::vector<float> logits(103, 0.0f);
+  logits[37] = logits[21] = logits[101] = 5.0f;
+  EXPECT_EQ(TokenSampler({}, 0).next(logits), 21);
+  logits[102] = 6.0f;  // in the tail
+  EXPECT_EQ(TokenSampler({}, 0).next(logits), 102);
+  std::fill(logits.begin(), logits.end(), -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(TokenSampler({}, 0).next(logits), 0);
+  logits[50] = std::numeric_limits<float>::quiet_NaN();
+  logits[60] = -1.0f;
+  EXPECT_EQ(TokenSampler({}, 0).next(logits), 60);  // a NaN never wins
+}
+
+// Draws follow softmax(logits / T) restricted to the nucleus, computed here
+// by brute force (sort everything): plain sampling (no order needed) and a
+// nucleus that needs more than the first few hundred ranked tokens.
+TEST(Sampler, DrawsFollowTheSoftmaxAndTheNucleus) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> noise(0.0f, 1.0f);
+  std::vector<float> logits(1000);
+  for (auto& v : logits) v = noise(rng);
+  logits[17] = logits[18] = 3.5f;  // a tie: both in or both out, by id
+  const double temperature = 0.8;
+  std::vector<double> p(logits.size());
+  double z = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) z += p[i] = std::exp(logits[i] / temperature);
+  for (auto& v : p) v /= z;
+  std::vector<std::size_t> order(p.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return logits[a] > logits[b]; });
+  for (const double top_p : {1.0, 0.5, 0.97}) {
+    std::vector<double> want(p.size(), 0.0);
+    double mass = 0;
+    for (std::size_t r = 0; r < order.size() && (top_p >= 1.0 || mass < top_p); ++r) mass += want[order[r]] = p[order[r]];
+    for (auto& v : want) v /= mass;
+    const auto nucleus = static_cast<std::size_t>(std::count_if(want.begin(), want.end(), [](double v) { return v > 0; }));
+    if (top_p == 0.97) {
+      EXPECT_GT(nucleus, 256u);  // beyond the first ranking round
+    }
+    SamplingOptions options;
+    options.temperature = temperature;
+    options.top_p = top_p;
+    TokenSampler sampler(options, 1);
+    const int draws = 20000;
+    std::vector<int> seen(p.size(), 0);
+    for (int i = 0; i < draws; ++i) ++seen[static_cast<std::size_t>(sampler.next(logits))];
+    // Each token with 25+ expected draws, and the rare ones together, within
+    // 5 standard deviations of the binomial count.
+    double worst = 0, rare_expected = 0, rare_seen = 0;
+    auto z = [&](double got, double q) { return std::abs(got - q * draws) / std::sqrt(q * draws * (1 - q)); };
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      if (want[i] == 0) {
+        EXPECT_EQ(seen[i], 0) << "token " << i << " outside the nucleus of " << top_p;
+      } else if (want[i] * draws >= 25) {
+        worst = std::max(worst, z(seen[i], want[i]));
+      } else {
+        rare_expected += want[i];
+        rare_seen += seen[i];
+      }
+    }
+    EXPECT_LT(worst, 5.0) << "top_p " << top_p;
+    if (rare_expected > 0) {
+      EXPECT_LT(z(rare_seen, rare_expected), 5.0) << "top_p " << top_p;
+    }
+  }
 }
 
 TEST(Sampler, PenaltiesAndLogitBias) {
