@@ -43,8 +43,8 @@ int open_regular_file(const std::filesystem::path& path, struct stat* st) {
 }
 
 [[noreturn]] void refuse_size(const std::filesystem::path& path, const std::string& size, std::uintmax_t max_bytes) {
-  throw InputError((is_stdio(path) ? std::string("standard input") : path.string()) + " is " + size + "; at most " + std::to_string(max_bytes >> 20) +
-                   " MiB is accepted for this input");
+  const std::string name = is_stdio(path) ? std::string("standard input") : path.string();
+  throw InputError(name + " is " + size + "; at most " + std::to_string(max_bytes >> 20) + " MiB is accepted for this input");
 }
 
 // Reads everything from `fd` into `out` (sized as a first guess), refusing
