@@ -182,6 +182,20 @@ Workload load_orion_config(const JsonValue& root, const std::filesystem::path& d
           read_kernel_profile(resolve_profile(c.get<std::string>("kernel_file"), dir, profile_dirs, c.at("kernel_file"))),
           w.device);
     }
+    // Orion's scheduler takes an iteration to be num_kernels launches: a count
+    // that disagrees with the profile would cut or overrun every iteration.
+    auto check_count = [&](const char* key, std::size_t kernels, const char* file_key) {
+      auto count = c.find(key);
+      if (!count) return;
+      const auto n = count->as<std::int64_t>();
+      if (n != static_cast<std::int64_t>(kernels))
+        count->fail(std::string(key) + " is " + std::to_string(n) + " but " + c.get<std::string>(file_key) + " lists " +
+                    std::to_string(kernels) + " kernels");
+    };
+    check_count(has_additional ? "additional_num_kernels" : "num_kernels", s.kernels.size(),
+                has_additional ? "additional_kernel_file" : "kernel_file");
+    if (has_additional) check_count("num_kernels", s.first_kernels.size(), "kernel_file");
+    if (auto batch = args.find("batchsize"); batch && batch->as<std::int64_t>() < 1) batch->fail("batchsize must be positive");
     const double rps = args.get_or<double>("rps", 0.0);
     if (!(rps >= 0)) args.at("rps").fail("rps must be 0 (closed loop) or a positive rate");
     if (auto input = args.find("input_file")) {
@@ -197,6 +211,7 @@ Workload load_orion_config(const JsonValue& root, const std::filesystem::path& d
     }
     // Orion runs each client for num_iters; we run the high-priority client
     // for that many requests and let the others run until it is done.
+    if (auto iters = c.find("num_iters"); iters && iters->as<std::int64_t>() < 1) iters->fail("num_iters must be positive");
     s.requests = s.high_priority || clients.size() == 1 ? c.get_or<std::int64_t>("num_iters", 1000) : 0;
     s.warmup = s.requests > 20 ? 10 : 0;
     w.clients.push_back(std::move(s));

@@ -299,6 +299,16 @@ TEST(SimulatorBounds, AbsurdRatesDurationsAndNegativeRpsAreRefused) {
               "args": {"model_name": "resnet50", "batchsize": 4, "rps": -5, "uniform": false, "train": false}}])";
   EXPECT_NE(fleet::testing::error_of([&] { load_workload(dir / "orion.json"); }).find("rps must be 0"),
             std::string::npos);
+  // Orion's counts must agree with the profile and be positive, not be ignored.
+  auto orion_config = [&](const std::string& fields) {
+    std::ofstream(dir / "orion.json") << R"([{"arch": "resnet50", "kernel_file": "k", )" << fields
+                                      << R"(, "args": {"model_name": "resnet50", "batchsize": 4, "rps": 5, "train": false}}])";
+    return fleet::testing::error_of([&] { load_workload(dir / "orion.json"); });
+  };
+  EXPECT_EQ(orion_config(R"("num_kernels": 1, "num_iters": 10)"), "no error");
+  EXPECT_NE(orion_config(R"("num_kernels": 7, "num_iters": 10)").find("num_kernels is 7 but k lists 1 kernels"),
+            std::string::npos);
+  EXPECT_NE(orion_config(R"("num_kernels": 1, "num_iters": -3)").find("num_iters must be positive"), std::string::npos);
 }
 
 }  // namespace
