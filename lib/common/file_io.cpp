@@ -39,6 +39,12 @@ int open_regular_file(const std::filesystem::path& path, struct stat* st) {
     ::close(fd);
     throw InputError("is a folder, expected a file", {path.string(), "", std::nullopt});
   }
+  // A device (/dev/zero, /dev/urandom) never ends: reading one whole would
+  // fill memory. Pipes stay allowed ("-", /dev/stdin, process substitution).
+  if (S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode)) {
+    ::close(fd);
+    throw InputError("is a device, expected a file or a pipe", {path.string(), "", std::nullopt});
+  }
   return fd;
 }
 

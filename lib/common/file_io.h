@@ -26,10 +26,10 @@ inline constexpr std::uintmax_t kMaxDocumentBytes = 256ull << 20;
 
 /// Reads a whole file into a string; "-" reads standard input (once: later
 /// reads of "-" return the same text). InputError naming the file when it is
-/// missing, unreadable or a folder: a bad input, whatever the reason. An input
+/// missing, unreadable, a folder or a device: a bad input, whatever the reason. An input
 /// of more than `max_bytes` is refused (InputError) without reading it all: a
-/// regular file by its size, a pipe or device (whose size is unknown, e.g.
-/// /dev/zero) once that much has arrived.
+/// regular file by its size, a pipe (whose size is unknown) once that much
+/// has arrived.
 std::string read_file(const std::filesystem::path& path, std::uintmax_t max_bytes = kNoSizeLimit);
 
 /// Checks that `path` ("-" always can) can be opened as an input file, without

@@ -50,7 +50,8 @@ sp="$bin/sailor-plan" opt="$ex/sailor/opt-350" plan="$ex/sailor/plans/opt350_gh2
 bad 2 "no such file"            "$sp" simulate -i missing -p "$plan"
 bad 2 "is a folder"             "$sp" simulate -i "$opt" -p existing-folder
 bad 2 "malformed.json"          "$sp" simulate -i "$opt" -p malformed.json
-bad 2 "/dev/zero is more than 256 MiB" "$sp" simulate -i "$opt" -p /dev/zero  # endless input: refused, not read into memory
+bad 2 "/dev/zero: is a device"  "$sp" simulate -i "$opt" -p /dev/zero  # endless inputs: refused, not read into memory
+bad 2 "is more than 256 MiB"    "$sp" simulate -i "$opt" -p <(yes)
 bad 2 "does not exist"          "$sp" simulate -i "$opt" -p "$plan" --trace nowhere/trace.json
 bad 2 "is a folder"             "$sp" simulate -i "$opt" -p "$plan" --trace existing-folder
 bad 2 "--top.*between 1 and"    "$sp" search -i "$opt" --top -1
@@ -71,7 +72,7 @@ op="$bin/orion-profile"
 bad 2 "no such file"            "$op" summarize missing.csv
 bad 2 "is a folder"             "$op" summarize existing-folder
 bad 2 "malformed.csv"           "$op" summarize malformed.csv
-bad 2 "/dev/zero is more than 256 MiB" "$op" summarize /dev/zero
+bad 2 "/dev/zero: is a device"  "$op" summarize /dev/zero
 bad 2 "unknown device"          "$op" import-ncu ncu.csv --device tpu -o p.csv
 bad 2 "does not exist"          "$op" import-ncu ncu.csv -o nowhere/p.csv
 bad 2 "is also the input"       "$op" import-ncu ncu.csv -o ncu.csv

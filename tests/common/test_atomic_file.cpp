@@ -1,6 +1,10 @@
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <thread>
 
 #include "common/atomic_file.h"
 #include "common/error.h"
@@ -103,13 +107,32 @@ TEST(FileIo, ReadsAtMostTheCap) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("at most 1 MiB"), std::string::npos) << e.what();
   }
-  // A device has no size to check first: the read itself stops at the cap
-  // (without one, /dev/zero would fill memory).
+  // A pipe has no size to check first: the read itself stops at the cap
+  // (without one, an endless writer would fill memory).
+  int ends[2];
+  ASSERT_EQ(::pipe(ends), 0);
+  std::signal(SIGPIPE, SIG_IGN);  // the writer finds the pipe closed once the read gives up
+  std::thread writer([fd = ends[1]] {
+    const std::string block(65536, 'y');
+    while (::write(fd, block.data(), block.size()) > 0) {
+    }
+    ::close(fd);
+  });
+  const std::string through_pipe = "/proc/self/fd/" + std::to_string(ends[0]);
   try {
-    read_file("/dev/zero", 1 << 20);
-    FAIL() << "/dev/zero was read to its end";
+    read_file(through_pipe, 1 << 20);
+    ADD_FAILURE() << "an endless pipe was read to its end";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("/dev/zero is more than 1 MiB"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("is more than 1 MiB"), std::string::npos) << e.what();
+  }
+  ::close(ends[0]);
+  writer.join();
+  // A device is refused before anything is read: /dev/zero never ends.
+  try {
+    read_file("/dev/zero");
+    FAIL() << "/dev/zero was read";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("/dev/zero: is a device"), std::string::npos) << e.what();
   }
 }
 
