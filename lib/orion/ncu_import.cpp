@@ -169,14 +169,28 @@ KernelRecord finish(const KernelAccumulator& k, const DeviceSpec& device, const 
       throw InputError("kernel '" + k.name + "': " + e.message(), {file, "line " + std::to_string(k.line), std::nullopt});
     }
   }
-  if (auto bytes = get(Field::kDramBytes)) {
-    r.dram_bytes = *bytes;
-  } else if (get(Field::kDramRead) || get(Field::kDramWrite)) {
-    r.dram_bytes = get(Field::kDramRead).value_or(0) + get(Field::kDramWrite).value_or(0);
+  // Byte and instruction counts and throughput shares: finite and non-negative,
+  // or the profile written from them would carry inf or a negative class input.
+  auto amount = [&](Field f, const char* what) -> std::optional<double> {
+    const auto v = get(f);
+    if (v && !(std::isfinite(*v) && *v >= 0)) {
+      throw InputError(std::string(what) + " of kernel '" + k.name + "' is not a plausible value: " + std::to_string(*v),
+                       {file, "line " + std::to_string(k.line), std::nullopt});
+    }
+    return v;
+  };
+  const auto dram = amount(Field::kDramBytes, "DRAM bytes"), dram_read = amount(Field::kDramRead, "DRAM bytes read"),
+             dram_write = amount(Field::kDramWrite, "DRAM bytes written");
+  const auto add_mul = amount(Field::kFlopsAddMul, "add/mul instructions"), fma = amount(Field::kFlopsFma, "FMA instructions");
+  if (dram) {
+    r.dram_bytes = *dram;
+  } else if (dram_read || dram_write) {
+    r.dram_bytes = dram_read.value_or(0) + dram_write.value_or(0);
   }
-  if (get(Field::kFlopsAddMul) || get(Field::kFlopsFma)) {
-    r.flops = get(Field::kFlopsAddMul).value_or(0) + 2 * get(Field::kFlopsFma).value_or(0);
-  }
+  if (add_mul || fma) r.flops = add_mul.value_or(0) + 2 * fma.value_or(0);
+  amount(Field::kSmPct, "SM throughput");
+  amount(Field::kDramPct, "DRAM throughput");
+  amount(Field::kMemPct, "memory throughput");
   if (r.flops >= 0 && r.dram_bytes >= 0 && (r.flops > 0 || r.dram_bytes > 0)) {
     r.profile = classify_by_roofline(r.flops, r.dram_bytes, device);
   } else if (auto sm = get(Field::kSmPct)) {

@@ -159,6 +159,15 @@ TEST(NcuImport, MalformedExportsAreClearErrors) {
                                           "e.csv", v100); })
                 .find("has no duration metric"),
             std::string::npos);
+  // Amounts that parse as numbers but cannot be counts (negative, or infinite
+  // once scaled by their unit): refused, never written into a profile.
+  for (const char* value : {"-5", "1e308"}) {
+    const std::string text = std::string("\"ID\",\"Kernel Name\",\"Metric Name\",\"Metric Unit\",\"Metric Value\"\n") +
+                             "\"0\",\"k\",\"Duration\",\"usecond\",\"10\"\n" +
+                             "\"0\",\"k\",\"dram__bytes.sum\",\"Mbyte\",\"" + value + "\"\n";
+    const std::string message = error_of([&] { import_ncu_csv(text, "f.csv", v100); });
+    EXPECT_NE(message.find("DRAM bytes of kernel 'k' is not a plausible value"), std::string::npos) << value << ": " << message;
+  }
 }
 
 }  // namespace
