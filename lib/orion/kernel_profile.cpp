@@ -50,6 +50,7 @@ KernelProfile read_kernel_profile(const std::filesystem::path& path) {
     if (cls < -1 || cls > 1) table.fail(r, profile, "profile must be 1 (compute), 0 (memory) or -1 (unknown)");
     k.profile = static_cast<KernelClass>(cls);
     k.memory_footprint = table.integer(r, footprint);
+    if (k.memory_footprint < 0) table.fail(r, footprint, "memory footprint cannot be negative");
     k.sm_usage = table.integer(r, sms);
     if (k.sm_usage < 0) table.fail(r, sms, "SM usage cannot be negative");
     k.duration_ns = table.number(r, duration);
@@ -57,20 +58,21 @@ KernelProfile read_kernel_profile(const std::filesystem::path& path) {
     if (!(k.duration_ns >= 0 && k.duration_ns <= 1e12)) {
       table.fail(r, duration, "duration must be between 0 and 1e12 ns");
     }
-    auto int_or_zero = [&](const std::optional<std::size_t>& c) -> long long {
+    auto int_or_zero = [&](const std::optional<std::size_t>& c, long long limit = 1ll << 53) -> long long {
       if (!c || table.at(r, *c).empty()) return 0;
       const long long v = table.integer(r, *c);
       if (v < 0) table.fail(r, *c, "cannot be negative");
+      if (v > limit) table.fail(r, *c, "is beyond any GPU's limit (" + std::to_string(limit) + ")");
       return v;
     };
     auto num_or_unknown = [&](const std::optional<std::size_t>& c) -> double {
       return (!c || table.at(r, *c).empty()) ? -1.0 : table.number(r, *c);
     };
     k.grid_blocks = int_or_zero(grid);
-    k.threads_per_block = static_cast<int>(int_or_zero(block));
-    k.registers_per_thread = static_cast<int>(int_or_zero(regs));
-    k.static_shared_bytes = int_or_zero(static_smem);
-    k.dynamic_shared_bytes = int_or_zero(dynamic_smem);
+    k.threads_per_block = static_cast<int>(int_or_zero(block, 1 << 20));
+    k.registers_per_thread = static_cast<int>(int_or_zero(regs, 1 << 16));
+    k.static_shared_bytes = int_or_zero(static_smem, 1ll << 30);
+    k.dynamic_shared_bytes = int_or_zero(dynamic_smem, 1ll << 30);
     k.flops = num_or_unknown(flops);
     k.dram_bytes = num_or_unknown(dram);
     out.kernels.push_back(std::move(k));

@@ -66,6 +66,17 @@ TEST(KernelProfile, MalformedRowsNameLineAndColumn) {
   check("Conv,1,0,98\n", "line 2: expected 5 fields (as in the header), found 4");
   check("Conv,1,0,-3,10\n", "line 2, column 'SM_usage': SM usage cannot be negative");
   check("\"Conv,1,0,98,10\n", "unterminated quoted field");
+  check("Conv,1,-5,98,10\n", "line 2, column 'Memory_footprint': memory footprint cannot be negative");
+  // Launch data beyond any GPU (they would overflow the occupancy arithmetic).
+  auto check_launch = [&](const std::string& launch, const std::string& expected) {
+    write_file_atomically(path, "Name,Profile,Memory_footprint,SM_usage,Duration,Grid,Block,Registers\nConv,1,0,98,10," +
+                                    launch + "\n");
+    const std::string message = error_of([&] { read_kernel_profile(path); });
+    EXPECT_NE(message.find(expected), std::string::npos) << "got: " << message;
+  };
+  check_launch("10,99999999999,32", "column 'Block': is beyond any GPU's limit");
+  check_launch("10,256,70000", "column 'Registers': is beyond any GPU's limit");
+  check_launch("10,256,32", "no error");
   write_file_atomically(path, "Name,Profile,SM_usage,Duration\nConv,1,98,10\n");
   EXPECT_NE(error_of([&] { read_kernel_profile(path); }).find("missing column 'Memory_footprint'"), std::string::npos);
 }
