@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <optional>
 #include <mutex>
 #include <utility>
 
@@ -48,9 +49,15 @@ int open_regular_file(const std::filesystem::path& path, struct stat* st) {
   return fd;
 }
 
-[[noreturn]] void refuse_size(const std::filesystem::path& path, const std::string& size, std::uintmax_t max_bytes) {
+// `known_size`: the input's size when known (a file). Sizes in whole MiB; one
+// that rounds down to the cap is "more than" it.
+[[noreturn]] void refuse_size(const std::filesystem::path& path, std::optional<std::uintmax_t> known_size,
+                              std::uintmax_t max_bytes) {
+  const std::uintmax_t cap_mib = max_bytes >> 20;
+  const std::string size = known_size && (*known_size >> 20) > cap_mib ? std::to_string(*known_size >> 20) + " MiB"
+                                                                       : "more than " + std::to_string(cap_mib) + " MiB";
   const std::string name = is_stdio(path) ? std::string("standard input") : path.string();
-  throw InputError(name + " is " + size + "; at most " + std::to_string(max_bytes >> 20) + " MiB is accepted for this input");
+  throw InputError(name + " is " + size + "; at most " + std::to_string(cap_mib) + " MiB is accepted for this input");
 }
 
 // Reads everything from `fd` into `out` (sized as a first guess), refusing
@@ -58,7 +65,7 @@ int open_regular_file(const std::filesystem::path& path, struct stat* st) {
 void read_all(int fd, const std::filesystem::path& path, std::string& out, std::uintmax_t max_bytes) {
   std::size_t done = 0;
   for (;;) {
-    if (done > max_bytes) refuse_size(path, "more than " + std::to_string(max_bytes >> 20) + " MiB", max_bytes);
+    if (done > max_bytes) refuse_size(path, std::nullopt, max_bytes);
     if (done == out.size()) out.resize(out.size() + 65536);  // file grew or is a pipe
     const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
     if (n < 0) {
@@ -79,14 +86,6 @@ void check_input_file(const std::filesystem::path& path) {
   FdGuard guard{open_regular_file(path, &st)};
 }
 
-void check_input_size(const std::filesystem::path& path, std::uintmax_t max_bytes) {
-  if (is_stdio(path)) return;
-  struct stat st {};
-  FdGuard guard{open_regular_file(path, &st)};
-  const auto size = static_cast<std::uintmax_t>(st.st_size);
-  if (size > max_bytes) refuse_size(path, std::to_string(size >> 20) + " MiB", max_bytes);
-}
-
 std::string read_file(const std::filesystem::path& path, std::uintmax_t max_bytes) {
   if (is_stdio(path)) {
     // Standard input can be read once; a second reader gets the same text.
@@ -98,13 +97,13 @@ std::string read_file(const std::filesystem::path& path, std::uintmax_t max_byte
       read_all(STDIN_FILENO, kStdioPath, stdin_text, max_bytes);
       stdin_read = true;
     }
-    if (stdin_text.size() > max_bytes) refuse_size(kStdioPath, std::to_string(stdin_text.size() >> 20) + " MiB", max_bytes);
+    if (stdin_text.size() > max_bytes) refuse_size(kStdioPath, stdin_text.size(), max_bytes);
     return stdin_text;
   }
   struct stat st {};
   FdGuard guard{open_regular_file(path, &st)};
   const auto size = static_cast<std::uintmax_t>(st.st_size);
-  if (size > max_bytes) refuse_size(path, std::to_string(size >> 20) + " MiB", max_bytes);
+  if (size > max_bytes) refuse_size(path, size, max_bytes);
   std::string out;
   out.resize(static_cast<std::size_t>(size));
   read_all(guard.fd, path, out, max_bytes);

@@ -20,7 +20,7 @@ inline bool is_stdio(const std::filesystem::path& path) { return path == kStdioP
 inline constexpr std::uintmax_t kNoSizeLimit = UINTMAX_MAX;
 
 /// Cap for documents (JSON, CSV, tokenizer files): far above any real one, so
-/// that reading /dev/zero or an endless pipe by mistake fails instead of
+/// that a huge file or an endless pipe given by mistake fails instead of
 /// filling memory.
 inline constexpr std::uintmax_t kMaxDocumentBytes = 256ull << 20;
 
@@ -36,11 +36,6 @@ std::string read_file(const std::filesystem::path& path, std::uintmax_t max_byte
 /// reading it; InputError naming the file and the cause (missing, unreadable,
 /// a folder) otherwise.
 void check_input_file(const std::filesystem::path& path);
-
-/// InputError naming the file when it is larger than `max_bytes` ("-" is not
-/// checked): inputs a person writes by hand or a tool exports stay far below
-/// their caps, so a huge one is a mistake, not something to allocate for.
-void check_input_size(const std::filesystem::path& path, std::uintmax_t max_bytes);
 
 /// A read-only, private memory map of a whole file. Movable, not copyable.
 class MappedFile {

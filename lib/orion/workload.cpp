@@ -85,7 +85,6 @@ ArrivalSpec parse_arrivals(const JsonValue& v, const std::filesystem::path& dir)
     } else {
       const auto file = v.get<std::string>("file");
       const std::filesystem::path p = std::filesystem::path(file).is_absolute() ? std::filesystem::path(file) : dir / file;
-      check_input_size(p, 256ull << 20);
       a.trace_gaps_s = load_json_file(p).root().as<std::vector<double>>();
     }
     if (a.trace_gaps_s.empty()) v.fail("arrival trace is empty");
@@ -202,7 +201,6 @@ Workload load_orion_config(const JsonValue& root, const std::filesystem::path& d
       // A trace of inter-arrival gaps (JSON list of seconds), found like the profiles.
       s.arrivals.kind = ArrivalKind::kTrace;
       const auto trace = resolve_profile_like(input->as<std::string>(), dir, profile_dirs, *input, ".json");
-      check_input_size(trace, 256ull << 20);
       s.arrivals.trace_gaps_s = load_json_file(trace).root().as<std::vector<double>>();
       if (s.arrivals.trace_gaps_s.empty()) input->fail("arrival trace is empty");
     } else if (rps > 0) {
@@ -222,8 +220,8 @@ Workload load_orion_config(const JsonValue& root, const std::filesystem::path& d
 }  // namespace
 
 Workload load_workload(const std::filesystem::path& path, const std::vector<std::filesystem::path>& profile_dirs) {
-  check_input_size(path, 16ull << 20);  // a workload lists clients; its profiles are separate files
-  const JsonDocument doc = load_json_file(path);
+  // A workload lists clients (its profiles are separate files): 16 MiB is plenty.
+  const JsonDocument doc = parse_json(read_file(path, 16ull << 20), path.string());
   const std::filesystem::path dir = path.parent_path();
   Workload w;
   if (doc.root().is_array()) {
