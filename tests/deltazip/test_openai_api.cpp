@@ -150,7 +150,7 @@ TEST(TextStreams, StopStringEndsTheTextWhereverTheTokensSplitIt) {
   auto tokenizer = model::Tokenizer::parse(model::byte_tokenizer_json(), "byte tokenizer");
   const std::string generated = "Hello wor" "ld. END and more";
   for (std::size_t chunk = 1; chunk <= 5; ++chunk) {
-    TextStream stream(tokenizer, {"END", "\n\n"});
+    TextStream stream(tokenizer, {}, {"END", "\n\n"});
     std::string out;
     const auto ids = bytes_as_tokens(generated);
     for (std::size_t i = 0; i < ids.size() && !stream.stopped(); i += chunk)
@@ -160,10 +160,26 @@ TEST(TextStreams, StopStringEndsTheTextWhereverTheTokensSplitIt) {
     EXPECT_TRUE(stream.stopped());
     EXPECT_EQ(out, "Hello world. ") << "chunk " << chunk;
   }
-  TextStream plain(tokenizer, {});
-  EXPECT_EQ(plain.push(bytes_as_tokens("caf\xc3")), "caf");  // half a character is held back
+  TextStream plain(tokenizer, {}, {});
+  EXPECT_EQ(plain.push(bytes_as_tokens("caf")), "caf");
+  EXPECT_EQ(plain.push(bytes_as_tokens("\xc3")), "");  // half a character is held back
   EXPECT_EQ(plain.push(bytes_as_tokens("\xa9!")), "\xc3\xa9!");
   EXPECT_FALSE(plain.stopped());
+  EXPECT_EQ(plain.tokens(), 6);
+}
+
+TEST(TextStreams, StopStringsAreFoundInTheTextHeldBackAtTheEnd) {
+  auto tokenizer = model::Tokenizer::parse(model::byte_tokenizer_json(), "byte tokenizer");
+  TextStream stream(tokenizer, bytes_as_tokens("prompt: "), {"\xc3\xa9!", "xyz"});
+  EXPECT_EQ(stream.push(bytes_as_tokens("a caf")), "a c");  // a stop string's first 2 bytes could follow
+  EXPECT_EQ(stream.push(bytes_as_tokens("\xc3")), "");
+  EXPECT_EQ(stream.flush(), "af\xef\xbf\xbd");  // generation ended inside a character
+  EXPECT_FALSE(stream.stopped());
+  TextStream stops(tokenizer, {}, {"\xc3\xa9!"});
+  EXPECT_EQ(stops.push(bytes_as_tokens("caf\xc3\xa9")), "caf");
+  EXPECT_EQ(stops.push(bytes_as_tokens("!")), "");
+  EXPECT_TRUE(stops.stopped());
+  EXPECT_EQ(stops.flush(), "");
 }
 
 TEST(OpenAiErrors, HaveOpenAisShape) {

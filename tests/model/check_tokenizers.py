@@ -45,6 +45,7 @@ TEXTS = [
     "rare chars: ǅ ẞ ꙮ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 \u200b zero-width",
     "mixed 123abc abc123 a1b2c3 ..., !!! ??? ---",
     "x" * 300,
+    "🎉🚀🎉🚀🎉 emoji runs split over byte tokens ☃☃ 東京東京",
 ]
 
 
@@ -110,6 +111,9 @@ def llama2_style(legacy):
     return ("llama2-legacy" if legacy else "llama2-metaspace"), tok
 
 
+STREAM_CASES = [0, 0]  # splits compared, splits streamed
+
+
 def compare(name, tok, path, texts_path, roundtrip):
     out = subprocess.run([HELPER, path, texts_path], check=True, capture_output=True, text=True).stdout
     ours = json.loads(out)
@@ -127,6 +131,21 @@ def compare(name, tok, path, texts_path, roundtrip):
             if got[key] != value:
                 failures += 1
                 print(f"{name}: {key} differs for {text!r}:\n  ours {got[key]!r}\n  ref  {value!r}")
+        # Streaming: the text after a context is the whole decoding past the
+        # context's own (where that is a prefix; an unfinished character at
+        # the context's end has no such split).
+        full = tok.decode(ref.ids, skip_special_tokens=True)
+        STREAM_CASES[1] += len(got["streamed"])
+        for split in got["streamed"]:
+            context = tok.decode(ref.ids[:split["k"]], skip_special_tokens=True)
+            if not full.startswith(context) or context.endswith("\ufffd"):
+                continue
+            STREAM_CASES[0] += 1
+            for key in ("one", "three"):
+                if split[key] != full[len(context):]:
+                    failures += 1
+                    print(f"{name}: streamed ({key} at a time) after {split['k']} ids differs for {text!r}:\n"
+                          f"  ours {split[key]!r}\n  ref  {full[len(context):]!r}")
         if roundtrip(text) and got["decoded"] != text:
             failures += 1
             print(f"{name}: decode(encode(x)) != x for {text!r}: {got['decoded']!r}")
@@ -159,6 +178,10 @@ def main():
         assert tok.get_vocab_size() == 260, tok.get_vocab_size()
         print(f"byte: {n} differences")
         failures += n
+    # Most splits have a context whose decoding is a prefix (all but those
+    # inside a character or before a leading space that decoding drops).
+    assert STREAM_CASES[0] >= 0.8 * STREAM_CASES[1], STREAM_CASES
+    print(f"{STREAM_CASES[0]} of {STREAM_CASES[1]} streamed splits compared")
     if failures:
         print(f"FAILED: {failures} differences")
         return 1

@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "common/utf8.h"
+#include "model/streaming_decoder.h"
 #include "model/tokenizer.h"
 #include "test_util.h"
 
@@ -32,6 +33,19 @@ TEST(ByteTokenizer, RejectsUnknownIds) {
   std::vector<std::int32_t> bad{5, kByteVocabSize};
   auto message = testing::error_of([&] { tok.decode(bad); });
   EXPECT_NE(message.find("outside the vocabulary"), std::string::npos) << message;
+}
+
+TEST(StreamingDecoder, HandsOutWholeCharactersAndSkipsUnknownIds) {
+  auto tok = Tokenizer::parse(byte_tokenizer_json(), "byte");
+  const std::vector<std::int64_t> prompt{kByteBosId, 4 + 'h', 4 + 'i'};
+  StreamingDecoder decoder(tok, prompt, /*skip_special_tokens=*/true);
+  EXPECT_EQ(decoder.push(std::vector<std::int64_t>{4 + ' ', 4 + 0xC3}), "");  // the space waits for the character
+  EXPECT_EQ(decoder.push(std::vector<std::int64_t>{4 + 0xA9}), " \xC3\xA9");
+  // A model's padded vocabulary rows and special tokens have no text.
+  EXPECT_EQ(decoder.push(std::vector<std::int64_t>{kByteVocabSize + 3, -1, kByteEosId}), "");
+  EXPECT_EQ(decoder.push(std::vector<std::int64_t>{4 + '!', 4 + 0xF0, 4 + 0x9F}), "");
+  EXPECT_EQ(decoder.flush(), "!\xEF\xBF\xBD");  // ended inside a character: one U+FFFD
+  EXPECT_EQ(decoder.flush(), "");
 }
 
 TEST(TokenizerJson, UnsupportedPartsAreNamed) {

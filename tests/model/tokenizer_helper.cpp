@@ -2,12 +2,18 @@
 // script can compare the results with the `tokenizers` library's.
 //
 //   tokenizer_helper TOKENIZER_JSON TEXTS_JSON   -> JSON on stdout:
-//     [{"ids": [...], "ids_plain": [...], "decoded": "...", "decoded_skip": "..."}, ...]
+//     [{"ids": [...], "ids_plain": [...], "decoded": "...", "decoded_skip": "...",
+//       "streamed": [{"k": K, "one": "...", "three": "..."}, ...]}, ...]
+//     where "streamed" is what StreamingDecoder hands out (special tokens
+//     skipped) for ids[K:] after the context ids[:K], for every K, fed one
+//     and three ids at a time, flushed at the end
 //   tokenizer_helper --byte-tokenizer OUT_JSON   -> writes byte_tokenizer_json()
 //   tokenizer_helper --chat CASES_JSON           -> [rendered text or {"error": ...}, ...] for
 //     CASES_JSON [{"template": "...", "variables": {...}}, ...] (chat templates)
 #include <cstdio>
 #include <iostream>
+#include <span>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -15,7 +21,21 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "model/chat_template.h"
+#include "model/streaming_decoder.h"
 #include "model/tokenizer.h"
+
+namespace {
+
+std::string streamed(const fleet::model::Tokenizer& tokenizer, const std::vector<std::int64_t>& ids, std::size_t k,
+                     std::size_t step) {
+  const std::span<const std::int64_t> all(ids);
+  fleet::model::StreamingDecoder decoder(tokenizer, all.first(k), /*skip_special_tokens=*/true);
+  std::string out;
+  for (std::size_t i = k; i < ids.size(); i += step) out += decoder.push(all.subspan(i, std::min(step, ids.size() - i)));
+  return out + decoder.flush();
+}
+
+}  // namespace
 
 int main(int argc, char** argv) try {
   if (argc == 3 && std::string(argv[1]) == "--byte-tokenizer") {
@@ -46,10 +66,16 @@ int main(int argc, char** argv) try {
     auto text = t.get<std::string>();
     auto ids = tokenizer.encode(text, true);
     auto plain = tokenizer.encode(text, false);
+    const std::vector<std::int64_t> ids64(ids.begin(), ids.end());
+    nlohmann::json splits = nlohmann::json::array();
+    for (std::size_t k = 0; k < ids.size(); ++k) {
+      splits.push_back({{"k", k}, {"one", streamed(tokenizer, ids64, k, 1)}, {"three", streamed(tokenizer, ids64, k, 3)}});
+    }
     out.push_back({{"ids", ids},
                    {"ids_plain", plain},
                    {"decoded", tokenizer.decode(plain, false)},
-                   {"decoded_skip", tokenizer.decode(ids, true)}});
+                   {"decoded_skip", tokenizer.decode(ids, true)},
+                   {"streamed", splits}});
   }
   std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   return 0;

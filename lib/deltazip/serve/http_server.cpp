@@ -183,11 +183,12 @@ class Frontend {
   void complete(const httplib::Request& req, httplib::Response& res, bool chat) {
     CompletionParams p;
     std::shared_ptr<RequestStream> stream;
+    std::vector<std::int64_t> prompt;
     try {
       p = parse_completion_request(req.body, chat);
       GenerationRequest g;
       g.model = p.model;
-      g.prompt = prompt_tokens(p);
+      g.prompt = prompt = prompt_tokens(p);
       // A chat without a limit may fill the context (at least one token, so that a
       // prompt that fills it alone is refused for that).
       g.max_tokens = p.max_tokens > 0 ? p.max_tokens
@@ -204,7 +205,7 @@ class Frontend {
       return;
     }
     const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
-    auto text = std::make_shared<TextStream>(engine_.tokenizer(), p.stop);
+    auto text = std::make_shared<TextStream>(engine_.tokenizer(), prompt, p.stop);
     if (!p.stream) {
       std::string out;
       RequestStream::Update u;

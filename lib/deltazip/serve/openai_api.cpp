@@ -190,15 +190,26 @@ std::string render_chat(const model::ModelChatTemplate& chat, const std::vector<
   }
 }
 
-TextStream::TextStream(const model::Tokenizer& tokenizer, std::vector<std::string> stop)
-    : tokenizer_(tokenizer), stop_(std::move(stop)) {
+TextStream::TextStream(const model::Tokenizer& tokenizer, std::span<const std::int64_t> prompt,
+                       std::vector<std::string> stop)
+    : decoder_(tokenizer, prompt, /*skip_special_tokens=*/true), stop_(std::move(stop)) {
   for (const auto& s : stop_) longest_stop_ = std::max(longest_stop_, s.size());
 }
 
 std::string TextStream::push(const std::vector<std::int64_t>& tokens) {
   if (stopped_) return "";
-  for (auto t : tokens) ids_.push_back(static_cast<std::int32_t>(t));
-  text_ = tokenizer_.decode(ids_, /*skip_special_tokens=*/true);
+  tokens_ += static_cast<std::int64_t>(tokens.size());
+  text_ += decoder_.push(tokens);
+  return release(/*final=*/false);
+}
+
+std::string TextStream::flush() {
+  if (stopped_) return "";
+  text_ += decoder_.flush();
+  return release(/*final=*/true);
+}
+
+std::string TextStream::release(bool final) {
   // The first stop string that ends anywhere after what was already sent.
   std::size_t cut = std::string::npos;
   const std::size_t from = sent_ > longest_stop_ ? sent_ - longest_stop_ : 0;
@@ -209,26 +220,16 @@ std::string TextStream::push(const std::vector<std::int64_t>& tokens) {
   if (cut != std::string::npos) {
     stopped_ = true;
     text_.resize(std::max(cut, sent_));
-    auto out = text_.substr(sent_);
-    sent_ = text_.size();
-    return out;
   }
-  // Hold back a possible stop-string prefix and an unfinished character.
-  std::size_t safe = text_.size() > longest_stop_ ? text_.size() - (longest_stop_ ? longest_stop_ - 1 : 0) : 0;
-  static const std::string kReplacement = "\xEF\xBF\xBD";
-  if (text_.size() >= kReplacement.size() && text_.compare(text_.size() - 3, 3, kReplacement) == 0)
-    safe = std::min(safe, text_.size() - 3);
-  while (safe > sent_ && safe < text_.size() && (static_cast<unsigned char>(text_[safe]) & 0xC0) == 0x80) --safe;
-  if (safe <= sent_) return "";
-  auto out = text_.substr(sent_, safe - sent_);
-  sent_ = safe;
-  return out;
-}
-
-std::string TextStream::flush() {
-  if (sent_ >= text_.size()) return "";
-  auto out = text_.substr(sent_);
-  sent_ = text_.size();
+  std::size_t end = text_.size();
+  if (!stopped_ && !final && longest_stop_ > 0) {
+    // Hold back a possible stop-string prefix, whole characters only.
+    end = text_.size() > longest_stop_ - 1 ? text_.size() - (longest_stop_ - 1) : 0;
+    while (end > sent_ && end < text_.size() && (static_cast<unsigned char>(text_[end]) & 0xC0) == 0x80) --end;
+  }
+  if (end <= sent_) return "";
+  auto out = text_.substr(sent_, end - sent_);
+  sent_ = end;
   return out;
 }
 

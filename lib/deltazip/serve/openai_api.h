@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -15,6 +16,7 @@
 
 #include "deltazip/serve/engine.h"
 #include "model/chat_template.h"
+#include "model/streaming_decoder.h"
 #include "model/tokenizer.h"
 
 namespace fleet::deltazip {
@@ -62,25 +64,28 @@ std::string plain_chat_prompt(const std::vector<ChatMessage>& messages);
 /// the template refuses the conversation (raise_exception).
 std::string render_chat(const model::ModelChatTemplate& chat, const std::vector<ChatMessage>& messages);
 
-/// Turns generated tokens into text as they arrive: holds back what could
-/// still become a stop string or an incomplete UTF-8 character, and stops at
-/// the first stop string (which is not returned).
+/// Turns generated tokens into text as they arrive: each token decoded after
+/// the prompt (model::StreamingDecoder), holding back what could still become
+/// a stop string or an incomplete UTF-8 character, and stopping at the first
+/// stop string (which is not returned).
 class TextStream {
  public:
-  TextStream(const model::Tokenizer& tokenizer, std::vector<std::string> stop);
+  TextStream(const model::Tokenizer& tokenizer, std::span<const std::int64_t> prompt, std::vector<std::string> stop);
   /// Text that became final with `tokens`.
   std::string push(const std::vector<std::int64_t>& tokens);
   /// What was held back, at the end of generation.
   std::string flush();
   bool stopped() const { return stopped_; }
-  std::int64_t tokens() const { return static_cast<std::int64_t>(ids_.size()); }
+  std::int64_t tokens() const { return tokens_; }
 
  private:
-  const model::Tokenizer& tokenizer_;
+  std::string release(bool final);
+
+  model::StreamingDecoder decoder_;
   std::vector<std::string> stop_;
   std::size_t longest_stop_ = 0;
-  std::vector<std::int32_t> ids_;
-  std::string text_;
+  std::int64_t tokens_ = 0;
+  std::string text_;  ///< decoded so far
   std::size_t sent_ = 0;
   bool stopped_ = false;
 };

@@ -1,0 +1,52 @@
+// Text of generated tokens as they arrive, at a cost per token that does not
+// grow with the sequence. No libtorch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace fleet::model {
+
+class Tokenizer;
+
+/// Decodes each new token in the context of the few tokens before it and
+/// returns only the text it adds: decode(window + new) minus decode(window),
+/// the window being the tokens since the last text that was handed out (the
+/// scheme vLLM and the `tokenizers` library's DecodeStream use). So:
+/// - a generated token's text is what it would be after its context: a
+///   SentencePiece-style tokenizer keeps the leading space of a word that
+///   follows the prompt, which decoding the generated tokens alone drops;
+/// - nothing is handed out while the text ends in an unfinished UTF-8
+///   character (the decoder's U+FFFD), so a character split over byte tokens
+///   arrives whole;
+/// - ids the tokenizer does not know (a model's padded vocabulary rows) have
+///   no text.
+/// The concatenated pieces equal decode(context + generated) past
+/// decode(context) whenever the latter is a prefix of the former.
+class StreamingDecoder {
+ public:
+  /// `context`: the tokens before the first generated one (the prompt; only
+  /// its last few are used).
+  StreamingDecoder(const Tokenizer& tokenizer, std::span<const std::int64_t> context, bool skip_special_tokens);
+
+  /// Text that `ids` complete.
+  std::string push(std::span<const std::int64_t> ids);
+  /// What is still held back (an unfinished character at the end), as the
+  /// decoder writes it; call once generation has ended.
+  std::string flush();
+
+ private:
+  std::string decode(std::size_t from, std::size_t to) const;
+  std::string take(bool final);
+
+  const Tokenizer& tokenizer_;
+  bool skip_special_;
+  std::vector<std::int32_t> ids_;  ///< from the start of the window on
+  std::size_t prefix_ = 0;         ///< window start: context for the next piece
+  std::size_t read_ = 0;           ///< end of the text already handed out
+};
+
+}  // namespace fleet::model
