@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "model/generate.h"
+#include "model/streaming_decoder.h"
 
 namespace fleet::model {
 
@@ -71,8 +72,11 @@ TaskAccuracy evaluate_task(const LlamaModel& model, const Tokenizer& tokenizer, 
   auto outputs = generate(model, prompts, options);
   TaskAccuracy result{synthetic_task_name(task), 0, examples.size()};
   for (std::size_t i = 0; i < examples.size(); ++i) {
-    std::vector<std::int32_t> ids(outputs[i].begin(), outputs[i].end());
-    auto text = tokenizer.decode(ids, true);
+    // Decoded after its prompt: a SentencePiece-style tokenizer drops the
+    // answer's leading space when the answer is decoded alone.
+    StreamingDecoder decoder(tokenizer, prompts[i], /*skip_special_tokens=*/true);
+    auto text = decoder.push(outputs[i]);
+    text += decoder.flush();
     text = text.substr(0, text.find('\n'));
     if (text == examples[i].answer) ++result.correct;
   }
