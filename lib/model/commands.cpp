@@ -80,6 +80,7 @@ int run_init(const InitCommand& c) {
     write_file_atomically(dir / "tokenizer.json", tokenizer_json);
     write_file_atomically(dir / "tokenizer_config.json", tokenizer_config_json(tokenizer, config));
     nlohmann::ordered_json generation = {{"bos_token_id", config.bos_token_id}, {"eos_token_id", config.eos_token_id}};
+    if (!config.more_eos_token_ids.empty()) generation["eos_token_id"] = config.eos_token_ids();
     if (config.pad_token_id >= 0) generation["pad_token_id"] = config.pad_token_id;
     write_file_atomically(dir / "generation_config.json", generation.dump(2) + "\n");
   });

@@ -66,7 +66,7 @@ TaskAccuracy evaluate_task(const LlamaModel& model, const Tokenizer& tokenizer, 
   GenerationOptions options;
   // Enough tokens for the answer even at one token per byte, and the newline.
   options.max_new_tokens = static_cast<std::int64_t>(longest_answer) + 2;
-  options.stop_tokens.push_back(model.config().eos_token_id);
+  options.stop_tokens = model.config().eos_token_ids();
   auto newline = tokenizer.encode("\n", false);
   if (newline.size() == 1) options.stop_tokens.push_back(newline[0]);
   auto outputs = generate(model, prompts, options);

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <numbers>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
@@ -165,10 +166,32 @@ std::int64_t KvCache::bytes() const {
   return total;
 }
 
+namespace {
+
+// Rotary frequencies stretched for a longer context, in float32 as
+// transformers computes them (modeling_rope_utils: linear, llama3).
+torch::Tensor scaled_inverse_frequencies(torch::Tensor inv_freq, const RopeScaling& r) {
+  if (r.type == "default") return inv_freq;
+  if (r.type == "linear") return inv_freq / r.factor;
+  // llama3: wavelengths longer than the original context / low_freq_factor
+  // are stretched by factor, shorter than context / high_freq_factor kept,
+  // and those between blended linearly in context / wavelength.
+  const double context = static_cast<double>(r.original_max_position_embeddings);
+  const double low_freq_wavelen = context / r.low_freq_factor, high_freq_wavelen = context / r.high_freq_factor;
+  auto wavelen = 2 * std::numbers::pi / inv_freq;
+  auto stretched = torch::where(wavelen > low_freq_wavelen, inv_freq / r.factor, inv_freq);
+  auto smooth = (context / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+  auto smoothed = (1 - smooth) * stretched / r.factor + smooth * stretched;
+  auto medium = (wavelen >= high_freq_wavelen).logical_and(wavelen <= low_freq_wavelen);
+  return torch::where(medium, smoothed, stretched);
+}
+
+}  // namespace
+
 LlamaModel::LlamaModel(LlamaConfig config, torch::ScalarType dtype) : config_(std::move(config)), dtype_(dtype) {
   const auto hd = config_.head_dim;
   auto exponent = torch::arange(0, hd, 2, torch::kInt64).to(torch::kFloat32) / static_cast<double>(hd);
-  inv_freq_ = 1.0 / torch::pow(config_.rope_theta, exponent);
+  inv_freq_ = scaled_inverse_frequencies(1.0 / torch::pow(config_.rope_theta, exponent), config_.rope_scaling);
 }
 
 // Fills a model's parameters in the order of expected_shapes() with make(shape).

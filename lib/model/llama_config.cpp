@@ -1,5 +1,7 @@
 #include "model/llama_config.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "common/file_io.h"
 #include "model/tokenizer.h"
@@ -12,6 +14,12 @@ std::int64_t LlamaConfig::parameter_count() const {
   const std::int64_t mlp = 3 * h * intermediate_size;
   const std::int64_t layer = attention + mlp + 2 * h;
   return vocab_size * h * (tie_word_embeddings ? 1 : 2) + num_hidden_layers * layer + h;
+}
+
+std::vector<std::int64_t> LlamaConfig::eos_token_ids() const {
+  std::vector<std::int64_t> ids{eos_token_id};
+  ids.insert(ids.end(), more_eos_token_ids.begin(), more_eos_token_ids.end());
+  return ids;
 }
 
 void LlamaConfig::validate(const std::string& source) const {
@@ -36,9 +44,45 @@ void LlamaConfig::validate(const std::string& source) const {
   if (!(rope_theta > 0)) fail("rope_theta", "must be positive");
   if (torch_dtype != "float32" && torch_dtype != "float16" && torch_dtype != "bfloat16")
     fail("torch_dtype", "must be float32, float16 or bfloat16, got '" + torch_dtype + "'");
-  if (bos_token_id >= vocab_size || eos_token_id >= vocab_size)
-    fail("eos_token_id", "token ids must be below vocab_size");
+  if (bos_token_id >= vocab_size) fail("bos_token_id", "token ids must be below vocab_size");
+  for (auto id : eos_token_ids())
+    if (id < 0 || id >= vocab_size) fail("eos_token_id", "token ids must be 0 to vocab_size - 1, got " + std::to_string(id));
 }
+
+namespace {
+
+RopeScaling parse_rope_scaling(const JsonValue& v) {
+  RopeScaling r;
+  // transformers reads rope_type, and type in configs written before it.
+  auto type = v.find("rope_type");
+  if (!type) type = v.find("type");
+  if (!type) v.fail("rope_scaling needs rope_type (default, linear or llama3)");
+  r.type = type->as<std::string>();
+  if (r.type == "default") return r;
+  if (r.type != "linear" && r.type != "llama3")
+    type->fail("rope_scaling type '" + r.type + "' is not supported (default, linear or llama3)");
+  r.factor = v.get<double>("factor");
+  if (!(r.factor >= 1.0)) v.at("factor").fail("must be at least 1");
+  if (r.type == "llama3") {
+    r.low_freq_factor = v.get<double>("low_freq_factor");
+    r.high_freq_factor = v.get<double>("high_freq_factor");
+    r.original_max_position_embeddings = v.get<std::int64_t>("original_max_position_embeddings");
+    if (!(r.low_freq_factor > 0)) v.at("low_freq_factor").fail("must be positive");
+    if (!(r.high_freq_factor > r.low_freq_factor)) v.at("high_freq_factor").fail("must exceed low_freq_factor");
+    if (r.original_max_position_embeddings <= 0) v.at("original_max_position_embeddings").fail("must be positive");
+  }
+  return r;
+}
+
+// One id or a non-empty list of them.
+std::vector<std::int64_t> token_ids(const JsonValue& v) {
+  if (!v.is_array()) return {v.as<std::int64_t>()};
+  auto ids = v.as<std::vector<std::int64_t>>();
+  if (ids.empty()) v.fail("must list at least one token id");
+  return ids;
+}
+
+}  // namespace
 
 LlamaConfig parse_llama_config(const JsonValue& root) {
   if (auto arch = root.find("architectures")) {
@@ -50,7 +94,6 @@ LlamaConfig parse_llama_config(const JsonValue& root) {
     type->fail("unsupported model_type '" + type->as<std::string>() + "' (only llama is supported)");
   if (auto act = root.find("hidden_act"); act && act->as<std::string>() != "silu")
     act->fail("unsupported activation '" + act->as<std::string>() + "' (only silu is supported)");
-  if (auto scaling = root.find("rope_scaling")) scaling->fail("rope_scaling is not supported");
   for (const char* bias : {"attention_bias", "mlp_bias"})
     if (auto b = root.find(bias); b && b->as<bool>()) b->fail("biases are not supported");
   if (auto tp = root.find("pretraining_tp"); tp && tp->as<int>() != 1) tp->fail("pretraining_tp must be 1");
@@ -68,12 +111,16 @@ LlamaConfig parse_llama_config(const JsonValue& root) {
   c.rms_norm_eps = root.get_or<double>("rms_norm_eps", c.rms_norm_eps);
   c.rope_theta = root.get_or<double>("rope_theta", c.rope_theta);
   c.max_position_embeddings = root.get_or<std::int64_t>("max_position_embeddings", c.max_position_embeddings);
+  if (auto scaling = root.find("rope_scaling")) c.rope_scaling = parse_rope_scaling(*scaling);
   c.tie_word_embeddings = root.get_or<bool>("tie_word_embeddings", false);
   c.torch_dtype = root.get_or<std::string>("torch_dtype", c.torch_dtype);
   c.initializer_range = root.get_or<double>("initializer_range", c.initializer_range);
-  // Some configs list several end-of-sequence ids; the first one ends generation here.
+  // Some configs list several end-of-sequence ids (Llama 3: end of text, end
+  // of turn); any of them ends generation, the first is what training appends.
   if (auto eos = root.find("eos_token_id")) {
-    c.eos_token_id = eos->is_array() ? eos->at(std::size_t{0}).as<std::int64_t>() : eos->as<std::int64_t>();
+    auto ids = token_ids(*eos);
+    c.eos_token_id = ids.front();
+    c.more_eos_token_ids.assign(ids.begin() + 1, ids.end());
   }
   c.bos_token_id = root.get_or<std::int64_t>("bos_token_id", c.bos_token_id);
   c.pad_token_id = root.get_or<std::int64_t>("pad_token_id", -1);
@@ -95,6 +142,36 @@ std::filesystem::path model_weights_path(const std::filesystem::path& dir) {
   throw InputError(dir.string() + ": no model.safetensors or model.safetensors.index.json");
 }
 
+namespace {
+
+nlohmann::ordered_json rope_scaling_json(const RopeScaling& r) {
+  if (r.type == "default") return nullptr;
+  nlohmann::ordered_json j = {{"rope_type", r.type}, {"factor", r.factor}};
+  if (r.type == "llama3") {
+    j["low_freq_factor"] = r.low_freq_factor;
+    j["high_freq_factor"] = r.high_freq_factor;
+    j["original_max_position_embeddings"] = r.original_max_position_embeddings;
+  }
+  return j;
+}
+
+}  // namespace
+
+std::vector<std::int64_t> end_of_sequence_ids(const std::filesystem::path& model_dir, const LlamaConfig& config) {
+  auto ids = config.eos_token_ids();
+  const auto path = model_dir / "generation_config.json";
+  if (!std::filesystem::is_regular_file(path)) return ids;
+  auto doc = load_json_file(path);
+  if (auto eos = doc.root().find("eos_token_id")) {
+    for (auto id : token_ids(*eos)) {
+      if (id < 0 || id >= config.vocab_size)
+        eos->fail("token id " + std::to_string(id) + " is outside the vocabulary (" + std::to_string(config.vocab_size) + ")");
+      if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+    }
+  }
+  return ids;
+}
+
 std::string llama_config_json(const LlamaConfig& c) {
   nlohmann::ordered_json j = {
       {"architectures", {"LlamaForCausalLM"}},
@@ -109,7 +186,7 @@ std::string llama_config_json(const LlamaConfig& c) {
       {"hidden_act", "silu"},
       {"rms_norm_eps", c.rms_norm_eps},
       {"rope_theta", c.rope_theta},
-      {"rope_scaling", nullptr},
+      {"rope_scaling", rope_scaling_json(c.rope_scaling)},
       {"max_position_embeddings", c.max_position_embeddings},
       {"tie_word_embeddings", c.tie_word_embeddings},
       {"attention_bias", false},
@@ -118,7 +195,8 @@ std::string llama_config_json(const LlamaConfig& c) {
       {"pretraining_tp", 1},
       {"initializer_range", c.initializer_range},
       {"bos_token_id", c.bos_token_id},
-      {"eos_token_id", c.eos_token_id},
+      {"eos_token_id", c.more_eos_token_ids.empty() ? nlohmann::ordered_json(c.eos_token_id)
+                                                    : nlohmann::ordered_json(c.eos_token_ids())},
       {"torch_dtype", c.torch_dtype},
       {"use_cache", true},
   };

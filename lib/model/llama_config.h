@@ -11,6 +11,19 @@
 
 namespace fleet::model {
 
+/// Rotary position scaling, config.json's rope_scaling: how a model trained
+/// on a shorter context stretches its rotary frequencies (as transformers'
+/// rope_type of the same names computes them).
+struct RopeScaling {
+  std::string type = "default";  ///< default (none), linear or llama3
+  double factor = 1.0;           ///< linear, llama3: how much longer the context is
+  /// llama3 (Llama 3.1 and later): wavelengths above original / low_freq_factor
+  /// are stretched by factor, those below original / high_freq_factor kept,
+  /// and those between blended.
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;
+  std::int64_t original_max_position_embeddings = 8192;
+};
+
 struct LlamaConfig {
   std::int64_t vocab_size = 0;
   std::int64_t hidden_size = 0;
@@ -21,14 +34,20 @@ struct LlamaConfig {
   std::int64_t head_dim = 0;             ///< hidden_size / num_attention_heads unless given
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
   std::int64_t max_position_embeddings = 2048;
   bool tie_word_embeddings = false;
   std::string torch_dtype = "float32";   ///< float32, float16 or bfloat16: the stored weights
   double initializer_range = 0.02;
   std::int64_t bos_token_id = 1;
-  std::int64_t eos_token_id = 2;
+  std::int64_t eos_token_id = 2;         ///< end of sequence (what training appends)
+  /// Further ids that end a sequence: config.json may list several, as
+  /// Llama 3 does (end of text, end of turn); the first is eos_token_id.
+  std::vector<std::int64_t> more_eos_token_ids;
   std::int64_t pad_token_id = -1;        ///< -1: none
 
+  /// eos_token_id, then more_eos_token_ids.
+  std::vector<std::int64_t> eos_token_ids() const;
   /// Parameters of the whole model (embeddings, layers, norms, LM head unless tied).
   std::int64_t parameter_count() const;
   /// Throws InputError naming the field when the values are inconsistent.
@@ -37,8 +56,15 @@ struct LlamaConfig {
 
 /// Reads a config.json (a file, or a model folder holding one). InputError for
 /// another architecture, a missing field, or a value this implementation does
-/// not support (rope_scaling, attention/MLP biases, activations other than SiLU).
+/// not support (rope_scaling other than linear and llama3, attention/MLP
+/// biases, activations other than SiLU).
 LlamaConfig load_llama_config(const std::filesystem::path& path);
+/// The ids that end generation for the model in `model_dir`: config.json's
+/// end-of-sequence ids, then those of generation_config.json when the folder
+/// has one (as transformers' generate and vLLM stop on either). InputError
+/// naming generation_config.json when it is malformed or lists an id outside
+/// the vocabulary.
+std::vector<std::int64_t> end_of_sequence_ids(const std::filesystem::path& model_dir, const LlamaConfig& config);
 /// The weights of a model folder: model.safetensors.index.json when sharded,
 /// else model.safetensors; InputError when neither exists.
 std::filesystem::path model_weights_path(const std::filesystem::path& dir);

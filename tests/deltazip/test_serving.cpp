@@ -284,6 +284,46 @@ TEST_F(Serving, RefusesWhatItCannotServe) {
   EXPECT_EQ(with([](GenerationRequest& g) { g.model = "base"; }), 503);
 }
 
+// Llama 3 Instruct ends a turn with a second end-of-sequence id, listed in
+// generation_config.json (and config.json): generation stops at any of them.
+TEST_F(Serving, StopsAtEveryEndOfSequenceId) {
+  torch::NoGradGuard no_grad;
+  testing::TempDir dir;
+  const auto folder = dir.path() / "base";
+  std::filesystem::copy(path("base"), folder, std::filesystem::copy_options::recursive);
+  model::GenerationOptions g;
+  g.max_new_tokens = 8;
+  g.stop_tokens = {model::llama_preset("tiny").eos_token_id};
+  // A prompt whose free run has a token at k >= 1 that did not occur before
+  // it: listed as an end of sequence, it ends the sequence there.
+  const auto base = LlamaModel::load(folder);
+  std::vector<std::int64_t> prompt, free_run;
+  std::size_t k = 0;
+  for (const auto& candidate : prompts()) {
+    prompt = candidate;
+    free_run = model::generate(base, {prompt}, g)[0];
+    for (k = 1; k < free_run.size(); ++k)
+      if (std::find(free_run.begin(), free_run.begin() + static_cast<std::ptrdiff_t>(k), free_run[k]) ==
+          free_run.begin() + static_cast<std::ptrdiff_t>(k))
+        break;
+    if (k < free_run.size()) break;
+  }
+  ASSERT_LT(k, free_run.size());
+  write_file_atomically(folder / "generation_config.json",
+                        "{\"eos_token_id\": [" + std::to_string(g.stop_tokens[0]) + ", " + std::to_string(free_run[k]) + "]}");
+  auto o = options(ServeMode::kDelta);
+  o.base = folder;
+  Engine engine(o);
+  EXPECT_EQ(engine.end_of_sequence_ids(), (std::vector<std::int64_t>{g.stop_tokens[0], free_run[k]}));
+  GenerationRequest r;
+  r.model = "base";
+  r.prompt = prompt;
+  r.max_tokens = 8;
+  auto stream = engine.submit(r);
+  auto got = collect(stream);
+  EXPECT_EQ(got, std::vector<std::int64_t>(free_run.begin(), free_run.begin() + static_cast<std::ptrdiff_t>(k)));
+}
+
 TEST_F(Serving, DeltaMemoryKeepsOneVariantAndEvictsTheLeastRecentlyUsed) {
   auto o = options(ServeMode::kDelta);
   {

@@ -2,7 +2,8 @@
 """Our Llama against transformers' LlamaForCausalLM in float32.
 
 For random tiny configs (grouped-query and multi-head attention, tied and
-untied embeddings, sharded and bfloat16 checkpoints): transformers builds and
+untied embeddings, sharded and bfloat16 checkpoints, linear and Llama 3.1
+rotary scaling): transformers builds and
 saves the model, we load it and compute logits of a full forward and of
 prefill + KV-cache decode; both must match transformers' logits within 1e-4
 relative. Then we write a random model and transformers loads it: same logits.
@@ -31,6 +32,14 @@ CONFIGS = [
          num_key_value_heads=4, tie_word_embeddings=False, rms_norm_eps=1e-5, shard="20KB"),
     dict(name="gqa-bf16", hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
          num_key_value_heads=1, tie_word_embeddings=False, dtype=torch.bfloat16),
+    # Llama 3.1's rotary scaling: with head_dim 24 and an original context of
+    # 32, frequencies fall in all three bands (kept, blended, stretched).
+    dict(name="llama3-rope", hidden_size=96, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+         num_key_value_heads=2, tie_word_embeddings=True,
+         rope_scaling={"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                       "original_max_position_embeddings": 32}),
+    dict(name="linear-rope", hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+         num_key_value_heads=4, tie_word_embeddings=False, rope_scaling={"type": "linear", "factor": 3.0}),
 ]
 
 
@@ -96,10 +105,15 @@ def check_saving(tmp):
     with open(config_path, "w") as f:
         json.dump({"vocab_size": 150, "hidden_size": 40, "intermediate_size": 72, "num_hidden_layers": 2,
                    "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": True,
-                   "initializer_range": 0.3}, f)
+                   "initializer_range": 0.3, "eos_token_id": [2, 5],
+                   "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                    "high_freq_factor": 2.0, "original_max_position_embeddings": 64}}, f)
     folder = os.path.join(tmp, "ours")
     run_helper("random", config_path, "1234", folder)
     model = LlamaForCausalLM.from_pretrained(folder, torch_dtype=torch.float32).eval()
+    if model.config.rope_scaling.get("rope_type") != "llama3" or model.config.eos_token_id != [2, 5]:
+        print(f"saved config read back by transformers differs: {model.config}")
+        return 1
     tokens = torch.randint(0, 150, (1, 17), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         ref = model(tokens).logits[0]

@@ -134,6 +134,7 @@ struct Engine::State {
   std::shared_ptr<const LlamaModel> base;
   model::Tokenizer tokenizer;
   std::optional<model::ModelChatTemplate> chat_template;
+  std::vector<std::int64_t> stop_ids;  ///< ids that end a sequence
   std::string identity;
   std::int64_t context = 0;
   std::uint64_t base_bytes = 0;
@@ -236,6 +237,13 @@ Engine::Engine(EngineOptions options) {
     // Serving completions does not need it: say why and chat with the plain template.
     spdlog::warn("{}; chat requests use the plain template (docs/serving.md)", e.what());
   }
+  // config.json's and generation_config.json's end-of-sequence ids, and the
+  // chat template's end token (Llama 3 Instruct ends a turn with <|eot_id|>).
+  s.stop_ids = model::end_of_sequence_ids(s.options.base, s.base->config());
+  if (s.chat_template && !s.chat_template->eos_token.empty())
+    if (auto id = s.tokenizer.token_id(s.chat_template->eos_token);
+        id && std::find(s.stop_ids.begin(), s.stop_ids.end(), *id) == s.stop_ids.end())
+      s.stop_ids.push_back(*id);
   s.base_bytes = model_bytes(*s.base);
   const auto limit = s.base->config().max_position_embeddings;
   if (s.options.max_context < 0) throw UsageError("--max-context must be positive");
@@ -633,7 +641,7 @@ void Engine::State::run_rows(StepRows& rows, std::int64_t width, bool decode) {
     const auto token = seq->sampler.next({scores, static_cast<std::size_t>(logits.size(1))});
     if (seq->generated == 0) metrics.observe("dz_time_to_first_token_seconds", seconds_since(seq->arrived));
     seq->generated++;
-    if (token == base->config().eos_token_id) {
+    if (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
       seq->done = true;
       seq->done_reason = "stop";
       continue;
@@ -729,6 +737,7 @@ const model::ModelChatTemplate* Engine::chat_template() const {
 const std::string& Engine::base_name() const { return state_->options.base_name; }
 std::int64_t Engine::max_context() const { return state_->context; }
 std::int64_t Engine::eos_token_id() const { return state_->base->config().eos_token_id; }
+const std::vector<std::int64_t>& Engine::end_of_sequence_ids() const { return state_->stop_ids; }
 std::int64_t Engine::bos_token_id() const { return state_->base->config().bos_token_id; }
 MetricsRegistry& Engine::metrics() { return state_->metrics; }
 

@@ -121,6 +121,9 @@ class Engine {
   const std::string& base_name() const;
   std::int64_t max_context() const;
   std::int64_t eos_token_id() const;
+  /// Every id that ends a sequence: config.json's end-of-sequence ids, those
+  /// of generation_config.json, and the chat template's eos_token.
+  const std::vector<std::int64_t>& end_of_sequence_ids() const;
   std::int64_t bos_token_id() const;
 
   /// Prometheus text of every metric.
