@@ -7,6 +7,7 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include "common/atomic_file.h"
@@ -285,7 +286,8 @@ TEST_F(Serving, RefusesWhatItCannotServe) {
 }
 
 // Llama 3 Instruct ends a turn with a second end-of-sequence id, listed in
-// generation_config.json (and config.json): generation stops at any of them.
+// generation_config.json (and config.json) and named by the chat template's
+// eos_token: generation stops at any of them.
 TEST_F(Serving, StopsAtEveryEndOfSequenceId) {
   torch::NoGradGuard no_grad;
   testing::TempDir dir;
@@ -313,15 +315,26 @@ TEST_F(Serving, StopsAtEveryEndOfSequenceId) {
                         "{\"eos_token_id\": [" + std::to_string(g.stop_tokens[0]) + ", " + std::to_string(free_run[k]) + "]}");
   auto o = options(ServeMode::kDelta);
   o.base = folder;
-  Engine engine(o);
-  EXPECT_EQ(engine.end_of_sequence_ids(), (std::vector<std::int64_t>{g.stop_tokens[0], free_run[k]}));
+  const std::vector<std::int64_t> until_k(free_run.begin(), free_run.begin() + static_cast<std::ptrdiff_t>(k));
   GenerationRequest r;
   r.model = "base";
   r.prompt = prompt;
   r.max_tokens = 8;
-  auto stream = engine.submit(r);
-  auto got = collect(stream);
-  EXPECT_EQ(got, std::vector<std::int64_t>(free_run.begin(), free_run.begin() + static_cast<std::ptrdiff_t>(k)));
+  {
+    Engine engine(o);
+    EXPECT_EQ(engine.end_of_sequence_ids(), (std::vector<std::int64_t>{g.stop_tokens[0], free_run[k]}));
+    EXPECT_EQ(collect(engine.submit(r)), until_k);
+  }
+  // The same id as the chat template's eos_token (tokenizer_config.json).
+  std::filesystem::remove(folder / "generation_config.json");
+  const auto tokenizer = model::Tokenizer::load(folder);
+  write_file_atomically(folder / "tokenizer_config.json",
+                        nlohmann::json{{"chat_template", "{{ messages[0]['content'] }}"},
+                                       {"eos_token", tokenizer.token(static_cast<std::int32_t>(free_run[k]))}}
+                            .dump());
+  Engine engine(o);
+  EXPECT_EQ(engine.end_of_sequence_ids(), (std::vector<std::int64_t>{g.stop_tokens[0], free_run[k]}));
+  EXPECT_EQ(collect(engine.submit(r)), until_k);
 }
 
 TEST_F(Serving, DeltaMemoryKeepsOneVariantAndEvictsTheLeastRecentlyUsed) {
