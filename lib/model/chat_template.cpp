@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <ctime>
 #include <functional>
 #include <map>
 #include <ranges>
@@ -916,8 +917,11 @@ class Renderer {
     switch (e.kind) {
       case Expr::kLiteral: return e.value;
       case Expr::kName: {
-        const json* v = find(e.name);
-        return v ? *v : undefined();
+        if (const json* v = find(e.name)) return *v;
+        // The global functions are defined (templates test `strftime_now is defined`).
+        for (const char* f : {"raise_exception", "namespace", "range", "strftime_now"})
+          if (e.name == f) return "<function " + e.name + ">";
+        return undefined();
       }
       case Expr::kList: {
         json out = json::array();
@@ -966,7 +970,19 @@ class Renderer {
             for (auto i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(i);
             return out;
           }
-          if (callee.name == "strftime_now") return "";
+          if (callee.name == "strftime_now") {
+            // transformers' global: datetime.now().strftime(format) (Llama 3.2
+            // puts "Today Date: 02 Dec 2026" into its system prompt).
+            if (args.size() != 1 || !args[0].is_string()) fail("strftime_now takes one format string");
+            const auto format = args[0].get<std::string>();
+            const std::time_t now = std::time(nullptr);
+            std::tm local{};
+            localtime_r(&now, &local);
+            char buffer[256];
+            const auto n = format.size() < 64 ? std::strftime(buffer, sizeof buffer, format.c_str(), &local) : 0;
+            if (n == 0 && !format.empty()) fail("strftime_now: format '" + format + "' is empty or too long");
+            return std::string(buffer, n);
+          }
         }
         fail("unsupported call");
       }

@@ -8,6 +8,7 @@ variables, filters and whitespace control.
 
 Usage: check_chat_templates.py TOKENIZER_HELPER
 """
+import datetime
 import json
 import subprocess
 import sys
@@ -103,6 +104,17 @@ TEMPLATES = {
         "{{- '|' ~ {'a': 'é', 'b': [1, {'c': none}]} | tojson }}"
         "{{- '|' ~ ['x', 'y'] | reject('in', 'xz') | list | tojson ~ ' ' ~ (messages | selectattr('role', 'ne', 'user') | list | length) }}"
     ),
+    # Today's date in the system prompt, as Llama 3.2's template writes it.
+    "dated": (
+        "{{- bos_token }}\n"
+        "{%- if not date_string is defined %}\n"
+        "    {%- if strftime_now is defined %}{%- set date_string = strftime_now('%d %b %Y') %}\n"
+        "    {%- else %}{%- set date_string = '26 Jul 2024' %}{%- endif %}\n"
+        "{%- endif %}\n"
+        "{{- '<|start_header_id|>system<|end_header_id|>\\n\\nToday Date: ' + date_string + '<|eot_id|>' }}\n"
+        "{%- for message in messages %}{{- '<|start_header_id|>' + message.role + '<|end_header_id|>\\n\\n' + message.content + '<|eot_id|>' }}{%- endfor %}\n"
+        "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
+    ),
     "misc": (
         "{# a comment #}{% set roles = {'user': 'Q', 'assistant': 'A'} %}"
         "{% for m in messages %}{{ roles.get(m.role, 'S') }}{{ ': ' }}"
@@ -133,6 +145,7 @@ def reference(template, variables):
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
     env.filters["tojson"] = tojson  # transformers replaces Jinja's (which escapes HTML and sorts keys)
     try:
         return env.from_string(template).render(**variables)
@@ -151,7 +164,12 @@ for name, template in TEMPLATES.items():
                                         "bos_token": "<s>", "eos_token": "</s>"}})
 with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
     json.dump(cases, f)
-ours = json.loads(subprocess.run([sys.argv[1], "--chat", f.name], check=True, capture_output=True, text=True).stdout)
+# Rendered again if the date changed meanwhile ("dated" prints today's date).
+for attempt in range(2):
+    day = datetime.date.today()
+    ours = json.loads(subprocess.run([sys.argv[1], "--chat", f.name], check=True, capture_output=True, text=True).stdout)
+    if datetime.date.today() == day:
+        break
 failures = 0
 for case, got in zip(cases, ours):
     want = reference(case["template"], case["variables"])
