@@ -138,7 +138,7 @@ CONVERSATIONS = [
 
 
 def reference(template, variables):
-    # What transformers 4.44 does in apply_chat_template.
+    # What transformers does in apply_chat_template (4.44; strftime_now since 4.45).
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
     def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
