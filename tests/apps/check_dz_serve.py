@@ -9,7 +9,8 @@ together from their deltas answer exactly (greedy) what the reconstruction
 answers alone, also under concurrency; completions, chat, streaming and the
 models list through `openai`; /metrics parsed by prometheus_client; 64
 concurrent clients without a failure; bad requests are 4xx in OpenAI's error
-shape and the server keeps serving; load_delta / unload_delta; a client that
+shape and the server keeps serving; load_delta / unload_delta; a base
+configured like Llama 3.1 answers and stops as transformers does; a client that
 disconnects mid-stream frees its slot; SIGTERM refuses new requests, finishes
 the one in flight and exits 0.
 """
@@ -113,6 +114,51 @@ def make_fine_tune(base, out, seed):
 def greedy(server, model, prompt, max_tokens=24):
     r = server.client.completions.create(model=model, prompt=prompt, max_tokens=max_tokens, temperature=0)
     return r.choices[0].text, r.usage.completion_tokens
+
+
+def check_llama3_style(tmp, servers):
+    """A base configured like Llama 3.1 (rope_scaling llama3, several end-of-sequence ids):
+    served greedily, it answers what transformers' model of the same folder answers, and
+    stops where transformers' generate stops."""
+    from transformers import GenerationConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    config = {"vocab_size": 260, "hidden_size": 96, "intermediate_size": 160, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 128,
+              "rope_theta": 10000.0, "bos_token_id": 1, "eos_token_id": [2, 3], "initializer_range": 0.3,
+              "rope_scaling": {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                               "original_max_position_embeddings": 32}}
+    (tmp / "l3-config.json").write_text(json.dumps(config))
+    run(BIN / "sailor-run", "-q", "init", "--config", tmp / "l3-config.json", "--seed", "4", "-o", tmp / "l3")
+    hf = LlamaForCausalLM.from_pretrained(str(tmp / "l3"), torch_dtype=torch.float32).eval()
+    prompt = [1] + list(range(60, 70))
+    ids, decided = list(prompt), 0
+    with torch.no_grad():
+        for _ in range(40):
+            logits = hf(torch.tensor([ids])).logits[0, -1]
+            top2 = torch.topk(logits, 2).values
+            if decided == len(ids) - len(prompt) and top2[0] - top2[1] >= 1e-3:
+                decided += 1
+            ids.append(int(torch.argmax(logits)))
+    generated = ids[len(prompt):]
+    # The last token within the decided steps that had not occurred before becomes a
+    # third end-of-sequence id, in generation_config.json.
+    firsts = [i for i in range(1, decided) if generated[i] not in generated[:i] and generated[i] not in (2, 3)]
+    check(decided >= 12 and firsts, f"llama3-style base: {decided} decided steps, new tokens at {firsts}")
+    if not firsts:
+        return
+    k = firsts[-1]
+    (tmp / "l3" / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": [2, generated[k]]}))
+    with torch.no_grad():
+        hf_out = hf.generate(torch.tensor([prompt]), generation_config=GenerationConfig.from_pretrained(str(tmp / "l3")),
+                             max_new_tokens=40, do_sample=False)[0].tolist()
+    check(hf_out[len(prompt):] == generated[:k + 1], f"transformers' generate {hf_out[len(prompt):]}, "
+          f"expected to stop at {generated[k]} after {generated[:k]}")
+    server = Server(tmp, "llama3", "--base", tmp / "l3", "--max-context", 128)
+    servers.append(server)
+    r = server.client.completions.create(model="l3", prompt=prompt, max_tokens=40, temperature=0)
+    want = PreTrainedTokenizerFast.from_pretrained(str(tmp / "l3")).decode(generated[:k], skip_special_tokens=True)
+    check(r.choices[0].text == want and r.choices[0].finish_reason == "stop",
+          f"llama3-style base: served {r.choices[0].text!r} ({r.choices[0].finish_reason}), "
+          f"transformers {want!r} then end of sequence")
 
 
 def main():
@@ -313,6 +359,8 @@ def main():
         check(s.sample("dz_resident_bytes", {"part": "deltas"}) > 0, "resident delta bytes not reported")
         check(max(s.sample("dz_batch_size", {"le": le}, "_bucket") for le in ("1.0",)) <
               s.sample("dz_batch_size", suffix="_count"), "no step ever batched several sequences")
+
+        check_llama3_style(tmp, servers)
 
         # A small model that decodes slowly enough to interrupt: disconnect, then SIGTERM.
         run(BIN / "sailor-run", "-q", "init", "--preset", "small", "--seed", "3", "-o", tmp / "small")
