@@ -159,6 +159,8 @@ def check_llama3_style(tmp, servers):
     check(r.choices[0].text == want and r.choices[0].finish_reason == "stop",
           f"llama3-style base: served {r.choices[0].text!r} ({r.choices[0].finish_reason}), "
           f"transformers {want!r} then end of sequence")
+    # The end-of-sequence token counts, as OpenAI and vLLM count it.
+    check(r.usage.completion_tokens == k + 1, f"llama3-style base: usage {r.usage}, {k} tokens and the end")
 
 
 def main():
@@ -341,7 +343,7 @@ def main():
                 model = ("ft1", "ft2", "base")[(i + j) % 3]
                 r = s.client.completions.create(model=model, prompt=f"client {i} request {j}", max_tokens=6,
                                                 temperature=0.7, seed=i * 10 + j)
-                # A sampled reply may end at once with end-of-sequence (no tokens): still a success.
+                # A sampled reply may end at once with end-of-sequence (no text): still a success.
                 ok += r.choices[0].finish_reason in ("stop", "length") and r.usage.completion_tokens <= 6
             return ok
         with concurrent.futures.ThreadPoolExecutor(64) as pool:

@@ -176,6 +176,13 @@ class Frontend {
             {"model", p.model}, {"system_fingerprint", nullptr}};
   }
 
+  // The tokens generated, the end-of-sequence token included as OpenAI and
+  // vLLM count it (the engine ends with "stop" only at one; a stop string is
+  // the text's own).
+  static std::int64_t completion_tokens(const TextStream& text, const RequestStream::Update& last) {
+    return text.tokens() + (last.finish_reason == "stop" && !text.stopped() ? 1 : 0);
+  }
+
   static json usage(std::int64_t prompt, std::int64_t completion) {
     return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
   }
@@ -222,7 +229,7 @@ class Frontend {
       const std::string reason = text->stopped() || u.finish_reason == "stop" ? "stop" : "length";
       auto body = envelope(p, id, false);
       body["choices"] = json::array({choice(p, out, reason, false)});
-      body["usage"] = usage(stream->prompt_tokens(), text->tokens());
+      body["usage"] = usage(stream->prompt_tokens(), completion_tokens(*text, u));
       send_json(res, 200, body);
       return;
     }
@@ -266,7 +273,7 @@ class Frontend {
               if (p.include_usage) {
                 auto tail = envelope(p, id, true);
                 tail["choices"] = json::array();
-                tail["usage"] = usage(stream->prompt_tokens(), text->tokens());
+                tail["usage"] = usage(stream->prompt_tokens(), completion_tokens(*text, u));
                 if (!write(sse(tail))) return false;
               }
             }
