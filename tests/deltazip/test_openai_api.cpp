@@ -39,7 +39,8 @@ TEST(OpenAiRequests, CompletionFieldsAreRead) {
   EXPECT_EQ(parse(R"({"model": "m", "prompt": "x", "stop": "."})").stop, std::vector<std::string>{"."});
   auto q = parse(R"({"model": "m", "prompt": "x", "frequency_penalty": -0.5, "presence_penalty": 1.5,
                      "logit_bias": {"7": -100, "12": 2.5}, "tools": [], "tool_choice": "none",
-                     "response_format": {"type": "text"}})");
+                     "response_format": {"type": "text"}, "suffix": "", "top_logprobs": 0, "functions": [],
+                     "function_call": "none", "modalities": ["text"], "audio": null, "user": "u1"})");
   EXPECT_EQ(q.frequency_penalty, -0.5);
   EXPECT_EQ(q.presence_penalty, 1.5);
   EXPECT_EQ(q.logit_bias, (std::vector<std::pair<std::int64_t, float>>{{12, 2.5f}, {7, -100.0f}}));
@@ -96,6 +97,12 @@ TEST(OpenAiRequests, InvalidBodiesAre400sNamingTheParameter) {
       {R"({"model": "m", "prompt": "x", "tools": [{"type": "function", "function": {"name": "f"}}]})", "tools"},
       {R"({"model": "m", "prompt": "x", "tool_choice": "auto"})", "tool_choice"},
       {R"({"model": "m", "prompt": "x", "response_format": {"type": "json_object"}})", "response_format"},
+      {R"({"model": "m", "prompt": "x", "top_logprobs": 2})", "top_logprobs"},
+      {R"({"model": "m", "prompt": "x", "suffix": " end"})", "suffix"},
+      {R"({"model": "m", "prompt": "x", "functions": [{"name": "f", "parameters": {}}]})", "functions"},
+      {R"({"model": "m", "prompt": "x", "function_call": "auto"})", "function_call"},
+      {R"({"model": "m", "prompt": "x", "modalities": ["text", "audio"]})", "modalities"},
+      {R"({"model": "m", "prompt": "x", "audio": {"voice": "alloy", "format": "wav"}})", "audio"},
   };
   for (const auto& [body, param] : cases) {
     auto [status, got] = failure(body);

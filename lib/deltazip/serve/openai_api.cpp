@@ -146,6 +146,22 @@ CompletionParams parse_completion_request(std::string_view body_text, bool chat,
   if (auto lp = body.find("logprobs"); lp != body.end() && !lp->is_null() && !(lp->is_boolean() && !lp->get<bool>()))
     bad("logprobs are not supported", "logprobs");
   if (bool_field(body, "echo")) bad("echo is not supported", "echo");
+  if (auto top = body.find("top_logprobs"); top != body.end() && !top->is_null() && integer_field(*top, "top_logprobs") != 0)
+    bad("logprobs are not supported", "top_logprobs");
+  if (auto suffix = body.find("suffix"); suffix != body.end() && !suffix->is_null() &&
+                                         !(suffix->is_string() && suffix->get_ref<const std::string&>().empty()))
+    bad("suffix (inserting text) is not supported", "suffix");
+  // The function-calling API before tools, and output other than text.
+  if (auto functions = body.find("functions");
+      functions != body.end() && !functions->is_null() && !(functions->is_array() && functions->empty()))
+    bad("functions (function calling) are not supported", "functions");
+  if (auto call = body.find("function_call"); call != body.end() && !call->is_null() && *call != "none")
+    bad("function_call is not supported", "function_call");
+  if (auto modalities = body.find("modalities");
+      modalities != body.end() && !modalities->is_null() && *modalities != nlohmann::json::array({"text"}))
+    bad("only text output is supported", "modalities");
+  if (auto audio = body.find("audio"); audio != body.end() && !audio->is_null())
+    bad("audio output is not supported", "audio");
   if (auto stop = body.find("stop"); stop != body.end() && !stop->is_null()) {
     if (stop->is_string()) {
       p.stop.push_back(stop->get<std::string>());
