@@ -166,6 +166,7 @@ TEST(TextStreams, StopStringEndsTheTextWhereverTheTokensSplitIt) {
     out += stream.flush();
     EXPECT_TRUE(stream.stopped());
     EXPECT_EQ(out, "Hello world. ") << "chunk " << chunk;
+    EXPECT_EQ(stream.tokens(), 16) << "chunk " << chunk;  // up to the D of END
   }
   TextStream plain(tokenizer, {}, {});
   EXPECT_EQ(plain.push(bytes_as_tokens("caf")), "caf");

@@ -213,10 +213,16 @@ TextStream::TextStream(const model::Tokenizer& tokenizer, std::span<const std::i
 }
 
 std::string TextStream::push(const std::vector<std::int64_t>& tokens) {
-  if (stopped_) return "";
-  tokens_ += static_cast<std::int64_t>(tokens.size());
-  text_ += decoder_.push(tokens);
-  return release(/*final=*/false);
+  // Token by token, so that a stop string ends the count at the token that
+  // completed it, however the tokens arrived.
+  std::string out;
+  for (auto token : tokens) {
+    if (stopped_) break;
+    ++tokens_;
+    text_ += decoder_.push(std::span<const std::int64_t>(&token, 1));
+    out += release(/*final=*/false);
+  }
+  return out;
 }
 
 std::string TextStream::flush() {

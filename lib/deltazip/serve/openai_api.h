@@ -76,6 +76,7 @@ class TextStream {
   /// What was held back, at the end of generation.
   std::string flush();
   bool stopped() const { return stopped_; }
+  /// Tokens pushed, up to the one that completed a stop string.
   std::int64_t tokens() const { return tokens_; }
 
  private:
