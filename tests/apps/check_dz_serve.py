@@ -10,7 +10,8 @@ answers alone, also under concurrency; completions, chat, streaming and the
 models list through `openai`; /metrics parsed by prometheus_client; 64
 concurrent clients without a failure; bad requests are 4xx in OpenAI's error
 shape and the server keeps serving; load_delta / unload_delta; a base
-configured like Llama 3.1 answers and stops as transformers does; a client that
+configured like Llama 3.1 with a SentencePiece-style tokenizer answers and
+stops as transformers does; a client that
 disconnects mid-stream frees its slot; SIGTERM refuses new requests, finishes
 the one in flight and exits 0.
 """
@@ -116,46 +117,91 @@ def greedy(server, model, prompt, max_tokens=24):
     return r.choices[0].text, r.usage.completion_tokens
 
 
+def sentencepiece_style_tokenizer(path):
+    """A Llama-2-style tokenizer (Metaspace, byte fallback) trained here with `tokenizers`:
+    decoding drops a leading space, so a completion's text depends on its context."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    corpus = ["the quick brown fox jumps over the lazy dog and the cat sat on the mat"] * 50
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=120, special_tokens=["<unk>", "<s>", "</s>"],
+                                                        show_progress=False))
+    spec = json.loads(tok.to_str())
+    for b in range(256):  # SentencePiece keeps a token per byte
+        spec["model"]["vocab"].setdefault("<0x%02X>" % b, len(spec["model"]["vocab"]))
+    tok = Tokenizer.from_str(json.dumps(spec))
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    tok.save(str(path))
+    return tok
+
+
 def check_llama3_style(tmp, servers):
-    """A base configured like Llama 3.1 (rope_scaling llama3, several end-of-sequence ids):
-    served greedily, it answers what transformers' model of the same folder answers, and
-    stops where transformers' generate stops."""
-    from transformers import GenerationConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-    config = {"vocab_size": 260, "hidden_size": 96, "intermediate_size": 160, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 128,
-              "rope_theta": 10000.0, "bos_token_id": 1, "eos_token_id": [2, 3], "initializer_range": 0.3,
+    """A base configured like Llama 3.1 (rope_scaling llama3, several end-of-sequence ids)
+    with a SentencePiece-style tokenizer: served greedily, it answers what transformers'
+    model of the same folder answers (the text decoded after the prompt, as transformers
+    decodes prompt + completion), and stops where transformers' generate stops."""
+    from transformers import GenerationConfig, LlamaForCausalLM
+    tok = sentencepiece_style_tokenizer(tmp / "sp-tokenizer.json")
+    config = {"vocab_size": tok.get_vocab_size(), "hidden_size": 96, "intermediate_size": 160,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "max_position_embeddings": 128, "rope_theta": 10000.0, "bos_token_id": 1, "eos_token_id": 2,
+              "initializer_range": 0.3,
               "rope_scaling": {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                "original_max_position_embeddings": 32}}
     (tmp / "l3-config.json").write_text(json.dumps(config))
-    run(BIN / "sailor-run", "-q", "init", "--config", tmp / "l3-config.json", "--seed", "4", "-o", tmp / "l3")
+    run(BIN / "sailor-run", "-q", "init", "--config", tmp / "l3-config.json", "--tokenizer", tmp / "sp-tokenizer.json",
+        "--seed", "4", "-o", tmp / "l3")
     hf = LlamaForCausalLM.from_pretrained(str(tmp / "l3"), torch_dtype=torch.float32).eval()
-    prompt = [1] + list(range(60, 70))
-    ids, decided = list(prompt), 0
-    with torch.no_grad():
-        for _ in range(40):
-            logits = hf(torch.tensor([ids])).logits[0, -1]
-            top2 = torch.topk(logits, 2).values
-            if decided == len(ids) - len(prompt) and top2[0] - top2[1] >= 1e-3:
-                decided += 1
-            ids.append(int(torch.argmax(logits)))
+    # Byte tokens are banned (logit_bias, here and in the requests): a random model strings
+    # them into invalid UTF-8, whose U+FFFD the byte-fallback decoder spreads back over
+    # bytes a stream has already sent. A prompt whose greedy completion starts with a
+    # word (a "\u2581" piece): its leading space is what decoding the completion alone drops.
+    byte_ids = [tok.token_to_id("<0x%02X>" % b) for b in range(256)]
+    for text in ("the lazy cat", "a quick dog", "the mat", "brown fox", "over the", "jumps", "cat sat on"):
+        prompt = tok.encode(text).ids
+        ids, decided = list(prompt), 0
+        with torch.no_grad():
+            for _ in range(40):
+                logits = hf(torch.tensor([ids])).logits[0, -1]
+                logits[byte_ids] -= 100.0
+                top2 = torch.topk(logits, 2).values
+                if decided == len(ids) - len(prompt) and top2[0] - top2[1] >= 1e-3:
+                    decided += 1
+                ids.append(int(torch.argmax(logits)))
+        if tok.id_to_token(ids[len(prompt)]).startswith("\u2581"):
+            break
     generated = ids[len(prompt):]
     # The last token within the decided steps that had not occurred before becomes a
-    # third end-of-sequence id, in generation_config.json.
-    firsts = [i for i in range(1, decided) if generated[i] not in generated[:i] and generated[i] not in (2, 3)]
-    check(decided >= 12 and firsts, f"llama3-style base: {decided} decided steps, new tokens at {firsts}")
+    # second end-of-sequence id, listed in config.json and generation_config.json as
+    # Llama 3.1 lists its end-of-turn id.
+    end = min(decided, generated.index(2) if 2 in generated else decided)  # before the model's own end
+    firsts = [i for i in range(1, end) if generated[i] not in generated[:i]]
+    check(end >= 12 and firsts, f"llama3-style base: {decided} decided steps, end at {end}, new tokens at {firsts}")
     if not firsts:
         return
     k = firsts[-1]
+    config["eos_token_id"] = [2, generated[k]]
+    hf_config = json.loads((tmp / "l3" / "config.json").read_text())
+    hf_config["eos_token_id"] = config["eos_token_id"]
+    (tmp / "l3" / "config.json").write_text(json.dumps(hf_config))
     (tmp / "l3" / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": [2, generated[k]]}))
     with torch.no_grad():
-        hf_out = hf.generate(torch.tensor([prompt]), generation_config=GenerationConfig.from_pretrained(str(tmp / "l3")),
-                             max_new_tokens=40, do_sample=False)[0].tolist()
+        generation = GenerationConfig.from_pretrained(str(tmp / "l3"))
+        generation.sequence_bias = {(i,): -100.0 for i in byte_ids}
+        hf_out = hf.generate(torch.tensor([prompt]), generation_config=generation, max_new_tokens=40,
+                             do_sample=False)[0].tolist()
     check(hf_out[len(prompt):] == generated[:k + 1], f"transformers' generate {hf_out[len(prompt):]}, "
           f"expected to stop at {generated[k]} after {generated[:k]}")
     server = Server(tmp, "llama3", "--base", tmp / "l3", "--max-context", 128)
     servers.append(server)
-    r = server.client.completions.create(model="l3", prompt=prompt, max_tokens=40, temperature=0)
-    want = PreTrainedTokenizerFast.from_pretrained(str(tmp / "l3")).decode(generated[:k], skip_special_tokens=True)
+    r = server.client.completions.create(model="l3", prompt=prompt, max_tokens=40, temperature=0,
+                                         logit_bias={str(i): -100 for i in byte_ids})
+    context = tok.decode(prompt, skip_special_tokens=True)
+    want = tok.decode(prompt + generated[:k], skip_special_tokens=True)[len(context):]
+    check(want != tok.decode(generated[:k], skip_special_tokens=True), "the completion decodes alike alone and "
+          "after its prompt: the check proves nothing")
     check(r.choices[0].text == want and r.choices[0].finish_reason == "stop",
           f"llama3-style base: served {r.choices[0].text!r} ({r.choices[0].finish_reason}), "
           f"transformers {want!r} then end of sequence")
