@@ -139,4 +139,26 @@ std::int64_t TokenSampler::choose(std::span<const float> logits) {
   return order_[drawn_from - 1];
 }
 
+TokenLogprobs token_logprobs(std::span<const float> logits, std::int64_t token, std::size_t top) {
+  // log Z = max + log sum exp(logit - max), summed in double.
+  const float max = logits[first_max(logits)];
+  double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
+  const double log_z = max + std::log(sum);
+  TokenLogprobs out;
+  out.logprob = static_cast<float>(logits[static_cast<std::size_t>(token)] - log_z);
+  top = std::min(top, logits.size());
+  if (top == 0) return out;
+  std::vector<std::int64_t> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  auto more_likely = [&](std::int64_t a, std::int64_t b) {
+    const float la = logits[static_cast<std::size_t>(a)], lb = logits[static_cast<std::size_t>(b)];
+    return la != lb ? la > lb : a < b;
+  };
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(top), ids.end(), more_likely);
+  for (std::size_t i = 0; i < top; ++i)
+    out.top.emplace_back(ids[i], static_cast<float>(logits[static_cast<std::size_t>(ids[i])] - log_z));
+  return out;
+}
+
 }  // namespace fleet::model

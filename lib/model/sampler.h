@@ -50,4 +50,15 @@ class TokenSampler {
   std::vector<std::int64_t> order_;                 ///< token ids, most likely first (top-k, top-p)
 };
 
+/// A token's log-probability under the model's distribution (log-softmax of
+/// the raw logits, before temperature, penalties or bias), and the most
+/// likely tokens' (OpenAI's logprobs).
+struct TokenLogprobs {
+  float logprob = 0;
+  std::vector<std::pair<std::int64_t, float>> top;  ///< most likely first (ties: lower id first)
+};
+
+/// Log-probabilities of `token` and of the `top` most likely tokens under `logits`.
+TokenLogprobs token_logprobs(std::span<const float> logits, std::int64_t token, std::size_t top);
+
 }  // namespace fleet::model

@@ -340,6 +340,35 @@ def main():
               f"penalised greedy {r.choices[0].text!r}, transformers {want!r} ({decided} decided steps)")
         check(r.choices[0].text != plain.choices[0].text, "penalties and bias changed nothing: the check proves nothing")
 
+        # Log-probabilities: transformers' log-softmax along the greedy path, step by step
+        # while the best token is clear; streamed as the reply is.
+        asked = dict(model="base", messages=[{"role": "user", "content": "Hi"}], max_tokens=8, temperature=0,
+                     logprobs=True, top_logprobs=3)
+        reply = s.client.chat.completions.create(**asked)
+        ids, compared, worst = list(reference_ids), 0, 0.0
+        with torch.no_grad():
+            for entry in reply.choices[0].logprobs.content:
+                logprobs = torch.log_softmax(hf(torch.tensor([ids])).logits[0, -1].double(), -1)
+                best = torch.topk(logprobs, 3)
+                if best.values[0] - best.values[1] < 1e-3:
+                    break
+                got = [entry.logprob] + [t.logprob for t in entry.top_logprobs]
+                want = [float(best.values[0])] + [float(v) for v in best.values]
+                worst = max([worst] + [abs(a - b) for a, b in zip(got, want)] + [float(len(got) != 4)])
+                compared += 1
+                ids.append(int(best.indices[0]))
+        check(compared >= 4 and worst < 1e-3, f"chat logprobs against transformers: {compared} steps, "
+              f"largest difference {worst:.2e}")
+        streamed = [t for c in s.client.chat.completions.create(**asked, stream=True)
+                    if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content]
+        check([t.logprob for t in streamed] == [t.logprob for t in reply.choices[0].logprobs.content],
+              "streamed logprobs differ from the reply's")
+        legacy = s.client.completions.create(model="base", prompt=prompt_ids, max_tokens=4, temperature=0, logprobs=2)
+        lp = legacy.choices[0].logprobs
+        check(len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 4 and
+              all(max(t.values()) >= v - 1e-6 for t, v in zip(lp.top_logprobs, lp.token_logprobs)),
+              f"completion logprobs: {lp}")
+
         # Bad requests: 4xx in OpenAI's shape, and the server keeps serving.
         bad = [
             ("POST", "/v1/completions", None, b"{not json", 400),

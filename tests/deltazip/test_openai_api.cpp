@@ -41,6 +41,12 @@ TEST(OpenAiRequests, CompletionFieldsAreRead) {
                      "logit_bias": {"7": -100, "12": 2.5}, "tools": [], "tool_choice": "none",
                      "response_format": {"type": "text"}, "suffix": "", "top_logprobs": 0, "functions": [],
                      "function_call": "none", "modalities": ["text"], "audio": null, "user": "u1"})");
+  EXPECT_EQ(q.logprobs, -1);
+  EXPECT_EQ(parse(R"({"model": "m", "prompt": "x", "logprobs": 3})").logprobs, 3);
+  EXPECT_EQ(parse(R"({"model": "m", "prompt": "x", "logprobs": 0})").logprobs, 0);
+  EXPECT_EQ(parse(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": true})", true).logprobs, 0);
+  EXPECT_EQ(parse(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": true,
+                      "top_logprobs": 5})", true).logprobs, 5);
   EXPECT_EQ(q.frequency_penalty, -0.5);
   EXPECT_EQ(q.presence_penalty, 1.5);
   EXPECT_EQ(q.logit_bias, (std::vector<std::pair<std::int64_t, float>>{{12, 2.5f}, {7, -100.0f}}));
@@ -81,7 +87,8 @@ TEST(OpenAiRequests, InvalidBodiesAre400sNamingTheParameter) {
       {R"({"model": "m", "prompt": "x", "top_p": 0})", "top_p"},
       {R"({"model": "m", "prompt": "x", "top_p": 1.5})", "top_p"},
       {R"({"model": "m", "prompt": "x", "n": 2})", "n"},
-      {R"({"model": "m", "prompt": "x", "logprobs": 3})", "logprobs"},
+      {R"({"model": "m", "prompt": "x", "logprobs": 21})", "logprobs"},
+      {R"({"model": "m", "prompt": "x", "logprobs": true})", "logprobs"},
       {R"({"model": "m", "prompt": "x", "echo": true})", "echo"},
       {R"({"model": "m", "prompt": "x", "stop": ["a", "b", "c", "d", "e"]})", "stop"},
       {R"({"model": "m", "prompt": "x", "stop": [""]})", "stop"},
@@ -110,6 +117,10 @@ TEST(OpenAiRequests, InvalidBodiesAre400sNamingTheParameter) {
     EXPECT_EQ(got, param) << body;
   }
   EXPECT_EQ(failure(R"({"model": "m", "messages": []})", true).second, "messages");
+  EXPECT_EQ(failure(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", true).second,
+            "top_logprobs");  // without logprobs: true
+  EXPECT_EQ(failure(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": true,
+                        "top_logprobs": 21})", true).second, "top_logprobs");
   EXPECT_EQ(failure(R"({"model": "m", "messages": [{"role": "robot", "content": "x"}]})", true).second, "messages[0].role");
   EXPECT_EQ(failure(R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", true).second,
             "messages[0].content");

@@ -219,6 +219,27 @@ TEST(Sampler, PenaltiesAndLogitBias) {
   EXPECT_THROW(TokenSampler(biased, 0), UsageError);
 }
 
+TEST(Sampler, LogprobsAreTheLogSoftmaxOfTheRawLogits) {
+  // Large logits (exp would overflow float) and a tie between ids 2 and 4.
+  const std::vector<float> logits{100.0f, 98.5f, 101.0f, -3.0f, 101.0f, 99.0f};
+  double z = 0;
+  for (float l : logits) z += std::exp(static_cast<double>(l) - 101.0);
+  const double log_z = 101.0 + std::log(z);
+  auto lp = token_logprobs(logits, 5, 3);
+  EXPECT_NEAR(lp.logprob, 99.0 - log_z, 1e-5);
+  ASSERT_EQ(lp.top.size(), 3u);
+  EXPECT_EQ(lp.top[0].first, 2);  // ties: the lower id first
+  EXPECT_EQ(lp.top[1].first, 4);
+  EXPECT_EQ(lp.top[2].first, 0);
+  EXPECT_NEAR(lp.top[0].second, 101.0 - log_z, 1e-5);
+  EXPECT_NEAR(lp.top[2].second, 100.0 - log_z, 1e-5);
+  double total = 0;
+  for (std::int64_t t = 0; t < 6; ++t) total += std::exp(token_logprobs(logits, t, 0).logprob);
+  EXPECT_NEAR(total, 1.0, 1e-5);
+  EXPECT_TRUE(token_logprobs(logits, 3, 0).top.empty());
+  EXPECT_EQ(token_logprobs(logits, 3, 50).top.size(), 6u);  // at most the vocabulary
+}
+
 TEST(Generate, BatchedSamplingEqualsEachAlone) {
   auto config = llama_preset("tiny");
   config.num_hidden_layers = 2;

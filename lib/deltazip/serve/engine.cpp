@@ -59,6 +59,7 @@ class Sequence final : public RequestStream {
     cv_.wait_for(lock, timeout, [&] { return !pending_.empty() || finished_; });
     Update u;
     u.tokens.swap(pending_);
+    u.logprobs.swap(pending_logprobs_);
     u.finished = finished_;
     u.finish_reason = reason_;
     u.error = error_;
@@ -70,9 +71,10 @@ class Sequence final : public RequestStream {
   }
   std::int64_t prompt_tokens() const override { return static_cast<std::int64_t>(request.prompt.size()); }
 
-  void emit(std::int64_t token) {
+  void emit(std::int64_t token, std::optional<model::TokenLogprobs> logprobs) {
     std::lock_guard lock(mutex_);
     pending_.push_back(token);
+    if (logprobs) pending_logprobs_.push_back(std::move(*logprobs));
     cv_.notify_all();
   }
   void finish(const std::string& reason, const std::string& error = "") {
@@ -101,6 +103,7 @@ class Sequence final : public RequestStream {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::vector<std::int64_t> pending_;
+  std::vector<model::TokenLogprobs> pending_logprobs_;
   bool finished_ = false;
   std::string reason_, error_;
 };
@@ -376,6 +379,8 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
            "prompt (" + std::to_string(prompt) + " tokens) + max_tokens (" + std::to_string(request.max_tokens) +
                ") exceeds the context of " + std::to_string(s.context) + " tokens",
            "max_tokens");
+  if (request.logprobs < -1 || request.logprobs > kMaxTopLogprobs)
+    reject(400, "invalid_request_error", "logprobs must be 0 to " + std::to_string(kMaxTopLogprobs), "logprobs");
   try {
     request.sampling.validate();
   } catch (const std::exception& e) {
@@ -647,7 +652,11 @@ void Engine::State::run_rows(StepRows& rows, std::int64_t width, bool decode) {
       continue;
     }
     metrics.add("dz_generated_tokens", 1, {{"model", seq->request.model}});
-    seq->emit(token);
+    std::optional<model::TokenLogprobs> logprobs;
+    if (seq->request.logprobs >= 0)
+      logprobs = model::token_logprobs({scores, static_cast<std::size_t>(logits.size(1))}, token,
+                                       static_cast<std::size_t>(seq->request.logprobs));
+    seq->emit(token, std::move(logprobs));
     seq->last_token = token;
     if (seq->generated >= seq->request.max_tokens) {
       seq->done = true;

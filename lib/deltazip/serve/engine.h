@@ -68,13 +68,20 @@ struct GenerationRequest {
   std::vector<std::int64_t> prompt;
   std::int64_t max_tokens = 16;
   model::SamplingOptions sampling;
+  /// -1: none; else each generated token's log-probability and those of
+  /// this many most likely tokens (0 to kMaxTopLogprobs).
+  std::int64_t logprobs = -1;
 };
+
+/// The most alternatives a request may ask log-probabilities for (vLLM's default).
+inline constexpr std::int64_t kMaxTopLogprobs = 20;
 
 /// What a client holds while its request runs.
 class RequestStream {
  public:
   struct Update {
     std::vector<std::int64_t> tokens;  ///< new since the last update
+    std::vector<model::TokenLogprobs> logprobs;  ///< one per token when the request asked for them
     bool finished = false;
     std::string finish_reason;         ///< "stop" (end of sequence), "length" or "cancelled"
     std::string error;                 ///< set when the engine failed the request

@@ -205,6 +205,7 @@ class Frontend {
       g.sampling.frequency_penalty = p.frequency_penalty;
       g.sampling.presence_penalty = p.presence_penalty;
       g.sampling.logit_bias = p.logit_bias;
+      g.logprobs = p.logprobs;
       g.sampling.seed = p.seed ? *p.seed : std::random_device{}();
       stream = engine_.submit(std::move(g));
     } catch (const ServeError& e) {
@@ -213,12 +214,24 @@ class Frontend {
     }
     const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
     auto text = std::make_shared<TextStream>(engine_.tokenizer(), prompt, p.stop);
+    // Log-probabilities of the tokens the text took (up to a stop string's last).
+    auto logprobs = p.logprobs >= 0 ? std::make_shared<LogprobsWriter>(engine_.tokenizer(), chat) : nullptr;
+    auto taken = [text](const RequestStream::Update& u, std::int64_t before) {
+      return std::min<std::size_t>(u.tokens.size(), static_cast<std::size_t>(text->tokens() - before));
+    };
     if (!p.stream) {
       std::string out;
       RequestStream::Update u;
+      std::vector<std::int64_t> tokens;
+      std::vector<model::TokenLogprobs> token_logprobs;
       do {
         u = stream->wait(std::chrono::milliseconds(200));
+        const auto before = text->tokens();
         out += text->push(u.tokens);
+        const auto n = taken(u, before);
+        tokens.insert(tokens.end(), u.tokens.begin(), u.tokens.begin() + static_cast<std::ptrdiff_t>(n));
+        token_logprobs.insert(token_logprobs.end(), u.logprobs.begin(),
+                              u.logprobs.begin() + static_cast<std::ptrdiff_t>(std::min(n, u.logprobs.size())));
         if (text->stopped()) stream->cancel();
       } while (!u.finished);
       if (!u.error.empty()) {
@@ -229,6 +242,7 @@ class Frontend {
       const std::string reason = text->stopped() || u.finish_reason == "stop" ? "stop" : "length";
       auto body = envelope(p, id, false);
       body["choices"] = json::array({choice(p, out, reason, false)});
+      if (logprobs) body["choices"][0]["logprobs"] = logprobs->write(tokens, token_logprobs);
       body["usage"] = usage(stream->prompt_tokens(), completion_tokens(*text, u));
       send_json(res, 200, body);
       return;
@@ -236,7 +250,7 @@ class Frontend {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, p, id, stream, text, first = true](std::size_t, httplib::DataSink& sink) mutable {
+        [this, p, id, stream, text, logprobs, taken, first = true](std::size_t, httplib::DataSink& sink) mutable {
           auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
           if (first && p.chat) {
             auto head = envelope(p, id, true);
@@ -248,13 +262,17 @@ class Frontend {
           auto last_write = std::chrono::steady_clock::now();
           while (true) {
             auto u = stream->wait(std::chrono::milliseconds(100));
+            const auto before = text->tokens();
             std::string piece = text->push(u.tokens);
+            const auto n = logprobs ? std::min(taken(u, before), u.logprobs.size()) : 0;
             if (text->stopped()) stream->cancel();
             const bool done = u.finished || text->stopped();
             if (done && u.error.empty()) piece += text->flush();
-            if (!piece.empty()) {
+            if (!piece.empty() || n > 0) {
               auto chunk = envelope(p, id, true);
               chunk["choices"] = json::array({choice(p, piece, nullptr, true)});
+              if (n > 0)
+                chunk["choices"][0]["logprobs"] = logprobs->write(std::span(u.tokens).first(n), std::span(u.logprobs).first(n));
               if (!write(sse(chunk))) return false;
               last_write = std::chrono::steady_clock::now();
             } else if (!done && std::chrono::steady_clock::now() - last_write > std::chrono::seconds(1)) {

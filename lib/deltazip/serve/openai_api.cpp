@@ -143,11 +143,24 @@ CompletionParams parse_completion_request(std::string_view body_text, bool chat,
     bad("only n = 1 is supported", "n");
   if (auto best = body.find("best_of"); best != body.end() && !best->is_null() && integer_field(*best, "best_of") != 1)
     bad("best_of is not supported", "best_of");
-  if (auto lp = body.find("logprobs"); lp != body.end() && !lp->is_null() && !(lp->is_boolean() && !lp->get<bool>()))
-    bad("logprobs are not supported", "logprobs");
+  // Log-probabilities: a completion's logprobs is how many alternatives
+  // (0-20); a chat's is true or false, with top_logprobs alternatives.
+  auto alternatives = [&](const nlohmann::json& v, const char* key) {
+    const auto n = integer_field(v, key);
+    if (n < 0 || n > kMaxTopLogprobs) bad(std::string(key) + " must be 0 to " + std::to_string(kMaxTopLogprobs), key);
+    return n;
+  };
+  const auto top = body.find("top_logprobs");
+  const bool has_top = top != body.end() && !top->is_null();
+  const auto top_n = has_top ? alternatives(*top, "top_logprobs") : 0;
+  if (chat) {
+    if (bool_field(body, "logprobs")) p.logprobs = top_n;
+    else if (top_n > 0) bad("top_logprobs needs logprobs: true", "top_logprobs");
+  } else {
+    if (auto lp = body.find("logprobs"); lp != body.end() && !lp->is_null()) p.logprobs = alternatives(*lp, "logprobs");
+    if (top_n > 0) bad("top_logprobs is a chat parameter; completions take logprobs: N", "top_logprobs");
+  }
   if (bool_field(body, "echo")) bad("echo is not supported", "echo");
-  if (auto top = body.find("top_logprobs"); top != body.end() && !top->is_null() && integer_field(*top, "top_logprobs") != 0)
-    bad("logprobs are not supported", "top_logprobs");
   if (auto suffix = body.find("suffix"); suffix != body.end() && !suffix->is_null() &&
                                          !(suffix->is_string() && suffix->get_ref<const std::string&>().empty()))
     bad("suffix (inserting text) is not supported", "suffix");
@@ -252,6 +265,53 @@ std::string TextStream::release(bool final) {
   if (end <= sent_) return "";
   auto out = text_.substr(sent_, end - sent_);
   sent_ = end;
+  return out;
+}
+
+LogprobsWriter::LogprobsWriter(const model::Tokenizer& tokenizer, bool chat) : tokenizer_(tokenizer), chat_(chat) {}
+
+std::string LogprobsWriter::text(std::int64_t id) const {
+  if (id < 0 || id >= tokenizer_.vocab_size()) return "";  // a model's padded vocabulary rows
+  const std::int32_t one = static_cast<std::int32_t>(id);
+  return tokenizer_.decode(std::span<const std::int32_t>(&one, 1), /*skip_special_tokens=*/false);
+}
+
+nlohmann::json LogprobsWriter::write(std::span<const std::int64_t> tokens, std::span<const model::TokenLogprobs> logprobs) {
+  using nlohmann::json;
+  const std::size_t n = std::min(tokens.size(), logprobs.size());
+  auto bytes = [](const std::string& s) {
+    json out = json::array();
+    for (unsigned char c : s) out.push_back(static_cast<int>(c));
+    return out;
+  };
+  if (chat_) {
+    json content = json::array();
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto token = text(tokens[i]);
+      json top = json::array();
+      for (const auto& [id, lp] : logprobs[i].top) {
+        const auto alt = text(id);
+        top.push_back({{"token", alt}, {"logprob", lp}, {"bytes", bytes(alt)}});
+      }
+      content.push_back({{"token", token}, {"logprob", logprobs[i].logprob}, {"bytes", bytes(token)}, {"top_logprobs", top}});
+    }
+    return {{"content", content}, {"refusal", nullptr}};
+  }
+  json out = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+              {"text_offset", json::array()}};
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto token = text(tokens[i]);
+    // The legacy form lists the chosen token among the alternatives, as vLLM does.
+    // Tokens that decode alike share a key: the most likely keeps it.
+    json top = json::object();
+    for (const auto& [id, lp] : logprobs[i].top) top.emplace(text(id), lp);
+    top.emplace(token, logprobs[i].logprob);
+    out["tokens"].push_back(token);
+    out["token_logprobs"].push_back(logprobs[i].logprob);
+    out["top_logprobs"].push_back(top);
+    out["text_offset"].push_back(offset_);
+    for (unsigned char c : token) offset_ += (c & 0xC0) != 0x80;  // characters, as Python counts them
+  }
   return out;
 }
 

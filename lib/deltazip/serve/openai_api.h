@@ -46,12 +46,13 @@ struct CompletionParams {
   std::optional<std::uint64_t> seed;
   std::vector<std::string> stop;
   bool stream = false, include_usage = false;
+  std::int64_t logprobs = -1;  ///< -1: none; else alternatives per token (0-20)
 };
 
 /// Parses a request body; ServeError 400 naming the parameter for malformed
 /// JSON, a wrong type, an out-of-range value or an unsupported option (n > 1,
-/// best_of, logprobs, echo, a batch of prompts, tools, a response_format other
-/// than text): refused rather than ignored, so that no reply silently differs
+/// best_of, echo, a batch of prompts, tools, a response_format other than
+/// text): refused rather than ignored, so that no reply silently differs
 /// from what was asked.
 CompletionParams parse_completion_request(std::string_view body, bool chat, const ApiLimits& limits = {});
 
@@ -89,6 +90,24 @@ class TextStream {
   std::string text_;  ///< decoded so far
   std::size_t sent_ = 0;
   bool stopped_ = false;
+};
+
+/// OpenAI's logprobs object of generated tokens: a completion's {tokens,
+/// token_logprobs, top_logprobs, text_offset} (the chosen token among the
+/// alternatives, as vLLM lists it) or a chat's {content: [{token, logprob,
+/// bytes, top_logprobs}]}. A token's string is the token decoded alone.
+class LogprobsWriter {
+ public:
+  LogprobsWriter(const model::Tokenizer& tokenizer, bool chat);
+  /// The object for these tokens; text offsets continue from the last call.
+  nlohmann::json write(std::span<const std::int64_t> tokens, std::span<const model::TokenLogprobs> logprobs);
+
+ private:
+  std::string text(std::int64_t id) const;
+
+  const model::Tokenizer& tokenizer_;
+  bool chat_;
+  std::int64_t offset_ = 0;
 };
 
 /// {"error": {"message", "type", "param", "code"}}.
