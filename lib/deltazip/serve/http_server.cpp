@@ -217,7 +217,7 @@ class Frontend {
     // Log-probabilities of the tokens the text took (up to a stop string's last).
     auto logprobs = p.logprobs >= 0 ? std::make_shared<LogprobsWriter>(engine_.tokenizer(), chat) : nullptr;
     auto taken = [text](const RequestStream::Update& u, std::int64_t before) {
-      return std::min<std::size_t>(u.tokens.size(), static_cast<std::size_t>(text->tokens() - before));
+      return std::min({u.tokens.size(), u.logprobs.size(), static_cast<std::size_t>(text->tokens() - before)});
     };
     if (!p.stream) {
       std::string out;
@@ -228,10 +228,11 @@ class Frontend {
         u = stream->wait(std::chrono::milliseconds(200));
         const auto before = text->tokens();
         out += text->push(u.tokens);
-        const auto n = taken(u, before);
-        tokens.insert(tokens.end(), u.tokens.begin(), u.tokens.begin() + static_cast<std::ptrdiff_t>(n));
-        token_logprobs.insert(token_logprobs.end(), u.logprobs.begin(),
-                              u.logprobs.begin() + static_cast<std::ptrdiff_t>(std::min(n, u.logprobs.size())));
+        if (logprobs) {
+          const auto n = static_cast<std::ptrdiff_t>(taken(u, before));
+          tokens.insert(tokens.end(), u.tokens.begin(), u.tokens.begin() + n);
+          token_logprobs.insert(token_logprobs.end(), u.logprobs.begin(), u.logprobs.begin() + n);
+        }
         if (text->stopped()) stream->cancel();
       } while (!u.finished);
       if (!u.error.empty()) {
@@ -264,7 +265,7 @@ class Frontend {
             auto u = stream->wait(std::chrono::milliseconds(100));
             const auto before = text->tokens();
             std::string piece = text->push(u.tokens);
-            const auto n = logprobs ? std::min(taken(u, before), u.logprobs.size()) : 0;
+            const auto n = logprobs ? taken(u, before) : 0;
             if (text->stopped()) stream->cancel();
             const bool done = u.finished || text->stopped();
             if (done && u.error.empty()) piece += text->flush();
