@@ -149,15 +149,24 @@ TokenLogprobs token_logprobs(std::span<const float> logits, std::int64_t token, 
   out.logprob = static_cast<float>(logits[static_cast<std::size_t>(token)] - log_z);
   top = std::min(top, logits.size());
   if (top == 0) return out;
-  std::vector<std::int64_t> ids(logits.size());
-  std::iota(ids.begin(), ids.end(), 0);
-  auto more_likely = [&](std::int64_t a, std::int64_t b) {
-    const float la = logits[static_cast<std::size_t>(a)], lb = logits[static_cast<std::size_t>(b)];
-    return la != lb ? la > lb : a < b;
-  };
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(top), ids.end(), more_likely);
-  for (std::size_t i = 0; i < top; ++i)
-    out.top.emplace_back(ids[i], static_cast<float>(logits[static_cast<std::size_t>(ids[i])] - log_z));
+  // One pass with a heap of the best `top` so far, the worst of them on top
+  // (no copy or sort of the vocabulary: this runs in the batch step).
+  using Entry = std::pair<float, std::int64_t>;
+  auto better = [](const Entry& a, const Entry& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; };
+  std::vector<Entry> best;
+  best.reserve(top + 1);
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    const Entry e{logits[i], static_cast<std::int64_t>(i)};
+    if (best.size() == top && !better(e, best.front())) continue;
+    best.push_back(e);
+    std::push_heap(best.begin(), best.end(), better);
+    if (best.size() > top) {
+      std::pop_heap(best.begin(), best.end(), better);
+      best.pop_back();
+    }
+  }
+  std::sort(best.begin(), best.end(), better);
+  for (const auto& [logit, id] : best) out.top.emplace_back(id, static_cast<float>(logit - log_z));
   return out;
 }
 

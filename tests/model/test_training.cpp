@@ -238,6 +238,16 @@ TEST(Sampler, LogprobsAreTheLogSoftmaxOfTheRawLogits) {
   EXPECT_NEAR(total, 1.0, 1e-5);
   EXPECT_TRUE(token_logprobs(logits, 3, 0).top.empty());
   EXPECT_EQ(token_logprobs(logits, 3, 50).top.size(), 6u);  // at most the vocabulary
+  // Many ties: the alternatives are a full sort's first (by logit, then id).
+  std::mt19937 rng(7);
+  std::vector<float> many(3000);
+  for (auto& l : many) l = static_cast<float>(rng() % 40) * 0.25f;
+  std::vector<std::int64_t> order(many.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return many[a] > many[b]; });
+  const auto alternatives = token_logprobs(many, 11, 20).top;
+  ASSERT_EQ(alternatives.size(), 20u);
+  for (std::size_t i = 0; i < 20; ++i) EXPECT_EQ(alternatives[i].first, order[i]) << i;
 }
 
 TEST(Generate, BatchedSamplingEqualsEachAlone) {
