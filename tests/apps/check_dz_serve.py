@@ -363,6 +363,25 @@ def main():
                     if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content]
         check([t.logprob for t in streamed] == [t.logprob for t in reply.choices[0].logprobs.content],
               "streamed logprobs differ from the reply's")
+        # Scoring a prompt as evaluation harnesses do (echo, max_tokens 0, logprobs 1): each
+        # token after the first against transformers' log-softmax of the positions before it.
+        # 40 tokens: prefilled in two chunks of --max-tokens-per-step 32.
+        scored_ids = [1] + [4 + b for b in b"The quick brown fox jumps over the lazy dog"][:39]
+        scored = s.client.completions.create(model="ft1", prompt=scored_ids, max_tokens=0, temperature=0, logprobs=1,
+                                             echo=True)
+        with torch.no_grad():
+            ft1_rec = LlamaForCausalLM.from_pretrained(str(tmp / "ft1-rec"), torch_dtype=torch.float32).eval()
+            want = torch.log_softmax(ft1_rec(torch.tensor([scored_ids])).logits[0].double(), -1)
+        got = scored.choices[0].logprobs.token_logprobs
+        worst = max(abs(got[t] - float(want[t - 1, scored_ids[t]])) for t in range(1, len(scored_ids))) \
+            if len(got) == len(scored_ids) and got[0] is None else float("inf")
+        check(worst < 1e-3 and scored.usage.completion_tokens == 0 and
+              scored.choices[0].text == tokenizer.decode(scored_ids),
+              f"echo scoring of ft1 (served from its delta) against transformers on its reconstruction: "
+              f"largest difference {worst:.2e}, usage {scored.usage}, text {scored.choices[0].text!r}")
+        echoed = s.client.completions.create(model="base", prompt="Hello", max_tokens=3, temperature=0, echo=True)
+        check(echoed.choices[0].text.startswith("Hello") and echoed.usage.completion_tokens >= 1,
+              f"echo without logprobs: {echoed.choices[0].text!r}")
         legacy = s.client.completions.create(model="base", prompt=prompt_ids, max_tokens=4, temperature=0, logprobs=2)
         lp = legacy.choices[0].logprobs
         check(len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 4 and

@@ -42,6 +42,10 @@ TEST(OpenAiRequests, CompletionFieldsAreRead) {
                      "response_format": {"type": "text"}, "suffix": "", "top_logprobs": 0, "functions": [],
                      "function_call": "none", "modalities": ["text"], "audio": null, "user": "u1"})");
   EXPECT_EQ(q.logprobs, -1);
+  EXPECT_FALSE(q.echo);
+  auto scoring = parse(R"({"model": "m", "prompt": "x", "max_tokens": 0, "echo": true, "logprobs": 1})");
+  EXPECT_TRUE(scoring.echo);
+  EXPECT_EQ(scoring.max_tokens, 0);  // echo alone: the prompt is scored, nothing generated
   EXPECT_EQ(parse(R"({"model": "m", "prompt": "x", "logprobs": 3})").logprobs, 3);
   EXPECT_EQ(parse(R"({"model": "m", "prompt": "x", "logprobs": 0})").logprobs, 0);
   EXPECT_EQ(parse(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": true})", true).logprobs, 0);
@@ -89,7 +93,8 @@ TEST(OpenAiRequests, InvalidBodiesAre400sNamingTheParameter) {
       {R"({"model": "m", "prompt": "x", "n": 2})", "n"},
       {R"({"model": "m", "prompt": "x", "logprobs": 21})", "logprobs"},
       {R"({"model": "m", "prompt": "x", "logprobs": true})", "logprobs"},
-      {R"({"model": "m", "prompt": "x", "echo": true})", "echo"},
+      {R"({"model": "m", "prompt": "x", "echo": true, "stream": true})", "echo"},
+      {R"({"model": "m", "prompt": "x", "max_tokens": 0, "echo": false})", "max_tokens"},
       {R"({"model": "m", "prompt": "x", "stop": ["a", "b", "c", "d", "e"]})", "stop"},
       {R"({"model": "m", "prompt": "x", "stop": [""]})", "stop"},
       {R"({"model": "m", "prompt": "x", "stop": 4})", "stop"},
@@ -117,6 +122,7 @@ TEST(OpenAiRequests, InvalidBodiesAre400sNamingTheParameter) {
     EXPECT_EQ(got, param) << body;
   }
   EXPECT_EQ(failure(R"({"model": "m", "messages": []})", true).second, "messages");
+  EXPECT_EQ(failure(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "echo": true})", true).second, "echo");
   EXPECT_EQ(failure(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", true).second,
             "top_logprobs");  // without logprobs: true
   EXPECT_EQ(failure(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": true,

@@ -240,6 +240,43 @@ TEST_P(ServingModes, GreedyTokensEqualTheReconstructedModelRunAlone) {
   EXPECT_EQ(std::stod(one.substr(one.find(' ') + 1)), std::stod(steps.substr(steps.find(' ') + 1)));
 }
 
+// Echo's scoring: every prompt token's log-probability, over prefill chunks, in
+// every mode, equals the model's log-softmax when the variant runs alone.
+TEST_P(ServingModes, PromptLogprobsEqualTheModelRunAlone) {
+  torch::NoGradGuard no_grad;
+  auto base = LlamaModel::load(path("base"));
+  DeltaReader r2(path("ft2.h5"));
+  const auto alone = reconstruct_model(r2, base);
+  Engine engine(options(GetParam()));
+  engine.add_variant("ft2", path("ft2.h5"));
+  GenerationRequest r;
+  r.model = "ft2";
+  r.prompt = {1, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55};  // three chunks of 7
+  r.max_tokens = 1;
+  r.logprobs = 2;
+  r.prompt_logprobs = true;
+  auto stream = engine.submit(r);
+  std::vector<model::TokenLogprobs> got;
+  for (int idle = 0; idle < 120;) {
+    auto u = stream->wait(std::chrono::milliseconds(1000));
+    idle = u.prompt_logprobs.empty() && !u.finished ? idle + 1 : 0;
+    for (auto& l : u.prompt_logprobs) got.push_back(l);
+    if (u.finished) break;
+  }
+  ASSERT_EQ(got.size(), r.prompt.size() - 1);
+  auto tokens = torch::tensor(r.prompt, torch::kInt64).unsqueeze(0);
+  model::KvCache cache(base.config(), 1, 32, torch::kFloat32);
+  auto want = torch::log_softmax(alone.forward_cached(cache, {0}, tokens, {static_cast<std::int64_t>(r.prompt.size())}, true)[0].to(torch::kFloat64), -1);
+  for (std::size_t t = 1; t < r.prompt.size(); ++t) {
+    EXPECT_NEAR(got[t - 1].logprob, want[static_cast<std::int64_t>(t) - 1][r.prompt[t]].item<double>(), 1e-4) << t;
+    ASSERT_EQ(got[t - 1].top.size(), 2u);
+    EXPECT_NEAR(got[t - 1].top[0].second, want[static_cast<std::int64_t>(t) - 1].max().item<double>(), 1e-4) << t;
+  }
+  // Asking for the prompt's log-probabilities needs logprobs.
+  r.logprobs = -1;
+  EXPECT_THROW(engine.submit(r), ServeError);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllModes, ServingModes, ::testing::Values(ServeMode::kDelta, ServeMode::kSwap, ServeMode::kFull),
                          [](const ::testing::TestParamInfo<ServeMode>& info) { return serve_mode_name(info.param); });
 

@@ -60,6 +60,7 @@ class Sequence final : public RequestStream {
     Update u;
     u.tokens.swap(pending_);
     u.logprobs.swap(pending_logprobs_);
+    u.prompt_logprobs.swap(pending_prompt_logprobs_);
     u.finished = finished_;
     u.finish_reason = reason_;
     u.error = error_;
@@ -75,6 +76,11 @@ class Sequence final : public RequestStream {
     std::lock_guard lock(mutex_);
     pending_.push_back(token);
     if (logprobs) pending_logprobs_.push_back(std::move(*logprobs));
+    cv_.notify_all();
+  }
+  void emit_prompt(std::vector<model::TokenLogprobs> logprobs) {
+    std::lock_guard lock(mutex_);
+    for (auto& l : logprobs) pending_prompt_logprobs_.push_back(std::move(l));
     cv_.notify_all();
   }
   void finish(const std::string& reason, const std::string& error = "") {
@@ -103,7 +109,7 @@ class Sequence final : public RequestStream {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::vector<std::int64_t> pending_;
-  std::vector<model::TokenLogprobs> pending_logprobs_;
+  std::vector<model::TokenLogprobs> pending_logprobs_, pending_prompt_logprobs_;
   bool finished_ = false;
   std::string reason_, error_;
 };
@@ -178,7 +184,7 @@ struct Engine::State {
   void finish(const std::shared_ptr<Sequence>& seq, const std::string& reason, const std::string& error = "");
   void run_rows(StepRows& rows, std::int64_t width, bool decode);
   torch::Tensor forward(const StepRows& rows, const torch::Tensor& tokens, const std::vector<std::int64_t>& slots,
-                        const std::vector<std::int64_t>& counts);
+                        const std::vector<std::int64_t>& counts, bool all_positions);
 };
 
 void Engine::State::declare_metrics() {
@@ -381,6 +387,8 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
            "max_tokens");
   if (request.logprobs < -1 || request.logprobs > kMaxTopLogprobs)
     reject(400, "invalid_request_error", "logprobs must be 0 to " + std::to_string(kMaxTopLogprobs), "logprobs");
+  if (request.prompt_logprobs && request.logprobs < 0)
+    reject(400, "invalid_request_error", "the prompt's log-probabilities need logprobs", "logprobs");
   try {
     request.sampling.validate();
   } catch (const std::exception& e) {
@@ -584,7 +592,8 @@ void Engine::State::admit(std::unique_lock<std::mutex>& lock) {
 }
 
 torch::Tensor Engine::State::forward(const StepRows& rows, const torch::Tensor& tokens,
-                                     const std::vector<std::int64_t>& slots, const std::vector<std::int64_t>& counts) {
+                                     const std::vector<std::int64_t>& slots, const std::vector<std::int64_t>& counts,
+                                     bool all_positions) {
   const auto B = static_cast<std::int64_t>(rows.seqs.size());
   if (options.mode == ServeMode::kDelta) {
     std::vector<VariantSegment> segments;
@@ -594,7 +603,7 @@ torch::Tensor Engine::State::forward(const StepRows& rows, const torch::Tensor& 
       segments.back().count++;
     }
     DeltaOverlay overlay(std::move(segments), B);
-    return base->forward_cached(*cache, slots, tokens, counts, false, &overlay);
+    return base->forward_cached(*cache, slots, tokens, counts, all_positions, &overlay);
   }
   // Full and swap modes: one call per model present (rows are sorted by model).
   std::vector<torch::Tensor> parts;
@@ -603,7 +612,7 @@ torch::Tensor Engine::State::forward(const StepRows& rows, const torch::Tensor& 
     std::int64_t e = b;
     while (e < B && rows.seqs[static_cast<std::size_t>(e)]->weights.get() == m) ++e;
     std::vector<std::int64_t> part_slots(slots.begin() + b, slots.begin() + e), part_counts(counts.begin() + b, counts.begin() + e);
-    parts.push_back((m ? *m : *base).forward_cached(*cache, part_slots, tokens.narrow(0, b, e - b), part_counts));
+    parts.push_back((m ? *m : *base).forward_cached(*cache, part_slots, tokens.narrow(0, b, e - b), part_counts, all_positions));
     b = e;
   }
   return torch::cat(parts, 0);
@@ -634,8 +643,33 @@ void Engine::State::run_rows(StepRows& rows, std::int64_t width, bool decode) {
     slots.push_back(sorted.seqs[static_cast<std::size_t>(b)]->slot);
     counts.push_back(static_cast<std::int64_t>(t.size()));
   }
+  // A prefill whose prompt's log-probabilities were asked for needs the logits
+  // of every position (for the whole step: one forward).
+  const bool all_positions = !decode && std::any_of(sorted.seqs.begin(), sorted.seqs.end(), [](const Sequence* s) {
+    return s->request.prompt_logprobs;
+  });
   // Sampling runs on the CPU: the logits come back (on a GPU, this waits for the step).
-  auto logits = forward(sorted, tokens.to(base->device()), slots, counts).to(torch::kCPU).contiguous();
+  auto logits = forward(sorted, tokens.to(base->device()), slots, counts, all_positions).to(torch::kCPU).contiguous();
+  if (all_positions) {
+    std::vector<torch::Tensor> last;
+    for (std::int64_t b = 0; b < B; ++b) {
+      auto* seq = sorted.seqs[static_cast<std::size_t>(b)];
+      const auto n = counts[static_cast<std::size_t>(b)];
+      last.push_back(logits[b][n - 1]);
+      if (!seq->request.prompt_logprobs) continue;
+      // Position p predicts prompt token prefilled + p + 1 (the prompt's last predicts the first generated).
+      std::vector<model::TokenLogprobs> entries;
+      const auto& prompt = seq->request.prompt;
+      for (std::int64_t p = 0; p < n && seq->prefilled + p + 1 < static_cast<std::int64_t>(prompt.size()); ++p) {
+        auto row = logits[b][p];
+        entries.push_back(model::token_logprobs({row.data_ptr<float>(), static_cast<std::size_t>(row.size(0))},
+                                                prompt[static_cast<std::size_t>(seq->prefilled + p + 1)],
+                                                static_cast<std::size_t>(seq->request.logprobs)));
+      }
+      seq->emit_prompt(std::move(entries));
+    }
+    logits = torch::stack(last).contiguous();
+  }
   for (std::int64_t b = 0; b < B; ++b) {
     auto* seq = sorted.seqs[static_cast<std::size_t>(b)];
     if (!decode) {

@@ -71,6 +71,9 @@ struct GenerationRequest {
   /// -1: none; else each generated token's log-probability and those of
   /// this many most likely tokens (0 to kMaxTopLogprobs).
   std::int64_t logprobs = -1;
+  /// Also the log-probability of each prompt token after the ones before it
+  /// (needs logprobs >= 0; what `echo` with `logprobs` returns).
+  bool prompt_logprobs = false;
 };
 
 /// The most alternatives a request may ask log-probabilities for (vLLM's default).
@@ -82,6 +85,8 @@ class RequestStream {
   struct Update {
     std::vector<std::int64_t> tokens;  ///< new since the last update
     std::vector<model::TokenLogprobs> logprobs;  ///< one per token when the request asked for them
+    /// Prompt tokens from the second on, in order, as the prefill reaches them.
+    std::vector<model::TokenLogprobs> prompt_logprobs;
     bool finished = false;
     std::string finish_reason;         ///< "stop" (end of sequence), "length" or "cancelled"
     std::string error;                 ///< set when the engine failed the request

@@ -183,6 +183,15 @@ class Frontend {
     return text.tokens() + (last.finish_reason == "stop" && !text.stopped() ? 1 : 0);
   }
 
+  // The prompt as echo returns it: the text as sent, or token ids decoded.
+  std::string echo_text(const CompletionParams& p, const std::vector<std::int64_t>& prompt) const {
+    if (p.prompt_text) return *p.prompt_text;
+    std::vector<std::int32_t> ids;
+    for (auto t : prompt)
+      if (t >= 0 && t < engine_.tokenizer().vocab_size()) ids.push_back(static_cast<std::int32_t>(t));
+    return engine_.tokenizer().decode(ids, /*skip_special_tokens=*/false);
+  }
+
   static json usage(std::int64_t prompt, std::int64_t completion) {
     return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
   }
@@ -198,14 +207,17 @@ class Frontend {
       g.prompt = prompt = prompt_tokens(p);
       // A chat without a limit may fill the context (at least one token, so that a
       // prompt that fills it alone is refused for that).
+      // Echo with max_tokens 0 scores the prompt: one token is generated and dropped.
       g.max_tokens = p.max_tokens > 0 ? p.max_tokens
-                                      : std::max<std::int64_t>(1, engine_.max_context() - static_cast<std::int64_t>(g.prompt.size()));
+                     : p.echo       ? 1
+                                    : std::max<std::int64_t>(1, engine_.max_context() - static_cast<std::int64_t>(g.prompt.size()));
       g.sampling.temperature = p.temperature;
       g.sampling.top_p = p.top_p;
       g.sampling.frequency_penalty = p.frequency_penalty;
       g.sampling.presence_penalty = p.presence_penalty;
       g.sampling.logit_bias = p.logit_bias;
       g.logprobs = p.logprobs;
+      g.prompt_logprobs = p.echo && p.logprobs >= 0;
       g.sampling.seed = p.seed ? *p.seed : std::random_device{}();
       stream = engine_.submit(std::move(g));
     } catch (const ServeError& e) {
@@ -223,9 +235,10 @@ class Frontend {
       std::string out;
       RequestStream::Update u;
       std::vector<std::int64_t> tokens;
-      std::vector<model::TokenLogprobs> token_logprobs;
+      std::vector<model::TokenLogprobs> token_logprobs, prompt_logprobs;
       do {
         u = stream->wait(std::chrono::milliseconds(200));
+        for (auto& l : u.prompt_logprobs) prompt_logprobs.push_back(std::move(l));
         const auto before = text->tokens();
         out += text->push(u.tokens);
         if (logprobs) {
@@ -240,11 +253,19 @@ class Frontend {
         return;
       }
       out += text->flush();
-      const std::string reason = text->stopped() || u.finish_reason == "stop" ? "stop" : "length";
+      const bool score_only = p.echo && p.max_tokens == 0;
+      const std::string reason = !score_only && (text->stopped() || u.finish_reason == "stop") ? "stop" : "length";
+      if (score_only) {
+        out.clear();
+        tokens.clear();
+        token_logprobs.clear();
+      }
       auto body = envelope(p, id, false);
-      body["choices"] = json::array({choice(p, out, reason, false)});
-      if (logprobs) body["choices"][0]["logprobs"] = logprobs->write(tokens, token_logprobs);
-      body["usage"] = usage(stream->prompt_tokens(), completion_tokens(*text, u));
+      body["choices"] = json::array({choice(p, p.echo ? echo_text(p, prompt) + out : out, reason, false)});
+      if (logprobs)
+        body["choices"][0]["logprobs"] = p.echo ? logprobs->write_echo(prompt, prompt_logprobs, tokens, token_logprobs)
+                                                : logprobs->write(tokens, token_logprobs);
+      body["usage"] = usage(stream->prompt_tokens(), score_only ? 0 : completion_tokens(*text, u));
       send_json(res, 200, body);
       return;
     }

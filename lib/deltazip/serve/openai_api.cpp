@@ -111,7 +111,9 @@ CompletionParams parse_completion_request(std::string_view body_text, bool chat,
     p.max_tokens = chat ? 0 : limits.max_tokens_default;
   } else {
     p.max_tokens = integer_field(*max_tokens, max_key);
-    if (p.max_tokens <= 0) bad(std::string(max_key) + " must be at least 1", max_key);
+    // With echo, 0 scores the prompt alone (what evaluation harnesses send).
+    if (p.max_tokens < 0 || (p.max_tokens == 0 && !(bool_field(body, "echo") && !chat)))
+      bad(std::string(max_key) + " must be at least 1", max_key);
   }
   p.temperature = number_field(body, "temperature", 1.0, 0.0, 2.0);
   p.top_p = number_field(body, "top_p", 1.0, 0.0, 1.0);
@@ -160,7 +162,8 @@ CompletionParams parse_completion_request(std::string_view body_text, bool chat,
     if (auto lp = body.find("logprobs"); lp != body.end() && !lp->is_null()) p.logprobs = alternatives(*lp, "logprobs");
     if (top_n > 0) bad("top_logprobs is a chat parameter; completions take logprobs: N", "top_logprobs");
   }
-  if (bool_field(body, "echo")) bad("echo is not supported", "echo");
+  p.echo = bool_field(body, "echo");
+  if (p.echo && chat) bad("echo is a completions parameter", "echo");
   if (auto suffix = body.find("suffix"); suffix != body.end() && !suffix->is_null() &&
                                          !(suffix->is_string() && suffix->get_ref<const std::string&>().empty()))
     bad("suffix (inserting text) is not supported", "suffix");
@@ -193,6 +196,7 @@ CompletionParams parse_completion_request(std::string_view body_text, bool chat,
         bad("stop strings must have 1 to " + std::to_string(limits.max_stop_length) + " bytes", "stop");
   }
   p.stream = bool_field(body, "stream");
+  if (p.echo && p.stream) bad("echo is supported without stream", "echo");
   if (auto options = body.find("stream_options"); options != body.end() && !options->is_null()) {
     if (!options->is_object()) bad("stream_options must be an object", "stream_options");
     p.include_usage = bool_field(*options, "include_usage");
@@ -270,6 +274,13 @@ std::string TextStream::release(bool final) {
 
 LogprobsWriter::LogprobsWriter(const model::Tokenizer& tokenizer, bool chat) : tokenizer_(tokenizer), chat_(chat) {}
 
+// Text offsets count characters, as Python does.
+std::int64_t LogprobsWriter::characters(const std::string& s) {
+  std::int64_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
 std::string LogprobsWriter::text(std::int64_t id) const {
   if (id < 0 || id >= tokenizer_.vocab_size()) return "";  // a model's padded vocabulary rows
   const std::int32_t one = static_cast<std::int32_t>(id);
@@ -310,8 +321,30 @@ nlohmann::json LogprobsWriter::write(std::span<const std::int64_t> tokens, std::
     out["token_logprobs"].push_back(logprobs[i].logprob);
     out["top_logprobs"].push_back(top);
     out["text_offset"].push_back(offset_);
-    for (unsigned char c : token) offset_ += (c & 0xC0) != 0x80;  // characters, as Python counts them
+    offset_ += characters(token);
   }
+  return out;
+}
+
+nlohmann::json LogprobsWriter::write_echo(std::span<const std::int64_t> prompt,
+                                          std::span<const model::TokenLogprobs> prompt_logprobs,
+                                          std::span<const std::int64_t> tokens,
+                                          std::span<const model::TokenLogprobs> logprobs) {
+  nlohmann::json out = {{"tokens", nlohmann::json::array()}, {"token_logprobs", nlohmann::json::array()},
+                        {"top_logprobs", nlohmann::json::array()}, {"text_offset", nlohmann::json::array()}};
+  if (!prompt.empty()) {
+    // Nothing comes before the first token to predict it.
+    const auto first = text(prompt[0]);
+    out["tokens"].push_back(first);
+    out["token_logprobs"].push_back(nullptr);
+    out["top_logprobs"].push_back(nullptr);
+    out["text_offset"].push_back(offset_);
+    offset_ += characters(first);
+  }
+  const auto rest = prompt.empty() ? prompt : prompt.subspan(1);
+  for (const auto& part : {write(rest, prompt_logprobs), write(tokens, logprobs)})
+    for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+      for (const auto& v : part[key]) out[key].push_back(v);
   return out;
 }
 

@@ -47,12 +47,13 @@ struct CompletionParams {
   std::vector<std::string> stop;
   bool stream = false, include_usage = false;
   std::int64_t logprobs = -1;  ///< -1: none; else alternatives per token (0-20)
+  bool echo = false;           ///< completions: the prompt comes back before the completion
 };
 
 /// Parses a request body; ServeError 400 naming the parameter for malformed
 /// JSON, a wrong type, an out-of-range value or an unsupported option (n > 1,
-/// best_of, echo, a batch of prompts, tools, a response_format other than
-/// text): refused rather than ignored, so that no reply silently differs
+/// best_of, a batch of prompts, tools, a response_format other than text,
+/// echo in a chat or a stream): refused rather than ignored, so that no reply silently differs
 /// from what was asked.
 CompletionParams parse_completion_request(std::string_view body, bool chat, const ApiLimits& limits = {});
 
@@ -101,9 +102,14 @@ class LogprobsWriter {
   LogprobsWriter(const model::Tokenizer& tokenizer, bool chat);
   /// The object for these tokens; text offsets continue from the last call.
   nlohmann::json write(std::span<const std::int64_t> tokens, std::span<const model::TokenLogprobs> logprobs);
+  /// Completions with echo: the prompt's tokens first (the first without a
+  /// log-probability: null), then the generated ones.
+  nlohmann::json write_echo(std::span<const std::int64_t> prompt, std::span<const model::TokenLogprobs> prompt_logprobs,
+                            std::span<const std::int64_t> tokens, std::span<const model::TokenLogprobs> logprobs);
 
  private:
   std::string text(std::int64_t id) const;
+  static std::int64_t characters(const std::string& s);
 
   const model::Tokenizer& tokenizer_;
   bool chat_;
