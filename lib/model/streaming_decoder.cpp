@@ -25,15 +25,17 @@ bool ends_with_replacement(const std::string& s) {
 StreamingDecoder::StreamingDecoder(const Tokenizer& tokenizer, std::span<const std::int64_t> context,
                                    bool skip_special_tokens)
     : tokenizer_(tokenizer), skip_special_(skip_special_tokens) {
-  const std::size_t keep = std::min(context.size(), kContextTokens + kMaxCharacterTokens);
-  for (auto id : context.subspan(context.size() - keep))
-    if (id >= 0 && id < tokenizer_.vocab_size()) ids_.push_back(static_cast<std::int32_t>(id));
+  append(context.last(std::min(context.size(), kContextTokens + kMaxCharacterTokens)));
   read_ = ids_.size();
-  prefix_ = read_ > kContextTokens ? read_ - kContextTokens : 0;
-  while (prefix_ > 0 && decode(prefix_, read_).starts_with(kReplacement)) --prefix_;
-  ids_.erase(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(prefix_));
-  read_ -= prefix_;
-  prefix_ = 0;
+  std::size_t start = read_ > kContextTokens ? read_ - kContextTokens : 0;
+  while (start > 0 && decode(start, read_).starts_with(kReplacement)) --start;
+  ids_.erase(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(start));
+  read_ -= start;
+}
+
+void StreamingDecoder::append(std::span<const std::int64_t> ids) {
+  for (auto id : ids)
+    if (id >= 0 && id < tokenizer_.vocab_size()) ids_.push_back(static_cast<std::int32_t>(id));
 }
 
 std::string StreamingDecoder::decode(std::size_t from, std::size_t to) const {
@@ -41,8 +43,7 @@ std::string StreamingDecoder::decode(std::size_t from, std::size_t to) const {
 }
 
 std::string StreamingDecoder::push(std::span<const std::int64_t> ids) {
-  for (auto id : ids)
-    if (id >= 0 && id < tokenizer_.vocab_size()) ids_.push_back(static_cast<std::int32_t>(id));
+  append(ids);
   return take(/*final=*/false);
 }
 
@@ -50,8 +51,8 @@ std::string StreamingDecoder::flush() { return take(/*final=*/true); }
 
 std::string StreamingDecoder::take(bool final) {
   if (ids_.size() == read_) return "";
-  const std::string before = decode(prefix_, read_);
-  const std::string after = decode(prefix_, ids_.size());
+  const std::string before = decode(0, read_);
+  const std::string after = decode(0, ids_.size());
   if (!final && (after.size() <= before.size() || ends_with_replacement(after))) return "";
   // Normally the window's text only grows. When the new tokens rewrite it
   // instead (a byte group left unfinished at the end turns the whole group
@@ -59,7 +60,6 @@ std::string StreamingDecoder::take(bool final) {
   std::string piece = after.starts_with(before) ? after.substr(before.size()) : decode(read_, ids_.size());
   // The window moves on: what was new is the next piece's context.
   ids_.erase(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(read_));
-  prefix_ = 0;
   read_ = ids_.size();
   return piece;
 }

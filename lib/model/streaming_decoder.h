@@ -25,7 +25,10 @@ class Tokenizer;
 /// - ids the tokenizer does not know (a model's padded vocabulary rows) have
 ///   no text.
 /// The concatenated pieces equal decode(context + generated) past
-/// decode(context) whenever the latter is a prefix of the former.
+/// decode(context) whenever the latter is a prefix of the former, except
+/// after a run of byte-fallback tokens that turned into invalid UTF-8 once
+/// part of it had been handed out (a whole decode then writes U+FFFD over
+/// the part already handed out; the pieces keep it).
 class StreamingDecoder {
  public:
   /// `context`: the tokens before the first generated one (the prompt; only
@@ -39,14 +42,14 @@ class StreamingDecoder {
   std::string flush();
 
  private:
+  void append(std::span<const std::int64_t> ids);
   std::string decode(std::size_t from, std::size_t to) const;
   std::string take(bool final);
 
   const Tokenizer& tokenizer_;
   bool skip_special_;
-  std::vector<std::int32_t> ids_;  ///< from the start of the window on
-  std::size_t prefix_ = 0;         ///< window start: context for the next piece
-  std::size_t read_ = 0;           ///< end of the text already handed out
+  std::vector<std::int32_t> ids_;  ///< the window (the next piece's context) and the tokens after it
+  std::size_t read_ = 0;           ///< end of the window: where the text handed out ends
 };
 
 }  // namespace fleet::model
