@@ -13,6 +13,18 @@ namespace fleet::model::compat {
 /// True when this build's libtorch is 2.x or newer.
 inline constexpr bool kTorch2 = TORCH_VERSION_MAJOR >= 2;
 
+// c10::Allocator: `allocate` is const up to 2.2 and not from 2.3 on, which
+// also added the pure virtual `copy_data`. An allocator written for both
+// declares `DataPtr allocate(size_t n) FLEET_ALLOCATE_CONST override` and
+// defines copy_data under FLEET_ALLOCATOR_HAS_COPY_DATA.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define FLEET_ALLOCATE_CONST
+#define FLEET_ALLOCATOR_HAS_COPY_DATA 1
+#else
+#define FLEET_ALLOCATE_CONST const
+#define FLEET_ALLOCATOR_HAS_COPY_DATA 0
+#endif
+
 /// Enables CUDA autocast to `dtype` (bfloat16 matrix products, float32
 /// weights and reductions) for the life of the guard; restores the previous
 /// state after. 1.13 calls the switches set_enabled/set_autocast_gpu_dtype,

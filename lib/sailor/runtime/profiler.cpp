@@ -6,6 +6,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include <c10/core/CPUAllocator.h>
@@ -21,6 +22,7 @@
 #include "model/commands.h"
 #include "model/device.h"
 #include "model/llama.h"
+#include "model/torch_compat.h"
 #include "model/tensor_bridge.h"
 #include "model/training_parts.h"
 #include "sailor/estimator.h"
@@ -40,7 +42,7 @@ using Clock = std::chrono::steady_clock;
 class CountingCpuAllocator final : public c10::Allocator {
  public:
   explicit CountingCpuAllocator(c10::Allocator* inner) : inner_(inner) { self_ = this; }
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr allocate(size_t n) FLEET_ALLOCATE_CONST override {
     c10::DataPtr inner = inner_->allocate(n);
     void* data = inner.get();
     // Only allocations whose context is their data (the default allocator's) are counted.
@@ -58,7 +60,7 @@ class CountingCpuAllocator final : public c10::Allocator {
     return {data, data, &release, inner.device()};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#if FLEET_ALLOCATOR_HAS_COPY_DATA
   void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
 #endif
 
@@ -157,6 +159,10 @@ std::vector<LayerMeasurement> measure_layers(model::LlamaModel& model, int mbs, 
       }
       sync();
       const std::size_t before = counter ? counter->current() : 0;
+      // On a GPU the layer runs as `sailor-run train` runs it: bfloat16 matrix
+      // products under autocast, weights and optimizer in float32.
+      std::optional<model::compat::CudaAutocast> autocast;
+      if (cuda) autocast.emplace(torch::kBFloat16);
       auto t0 = Clock::now();
       auto output = model.forward_layers(input, l, l + 1);
       if (l == layers - 1) {
@@ -172,6 +178,7 @@ std::vector<LayerMeasurement> measure_layers(model::LlamaModel& model, int mbs, 
       if (l == layers - 1) output.backward(); else output.backward(torch::ones_like(output));
       sync();
       auto t2 = Clock::now();
+      autocast.reset();  // before the update, as in training (autocast caches weight casts)
       optimizer.step(1e-4, r + 1);
       sync();
       auto t3 = Clock::now();
@@ -305,9 +312,11 @@ int run_profile(const ProfileCommand& c) {
         u += m.update_s;
         kept += m.kept_bytes;
       }
-      std::cout << fmt::format("TP {}, mbs {}: forward {:.4f} s, backward {:.4f} s, update {:.4f} s over {} layers; "
-                               "{:.1f} MiB kept for backward per rank\n",
-                               key.first, key.second, f, b, u, layers, kept / (1 << 20));
+      // Kept bytes are counted by the CPU allocator only: on a GPU they are unknown, not zero.
+      const std::string kept_text = counter ? fmt::format("{:.1f} MiB kept for backward per rank", kept / (1 << 20))
+                                            : std::string("activation memory not measured on a GPU");
+      std::cout << fmt::format("TP {}, mbs {}: forward {:.4f} s, backward {:.4f} s, update {:.4f} s over {} layers; {}\n",
+                               key.first, key.second, f, b, u, layers, kept_text);
     }
     std::cout << fmt::format("wrote {} and {}\n", c.output.string(), model_output.string());
   }
