@@ -26,6 +26,11 @@ TEST(NcclGpu, WorldOfOneAllReduces) {
   std::vector<at::Tensor> tensors{torch::arange(8, torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCUDA))};
   group->allreduce(tensors)->wait();
   EXPECT_TRUE(torch::equal(tensors[0].cpu(), torch::arange(8, torch::kFloat32)));
+  // Shut down while the store still exists: a group destroyed without it
+  // (and after its store file is gone) waits out the store's timeout at exit.
+  group->shutdown();
+  group.reset();
+  store.reset();
   std::filesystem::remove(path);
 #endif
 }

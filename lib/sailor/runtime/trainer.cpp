@@ -357,12 +357,19 @@ class StageRunner {
   // Σ g² of this rank's parameters that count towards the global norm (a
   // tied copy counts once, on the embedding's stage), from the exact sums.
   double gradient_sum_of_squares() const {
-    double total = 0;
+    std::vector<torch::Tensor> parts;
     for (std::size_t i = 0; i < params_.size(); ++i) {
       if (tied_copy_ && params_[i].first == kTiedName) continue;
       // Under TP the norms are whole on every rank: rank 0 counts them.
       if (tp_group_ && params_[i].second.dim() < 2 && place_.tp_rank != 0) continue;
-      total += grad_views_[i].pow(2).sum().item<double>();
+      parts.push_back(grad_views_[i].pow(2).sum());
+    }
+    // Summed in parameter order, as before, with one read of the result.
+    double total = 0;
+    if (!parts.empty()) {
+      const auto values = torch::stack(parts).cpu();
+      const double* v = values.data_ptr<double>();
+      for (std::size_t i = 0; i < parts.size(); ++i) total += v[i];
     }
     return total;
   }
@@ -449,6 +456,11 @@ class StageRunner {
   // float32 terms is exact, so it does not depend on the order the terms
   // come in: every layout gets the same gradients for the same micro-batches.
   void build_buckets() {
+    // The sums cross processes through Gloo, which reduces CPU tensors; with
+    // nothing to reduce them with they stay beside the gradients (on a GPU,
+    // copying every gradient to the host and back each micro-batch would
+    // cost more than the step's compute for small models).
+    sum_device_ = dp_group_ || embedding_group_ ? torch::Device(torch::kCPU) : device_;
     std::vector<std::vector<std::size_t>> buckets;
     std::int64_t bytes = kBucketBytes;
     for (std::size_t i = params_.size(); i-- > 0;) {
@@ -467,7 +479,7 @@ class StageRunner {
       for (auto i : bucket) bucket_of_[i] = flat_grads_.size();
       std::int64_t total = 0;
       for (auto i : bucket) total += params_[i].second.numel();
-      flat_grads_.push_back(torch::zeros({total}, torch::TensorOptions().dtype(torch::kFloat64)));
+      flat_grads_.push_back(torch::zeros({total}, torch::TensorOptions().dtype(torch::kFloat64).device(sum_device_)));
       std::int64_t offset = 0;
       for (auto i : bucket) {
         const auto& p = params_[i].second;
@@ -484,12 +496,12 @@ class StageRunner {
     for (std::size_t i = 0; i < params_.size(); ++i) {
       auto& p = params_[i].second;
       if (!p.grad().defined()) continue;
-      if (!added_by_hook_[i]) grad_views_[i].add_(p.grad().to(torch::kCPU, torch::kFloat64));
+      if (!added_by_hook_[i]) grad_views_[i].add_(p.grad().to(sum_device_, torch::kFloat64));
       p.mutable_grad() = torch::Tensor();
       added_by_hook_[i] = false;
     }
     if (local_head_copy_.defined() && local_head_copy_.grad().defined()) {
-      if (!head_added_by_hook_) grad_views_.front().add_(local_head_copy_.grad().to(torch::kCPU, torch::kFloat64));
+      if (!head_added_by_hook_) grad_views_.front().add_(local_head_copy_.grad().to(sum_device_, torch::kFloat64));
       local_head_copy_.mutable_grad() = torch::Tensor();
     }
     head_added_by_hook_ = false;
@@ -504,7 +516,7 @@ class StageRunner {
       params_[i].second.register_hook([this, i](const torch::Tensor& grad) {
         if (!overlap_) return;
         torch::NoGradGuard no_grad;
-        grad_views_[i].add_(grad.to(torch::kCPU, torch::kFloat64));
+        grad_views_[i].add_(grad.to(sum_device_, torch::kFloat64));
         added_by_hook_[i] = true;
         contributed(bucket_of_[i]);
       });
@@ -512,7 +524,7 @@ class StageRunner {
       local_head_copy_.register_hook([this](const torch::Tensor& grad) {
         if (!overlap_) return;
         torch::NoGradGuard no_grad;
-        grad_views_.front().add_(grad.to(torch::kCPU, torch::kFloat64));
+        grad_views_.front().add_(grad.to(sum_device_, torch::kFloat64));
         head_added_by_hook_ = true;
         contributed(bucket_of_.front());
       });
@@ -564,6 +576,7 @@ class StageRunner {
   const model::TrainingData& data_;
   const TrainOptions& options_;
   torch::Device device_;
+  torch::Device sum_device_{torch::kCPU};  // where the float64 gradient sums live
   bool is_first_ = true, is_last_ = true, tied_copy_ = false;
   NamedTensors params_;
   torch::Tensor local_head_copy_;  // a tied head's copy on the embedding's own stage
@@ -884,17 +897,23 @@ TrainResult train(const TrainJob& requested) {
       result.layout = layout.describe();
       Progress progress("train", static_cast<std::uint64_t>(std::max<std::int64_t>(0, end_step - start.step)), "steps",
                         world.rank == 0 ? ProgressStyle::kAuto : ProgressStyle::kSilent);
-      // Weights, gradients and optimizer state stay float32; on a GPU the matrix
-      // products run in bfloat16 under autocast (mixed precision).
-      std::optional<model::compat::CudaAutocast> autocast;
-      if (device == model::ComputeDevice::kCuda) autocast.emplace(torch::kBFloat16);
       const double tokens_per_step = static_cast<double>(options.global_batch * options.seq_len);
       for (std::int64_t step = start.step; step < end_step; ++step) {
         const auto step_started = Clock::now();
         StepTimes times;
         times.step_start = step_started;
         times.tracing = !job.trace.empty() && step + 1 == end_step;
-        const double loss_part = runner->run_step(step, times);
+        double loss_part = 0;
+        {
+          // Weights, gradients and optimizer state stay float32; on a GPU the
+          // matrix products run in bfloat16 under autocast (mixed precision).
+          // The guard ends with the step's forward and backward passes: autocast
+          // caches each weight's bfloat16 copy until it is switched off, so a
+          // guard held across optimizer steps would train on stale weights.
+          std::optional<model::compat::CudaAutocast> autocast;
+          if (device == model::ComputeDevice::kCuda) autocast.emplace(torch::kBFloat16);
+          loss_part = runner->run_step(step, times);
+        }
         // One all-reduce carries the gradient norm's parts, the loss, whether
         // the job stops after this step (a rank asked to leave, or the elastic
         // controller wants a new generation), and which ranks asked to leave.
