@@ -10,7 +10,8 @@
 #       libraries of the nvidia-* wheels in DIR that the CUDA toolkit here lacks
 #       (for linking only: `scripts/build-torch2.sh` never installs anything)
 #   FLEET_BUILD_DIR=dir (default build-torch2), FLEET_JOBS=N (default 2),
-#   FLEET_TEST=1 also runs the tests there (GPU tests run when a GPU is visible).
+#   FLEET_TEST=1 also runs the tests there (GPU tests run when a GPU is visible),
+#   FLEET_TARGETS="a b" builds these targets only.
 #
 # Not part of CI; docs/gpu.md explains the GPU build on a cluster.
 set -euo pipefail
@@ -68,7 +69,7 @@ command -v ninja >/dev/null && generator=(-G Ninja)
 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   "-DCMAKE_PREFIX_PATH=$prefix;$prefix/../.." "-DTORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-8.0;9.0+PTX}" \
   -DCMAKE_EXE_LINKER_FLAGS="$ldflags" -DCMAKE_SHARED_LINKER_FLAGS="$ldflags" ${FLEET_CMAKE_ARGS:-}
-cmake --build "$build" -j "$jobs"
+cmake --build "$build" -j "$jobs" ${FLEET_TARGETS:+--target $FLEET_TARGETS}
 "$build/bin/sailor-run" --version
 if [ "${FLEET_TEST:-0}" = 1 ]; then
   (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 600)

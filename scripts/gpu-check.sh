@@ -2,9 +2,10 @@
 # The one check to run on a GPU machine without network access: builds the
 # toolkit with CUDA against that machine's PyTorch libtorch, runs the tests
 # labelled `gpu`, measures inference against transformers on the same GPU and
-# a training step, and writes everything to one report. Under 10 minutes on
-# a 16-core machine: only what the GPU tests and benchmarks need is built,
-# for the local GPU's architecture only.
+# a training step, and writes everything to one report. Only what the GPU
+# tests and benchmarks need is built, for the local GPU's architecture only;
+# with a tree built elsewhere (FLEET_PREBUILT below) the checks but the
+# kernel pairs took under 4 minutes on an H200 machine with 16 cores.
 #
 #   scripts/gpu-deps.sh             (beforehand, where Debian's mirror is reachable:
 #                                    the dependencies a bare machine lacks, in .gpu-deps/)
@@ -15,10 +16,28 @@
 #   scripts/gpu-check.sh serving    instead of the checks above: dz-serve's delta mode against
 #                                   swap mode on the GPU (about 5 minutes; a second call on the
 #                                   warm machine, which keeps build-gpu/)
+#   scripts/gpu-check.sh SECTION... only these of: tests inference training orion-pairs
+#                                   orion-exec serving (no argument: all but serving)
+#   FLEET_PREBUILT=DIR              skip configure and build: DIR is a tree made by
+#                                   scripts/gpu-prebuild.sh on another machine against the same
+#                                   PyTorch wheel (same torch and CUDA version); its CTest files
+#                                   are pointed at where it and the sources now are
 # Users building for their cluster follow docs/gpu.md instead.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+# What the checks run (scripts/gpu-prebuild.sh builds the same list).
+gpu_targets=(test_devices_gpu test_model_gpu test_sailor_training_gpu test_deltazip_gpu test_deltazip_serving_gpu
+             sailor-run dz-compress dz-serve bench_model_inference orion-run orion-profile orion_client orion_capture
+             orion_static_cudart_app)
+if [ "${1:-}" = targets ]; then echo "${gpu_targets[*]}"; exit 0; fi
+all_sections=(tests inference training orion-pairs orion-exec serving)
+sections=("$@")
+[ ${#sections[@]} -gt 0 ] || sections=(tests inference training orion-pairs orion-exec)
+for s in "${sections[@]}"; do
+  [[ " ${all_sections[*]} " == *" $s "* ]] || { echo "gpu-check: unknown section '$s' (${all_sections[*]})" >&2; exit 2; }
+done
+want() { [[ " ${sections[*]} " == *" $1 "* ]]; }
 out=${OUT:-$root/gpu-check-out}
 mkdir -p "$out"
 report="$out/gpu-check-report.txt"
@@ -26,6 +45,7 @@ exec > >(tee "$report") 2>&1
 build="$root/build-gpu"
 started=$(date +%s)
 failures=()
+jobs=$(nproc)
 section() { printf '\n== %s (%ds)\n' "$*" $(( $(date +%s) - started )); }
 fail() { echo "FAILED: $*"; failures+=("$*"); }
 
@@ -63,33 +83,49 @@ else
   echo "no .gpu-deps/: using the machine's own packages"
 fi
 
-section "configure"
-torch=${FLEET_TORCH_PREFIX:-$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)}
-[ -n "$torch" ] || { fail "no libtorch prefix"; exit 1; }
-arch=${FLEET_GPU_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1)}
-arch=${arch:-9.0}
-generator=()
-command -v ninja >/dev/null && generator=(-G Ninja)
-prefix_path="$torch;$torch/../.."
-for p in "${prefixes[@]}"; do prefix_path+=";$p"; done
-cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DWITH_CUDA=ON -DFLEET_CCACHE=OFF \
-  "-DCMAKE_PREFIX_PATH=$prefix_path" "-DTORCH_CUDA_ARCH_LIST=$arch" "-DCMAKE_CUDA_ARCHITECTURES=${arch/./}" \
-  -DFLEET_PYTHON="$python" "${cmake_deps[@]}" ${FLEET_CMAKE_ARGS:-} || { fail "configure"; exit 1; }
+if [ -n "${FLEET_PREBUILT:-}" ]; then
+  section "prebuilt tree"
+  build=$(cd "$FLEET_PREBUILT" && pwd) || { fail "no prebuilt tree $FLEET_PREBUILT"; exit 1; }
+  # Its programs were linked against the wheel's libtorch elsewhere: here they
+  # take this Python's torch and the CUDA libraries pip installed beside it.
+  torch_libs=$("$python" -c 'import glob, os, torch
+root = os.path.dirname(os.path.dirname(torch.__file__))
+print(":".join([os.path.join(root, "torch", "lib")] + sorted(glob.glob(os.path.join(root, "nvidia", "*", "lib")))))') ||
+    { fail "no torch to run the prebuilt tree with"; exit 1; }
+  export LD_LIBRARY_PATH="$torch_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # CTest files name the folders the tree was built from; point them here.
+  [ -f "$build/prebuilt.env" ] || { fail "$build has no prebuilt.env (not made by scripts/gpu-prebuild.sh)"; exit 1; }
+  built_source=$(sed -n 's/^source=//p' "$build/prebuilt.env")
+  built_tree=$(sed -n 's/^build=//p' "$build/prebuilt.env")
+  find "$build" -name '*.cmake' -exec sed -i -e "s|$built_tree|$build|g" -e "s|$built_source|$root|g" {} +
+  echo "$build, built in $built_tree (libraries: $torch_libs)"
+else
+  section "configure"
+  torch=${FLEET_TORCH_PREFIX:-$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)}
+  [ -n "$torch" ] || { fail "no libtorch prefix"; exit 1; }
+  arch=${FLEET_GPU_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1)}
+  arch=${arch:-9.0}
+  generator=()
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  prefix_path="$torch;$torch/../.."
+  for p in "${prefixes[@]}"; do prefix_path+=";$p"; done
+  cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DWITH_CUDA=ON -DFLEET_CCACHE=OFF \
+    "-DCMAKE_PREFIX_PATH=$prefix_path" "-DTORCH_CUDA_ARCH_LIST=$arch" "-DCMAKE_CUDA_ARCHITECTURES=${arch/./}" \
+    -DFLEET_PYTHON="$python" "${cmake_deps[@]}" ${FLEET_CMAKE_ARGS:-} || { fail "configure"; exit 1; }
 
-section "build (GPU tests, tools, benchmarks)"
-jobs=$(nproc)
-cmake --build "$build" -j "$jobs" --target test_devices_gpu test_model_gpu test_sailor_training_gpu test_deltazip_gpu test_deltazip_serving_gpu sailor-run dz-compress dz-serve bench_model_inference \
-  orion-run orion-profile orion_client orion_capture orion_static_cudart_app ||
-  { fail "build"; exit 1; }
+  section "build (GPU tests, tools, benchmarks)"
+  cmake --build "$build" -j "$jobs" --target "${gpu_targets[@]}" || { fail "build"; exit 1; }
+fi
 "$build/bin/sailor-run" --version
 
-# Everything but the serving benchmark; `gpu-check.sh serving` runs that alone.
-if [ "${1:-all}" != serving ]; then
+if want tests; then
 section "tests labelled gpu"
 (cd "$build" && ctest -L gpu --output-on-failure --timeout 300) | tee "$out/gpu-tests.txt" || fail "gpu tests"
 # On a machine with a GPU, a skipped GPU test is a failure of the check.
 if nvidia-smi >/dev/null 2>&1 && grep -q "Skipped" "$out/gpu-tests.txt"; then fail "gpu tests skipped on a GPU machine"; fi
+fi
 
+if want inference; then
 section "inference: lib/model against transformers on the same GPU (bfloat16)"
 if "$python" -c 'import transformers' 2>/dev/null; then
   FLEET_PYTHON="$python" DEVICE=cuda THREADS=$jobs scripts/bench/model_inference.sh "$build" || fail "inference benchmark"
@@ -108,7 +144,9 @@ else
   fi
   rm -rf "$tmp"
 fi
+fi
 
+if want training; then
 section "training steps on the GPU (100m preset, float32 weights, bfloat16 autocast)"
 tmp=$(mktemp -d)
 if "$build/bin/sailor-run" -q init --preset 100m -o "$tmp/init" &&
@@ -118,23 +156,31 @@ if "$build/bin/sailor-run" -q init --preset 100m -o "$tmp/init" &&
     "$build/bin/sailor-run" -q train --model "$tmp/init" --data "$tmp/base.txt" -o "$tmp/run-$device" --steps "$steps" \
       --batch-size 8 --seq-len 256 --lr 1e-3 --warmup 2 --device "$device" --threads "$jobs" --json >"$tmp/$device.json" ||
       fail "training on $device"
-    echo "$device: $(tr -d '\n ' <"$tmp/$device.json" | grep -o '"first_loss":[^,]*,"last_loss":[^,]*\|"tokens_per_second":[^,}]*' | tr '\n' ' ')"
+    "$python" - "$device" "$tmp/$device.json" <<'PY' || fail "training result on $device"
+import json, sys
+r = json.load(open(sys.argv[2]))
+print("%s: loss %.3f -> %.3f in %d steps, %.0f tokens/s"
+      % (sys.argv[1], r["first_loss"], r["last_loss"], r["last_step"], r["tokens_per_second"]))
+PY
   done
   section "per-layer times on the GPU for sailor-plan (the profile subcommand)"
   "$build/bin/sailor-run" profile --model "$tmp/init" --gpu-type H200 --mbs 1,4 --seq-len 512 --device cuda \
     --threads "$jobs" -o "$tmp/profile.json" || fail "profile on cuda"
 fi
 rm -rf "$tmp"
-
-section "orion: kernel pairs measured against the simulator (conv / batch norm, alone, sequential, together)"
-scripts/bench/orion_pairs.sh "$build" "$python" || fail "orion kernel pairs"
-
-section "orion: PyTorch inference (HP) beside training (BE), alone / orion / mps"
-HP_REQUESTS=300 BE_SECONDS=20 scripts/bench/orion_gpu.sh "$build" "$python" || fail "orion on the GPU"
-
 fi
 
-if [ "${1:-all}" = serving ]; then
+if want orion-pairs; then
+section "orion: kernel pairs measured against the simulator (conv / batch norm, alone, sequential, together)"
+scripts/bench/orion_pairs.sh "$build" "$python" || fail "orion kernel pairs"
+fi
+
+if want orion-exec; then
+section "orion: PyTorch inference (HP) beside training (BE), alone / orion / mps"
+HP_REQUESTS=2000 BE_SECONDS=20 scripts/bench/orion_gpu.sh "$build" "$python" || fail "orion on the GPU"
+fi
+
+if want serving; then
   section "dz-serve on the GPU: delta mode against swap mode, 8 fine-tunes of the 100m preset (Zipf 1.0)"
   tmp=$(mktemp -d)
   BIN="$build/bin" DEVICE=cuda VARIANTS=8 MODES="delta swap" RATES8="8 32" DURATION=15 SKIP_KERNELS=1 \

@@ -20,13 +20,16 @@ if len(sys.argv) > 5:
         os.environ.setdefault(variable, sys.argv[5])
 
 import torch  # noqa: E402
+import transformers  # noqa: E402
 from transformers import LlamaForCausalLM  # noqa: E402
 
 folder, batch, prompt, new_tokens, threads, repeats = sys.argv[1], *map(int, sys.argv[2:7])
 device = sys.argv[7] if len(sys.argv) > 7 else "cpu"
 torch.set_num_threads(threads)
 dtype = torch.bfloat16 if device == "cuda" else torch.float32
-model = LlamaForCausalLM.from_pretrained(folder, torch_dtype=dtype).eval().to(device)
+# transformers 5 renamed torch_dtype to dtype.
+dtype_argument = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+model = LlamaForCausalLM.from_pretrained(folder, **{dtype_argument: dtype}).eval().to(device)
 tokens = torch.randint(0, model.config.vocab_size, (batch, prompt), generator=torch.Generator().manual_seed(0)).to(device)
 
 

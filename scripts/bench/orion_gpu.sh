@@ -33,7 +33,8 @@ mps=()
 if command -v nvidia-cuda-mps-control >/dev/null; then mps=(--start-mps); else echo "no MPS control program: time slicing only"; fi
 for policy in orion mps; do
   "$bin/orion-run" exec --policy "$policy" "${mps[@]}" --profiles "$tmp/hp.csv,$tmp/be.csv" --report \
-    --hp "$python $pair --role hp --requests $requests" --be "$python $pair --role be" >"$tmp/$policy.txt" ||
+    --hp "$python $pair --role hp --requests $requests --ready-file $tmp/$policy.ready" \
+    --be "$python $pair --role be --ready-file $tmp/$policy.ready" >"$tmp/$policy.txt" ||
     { echo "$policy: exec failed"; cat "$tmp/$policy.txt"; continue; }
   hp=$(json_field "$tmp/$policy.txt" hp p99_ms)
   be=$(json_field "$tmp/$policy.txt" be iterations_per_s)

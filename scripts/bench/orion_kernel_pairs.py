@@ -2,10 +2,11 @@
 compute-bound kernel (ResNet50's 3x3 convolution, batch 32) and a
 memory-bound one (its batch norm), each alone, two of them one after the
 other in one stream, and two at once in two streams, timed with CUDA events
-(median of --repeat runs). The pairs are those Orion measured on a V100:
+(median of --repeat runs), each side a chain of --chain runs. The pairs are those Orion measured on a V100:
 compute+memory, compute+compute, memory+memory.
 
-  --measure                  prints one JSON line per kernel and per pair
+  --measure [--chain K]      prints one JSON line per kernel and per pair; each
+                             side runs its kernel K times (default 10)
   --capture KIND [--iters N] runs KIND (conv or bn) N times, each marked with
                              torch.cuda.profiler.start()/stop(), for
                              orion-profile capture
@@ -21,6 +22,7 @@ p.add_argument("--measure", action="store_true")
 p.add_argument("--capture", choices=["conv", "bn"])
 p.add_argument("--iters", type=int, default=5)
 p.add_argument("--repeat", type=int, default=20)
+p.add_argument("--chain", type=int, default=10)
 args = p.parse_args()
 if not torch.cuda.is_available():
     print("no GPU", file=sys.stderr)
@@ -56,7 +58,13 @@ if args.capture:
 
 
 def timed(run):
-    """Median milliseconds of `run` over --repeat runs, after warm-up."""
+    """Median milliseconds of `run` over --repeat runs, after warm-up.
+
+    The GPU first spins for a few milliseconds, and the start event follows
+    the spin: every launch of `run` is queued by the time the window opens,
+    so it measures the GPU's time, not Python's launch rate (a 0.1 ms kernel
+    costs about as much to launch from Python as to run, which once made two
+    streams look slower than one)."""
     for _ in range(3):
         run()
     torch.cuda.synchronize()
@@ -64,6 +72,7 @@ def timed(run):
     for _ in range(args.repeat):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()
+        torch.cuda._sleep(10_000_000)  # cycles: ~5 ms at the H200's boost clock
         start.record()
         run()
         end.record()
@@ -71,6 +80,13 @@ def timed(run):
         times.append(start.elapsed_time(end))
     times.sort()
     return times[len(times) // 2]
+
+
+def chained(op):
+    def run():
+        for _ in range(args.chain):
+            op()
+    return run
 
 
 s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
@@ -90,9 +106,10 @@ def together(a, b):
     return run
 
 
+# Per kernel run: alone_ms is one run's share of a chain of K.
 for name, op in OPS.items():
-    print(json.dumps({"kernel": name, "alone_ms": timed(op)}), flush=True)
+    print(json.dumps({"kernel": name, "alone_ms": timed(chained(op)) / args.chain}), flush=True)
 for a, b in (("conv", "bn"), ("conv", "conv"), ("bn", "bn")):
-    seq = timed(lambda: (OPS[a](), OPS[b]()))
-    both = timed(together(OPS[a], OPS[b]))
-    print(json.dumps({"pair": f"{a}+{b}", "sequential_ms": seq, "together_ms": both}), flush=True)
+    seq = timed(lambda: (chained(OPS[a])(), chained(OPS[b])()))
+    both = timed(together(chained(OPS[a]), chained(OPS[b])))
+    print(json.dumps({"pair": f"{a}+{b}", "chain": args.chain, "sequential_ms": seq, "together_ms": both}), flush=True)

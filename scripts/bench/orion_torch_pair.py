@@ -5,9 +5,13 @@ orion-run exec and orion-profile capture see request boundaries.
 
   --role hp --requests N [--think-ms T]   prints {"role":"hp","p50_ms":...,"p99_ms":...}
   --role be --iterations N (0: until SIGTERM)   prints {"role":"be","iterations_per_s":...}
+  --ready-file PATH   BE creates PATH once warmed up; HP waits for it before its
+                      measured requests, so the two overlap (starting torch and
+                      CUDA takes seconds, the HP requests themselves about one)
 """
 import argparse
 import json
+import os
 import signal
 import sys
 import time
@@ -20,6 +24,8 @@ p.add_argument("--requests", type=int, default=200)
 p.add_argument("--iterations", type=int, default=0)
 p.add_argument("--think-ms", type=float, default=2.0)
 p.add_argument("--warmup", type=int, default=10)
+p.add_argument("--ready-file")
+p.add_argument("--ready-timeout-s", type=float, default=120)
 args = p.parse_args()
 
 if not torch.cuda.is_available():
@@ -43,6 +49,13 @@ if args.role == "hp":
     latencies = []
     with torch.no_grad():
         for r in range(args.warmup + args.requests):
+            if r == args.warmup and args.ready_file:
+                deadline = time.monotonic() + args.ready_timeout_s
+                while not os.path.exists(args.ready_file) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                if not os.path.exists(args.ready_file):
+                    print(f"hp: {args.ready_file} did not appear within {args.ready_timeout_s} s; measuring alone",
+                          file=sys.stderr)
             t0 = time.perf_counter()
             torch.cuda.profiler.start()
             model(x)
@@ -79,6 +92,8 @@ else:
         i += 1
         if i == args.warmup:
             started = time.perf_counter()
+            if args.ready_file:
+                open(args.ready_file, "w").close()
         elif i > args.warmup:
             done += 1
     elapsed = time.perf_counter() - started if started else 0
