@@ -97,7 +97,10 @@ print(":".join([os.path.join(root, "torch", "lib")] + sorted(glob.glob(os.path.j
   [ -f "$build/prebuilt.env" ] || { fail "$build has no prebuilt.env (not made by scripts/gpu-prebuild.sh)"; exit 1; }
   built_source=$(sed -n 's/^source=//p' "$build/prebuilt.env")
   built_tree=$(sed -n 's/^build=//p' "$build/prebuilt.env")
-  find "$build" -name '*.cmake' -exec sed -i -e "s|$built_tree|$build|g" -e "s|$built_source|$root|g" {} +
+  # (Through markers, so neither new path is rewritten again by the other rule.)
+  find "$build" -name '*.cmake' -exec sed -i -e "s|$built_tree|@FLEET_TREE@|g" -e "s|$built_source|@FLEET_SOURCE@|g" \
+    -e "s|@FLEET_TREE@|$build|g" -e "s|@FLEET_SOURCE@|$root|g" {} +
+  printf 'source=%s\nbuild=%s\n' "$root" "$build" > "$build/prebuilt.env"  # where they point now
   echo "$build, built in $built_tree (libraries: $torch_libs)"
 else
   section "configure"

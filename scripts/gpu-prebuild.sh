@@ -19,7 +19,8 @@ tree=${1:-build-gpu-prebuilt}
 build=${FLEET_BUILD_DIR:-build-torch2}
 [ -n "${FLEET_TORCH_WHEEL:-}" ] || [ -n "${FLEET_TORCH_PREFIX:-}" ] ||
   { echo "gpu-prebuild: give FLEET_TORCH_WHEEL (the GPU machine's torch build) or FLEET_TORCH_PREFIX" >&2; exit 2; }
-FLEET_TARGETS=$(bash scripts/gpu-check.sh targets) TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} \
+targets=$(bash scripts/gpu-check.sh targets)
+FLEET_TARGETS=$targets TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} \
   FLEET_BUILD_DIR="$build" \
   FLEET_CMAKE_ARGS="-DCMAKE_BUILD_TYPE=Release -DWITH_CUDA=ON -DFLEET_PYTHON=python3 ${FLEET_CMAKE_ARGS:-}" \
   scripts/build-torch2.sh
@@ -32,7 +33,7 @@ tree=$(cd "$tree" && pwd)
    -o -name '*_tests.cmake' -o -name '*_labels.cmake' \) -print) | while read -r f; do
   mkdir -p "$tree/$(dirname "$f")" && cp "$build/$f" "$tree/$f"
 done
-for target in $(bash scripts/gpu-check.sh targets); do
+for target in $targets; do
   for f in $(cd "$build" && find bin tests -name torch-wheel -prune -o -type f \( -name "$target" -o -name "lib$target.so" \) -print); do
     mkdir -p "$tree/$(dirname "$f")"
     strip --strip-unneeded -o "$tree/$f" "$build/$f"

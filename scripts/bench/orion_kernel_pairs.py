@@ -2,8 +2,9 @@
 compute-bound kernel (ResNet50's 3x3 convolution, batch 32) and a
 memory-bound one (its batch norm), each alone, two of them one after the
 other in one stream, and two at once in two streams, timed with CUDA events
-(median of --repeat runs), each side a chain of --chain runs. The pairs are those Orion measured on a V100:
-compute+memory, compute+compute, memory+memory.
+(median of --repeat runs), each side a chain of --chain runs. The pairs are
+those Orion measured on a V100: compute+memory, compute+compute,
+memory+memory.
 
   --measure [--chain K]      prints one JSON line per kernel and per pair; each
                              side runs its kernel K times (default 10)
