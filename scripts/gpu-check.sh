@@ -9,7 +9,8 @@
 #
 #   scripts/gpu-deps.sh             (beforehand, where Debian's mirror is reachable:
 #                                    the dependencies a bare machine lacks, in .gpu-deps/)
-#   scripts/gpu-check.sh            on the GPU machine; report in $OUT (or gpu-check-out/)
+#   scripts/gpu-check.sh            on the GPU machine; report in $OUT (or gpu-check-out/), with
+#                                   orion-data.tar.gz (Orion's captured profiles and raw results)
 #
 #   FLEET_TORCH_PREFIX=DIR          libtorch's CMake prefix (default: from python3's torch)
 #   FLEET_GPU_ARCH=9.0              TORCH_CUDA_ARCH_LIST (default: the GPU's, from nvidia-smi)
@@ -175,12 +176,24 @@ fi
 
 if want orion-pairs; then
 section "orion: kernel pairs measured against the simulator (conv / batch norm, alone, sequential, together)"
-scripts/bench/orion_pairs.sh "$build" "$python" || fail "orion kernel pairs"
+KEEP="$out/orion-data/pairs" scripts/bench/orion_pairs.sh "$build" "$python" || fail "orion kernel pairs"
 fi
 
 if want orion-exec; then
-section "orion: PyTorch inference (HP) beside training (BE), alone / orion / mps"
-HP_REQUESTS=2000 BE_SECONDS=20 scripts/bench/orion_gpu.sh "$build" "$python" || fail "orion on the GPU"
+section "orion: PyTorch inference (HP) beside training (BE), alone / orion / mps, and the simulator on the same"
+# The simulator's model of this GPU, from its name.
+case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)" in
+  *H200*) orion_device=h200 ;; *H100*) orion_device=h100 ;; *A100*80GB*) orion_device=a100-80 ;;
+  *A100*) orion_device=a100-40 ;; *V100*) orion_device=v100-16 ;;
+  *) orion_device=h200; echo "no simulator model of this GPU: simulating an H200" ;;
+esac
+HP_REQUESTS=2000 BE_SECONDS=20 KEEP="$out/orion-data/exec" ORION_DEVICE=$orion_device \
+  scripts/bench/orion_gpu.sh "$build" "$python" ||
+  fail "orion on the GPU"
+fi
+# The captured profiles and raw results, for the simulator off the GPU machine.
+if [ -d "$out/orion-data" ]; then
+  tar -C "$out" -czf "$out/orion-data.tar.gz" orion-data && rm -rf "$out/orion-data"
 fi
 
 if want serving; then

@@ -8,6 +8,7 @@
 # and simulated times side by side.
 #
 #   scripts/bench/orion_pairs.sh [BUILD_DIR] [PYTHON]
+#   KEEP=DIR   copy the measurements, profiles and simulated workloads there
 set -uo pipefail
 build=${1:-build}
 python=${2:-python3}
@@ -22,3 +23,4 @@ for kind in conv bn; do
     exit 1
 done
 "$python" "$here/orion_pairs_compare.py" "$bin/orion-run" "$tmp" || exit 1
+if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$tmp"/* "$KEEP"/; fi
