@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 
 from elastic_jobs import COMMON, Checks, elastic, finishes_on_new_plan, plan_workers, prepare, records, reference, \
-    run, same_losses, worker_pids
+    run, same_losses, stop_between_requests, worker_pids
 
 BIN = Path(sys.argv[1])
 RUN = str(BIN / "sailor-run")
@@ -136,8 +136,10 @@ def main():
               f"SIGTERM: recorded as a preemption handed over from memory: {e.get('cause')}, {e.get('state_from')}")
 
         # A worker that stops answering: missed heartbeats make it lost.
-        _, _, e, _ = scenario(tmp, ref, "SIGSTOP", 4, plan, lambda pids, _: os.kill(pids[2], signal.SIGSTOP),
-                              launcher=["--heartbeat-timeout", "2"])
+        port0 = free_port()
+        _, _, e, _ = scenario(tmp, ref, "SIGSTOP", 4, plan,
+                              lambda pids, _: stop_between_requests(RUN, pids[2], f"127.0.0.1:{port0}"),
+                              launcher=["--heartbeat-timeout", "2", "--master-port", str(port0)])
         check("heartbeat" in e.get("cause", ""), f"SIGSTOP: the cause names the heartbeat: {e.get('cause')}")
 
         # join: one worker, then a second one asked for while it trains.
@@ -150,8 +152,7 @@ def main():
 
         def join(pids, _):
             # The worker waits (stopped) while the two commands start: a 1-worker step is shorter than their start-up.
-            os.kill(pids[0], signal.SIGSTOP)
-            seen["before"] = run(RUN, "status", "--controller", controller, "--json")
+            seen["before"] = stop_between_requests(RUN, pids[0], controller)
             seen["text"] = run(RUN, "status", "--controller", controller)
             seen["join"] = run(RUN, "join", "--controller", controller, "--workers", "1")
             os.kill(pids[0], signal.SIGCONT)
@@ -179,7 +180,7 @@ def main():
 
         # A newcomer that dies as soon as it starts, twice, while the others train.
         def flap(pids, _):
-            os.kill(pids[0], signal.SIGSTOP)  # the job cannot finish meanwhile
+            stop_between_requests(RUN, pids[0], controller2)  # the job cannot finish meanwhile
             for newcomer in (2, 3):
                 run(RUN, "join", "--controller", controller2)
                 deadline = time.time() + 60

@@ -6,6 +6,8 @@ and reading its metrics.
 Training is layout-independent, so every run's per-step losses must equal
 the uninterrupted run's within 1e-5 relative."""
 import json
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -26,6 +28,24 @@ class Checks:
 
 def run(*args, timeout=300):
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout)
+
+
+def stop_between_requests(run_bin, pid, controller, attempts=10):
+    """Stops `pid` (SIGSTOP) at a moment it is not half-way through a request
+    to the controller's store, and returns `sailor-run status --json` as read
+    then. c10d's store server in libtorch 1.13 reads one request at a time to
+    its end: a client stopped between the pieces of one (a heartbeat, a step's
+    commit) makes every other client, the controller included, wait until it
+    runs again (docs/training-runtime.md). A stop that caught one is undone
+    and tried again."""
+    for _ in range(attempts):
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            return run(run_bin, "status", "--controller", controller, "--json", timeout=20)
+        except subprocess.TimeoutExpired:
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.01)
+    return subprocess.CompletedProcess([], 1, "", f"the store at {controller} never answered with {pid} stopped")
 
 
 def records(path):
