@@ -280,18 +280,11 @@ def main():
         deadline = time.time() + 120
         while time.time() < deadline and len(records(metrics)[0]) < 2 and ctl.poll() is None:
             time.sleep(0.02)
-        workers[0].send_signal(signal.SIGSTOP)  # holds the step while the newcomer starts
+        # Worker 0 holds the step (stopped, between two store requests) while the newcomer starts.
+        stop_between_requests(RUN, workers[0].pid, f"127.0.0.1:{port}")
         workers.append(start())
-        # c10d's store server reads one request at a time to its end: had the
-        # stop caught worker 0 between the pieces of one (a heartbeat, say),
-        # every other client, the newcomer and the controller included, would
-        # wait for it. So worker 0 runs for a moment now and then, far too
-        # briefly to finish a step.
         while time.time() < deadline and worker_id(2) is None:
-            time.sleep(1.0)
-            workers[0].send_signal(signal.SIGCONT)
-            time.sleep(0.002)
-            workers[0].send_signal(signal.SIGSTOP)
+            time.sleep(0.1)
         workers[0].send_signal(signal.SIGCONT)
         while time.time() < deadline and len(records(metrics)[1]) < 1 and ctl.poll() is None:
             time.sleep(0.02)
