@@ -29,7 +29,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 # What the checks run (scripts/gpu-prebuild.sh builds the same list).
 gpu_targets=(test_devices_gpu test_model_gpu test_sailor_training_gpu test_deltazip_gpu test_deltazip_serving_gpu
-             sailor-run dz-compress dz-serve bench_model_inference orion-run orion-profile orion_client orion_capture
+             sailor-run dz-compress dz-serve bench_model_inference bench_dz_serve orion-run orion-profile orion_client orion_capture
              orion_static_cudart_app)
 if [ "${1:-}" = targets ]; then echo "${gpu_targets[*]}"; exit 0; fi
 all_sections=(tests inference training orion-pairs orion-exec serving)
@@ -201,6 +201,8 @@ if want serving; then
   tmp=$(mktemp -d)
   BIN="$build/bin" DEVICE=cuda VARIANTS=8 MODES="delta swap" RATES8="8 32" DURATION=15 SKIP_KERNELS=1 \
     THREADS="$jobs" FLEET_PYTHON="$python" timeout 420 scripts/bench/dz_serve.sh "$tmp" || fail "dz-serve on the GPU"
+  # The raw results (JSON lines, memory figures, server logs) beside the report; the models stay behind.
+  mkdir -p "$out/serving" && cp "$tmp"/results/*.jsonl "$tmp"/results/*.txt "$tmp"/results/*.log "$out/serving/" 2>/dev/null
   rm -rf "$tmp"
 fi
 

@@ -13,9 +13,11 @@
 #   scripts/bench/dz_serve.sh [MODELS_DIR]     default: build/bench-dz-serve
 #   RATES8="1 2 4 8" RATES16="8" DURATION=30 MAX_TOKENS=16 THREADS=1 STEPS=2 CAP=0 MAX_BATCH=32
 #   (CAP: --max-variants-per-batch of the delta and full servers, 0 = no limit; MAX_BATCH: --max-batch of every server)
-#   MODES="delta" SKIP_KERNELS=1   rerun some modes only (their earlier results are replaced)
+#   MODES="delta" SKIP_KERNELS=1 SKIP_DECODE=1   rerun some modes only (their earlier results are replaced;
+#                                                SKIP_KERNELS skips the CPU kernel benchmarks, SKIP_DECODE the decode step)
 #   VARIANTS=8                     make and serve 8 variants only (no 16-variant runs)
-#   DEVICE=cuda BIN=build-gpu/bin  fine-tune, compress and serve on a GPU (scripts/gpu-check.sh)
+#   DEVICE=cuda BIN=build-gpu/bin  fine-tune, compress, time the decode step and serve on a GPU
+#                                  (scripts/gpu-check.sh)
 # Results (JSON lines) in MODELS_DIR/results; a summary table on stdout and
 # MODELS_DIR/results/curves.png.
 set -euo pipefail
@@ -63,10 +65,12 @@ log "SBMM against dense GEMMs"
 "$bin/bench_dz_serve" sbmm "$threads" 5 > "$results/sbmm.jsonl"
 log "a variant's prefill product against one dense GEMM"
 "$bin/bench_dz_serve" merged "$threads" 7 > "$results/merged.jsonl"
-log "one decode step: delta mode against full mode"
+fi
+if [ "${SKIP_DECODE:-0}" != 1 ]; then
+log "one decode step on $device: delta mode against full mode"
 : > "$results/decode.jsonl"
 for batch in 8 16 32; do
-  "$bin/bench_dz_serve" decode "$models/base" "$batch" "$threads" 3 "$models"/d8/*.h5 >> "$results/decode.jsonl"
+  "$bin/bench_dz_serve" decode "$models/base" "$batch" "$threads" 3 "$device" "$models"/d8/*.h5 >> "$results/decode.jsonl"
 done
 fi
 

@@ -14,10 +14,11 @@
 //     (decoded tile by tile, W added), against one dense GEMM with the
 //     reconstructed matrix (what full mode runs) and against the base
 //     product alone as the model computes it, for 8-256 prompt rows.
-//   bench_dz_serve decode BASE_DIR BATCH THREADS REPEATS DELTA.h5...
+//   bench_dz_serve decode BASE_DIR BATCH THREADS REPEATS DEVICE DELTA.h5...
 //     one decode step of BATCH sequences spread over the deltas: delta mode
 //     (base + SBMM overlay) against full mode (one reconstructed model per
-//     variant), same cache, same batch.
+//     variant), same cache, same batch, on DEVICE (cpu or cuda; float32 on
+//     both, as dz-serve computes).
 #include <chrono>
 #include <iostream>
 #include <random>
@@ -30,6 +31,7 @@
 #include "deltazip/reconstruct.h"
 #include "deltazip/serve/variant_delta.h"
 #include "model/commands.h"
+#include "model/device.h"
 #include "model/llama.h"
 #include "model/small_batch_linear.h"
 
@@ -156,19 +158,26 @@ int merged(int repeats) {
   return 0;
 }
 
-int decode(const std::string& base_dir, std::int64_t batch, int repeats, const std::vector<std::string>& files) {
+int decode(const std::string& base_dir, std::int64_t batch, int repeats, const std::string& device_choice,
+           const std::vector<std::string>& files) {
   torch::NoGradGuard no_grad;
-  auto base = model::LlamaModel::load(base_dir);
+  const bool cuda = model::resolve_device(device_choice) == model::ComputeDevice::kCuda;
+  const torch::Device device = cuda ? torch::kCUDA : torch::kCPU;
+  // Kernels on a GPU run asynchronously: every timed region ends with a sync.
+  auto sync = [cuda] {
+    if (cuda) torch::cuda::synchronize();
+  };
+  auto base = model::LlamaModel::load(base_dir, torch::kFloat32, device);
   std::vector<std::shared_ptr<const VariantDelta>> deltas;
   std::vector<model::LlamaModel> full;
   for (const auto& f : files) {
     DeltaReader reader(f);
     deltas.push_back(VariantDelta::load(f, reader, base));
-    full.push_back(reconstruct_model(reader, base));
+    full.push_back(reconstruct_model(reader, base, device));
   }
   const auto variants = static_cast<std::int64_t>(files.size());
   const std::int64_t context = 160, prompt = 128;
-  model::KvCache cache(base.config(), batch, context, torch::kFloat32);
+  model::KvCache cache(base.config(), batch, context, torch::kFloat32, device);
   std::vector<std::int64_t> slots(static_cast<std::size_t>(batch));
   for (std::int64_t b = 0; b < batch; ++b) slots[static_cast<std::size_t>(b)] = b;
   // Row b belongs to variant b * variants / batch: contiguous segments.
@@ -178,12 +187,13 @@ int decode(const std::string& base_dir, std::int64_t batch, int repeats, const s
     if (segments.empty() || segments.back().variant != v) segments.push_back({b, 0, v});
     segments.back().count++;
   }
-  auto tokens = torch::randint(4, base.config().vocab_size, {batch, prompt}, torch::kInt64);
+  auto tokens = torch::randint(4, base.config().vocab_size, {batch, prompt}, torch::kInt64).to(device);
   auto fill = [&] {  // a prompt in every slot, then decode steps from there
     for (std::int64_t b = 0; b < batch; ++b) cache.reset(b);
     base.forward_cached(cache, slots, tokens, std::vector<std::int64_t>(static_cast<std::size_t>(batch), prompt));
+    sync();
   };
-  auto next = torch::randint(4, base.config().vocab_size, {batch, 1}, torch::kInt64);
+  auto next = torch::randint(4, base.config().vocab_size, {batch, 1}, torch::kInt64).to(device);
   const std::vector<std::int64_t> ones(static_cast<std::size_t>(batch), 1);
   const int steps = 8;
   auto delta_steps = [&] {
@@ -191,6 +201,7 @@ int decode(const std::string& base_dir, std::int64_t batch, int repeats, const s
     DeltaOverlay overlay(segments, batch);
     auto t0 = Clock::now();
     for (int s = 0; s < steps; ++s) base.forward_cached(cache, slots, next, ones, false, &overlay);
+    sync();
     return std::chrono::duration<double>(Clock::now() - t0).count() / steps;
   };
   auto full_steps = [&] {
@@ -203,12 +214,14 @@ int decode(const std::string& base_dir, std::int64_t batch, int repeats, const s
         full[v].forward_cached(cache, part, next.narrow(0, seg.begin, seg.count),
                                std::vector<std::int64_t>(static_cast<std::size_t>(seg.count), 1));
       }
+    sync();
     return std::chrono::duration<double>(Clock::now() - t0).count() / steps;
   };
   auto base_steps = [&] {
     fill();
     auto t0 = Clock::now();
     for (int s = 0; s < steps; ++s) base.forward_cached(cache, slots, next, ones);
+    sync();
     return std::chrono::duration<double>(Clock::now() - t0).count() / steps;
   };
   double t_delta = 1e30, t_full = 1e30, t_base = 1e30;
@@ -223,7 +236,9 @@ int decode(const std::string& base_dir, std::int64_t batch, int repeats, const s
   for (const auto& d : deltas) delta_bytes += d->bytes;
   std::uint64_t model_bytes = 0;
   for (const auto& [n, t] : base.named_parameters()) model_bytes += static_cast<std::uint64_t>(t.nbytes());
-  std::cout << nlohmann::json{{"bench", "decode"}, {"batch", batch}, {"variants", variants},
+  std::cout << nlohmann::json{{"bench", "decode"}, {"device", model::device_name(cuda ? model::ComputeDevice::kCuda
+                                                                                  : model::ComputeDevice::kCpu)},
+                              {"batch", batch}, {"variants", variants},
                               {"delta_step_ms", t_delta * 1e3}, {"full_step_ms", t_full * 1e3}, {"base_step_ms", t_base * 1e3},
                               {"delta_over_full", t_delta / t_full}, {"delta_over_base", t_delta / t_base},
                               {"resident_delta_mode_bytes", model_bytes + delta_bytes},
@@ -245,11 +260,12 @@ int main(int argc, char** argv) try {
     model::set_cpu_threads(std::stoi(argv[2]));
     return merged(std::stoi(argv[3]));
   }
-  if (what == "decode" && argc >= 7) {
+  if (what == "decode" && argc >= 8) {
     model::set_cpu_threads(std::stoi(argv[4]));
-    return decode(argv[2], std::stoll(argv[3]), std::stoi(argv[5]), std::vector<std::string>(argv + 6, argv + argc));
+    return decode(argv[2], std::stoll(argv[3]), std::stoi(argv[5]), argv[6], std::vector<std::string>(argv + 7, argv + argc));
   }
-  std::cerr << "usage: bench_dz_serve sbmm THREADS REPEATS | merged THREADS REPEATS | decode BASE_DIR BATCH THREADS REPEATS DELTA.h5...\n";
+  std::cerr << "usage: bench_dz_serve sbmm THREADS REPEATS | merged THREADS REPEATS | "
+               "decode BASE_DIR BATCH THREADS REPEATS cpu|cuda DELTA.h5...\n";
   return 2;
 } catch (const std::exception& e) {
   std::cerr << "bench_dz_serve: error: " << e.what() << "\n";
