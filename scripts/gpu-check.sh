@@ -15,8 +15,9 @@
 #   FLEET_TORCH_PREFIX=DIR          libtorch's CMake prefix (default: from python3's torch)
 #   FLEET_GPU_ARCH=9.0              TORCH_CUDA_ARCH_LIST (default: the GPU's, from nvidia-smi)
 #   scripts/gpu-check.sh serving    instead of the checks above: dz-serve's delta mode against
-#                                   swap mode on the GPU (about 5 minutes; a second call on the
-#                                   warm machine, which keeps build-gpu/)
+#                                   swap mode on the GPU (about 6 minutes: making the 8 variants
+#                                   took 5 minutes two at a time on an H200 machine, now four;
+#                                   a second call on the warm machine, which keeps build-gpu/)
 #   scripts/gpu-check.sh SECTION... only these of: tests inference training orion-pairs
 #                                   orion-exec serving (no argument: all but serving)
 #   FLEET_PREBUILT=DIR              skip configure and build: DIR is a tree made by
@@ -187,9 +188,15 @@ case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 
   *A100*) orion_device=a100-40 ;; *V100*) orion_device=v100-16 ;;
   *) orion_device=h200; echo "no simulator model of this GPU: simulating an H200" ;;
 esac
-HP_REQUESTS=2000 BE_SECONDS=20 KEEP="$out/orion-data/exec" ORION_DEVICE=$orion_device \
-  scripts/bench/orion_gpu.sh "$build" "$python" ||
-  fail "orion on the GPU"
+# Two BE jobs: batch 512, whose 1.4 ms matrix products outlast an HP request
+# (no policy that cannot preempt a kernel keeps the HP tail then), and batch
+# 64, whose 0.2 ms products do not (the regime of Orion's paper).
+for be_batch in 512 64; do
+  echo "-- BE batch $be_batch"
+  HP_REQUESTS=2000 BE_SECONDS=20 BE_BATCH=$be_batch KEEP="$out/orion-data/exec-be$be_batch" ORION_DEVICE=$orion_device \
+    scripts/bench/orion_gpu.sh "$build" "$python" ||
+    fail "orion on the GPU (BE batch $be_batch)"
+done
 fi
 # The captured profiles and raw results, for the simulator off the GPU machine.
 if [ -d "$out/orion-data" ]; then
@@ -199,8 +206,9 @@ fi
 if want serving; then
   section "dz-serve on the GPU: delta mode against swap mode, 8 fine-tunes of the 100m preset (Zipf 1.0)"
   tmp=$(mktemp -d)
-  BIN="$build/bin" DEVICE=cuda VARIANTS=8 MODES="delta swap" RATES8="8 32" DURATION=15 SKIP_KERNELS=1 \
-    THREADS="$jobs" FLEET_PYTHON="$python" timeout 420 scripts/bench/dz_serve.sh "$tmp" || fail "dz-serve on the GPU"
+  # Swap mode saturates below 1 request/s: its 80 requests take about 100 s to drain.
+  BIN="$build/bin" DEVICE=cuda VARIANTS=8 PARALLEL=4 MODES="delta swap" RATES8="8" DURATION=10 SKIP_KERNELS=1 \
+    THREADS="$jobs" FLEET_PYTHON="$python" timeout 480 scripts/bench/dz_serve.sh "$tmp" || fail "dz-serve on the GPU"
   # The raw results (JSON lines, memory figures, server logs) beside the report; the models stay behind.
   mkdir -p "$out/serving" && cp "$tmp"/results/*.jsonl "$tmp"/results/*.txt "$tmp"/results/*.log "$out/serving/" 2>/dev/null
   rm -rf "$tmp"

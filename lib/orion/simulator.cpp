@@ -197,7 +197,7 @@ class Simulation {
     c.request_arrival_us = arrival;
     c.kernels = (c.requests_started == 0 && !c.spec->first_kernels.empty()) ? &c.spec->first_kernels : &c.spec->kernels;
     c.launched = c.released = c.started = c.completed = 0;
-    c.next_launch_us = now_ + w_.launch_overhead_us;
+    c.next_launch_us = now_ + launch_overhead_us(c);
     ++c.requests_started;
     if (i == view_.hp_client) {
       view_.hp_request_active = true;
@@ -241,6 +241,10 @@ class Simulation {
     }
   }
 
+  double launch_overhead_us(const ClientRun& c) const {
+    return c.spec->launch_overhead_us >= 0 ? c.spec->launch_overhead_us : w_.launch_overhead_us;
+  }
+
   void remove_cohort(std::size_t j) {
     if (j + 1 != cohorts_.size()) cohorts_[j] = cohorts_.back();
     cohorts_.pop_back();
@@ -251,7 +255,7 @@ class Simulation {
     for (ClientRun& c : clients_) {
       while (c.active && c.launched < c.count() && c.next_launch_us <= now_ + kEps) {
         ++c.launched;
-        c.next_launch_us += w_.launch_overhead_us;
+        c.next_launch_us += launch_overhead_us(c);
       }
     }
     // Policy admission, HP first, best-effort clients in turn.

@@ -109,12 +109,13 @@ Workload load_native(const JsonValue& root, const std::filesystem::path& dir,
   }
   w.seed = root.get_or<std::uint64_t>("seed", 1);
   w.launch_overhead_us = root.get_or<double>("launch_overhead_us", 5.0);
-  if (w.launch_overhead_us < 0) root.at("launch_overhead_us").fail("must be non-negative");
+  if (!(w.launch_overhead_us >= 0 && w.launch_overhead_us <= 1e6))
+    root.at("launch_overhead_us").fail("launch_overhead_us must be 0 to 1e6 microseconds");
   w.max_duration_s = root.get_or<double>("max_duration_s", 0.0);
   for (const JsonValue& c : root.at("clients").elements()) {
     c.reject_unknown_keys(
         {"name", "profile", "first_profile", "priority", "kind", "arrivals", "requests", "warmup", "gap_ms",
-         "mps_active_thread_percentage"});
+         "launch_overhead_us", "mps_active_thread_percentage"});
     ClientSpec s;
     s.name = c.get<std::string>("name");
     const std::string priority = c.get<std::string>("priority");
@@ -142,6 +143,11 @@ Workload load_native(const JsonValue& root, const std::filesystem::path& dir,
         gap->fail("gap_ms is the host time between a closed-loop client's requests; open-loop arrivals space them "
                   "already");
       s.gap_us = ms * 1e3;
+    }
+    if (auto launch = c.find("launch_overhead_us")) {
+      const double us = launch->as<double>();
+      if (!(us >= 0 && us <= 1e6)) launch->fail("launch_overhead_us must be 0 to 1e6 microseconds");
+      s.launch_overhead_us = us;
     }
     if (auto pct = c.find("mps_active_thread_percentage")) {
       const double v = pct->as<double>();

@@ -48,6 +48,10 @@ struct ClientSpec {
   std::int64_t requests = 0;             ///< requests/iterations to run (0: until the high-priority client is done)
   std::int64_t warmup = 0;               ///< first requests left out of the statistics
   double gap_us = 0;                     ///< closed loop: host time between the end of one request and the next
+  /// CPU time to launch one of its kernels; negative: the workload's
+  /// launch_overhead_us. A framework that launches from Python (PyTorch
+  /// eager) spends 10-20 us per kernel, a CUDA graph or C++ loop a few.
+  double launch_overhead_us = -1;
   /// Under MPS, the share of the SMs its context may use, in percent
   /// (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); 100: all of them.
   double mps_active_thread_percentage = 100;

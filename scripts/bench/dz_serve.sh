@@ -16,6 +16,7 @@
 #   MODES="delta" SKIP_KERNELS=1 SKIP_DECODE=1   rerun some modes only (their earlier results are replaced;
 #                                                SKIP_KERNELS skips the CPU kernel benchmarks, SKIP_DECODE the decode step)
 #   VARIANTS=8                     make and serve 8 variants only (no 16-variant runs)
+#   PARALLEL=2                     variants made at once (one thread each)
 #   DEVICE=cuda BIN=build-gpu/bin  fine-tune, compress, time the decode step and serve on a GPU
 #                                  (scripts/gpu-check.sh)
 # Results (JSON lines) in MODELS_DIR/results; a summary table on stdout and
@@ -50,8 +51,15 @@ make_variant() {  # make_variant I
   rm -rf "${models:?}/$name" "$models/$name.txt"
   log "variant $name: $task corpus, $bits-bit 2:4"
 }
-for i in $(seq 1 2 "$count"); do  # two at a time, one thread each
-  make_variant "$i" & make_variant $((i + 1)); wait
+parallel=${PARALLEL:-2}
+for first in $(seq 1 "$parallel" "$count"); do  # PARALLEL at a time, one thread each
+  pids=()
+  for i in $(seq "$first" $((first + parallel - 1))); do
+    [ "$i" -le "$count" ] || break
+    make_variant "$i" &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid"; done  # a failed variant stops the script
 done
 for n in 8 16; do
   [ "$n" -le "$count" ] || continue

@@ -9,7 +9,9 @@
 #
 #   scripts/bench/orion_gpu.sh [BUILD_DIR] [PYTHON]
 #   HP_REQUESTS=300 BE_SECONDS=20 ORION_DEVICE=h200 (the simulator's GPU)
-#   KEEP=DIR   copy the profiles, reports, workload and simulation there
+#   BE_BATCH=512   rows of the BE's batch: 512 makes each of its matrix products
+#                  (1.4 ms on an H200) outlast an HP request; 64 (0.2 ms) does not
+#   KEEP=DIR   copy the profiles, reports, scheduler logs, workload and simulation there
 set -uo pipefail
 build=${1:-build}
 python=${2:-python3}
@@ -20,6 +22,8 @@ trap 'rm -rf "$tmp"' EXIT
 requests=${HP_REQUESTS:-300}
 be_seconds=${BE_SECONDS:-20}
 think_ms=2  # the HP client's time between requests (the simulator's host gap)
+be_batch=${BE_BATCH:-512}
+echo "BE batch $be_batch"
 
 json_field() { "$python" -c "import json,sys
 for line in open(sys.argv[1]):
@@ -27,21 +31,23 @@ for line in open(sys.argv[1]):
     if line.startswith('{\"role\": \"$2\"'): print(json.loads(line)['$3'])" "$1"; }
 
 "$python" "$pair" --role hp --requests "$requests" --think-ms "$think_ms" >"$tmp/hp-alone.txt" || exit 1
-timeout -s TERM "$be_seconds" "$python" "$pair" --role be >"$tmp/be-alone.txt"
+timeout -s TERM "$be_seconds" "$python" "$pair" --role be --be-batch "$be_batch" >"$tmp/be-alone.txt"
 hp_alone=$(json_field "$tmp/hp-alone.txt" hp p99_ms)
 be_alone=$(json_field "$tmp/be-alone.txt" be iterations_per_s)
 echo "alone: HP p99 $hp_alone ms, BE $be_alone it/s"
 measured="\"alone\": {\"hp_p99_ms\": $hp_alone, \"be_it_s\": $be_alone}"
 
-"$bin/orion-profile" capture -o "$tmp/hp.csv" -- "$python" "$pair" --role hp --requests 30 || exit 1
-"$bin/orion-profile" capture -o "$tmp/be.csv" -- "$python" "$pair" --role be --iterations 10 || exit 1
+"$bin/orion-profile" capture -o "$tmp/hp.csv" --keep-records "$tmp/hp-records.jsonl" -- \
+  "$python" "$pair" --role hp --requests 30 || exit 1
+"$bin/orion-profile" capture -o "$tmp/be.csv" -- "$python" "$pair" --role be --be-batch "$be_batch" --iterations 10 || exit 1
 
 mps=()
 if command -v nvidia-cuda-mps-control >/dev/null; then mps=(--start-mps); else echo "no MPS control program: time slicing only"; fi
 for policy in orion mps; do
   "$bin/orion-run" exec --policy "$policy" "${mps[@]}" --profiles "$tmp/hp.csv,$tmp/be.csv" --report \
+    --log "$tmp/$policy.log" \
     --hp "$python $pair --role hp --requests $requests --think-ms $think_ms --ready-file $tmp/$policy.ready" \
-    --be "$python $pair --role be --ready-file $tmp/$policy.ready" >"$tmp/$policy.txt" ||
+    --be "$python $pair --role be --be-batch $be_batch --ready-file $tmp/$policy.ready" >"$tmp/$policy.txt" ||
     { echo "$policy: exec failed"; cat "$tmp/$policy.txt"; continue; }
   hp=$(json_field "$tmp/$policy.txt" hp p99_ms)
   be=$(json_field "$tmp/$policy.txt" be iterations_per_s)
@@ -54,6 +60,6 @@ status=0
 "$python" "$(dirname "$pair")/orion_gpu_compare.py" "$bin/orion-run" "$tmp" "${ORION_DEVICE:-h200}" "$requests" "$think_ms" ||
   { echo "the simulator's comparison failed"; status=1; }
 if [ -n "${KEEP:-}" ]; then
-  mkdir -p "$KEEP" && cp "$tmp"/*.csv "$tmp"/*.json "$tmp"/*.txt "$KEEP"/ 2>/dev/null
+  mkdir -p "$KEEP" && cp "$tmp"/*.csv "$tmp"/*.json "$tmp"/*.txt "$tmp"/*.log "$tmp"/*.jsonl "$KEEP"/ 2>/dev/null
 fi
 exit $status

@@ -118,6 +118,14 @@ for policy in ["orion", "mps"]:
     hp_released = [e for e in log if e["event"] == "release" and e["client"] == "hp"]
     check(len(windows) == 4 and be_releases, f"{policy}: 4 HP requests and BE launches in the log")
     check(not hp_released, f"{policy}: HP launches go straight to the GPU (none released by the scheduler)")
+    # The log's view of the HP state alternates on/off, one window at least per request.
+    states = [e["on"] for e in log if e["event"] == "hp_active"]
+    check(len(states) >= 8 and states[0] is True and all(a != b for a, b in zip(states, states[1:])),
+          f"{policy}: hp_active events alternate, starting on, one window per request at least ({states[:12]})")
+    # Every logged BE completion follows a release, and the scheduler saw it after the client did.
+    completes = [e for e in log if e["event"] == "complete" and e["client"] == "be0"]
+    check(0 < len(completes) <= len(be_releases) and all(e["seen_after_us"] >= 0 for e in completes),
+          f"{policy}: BE completions logged ({len(completes)} of {len(be_releases)} releases)")
     if policy == "orion":
         check(not inside, f"orion: no 100-SM BE kernel (threshold 50) released inside an HP request ({len(inside)} were)")
         held = json.loads(r.stdout[r.stdout.index("{"):])["rows"][1]["kernels_held"]

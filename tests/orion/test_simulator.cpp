@@ -30,6 +30,24 @@ TEST(Simulator, LoneKernelTakesItsProfiledTime) {
   EXPECT_THROW(simulate(w, "orion"), InputError);  // orion protects an HP client; there is none
 }
 
+TEST(Simulator, AClientsOwnLaunchOverheadPacesItsLaunchesOnly) {
+  // Ten 1 us kernels: launch-bound. The HP client launches one per 20 us (a
+  // Python framework), the BE client at the workload's 5 us.
+  std::vector<SimKernel> tiny(10, kernel(1, 1, KernelClass::kCompute));
+  Workload w = testing::workload({client("be", tiny, false, false, 3), client("hp", tiny, true, false, 3)});
+  w.launch_overhead_us = 5;
+  w.clients[1].launch_overhead_us = 20;
+  const SimResult r = simulate(w, "dedicated");
+  ASSERT_EQ(r.clients[0].latencies_ms.size(), 3u);
+  ASSERT_EQ(r.clients[1].latencies_ms.size(), 3u);
+  for (double l : r.clients[0].latencies_ms) EXPECT_NEAR(l, (10 * 5 + 1) * 1e-3, 1e-12);
+  for (double l : r.clients[1].latencies_ms) EXPECT_NEAR(l, (10 * 20 + 1) * 1e-3, 1e-12);
+  w.clients[1].launch_overhead_us = -1;  // back to the workload's
+  const SimResult defaults = simulate(w, "dedicated");
+  ASSERT_EQ(defaults.clients[1].latencies_ms.size(), 3u);
+  for (double l : defaults.clients[1].latencies_ms) EXPECT_NEAR(l, (10 * 5 + 1) * 1e-3, 1e-12);
+}
+
 TEST(Simulator, AManyWaveKernelTakesItsProfiledTimeAndTwiceThatOnHalfTheSms) {
   // 8000 SM units on 80 SMs: 100 waves, simulated as 32 (each unit standing
   // for several consecutive blocks); alone it still takes its solo time.
@@ -239,6 +257,10 @@ TEST(Workload, BadWorkloadsNameTheField) {
   EXPECT_NE(error_for("[" + bad + "]")
                 .find("/clients/0/mps_active_thread_percentage: mps_active_thread_percentage must be above 0 and at most "
                       "100"),
+            std::string::npos);
+  bad = good;
+  bad.replace(bad.find("\"requests\": 10"), 14, "\"requests\": 10, \"launch_overhead_us\": -3");
+  EXPECT_NE(error_for("[" + bad + "]").find("/clients/0/launch_overhead_us: launch_overhead_us must be 0 to 1e6"),
             std::string::npos);
   std::string closed = good;
   closed.replace(closed.find("{\"type\": \"poisson\", \"rate\": 5}"), 30, "{\"type\": \"closed\"}, \"gap_ms\": -1");

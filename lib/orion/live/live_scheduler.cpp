@@ -268,6 +268,12 @@ bool LiveScheduler::collect_completions(int slot_index) {
       continue;
     }
     finish(slot_index, f);
+    if (t.client != hp_client_) {
+      // When the client saw it finish (its completion thread), not when the scheduler did.
+      log_event(R"({"t_us":%.1f,"event":"complete","client":"%s","dur_us":%.1f,"seen_after_us":%.1f})",
+                (f.entry->complete_ns - start_ns_) / 1e3, stats_[static_cast<std::size_t>(t.client)].name.c_str(),
+                f.kernel.duration_us, (monotonic_ns() - f.entry->complete_ns) / 1e3);
+    }
     f.entry->state.store(kFree, std::memory_order_release);
     futex_wake(&f.entry->state, 1);  // a client may wait for this ring entry
     t.in_flight[i] = t.in_flight.back();
@@ -377,6 +383,14 @@ bool LiveScheduler::poll() {
     if (slots_[static_cast<std::size_t>(si)].active) progress |= collect_completions(si);
   }
   progress |= decide();
+  if (log_ != nullptr && hp_client_ >= 0) {
+    const bool active = hp_request_active();
+    if (active != hp_active_logged_) {
+      hp_active_logged_ = active;
+      log_event(R"({"t_us":%.1f,"event":"hp_active","on":%s})", (monotonic_ns() - start_ns_) / 1e3,
+                active ? "true" : "false");
+    }
+  }
   return progress;
 }
 

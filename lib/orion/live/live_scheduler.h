@@ -128,6 +128,7 @@ class LiveScheduler {
   const LaunchEntry* hp_current_entry_ = nullptr;
   bool hp_current_done_ = true;
   int hp_in_flight_ = 0;
+  bool hp_active_logged_ = false;  // the HP state the log last recorded (hp_active events)
   double be_outstanding_us_ = 0;
   int be_outstanding_kernels_ = 0;
   int exclusive_owner_ = -1;  // temporal sharing: the client that holds the GPU
