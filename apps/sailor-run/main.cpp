@@ -98,6 +98,7 @@ int main(int argc, char** argv) {
       ->check(fleet::in_range(1, 1e3));
   profile_cmd->add_option("--warmup", profile.warmup, "Untimed runs per layer first")->check(fleet::in_range(0, 1e3));
   profile_cmd->add_option("--device", profile.device, "cpu, cuda or auto")->capture_default_str();
+  number(profile_cmd, "--timeout", profile.timeout_seconds, "Under launch: seconds to wait for the rendezvous and peers", 1, 1e6);
   profile_cmd->add_option("-o,--output", profile.output, "profile.json to write")->required();
   profile_cmd->add_option("--model-out", profile.model_output, "model.json to write (default: beside -o)");
   fleet::add_threads_option(profile_cmd, &profile.threads);

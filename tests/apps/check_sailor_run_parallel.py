@@ -336,6 +336,16 @@ def main():
         waited = time.monotonic() - started
         check(w.returncode == 1 and "cannot join the rendezvous" in err and waited < 60,
               f"unreachable master: exit {w.returncode} after {waited:.0f} s: {err[-800:]}")
+        # The same for a profile rank (its default wait is 10 minutes).
+        started = time.monotonic()
+        env = dict(os.environ, RANK="1", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        r = subprocess.run([RUN, "profile", "--model", tmp / "init", "--gpu-type", "cpu", "--tp", "1,2", "--mbs", "1",
+                            "--seq-len", "16", "--threads", "1", "--timeout", "3", "-o", tmp / "never.json"],
+                           env=env, capture_output=True, text=True, timeout=120)
+        waited = time.monotonic() - started
+        check(r.returncode == 1 and "cannot join the rendezvous" in r.stderr and waited < 60
+              and not (tmp / "never.json").exists(),
+              f"profile, unreachable master: exit {r.returncode} after {waited:.0f} s: {r.stderr[-800:]}")
 
         # A worker killed mid-run: its peer fails within the timeout.
         port = free_port()

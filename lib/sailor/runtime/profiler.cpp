@@ -235,7 +235,9 @@ int run_profile(const ProfileCommand& c) {
     if (tp > 1) model::check_tensor_parallel(config, tp);
   const int layers = config.num_hidden_layers + 2;
   std::unique_ptr<Communicator> comm;
-  if (world.distributed()) comm = std::make_unique<Communicator>(world, std::chrono::minutes(10));
+  if (world.distributed())
+    comm = std::make_unique<Communicator>(
+        world, std::chrono::milliseconds(static_cast<std::int64_t>(c.timeout_seconds * 1000)));
 
   nlohmann::json entries = nlohmann::json::array();
   std::map<std::pair<int, int>, std::vector<LayerMeasurement>> all;  // (tp, mbs) -> layers

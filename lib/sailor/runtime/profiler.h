@@ -20,6 +20,7 @@ struct ProfileCommand {
   std::string device = "auto";
   int threads = 0;
   int warmup = 2, repeats = 5;          ///< untimed runs, then the median of these
+  double timeout_seconds = 600;         ///< under a launcher: rendezvous, and waiting for the ranks measuring
   std::filesystem::path output;         ///< profile.json
   std::filesystem::path model_output;   ///< model.json (default: beside the profile)
   bool json = false;
