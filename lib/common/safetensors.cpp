@@ -414,24 +414,35 @@ std::vector<std::filesystem::path> SafetensorsWriter::write_sharded(const std::f
     write(written.back());
     return written;
   }
-  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
-  const std::size_t n = shards.size();
+  std::vector<std::pair<std::string, std::string>> weight_map;
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    const std::vector<const Entry*> entries = aligned_order(shards[i]);
+    const std::string file = safetensors_shard_name(stem, i, shards.size());
+    write_entries(dir / file, entries);
+    written.push_back(dir / file);
+    for (const Entry* e : entries) weight_map.emplace_back(e->name, file);
+  }
+  written.push_back(write_safetensors_index(dir, stem, weight_map, data_bytes()));
+  return written;
+}
+
+std::string safetensors_shard_name(const std::string& stem, std::size_t index, std::size_t count) {
   auto number = [](std::size_t v) {
     std::string s = std::to_string(v);
     return std::string(s.size() < 5 ? 5 - s.size() : 0, '0') + s;
   };
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::vector<const Entry*> entries = aligned_order(shards[i]);
-    const std::string file = stem + "-" + number(i + 1) + "-of-" + number(n) + ".safetensors";
-    write_entries(dir / file, entries);
-    written.push_back(dir / file);
-    for (const Entry* e : entries) weight_map[e->name] = file;
-  }
-  nlohmann::ordered_json index = {{"metadata", {{"total_size", data_bytes()}}}, {"weight_map", weight_map}};
-  // The index goes last: a reader never sees an index whose shards are missing.
-  written.push_back(dir / (stem + ".safetensors.index.json"));
-  write_file_atomically(written.back(), index.dump(2) + "\n");
-  return written;
+  return stem + "-" + number(index + 1) + "-of-" + number(count) + ".safetensors";
+}
+
+std::filesystem::path write_safetensors_index(const std::filesystem::path& dir, const std::string& stem,
+                                              const std::vector<std::pair<std::string, std::string>>& weight_map,
+                                              std::uint64_t total_bytes) {
+  nlohmann::ordered_json map = nlohmann::ordered_json::object();
+  for (const auto& [tensor, file] : weight_map) map[tensor] = file;
+  const nlohmann::ordered_json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", map}};
+  const auto path = dir / (stem + ".safetensors.index.json");
+  write_file_atomically(path, index.dump(2) + "\n");
+  return path;
 }
 
 }  // namespace fleet

@@ -14,6 +14,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/dtype.h"
@@ -125,6 +126,18 @@ class SafetensorsCheckpoint {
 
 /// Collects tensors and writes them as one file or as shards. Data spans are
 /// not copied: they must stay valid until write() returns.
+/// Hugging Face's name of shard `index` (0-based) of `count`:
+/// `<stem>-0000i-of-0000n.safetensors`.
+std::string safetensors_shard_name(const std::string& stem, std::size_t index, std::size_t count);
+
+/// Writes `<stem>.safetensors.index.json` in `dir` atomically: every tensor's
+/// shard file (`weight_map`, in the order given) and the data's total bytes.
+/// Writers write it after their shards, so a reader never finds an index
+/// whose shards are missing.
+std::filesystem::path write_safetensors_index(const std::filesystem::path& dir, const std::string& stem,
+                                              const std::vector<std::pair<std::string, std::string>>& weight_map,
+                                              std::uint64_t total_bytes);
+
 class SafetensorsWriter {
  public:
   /// Adds a tensor; InputError on a duplicate name or a byte length that does

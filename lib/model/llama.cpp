@@ -651,13 +651,17 @@ torch::Tensor LlamaModel::forward_cached(KvCache& cache, const std::vector<std::
   return head(rows);
 }
 
-torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& tokens,
-                             const std::optional<torch::Tensor>& mask) {
+torch::Tensor next_token_losses(const torch::Tensor& logits, const torch::Tensor& tokens) {
   const auto V = logits.size(-1);
   auto predictions = logits.narrow(1, 0, logits.size(1) - 1).reshape({-1, V});
-  auto targets = tokens.narrow(1, 1, tokens.size(1) - 1).reshape({-1});
-  auto losses = torch::nn::functional::cross_entropy(
+  auto targets = tokens.narrow(1, 1, tokens.size(1) - 1).reshape({-1}).to(logits.device());
+  return torch::nn::functional::cross_entropy(
       predictions, targets, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+}
+
+torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& tokens,
+                             const std::optional<torch::Tensor>& mask) {
+  auto losses = next_token_losses(logits, tokens);
   if (!mask) return losses.mean();
   auto weights = mask->narrow(1, 1, mask->size(1) - 1).reshape({-1}).to(losses.scalar_type());
   return (losses * weights).sum() / weights.sum().clamp_min(1.0);

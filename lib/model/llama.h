@@ -219,6 +219,10 @@ class LlamaModel {
   TensorParallelGroup* tp_ = nullptr;            ///< set once the weights are sharded
 };
 
+/// Cross-entropy of predicting tokens[:, t+1] from logits[:, t] at every
+/// position, flattened to [n * (T - 1)] (the tokens moved to the logits' device).
+torch::Tensor next_token_losses(const torch::Tensor& logits, const torch::Tensor& tokens);
+
 /// Mean cross-entropy of predicting tokens[:, t+1] from logits[:, t], over
 /// the targets where `mask` (same shape as tokens, optional) is non-zero.
 torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& tokens,

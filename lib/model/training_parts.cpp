@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/safetensors.h"
+#include "model/llama.h"
 #include "model/tensor_bridge.h"
 #include "model/tokenizer.h"
 
@@ -129,12 +130,7 @@ std::int64_t loss_tokens(const TrainingData& data, const TrainOptions& o, std::i
 }
 
 torch::Tensor batch_loss(const torch::Tensor& logits, const Batch& batch, double divisor) {
-  const auto V = logits.size(-1);
-  const auto& tokens = batch.tokens;
-  auto predictions = logits.narrow(1, 0, logits.size(1) - 1).reshape({-1, V});
-  auto targets = tokens.narrow(1, 1, tokens.size(1) - 1).reshape({-1}).to(logits.device());
-  auto losses = torch::nn::functional::cross_entropy(
-      predictions, targets, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+  auto losses = next_token_losses(logits, batch.tokens);
   auto weights = batch.mask.narrow(1, 1, batch.mask.size(1) - 1).reshape({-1}).to(losses.options());
   return (losses * weights).sum() / std::max(divisor, 1.0);
 }

@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 constexpr std::uint64_t kMaxShardBytes = 4ull << 30;
 
 std::string shard_name(const std::string& stem, int stage, int stages) {
-  return fmt::format("{}-{:05d}-of-{:05d}.safetensors", stem, stage + 1, stages);
+  return safetensors_shard_name(stem, static_cast<std::size_t>(stage), static_cast<std::size_t>(stages));
 }
 
 // One stage's tensors: `<stem>.safetensors` (sharded above 4 GiB) for a
@@ -47,18 +47,17 @@ void write_tensors(const std::vector<std::pair<std::string, torch::Tensor>>& ten
 
 // The index Hugging Face readers follow, built from the shards' own headers.
 void write_shard_index(const fs::path& dir, const std::string& stem, int stages) {
-  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  std::vector<std::pair<std::string, std::string>> weight_map;
   std::uint64_t total = 0;
   for (int s = 0; s < stages; ++s) {
     const std::string file = shard_name(stem, s, stages);
     SafetensorsFile shard(dir / file);
     for (const auto& t : shard.tensors()) {
-      weight_map[t.name] = file;
+      weight_map.emplace_back(t.name, file);
       total += t.nbytes();
     }
   }
-  nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-  write_file_atomically(dir / (stem + ".safetensors.index.json"), index.dump(2) + "\n");
+  write_safetensors_index(dir, stem, weight_map, total);
 }
 
 std::string staging_prefix(const fs::path& output) { return "." + output.filename().string() + ".staging-"; }
