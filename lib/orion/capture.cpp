@@ -36,6 +36,17 @@ std::int64_t non_negative(const nlohmann::json& o, const char* field, std::size_
   return v.get<std::int64_t>();
 }
 
+double median(std::vector<double> values) {
+  std::nth_element(values.begin(), values.begin() + static_cast<long>(values.size() / 2), values.end());
+  return values[values.size() / 2];
+}
+
+double kernel_time_ns(const KernelProfile& profile) {
+  double total = 0;
+  for (const KernelRecord& k : profile.kernels) total += k.duration_ns;
+  return total;
+}
+
 }  // namespace
 
 CaptureRecords read_capture_records(const std::filesystem::path& path) {
@@ -95,28 +106,44 @@ const DeviceSpec& device_for_name(const std::string& cupti_name, int sms) {
                                cupti_name, sms));
 }
 
+std::optional<double> launch_bound_overhead_us(const KernelProfile& profile, const std::vector<double>& walls_ns) {
+  if (walls_ns.empty() || profile.kernels.empty()) return std::nullopt;
+  const double wall = median(walls_ns), kernels = kernel_time_ns(profile);
+  if (!(wall > kLaunchBoundFactor * kernels)) return std::nullopt;
+  // The simulator launches kernel i at (i + 1) x L after the request begins:
+  // a launch-bound request ends at N x L plus its last kernel.
+  return (wall - profile.kernels.back().duration_ns) / static_cast<double>(profile.kernels.size()) / 1e3;
+}
+
 KernelProfile profile_from_capture(const CaptureRecords& records, const CaptureOptions& options, std::string* summary) {
   const DeviceSpec& device = options.device == "auto" ? device_for_name(records.device_name, records.device_sms)
                                                       : device_by_name(options.device);
   // Marked iterations: kernels that start between a begin and the next end.
   std::vector<std::vector<const CapturedKernel*>> iterations;
-  std::optional<std::uint64_t> open;
+  std::vector<std::uint64_t> walls_ns;  // each iteration's time between its markers
+  bool open = false;
+  std::uint64_t opened_at = 0;
   std::size_t next = 0;
   for (const auto& [t, begin] : records.markers) {
     if (begin) {
-      open = t;
+      open = true;
+      opened_at = t;
       continue;
     }
     if (!open) continue;
     std::vector<const CapturedKernel*> it;
-    while (next < records.kernels.size() && records.kernels[next].start_ns < *open) ++next;
+    while (next < records.kernels.size() && records.kernels[next].start_ns < opened_at) ++next;
     for (std::size_t i = next; i < records.kernels.size() && records.kernels[i].start_ns <= t; ++i) {
       it.push_back(&records.kernels[i]);
     }
-    if (!it.empty()) iterations.push_back(std::move(it));
-    open.reset();
+    if (!it.empty()) {
+      iterations.push_back(std::move(it));
+      walls_ns.push_back(t - opened_at);
+    }
+    open = false;
   }
   std::vector<std::vector<const CapturedKernel*>> used;
+  std::vector<double> used_walls_ns;
   if (iterations.empty()) {
     std::vector<const CapturedKernel*> all;
     for (const CapturedKernel& k : records.kernels) all.push_back(&k);
@@ -132,7 +159,9 @@ KernelProfile profile_from_capture(const CaptureRecords& records, const CaptureO
       return true;
     };
     for (std::size_t i = skip; i < iterations.size(); ++i) {
-      if (same_sequence(iterations[i])) used.push_back(iterations[i]);
+      if (!same_sequence(iterations[i])) continue;
+      used.push_back(iterations[i]);
+      used_walls_ns.push_back(static_cast<double>(walls_ns[i]));
     }
   }
   if (used.empty()) throw InputError("the capture has no kernels" + std::string(records.markers.empty() ? "" : " inside its marked iterations"));
@@ -151,10 +180,9 @@ KernelProfile profile_from_capture(const CaptureRecords& records, const CaptureO
     const CapturedKernel& k = *reference[i];
     std::vector<double> durations;
     for (const auto& it : used) durations.push_back(static_cast<double>(it[i]->end_ns - it[i]->start_ns));
-    std::nth_element(durations.begin(), durations.begin() + static_cast<long>(durations.size() / 2), durations.end());
     KernelRecord r;
     r.name = k.name;
-    r.duration_ns = durations[durations.size() / 2];
+    r.duration_ns = median(durations);
     r.grid_blocks = k.grid_blocks;
     r.threads_per_block = k.threads_per_block;
     r.registers_per_thread = k.registers_per_thread;
@@ -177,6 +205,12 @@ KernelProfile profile_from_capture(const CaptureRecords& records, const CaptureO
                                               : fmt::format("median over {} of {} marked iterations", used.size(),
                                                             iterations.size()),
                            records.kernels.size(), classified, options.ncu ? " from the ncu export" : " (no --ncu)");
+    if (const auto launch_us = launch_bound_overhead_us(profile, used_walls_ns)) {
+      *summary += fmt::format(
+          "; launch-bound: an iteration takes {:.3f} ms between its markers, its kernels {:.3f} ms, so about {:.1f} us "
+          "of CPU per launch (the client's launch_overhead_us when simulating it)",
+          median(used_walls_ns) / 1e6, kernel_time_ns(profile) / 1e6, *launch_us);
+    }
   }
   return profile;
 }

@@ -57,6 +57,18 @@ struct CaptureOptions {
 KernelProfile profile_from_capture(const CaptureRecords& records, const CaptureOptions& options,
                                    std::string* summary = nullptr);
 
+/// Marked iterations whose median time between their markers exceeds their
+/// kernels' time by this factor are launch-bound (the CPU, not the GPU, sets
+/// their pace: short kernels launched from Python).
+inline constexpr double kLaunchBoundFactor = 1.5;
+
+/// A launch-bound client's CPU time per kernel launch in microseconds, as the
+/// simulator's launch_overhead_us models it: (median iteration time - its
+/// last kernel) / kernels, from the iterations' times between markers
+/// (`walls_ns`); nullopt when the iterations are not launch-bound.
+/// profile_from_capture's summary reports it.
+std::optional<double> launch_bound_overhead_us(const KernelProfile& profile, const std::vector<double>& walls_ns);
+
 /// The device table for a CUPTI device name ("NVIDIA H200" -> h200); InputError if unknown.
 const DeviceSpec& device_for_name(const std::string& cupti_name, int sms);
 

@@ -7,6 +7,7 @@
 
 #include "orion/capture.h"
 #include "orion/occupancy.h"
+#include "orion/simulator.h"
 #include "test_util.h"
 
 namespace fleet::orion {
@@ -63,10 +64,46 @@ TEST(Capture, MarkedIterationsAfterWarmUpGiveMedianDurations) {
   EXPECT_EQ(p.kernels[1].profile, KernelClass::kUnknown);
   EXPECT_NE(summary.find("2 of 3 marked iterations"), std::string::npos) << summary;
   EXPECT_NE(summary.find("h200"), std::string::npos) << summary;
+  // 50 us between the markers for 1.7 us of kernels: launch-bound.
+  EXPECT_NE(summary.find("launch-bound: an iteration takes 0.050 ms between its markers, its kernels 0.002 ms, so "
+                         "about 24.8 us of CPU per launch"),
+            std::string::npos)
+      << summary;
 
   CaptureOptions keep_all;
   keep_all.skip = 0;
   EXPECT_DOUBLE_EQ(profile_from_capture(r, keep_all).kernels[0].duration_ns, 1200);  // median of 9000, 1000, 1200
+}
+
+TEST(Capture, TheLaunchOverheadOfALaunchBoundClientReproducesItsIterationsInTheSimulator) {
+  KernelProfile p;
+  for (int i = 0; i < 10; ++i) {
+    KernelRecord k;
+    k.name = "k" + std::to_string(i);
+    k.duration_ns = 1000 + 100 * i;
+    k.sm_usage = 4;
+    p.kernels.push_back(k);
+  }
+  // 14.5 us of kernels; iterations of 80-120 us: launch-bound.
+  const auto launch_us = launch_bound_overhead_us(p, {120e3, 80e3, 100e3});
+  ASSERT_TRUE(launch_us.has_value());
+  EXPECT_NEAR(*launch_us, (100e3 - 1900) / 10 / 1e3, 1e-9);
+  // The simulator, launching one kernel per that many microseconds, takes
+  // the median iteration's time for one.
+  Workload w;
+  w.device = device_by_name("h200");
+  ClientSpec c;
+  c.name = "python-client";
+  c.kernels = to_sim_kernels(p, w.device);
+  c.requests = 3;
+  c.launch_overhead_us = *launch_us;
+  w.clients.push_back(c);
+  const SimResult r = simulate(w, "dedicated");
+  ASSERT_EQ(r.clients.at(0).latencies_ms.size(), 3u);
+  for (double l : r.clients[0].latencies_ms) EXPECT_NEAR(l, 0.100, 1e-9);
+  // Iterations as long as their kernels (GPU-bound) give none.
+  EXPECT_FALSE(launch_bound_overhead_us(p, {15e3, 16e3}).has_value());
+  EXPECT_FALSE(launch_bound_overhead_us(p, {}).has_value());
 }
 
 TEST(Capture, WithoutMarkersEveryKernelCountsOnce) {
