@@ -97,6 +97,7 @@ Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
   const int dp = plan.dp();
   const int mbs = plan.mbs;
   Estimate est;
+  est.blocking_transfers = in.job.runtime == TrainingRuntime::kDeepSpeed;
   est.microbatches = static_cast<int>(std::ceil(static_cast<double>(plan.global_batch) / (mbs * dp)));
   const int nb = est.microbatches;
   const double wire = in.job.wire_bytes();
@@ -110,6 +111,7 @@ Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
   for (int i = 0; i < stages; ++i) {
     const Stage& s = plan.stages[static_cast<std::size_t>(i)];
     StageEstimate se;
+    se.overhead_s = cal.microbatch_overhead_s;
     // Replicas of one GPU type and TP degree share their layer sums: compute each kind once.
     struct Kind {
       const std::string* gpu;
@@ -222,8 +224,8 @@ Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
   double bottleneck = 0, sum = 0, exposed = 0, update = 0;
   for (std::size_t i = 0; i < est.stages.size(); ++i) {
     const StageEstimate& se = est.stages[i];
-    const double inbound = in.job.runtime == TrainingRuntime::kDeepSpeed && i > 0 ? est.stages[i - 1].send_s : 0.0;
-    const double slot = se.compute_s + se.send_s + inbound + cal.microbatch_overhead_s;
+    const double inbound = est.blocking_transfers && i > 0 ? est.stages[i - 1].send_s : 0.0;
+    const double slot = se.compute_s + se.send_s + inbound + se.overhead_s;
     bottleneck = std::max(bottleneck, slot);
     sum += slot;
     exposed = std::max(exposed, se.allreduce_exposed_s);
@@ -266,27 +268,37 @@ void trace_plan(const Plan& plan, const Estimate& est, ChromeTrace& trace) {
       const PipelineOp op = order[si][next[si]];
       const bool forward = op.kind == PipelineOp::Kind::kForward;
       const StageEstimate& se = est.stages[si];
+      const std::string micro = std::to_string(op.micro);
+      const bool has_input = forward ? i > 0 : i + 1 < stages;
+      const double dep = has_input ? (forward ? f_end[si - 1] : b_end[si + 1])[static_cast<std::size_t>(op.micro)] : 0;
+      if (dep < 0) continue;  // its input is not computed yet
+      // The runtime's work for this micro-batch (half before its forward, half before its backward).
+      const double overhead = se.overhead_s / 2 * us;
       double ready = free_at[si];
-      if (forward && i > 0) {
-        const double dep = f_end[si - 1][static_cast<std::size_t>(op.micro)];
-        if (dep < 0) continue;
-        ready = std::max(ready, dep + est.stages[si - 1].send_s / 2 * us);
-      }
-      if (!forward && i + 1 < stages) {
-        const double dep = b_end[si + 1][static_cast<std::size_t>(op.micro)];
-        if (dep < 0) continue;
-        ready = std::max(ready, dep + se.send_s / 2 * us);
+      if (overhead > 0) spans.push_back({i, "runtime " + micro, "overhead", ready, overhead});
+      ready += overhead;
+      // With blocking transfers a stage receives its input itself: from when
+      // both it and the sender are ready until the transfer ends.
+      const double in_us = forward ? (i > 0 ? est.stages[si - 1].send_s / 2 * us : 0) : se.send_s / 2 * us;
+      if (has_input) {
+        if (est.blocking_transfers && in_us > 0) {
+          const double start = std::max(ready, dep);
+          spans.push_back({i, (forward ? "recv act " : "recv grad ") + micro, "send", start, in_us});
+          ready = start + in_us;
+        } else {
+          ready = std::max(ready, dep + in_us);
+        }
       }
       const double dur = (forward ? se.forward_s : se.backward_s) * us;
       (forward ? f_end : b_end)[si][static_cast<std::size_t>(op.micro)] = ready + dur;
-      spans.push_back({i, (forward ? "F" : "B") + std::to_string(op.micro), forward ? "forward" : "backward", ready, dur});
-      if (forward && i + 1 < stages && se.send_s > 0) {
-        spans.push_back({i, "send act " + std::to_string(op.micro), "send", ready + dur, se.send_s / 2 * us});
+      spans.push_back({i, (forward ? "F" : "B") + micro, forward ? "forward" : "backward", ready, dur});
+      double end = ready + dur;
+      const double out_us = forward ? (i + 1 < stages ? se.send_s / 2 * us : 0) : (i > 0 ? est.stages[si - 1].send_s / 2 * us : 0);
+      if (out_us > 0) {
+        spans.push_back({i, (forward ? "send act " : "send grad ") + micro, "send", end, out_us});
+        if (est.blocking_transfers) end += out_us;  // the sender waits for the transfer too
       }
-      if (!forward && i > 0 && est.stages[si - 1].send_s > 0) {
-        spans.push_back({i, "send grad " + std::to_string(op.micro), "send", ready + dur, est.stages[si - 1].send_s / 2 * us});
-      }
-      free_at[si] = ready + dur;
+      free_at[si] = end;
       ++next[si];
       progress = true;
     }

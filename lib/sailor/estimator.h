@@ -54,6 +54,7 @@ struct StageEstimate {
   double update_s = 0;           ///< optimizer step, slowest replica
   double allreduce_s = 0;        ///< ring all-reduce of the stage's gradients
   double allreduce_exposed_s = 0;///< the part not hidden under the last backward
+  double overhead_s = 0;         ///< the runtime's host work per micro-batch (the calibration's)
   int in_flight = 0;             ///< micro-batches whose activations are kept (1F1B: P - i)
   std::vector<MemoryBreakdown> memory;  ///< per replica
   std::vector<double> capacity;  ///< per replica, bytes
@@ -68,6 +69,7 @@ struct Estimate {
   double usd_per_iteration() const { return compute_usd + egress_usd; }
   double peak_memory_bytes = 0;
   bool fits = true;
+  bool blocking_transfers = false;  ///< DeepSpeed: a transfer occupies both stages until it ends
   std::vector<StageEstimate> stages;
 };
 
@@ -76,7 +78,8 @@ struct Estimate {
 Estimate estimate_plan(const Plan& plan, const PlannerInputs& inputs);
 
 /// Draws one simulated iteration under 1F1B: a row per stage replica with
-/// forward, backward, sends, all-reduce and update.
+/// forward, backward, sends (receives too with blocking transfers), the
+/// runtime's work per micro-batch, all-reduce and update.
 void trace_plan(const Plan& plan, const Estimate& estimate, ChromeTrace& trace);
 
 /// Predictions as JSON (for --json and the plan file).

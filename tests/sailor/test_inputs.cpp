@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "common/atomic_file.h"
+#include "common/chrome_trace.h"
 #include "common/error.h"
 #include "common/json.h"
 #include "sailor/calibration.h"
@@ -37,6 +38,33 @@ Estimate estimate_file(const fs::path& plan_path, const PlannerInputs& in) {
   validate_plan(plan, in.model, in.cluster);
   pack_nodes(plan, in.cluster);
   return estimate_plan(plan, in);
+}
+
+TEST(SailorInputs, TheDrawnIterationOfEveryExamplePlanEndsAtItsPredictedTime) {
+  // sailor-plan simulate --trace, on the inputs as the CLI reads them: the
+  // drawn 1F1B schedule, with the runtime's work per micro-batch and
+  // DeepSpeed's blocking transfers drawn, ends where the prediction does.
+  InputPaths paths;
+  paths.inputs = kExamples / "opt-350";
+  const PlannerInputs in = load_inputs(paths);
+  int plans = 0;
+  for (const auto& entry : fs::directory_iterator(kExamples / "plans")) {
+    if (entry.path().filename().string().rfind("opt350_", 0) != 0) continue;
+    Plan plan = load_plan(entry.path(), in.job);
+    validate_plan(plan, in.model, in.cluster);
+    pack_nodes(plan, in.cluster);
+    const Estimate e = estimate_plan(plan, in);
+    ChromeTrace trace;
+    trace_plan(plan, e, trace);
+    double last_end = 0;
+    const nlohmann::json drawn = trace.to_json();
+    for (const auto& ev : drawn["traceEvents"]) {
+      if (ev["ph"] == "X") last_end = std::max(last_end, ev["ts"].get<double>() + ev["dur"].get<double>());
+    }
+    EXPECT_NEAR(last_end / 1e6, e.iteration_s, 0.015 * e.iteration_s) << entry.path();
+    ++plans;
+  }
+  EXPECT_EQ(plans, 4);
 }
 
 TEST(SailorInputs, CalibratedAgainstTheGh200Measurements) {
