@@ -124,8 +124,6 @@ class SafetensorsCheckpoint {
   std::map<std::string, const SafetensorsFile*> owner_;
 };
 
-/// Collects tensors and writes them as one file or as shards. Data spans are
-/// not copied: they must stay valid until write() returns.
 /// Hugging Face's name of shard `index` (0-based) of `count`:
 /// `<stem>-0000i-of-0000n.safetensors`.
 std::string safetensors_shard_name(const std::string& stem, std::size_t index, std::size_t count);
@@ -138,6 +136,8 @@ std::filesystem::path write_safetensors_index(const std::filesystem::path& dir, 
                                               const std::vector<std::pair<std::string, std::string>>& weight_map,
                                               std::uint64_t total_bytes);
 
+/// Collects tensors and writes them as one file or as shards. Data spans are
+/// not copied: they must stay valid until write() returns.
 class SafetensorsWriter {
  public:
   /// Adds a tensor; InputError on a duplicate name or a byte length that does
