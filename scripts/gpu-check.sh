@@ -4,8 +4,10 @@
 # labelled `gpu`, measures inference against transformers on the same GPU and
 # a training step, and writes everything to one report. Only what the GPU
 # tests and benchmarks need is built, for the local GPU's architecture only;
-# with a tree built elsewhere (FLEET_PREBUILT below) the checks but the
-# kernel pairs took under 4 minutes on an H200 machine with 16 cores.
+# with a tree built elsewhere (FLEET_PREBUILT below) the default sections
+# take about 5 minutes on an H200 machine with 16 cores (tests 30 s,
+# inference 70 s, training 25 s, kernel pairs 15 s, Orion's PyTorch pair
+# 90 s per BE size).
 #
 #   scripts/gpu-deps.sh             (beforehand, where Debian's mirror is reachable:
 #                                    the dependencies a bare machine lacks, in .gpu-deps/)
