@@ -34,6 +34,7 @@
 #include "model/device.h"
 #include "model/llama.h"
 #include "model/small_batch_linear.h"
+#include "model/tensor_bridge.h"
 
 using namespace fleet;
 using namespace fleet::deltazip;
@@ -161,8 +162,9 @@ int merged(int repeats) {
 int decode(const std::string& base_dir, std::int64_t batch, int repeats, const std::string& device_choice,
            const std::vector<std::string>& files) {
   torch::NoGradGuard no_grad;
-  const bool cuda = model::resolve_device(device_choice) == model::ComputeDevice::kCuda;
-  const torch::Device device = cuda ? torch::kCUDA : torch::kCPU;
+  const model::ComputeDevice compute = model::resolve_device(device_choice);
+  const bool cuda = compute == model::ComputeDevice::kCuda;
+  const torch::Device device = model::torch_device(compute);
   // Kernels on a GPU run asynchronously: every timed region ends with a sync.
   auto sync = [cuda] {
     if (cuda) torch::cuda::synchronize();
@@ -236,9 +238,8 @@ int decode(const std::string& base_dir, std::int64_t batch, int repeats, const s
   for (const auto& d : deltas) delta_bytes += d->bytes;
   std::uint64_t model_bytes = 0;
   for (const auto& [n, t] : base.named_parameters()) model_bytes += static_cast<std::uint64_t>(t.nbytes());
-  std::cout << nlohmann::json{{"bench", "decode"}, {"device", model::device_name(cuda ? model::ComputeDevice::kCuda
-                                                                                  : model::ComputeDevice::kCpu)},
-                              {"batch", batch}, {"variants", variants},
+  std::cout << nlohmann::json{{"bench", "decode"}, {"device", model::device_name(compute)}, {"batch", batch},
+                              {"variants", variants},
                               {"delta_step_ms", t_delta * 1e3}, {"full_step_ms", t_full * 1e3}, {"base_step_ms", t_base * 1e3},
                               {"delta_over_full", t_delta / t_full}, {"delta_over_base", t_delta / t_base},
                               {"resident_delta_mode_bytes", model_bytes + delta_bytes},
