@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Usage: check_deltazip.sh BIN_DIR [PYTHON] — dz-compress end to end: train a
-# tiny base and a copy-task fine-tune (about two minutes, one thread each),
+# tiny base and a copy-task fine-tune (2 to 12 minutes by CPU, one thread each),
 # compress the fine-tune with OBS and with round-to-nearest, reconstruct
 # both, and check what the method promises on any CPU: at 4-bit 2:4, several
 # times less Hessian-weighted error; at 2 bits, the OBS reconstruction keeps

@@ -131,7 +131,17 @@ def elastic(run_bin, tmp, name, nprocs, plan, launcher=(), extra=(), act=None, a
         deadline = time.time() + 120
         while time.time() < deadline and len(records(metrics)[0]) < after_step and p.poll() is None:
             time.sleep(0.02)
-        act(worker_pids(out), p.pid)
+        # Every worker's pid, read while the job runs: a process list taken
+        # while one is being read can miss it, so look again for a while.
+        pids = worker_pids(out)
+        deadline = time.time() + 30
+        while len(pids) < nprocs and p.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+            pids = worker_pids(out)
+        if p.poll() is None:
+            act(pids, p.pid)
+        else:  # the job ended first: its own output says why, and the caller's checks fail
+            print(f"{name}: the job ended before the test could act on it", flush=True)
     stdout, stderr = p.communicate(timeout=300)
     return p.returncode, stdout, stderr, out, metrics
 

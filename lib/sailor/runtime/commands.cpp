@@ -125,7 +125,8 @@ void add_launch_commands(Tool& tool, LaunchCommands& c) {
       ->capture_default_str()
       ->check(in_range(0, 1e6));
   cmd->add_option("--heartbeat-timeout", launch.heartbeat_timeout_seconds,
-                  "Elastic inplace: seconds without a heartbeat after which a worker is taken for lost")
+                  "Elastic inplace: seconds without a heartbeat after which a worker is taken for lost (10x this "
+                  "from a worker's start to its first heartbeat)")
       ->capture_default_str()
       ->check(in_range(0.5, 1e6));
   add_plan_bounds(cmd, launch);
@@ -152,7 +153,8 @@ void add_launch_commands(Tool& tool, LaunchCommands& c) {
       ->check(CLI::ExistingFile);
   controller->add_option("--heartbeat-timeout", ctl.heartbeat_timeout_seconds,
                          "Seconds without a heartbeat after which a worker is taken for lost (1.5 once a peer "
-                         "reported a lost connection)")
+                         "reported a lost connection; 10x this from a worker's start to its first heartbeat or "
+                         "registration)")
       ->capture_default_str()
       ->check(in_range(0.5, 1e6));
   controller->add_option("--max-reconfigurations", ctl.max_reconfigurations, "Give up after this many")

@@ -351,6 +351,10 @@ class InplaceController {
  private:
   using Env = std::vector<std::pair<std::string, std::string>>;
 
+  // How long a worker may take from its start (or a job's launch) to its
+  // first heartbeat or registration.
+  double startup_allowance_seconds() const { return 10 * c_.heartbeat_timeout_seconds; }
+
   bool alive(int id) const {
     return !lost_.count(id) && (c_.external_workers ? beats_.count(id) > 0 : processes_.running(id));
   }
@@ -359,12 +363,12 @@ class InplaceController {
   bool wait_for_registrations(const StopSignals& signals) {
     spdlog::info("waiting for {} worker(s) to register (SAILOR_CONTROL={}:{})", start_.workers, this_host(),
                  store_->port());
-    const auto deadline = Clock::now() + std::chrono::duration<double>(c_.heartbeat_timeout_seconds * 10);
+    const auto deadline = Clock::now() + std::chrono::duration<double>(startup_allowance_seconds());
     while (registered() < start_.workers) {
       if (signals.received() != 0) return false;
       if (Clock::now() > deadline)
         throw RuntimeFailure(fmt::format("{} of {} worker(s) registered within {:.0f} s", registered(), start_.workers,
-                                         c_.heartbeat_timeout_seconds * 10));
+                                         startup_allowance_seconds()));
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     for (int id = 0; id < start_.workers; ++id) {
@@ -487,10 +491,16 @@ class InplaceController {
       if (!alive(id)) continue;
       const auto value = store_->get(control_keys::heartbeat(id));
       const std::int64_t count = value ? std::stoll(*value) : -1;
+      // Before its first beat a worker is still starting (loading libtorch,
+      // possibly from a network file system, connecting to the store): it
+      // gets the start-up allowance registration has, not the beat timeout.
+      const double allowed = count < 0 ? startup_allowance_seconds() : timeout;
       if (count != beat.first) {
         beat = {count, Clock::now()};
-      } else if (Clock::now() - beat.second > std::chrono::duration<double>(timeout)) {
-        const std::string cause = fmt::format("worker {} sent no heartbeat for {:.1f} s", id, timeout);
+      } else if (Clock::now() - beat.second > std::chrono::duration<double>(allowed)) {
+        const std::string cause =
+            count < 0 ? fmt::format("worker {} sent no first heartbeat within {:.0f} s of its start", id, allowed)
+                      : fmt::format("worker {} sent no heartbeat for {:.1f} s", id, allowed);
         if (c_.external_workers) {
           lost_.insert(id);  // it may be alive but unreachable: it is out of every later generation
           note(cause);
