@@ -52,6 +52,7 @@ c=us-central1-a
 make_inputs opt_a32 opt-350 "A100-40@$c=32"
 make_inputs opt_a128 opt-350 "A100-40@$c=128"
 make_inputs opt_a32_v96 opt-350 "A100-40@$c=32 V100-16@$c=96"
+make_inputs opt_a80_v240 opt-350 "A100-40@$c=80 V100-16@$c=240"
 make_inputs opt_a128_v384 opt-350 "A100-40@$c=128 V100-16@$c=384"
 make_inputs opt_a128x5 opt-350 "A100-40@us-central1-a=128 A100-40@us-central1-b=128 A100-40@us-central1-c=128 A100-40@us-central1-f=128 A100-40@us-west1-b=128"
 make_inputs neo_a32_v96 gpt-neo-2.7 "A100-40@$c=32 V100-16@$c=96"
@@ -62,6 +63,7 @@ make_inputs opt_3x256 opt-350 "A100-40@$c=256 V100-16@$c=256 GH-96@$c=256"
 run "OPT-350, 32 A100-40" opt_a32
 run "OPT-350, 128 A100-40" opt_a128
 run "OPT-350, 32 A100-40 + 96 V100-16" opt_a32_v96
+run "OPT-350, 80 A100-40 + 240 V100-16" opt_a80_v240
 run "OPT-350, 128 A100-40 + 384 V100-16" opt_a128_v384
 run "OPT-350, 5 zones x 128 A100-40 (2 regions)" opt_a128x5
 run "GPT-Neo-2.7, 32 A100-40 + 96 V100-16" neo_a32_v96
