@@ -132,9 +132,10 @@ def elastic(run_bin, tmp, name, nprocs, plan, launcher=(), extra=(), act=None, a
         while time.time() < deadline and len(records(metrics)[0]) < after_step and p.poll() is None:
             time.sleep(0.02)
         # Every worker's pid, read while the job runs: a process list taken
-        # while one is being read can miss it, so look again for a while.
+        # while one is being read can miss it, so look again briefly (a job
+        # may also run fewer workers than it was given).
         pids = worker_pids(out)
-        deadline = time.time() + 30
+        deadline = time.time() + 2
         while len(pids) < nprocs and p.poll() is None and time.time() < deadline:
             time.sleep(0.1)
             pids = worker_pids(out)
