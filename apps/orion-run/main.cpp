@@ -83,6 +83,11 @@ int main(int argc, char** argv) {
                    "reef: best-effort kernels released and unfinished at most (REEF's bounded device queue)")
       ->capture_default_str()
       ->check(fleet::in_range(1, 1e6));
+  exec->add_option("--release-ahead-us", ex.release_ahead_us,
+                   "Release a held best-effort kernel this long before the one ahead of it is due to finish (its "
+                   "profiled duration), hiding the hand-off between processes; 0: only on completion")
+      ->capture_default_str()
+      ->check(fleet::in_range(0, 1e6));
   exec->add_flag("--hp-trains", ex.hp_trains, "The HP command trains (Orion's SM threshold for training)");
   exec->add_flag("--wait-be", ex.wait_be, "Wait for best-effort commands instead of stopping them when HP ends");
   exec->add_option("--grace", ex.grace_s, "Seconds from SIGTERM to SIGKILL for stopped best-effort commands")

@@ -11,6 +11,8 @@
 #   HP_REQUESTS=300 BE_SECONDS=20 ORION_DEVICE=h200 (the simulator's GPU)
 #   BE_BATCH=512   rows of the BE's batch: 512 makes each of its matrix products
 #                  (1.4 ms on an H200) outlast an HP request; 64 (0.2 ms) does not
+#   RELEASE_AHEAD_US=150  the lead of the run labelled orion-ahead (orion with
+#                  --release-ahead-us); 0 leaves that run out
 #   KEEP=DIR   copy the profiles, reports, scheduler logs, workload and simulation there
 set -uo pipefail
 build=${1:-build}
@@ -43,17 +45,22 @@ measured="\"alone\": {\"hp_p99_ms\": $hp_alone, \"be_it_s\": $be_alone}"
 
 mps=()
 if command -v nvidia-cuda-mps-control >/dev/null; then mps=(--start-mps); else echo "no MPS control program: time slicing only"; fi
-for policy in orion mps; do
-  "$bin/orion-run" exec --policy "$policy" "${mps[@]}" --profiles "$tmp/hp.csv,$tmp/be.csv" --report \
-    --log "$tmp/$policy.log" \
-    --hp "$python $pair --role hp --requests $requests --think-ms $think_ms --ready-file $tmp/$policy.ready" \
-    --be "$python $pair --role be --be-batch $be_batch --ready-file $tmp/$policy.ready" >"$tmp/$policy.txt" ||
-    { echo "$policy: exec failed"; cat "$tmp/$policy.txt"; continue; }
-  hp=$(json_field "$tmp/$policy.txt" hp p99_ms)
-  be=$(json_field "$tmp/$policy.txt" be iterations_per_s)
-  grep -E '^(policy|orion|mps) ' "$tmp/$policy.txt"
-  "$python" -c "print(f'$policy: HP p99 {float($hp):.2f} ms = {float($hp)/float($hp_alone):.2f}x alone; BE {float($be):.1f} it/s = {float($be)/float($be_alone):.2f}x alone')"
-  measured+=", \"$policy\": {\"hp_p99_ms\": $hp, \"be_it_s\": $be}"
+ahead_us=${RELEASE_AHEAD_US:-150}
+runs=(orion mps)
+[ "$ahead_us" = 0 ] || runs=(orion orion-ahead mps)
+for run in "${runs[@]}"; do
+  policy=${run%-ahead} extra=()
+  [ "$run" = orion-ahead ] && extra=(--release-ahead-us "$ahead_us")
+  "$bin/orion-run" exec --policy "$policy" "${extra[@]}" "${mps[@]}" --profiles "$tmp/hp.csv,$tmp/be.csv" --report \
+    --log "$tmp/$run.log" \
+    --hp "$python $pair --role hp --requests $requests --think-ms $think_ms --ready-file $tmp/$run.ready" \
+    --be "$python $pair --role be --be-batch $be_batch --ready-file $tmp/$run.ready" >"$tmp/$run.txt" ||
+    { echo "$run: exec failed"; cat "$tmp/$run.txt"; continue; }
+  hp=$(json_field "$tmp/$run.txt" hp p99_ms)
+  be=$(json_field "$tmp/$run.txt" be iterations_per_s)
+  grep -E '^(policy|orion|mps) ' "$tmp/$run.txt"
+  "$python" -c "print(f'$run: HP p99 {float($hp):.2f} ms = {float($hp)/float($hp_alone):.2f}x alone; BE {float($be):.1f} it/s = {float($be)/float($be_alone):.2f}x alone')"
+  measured+=", \"$run\": {\"hp_p99_ms\": $hp, \"be_it_s\": $be}"
 done
 echo "{$measured}" >"$tmp/measured.json"
 status=0

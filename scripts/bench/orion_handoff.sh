@@ -14,9 +14,12 @@
 # scheduler's log shows (a BE kernel's release after the previous one's
 # completion, and how long a completion took to reach the scheduler). HP
 # tails are left out: on a 2-core machine the stand-in's own thread
-# scheduling dominates them.
+# scheduling dominates them. The pair runs a second time with
+# `--release-ahead-us AHEAD`, which queues the next BE kernel behind the
+# running one shortly before it is due to finish, hiding the hand-off.
 #
 #   scripts/bench/orion_handoff.sh [BUILD_DIR] [HP_REQUESTS]
+#   AHEAD=200 ... the release-ahead lead of the second run, in microseconds
 #   KEEP=1 ...    keep the logs and reports (the folder is printed)
 set -euo pipefail
 build=${1:-build}
@@ -46,10 +49,13 @@ report() {  # label, policy, hp command or "", be command or ""
   [ -n "$3" ] && args+=(--hp "$3")
   [ -n "$4" ] && args+=(--be "$4")
   "$orion" exec --policy "$policy" "${args[@]}" --profiles "$5" --device h200 --log "$tmp/$label.log" \
-    --report --json >"$tmp/$label.json" 2>"$tmp/$label.err"
+    --report --json "${@:6}" >"$tmp/$label.json" 2>"$tmp/$label.err"
 }
+ahead=${AHEAD:-200}
 report be-alone streams "" "$be --requests 30" "$tmp/be.csv"
 report together orion "$hp --requests $requests --ready-file $tmp/ready" "$be --requests 0" "$tmp/hp.csv,$tmp/be.csv"
+report together-ahead orion "$hp --requests $requests --ready-file $tmp/ready-ahead" "$be --requests 0" \
+  "$tmp/hp.csv,$tmp/be.csv" --release-ahead-us "$ahead"
 
 cat >"$tmp/workload.json" <<EOF
 {"format": "gpufleet-orion-workload", "version": 1, "device": "h200", "seed": 1, "launch_overhead_us": 5,
@@ -68,42 +74,48 @@ for src, dst, k in (("hp.csv", "hp_req.csv", hp_k), ("be.csv", "be_iter.csv", be
 EOF
 "$orion" simulate -w "$tmp/workload.json" -p orion --json >"$tmp/sim.json"
 
-python3 - "$tmp" <<'EOF'
+python3 - "$tmp" "$ahead" <<'EOF'
 import json, statistics, sys
-tmp = sys.argv[1]
+tmp, ahead = sys.argv[1], sys.argv[2]
 
 def log(label):
     return [json.loads(line) for line in open(f"{tmp}/{label}.log")]
 
 def be_iteration_ms(label):
-    lat = [e["latency_ms"] for e in log(label) if e["event"] == "request" and e["client"] != "hp"
-           and not e["client"].startswith("hp")]
+    lat = [e["latency_ms"] for e in log(label) if e["event"] == "request" and not e["client"].startswith("hp")]
     return statistics.median(lat[2:]) if len(lat) > 2 else float("nan")
 
-alone_be, live_be = be_iteration_ms("be-alone"), be_iteration_ms("together")
+def hand_offs(label):
+    """Per BE kernel released on a completion: the release after the completion (as the client saw it) and
+    how late the completion reached the scheduler; and how many were released ahead instead."""
+    events = log(label)
+    be_name = next(e["client"] for e in events if e["event"] == "join" and not e["client"].startswith("hp"))
+    gaps, seen, ahead_count, last_complete = [], [], 0, None
+    for e in events:
+        if e.get("client") != be_name:
+            continue
+        if e["event"] == "complete":
+            last_complete = e["t_us"]
+            seen.append(e["seen_after_us"])
+        elif e["event"] == "release":
+            ahead_count += bool(e.get("ahead", False))
+            if last_complete is not None and e["wait_us"] > 0 and not e.get("ahead", False):
+                gaps.append(e["t_us"] - last_complete)
+            last_complete = None
+    return gaps, seen, ahead_count
 
-events = log("together")
-be_name = next(e["client"] for e in events if e["event"] == "join" and not e["client"].startswith("hp"))
-gaps, seen = [], []
-last_complete = None
-for e in events:
-    if e.get("client") != be_name:
-        continue
-    if e["event"] == "complete":
-        last_complete = e["t_us"]
-        seen.append(e["seen_after_us"])
-    elif e["event"] == "release" and last_complete is not None and e["wait_us"] > 0:
-        gaps.append(e["t_us"] - last_complete)
-        last_complete = None
-
+alone_be = be_iteration_ms("be-alone")
 sim = json.load(open(f"{tmp}/sim.json"))["rows"]
-def sim_ratio(client, key):
-    return next(r[key] for r in sim if r["policy"] == "orion" and r["client"] == client)
-print(f"BE iteration alone {alone_be:.1f} ms; under orion live {live_be:.1f} ms "
-      f"(throughput {alone_be / live_be:.2f}x alone)")
-print(f"simulated under orion: BE throughput {sim_ratio('be', 'throughput_vs_dedicated'):.2f}x alone")
-if gaps:
-    print(f"hand-off per held BE kernel: release {statistics.median(gaps):.0f} us (median) after the scheduler "
-          f"saw the previous completion; completions reached it {statistics.median(seen):.0f} us after the "
-          f"client saw them ({len(gaps)} hand-offs)")
+sim_be = next(r["throughput_vs_dedicated"] for r in sim if r["policy"] == "orion" and r["client"] == "be")
+print(f"BE iteration alone {alone_be:.1f} ms; simulated under orion: BE throughput {sim_be:.2f}x alone")
+for label, what in (("together", "released on completion"), ("together-ahead", f"released {ahead} us ahead")):
+    live_be = be_iteration_ms(label)
+    gaps, seen, ahead_count = hand_offs(label)
+    line = f"live under orion, {what}: BE iteration {live_be:.1f} ms, throughput {alone_be / live_be:.2f}x alone"
+    if gaps:
+        line += (f"; {len(gaps)} kernels released on a completion, {statistics.median(gaps):.0f} us (median) after "
+                 f"the client saw it, which reached the scheduler {statistics.median(seen):.0f} us later")
+    if ahead_count:
+        line += f"; {ahead_count} released ahead"
+    print(line)
 EOF

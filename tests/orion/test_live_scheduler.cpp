@@ -306,6 +306,64 @@ TEST(LiveScheduler, ADeadClientsSlotIsFreedAndItsWorkForgotten) {
   f.be.completed(big.entry);
 }
 
+// BE kernels longer than Orion's DUR_THRESHOLD (2.5 % of the 2 ms HP
+// request): only one may be outstanding at a time.
+LiveConfig long_best_effort_kernels(double release_ahead_us) {
+  LiveConfig c = two_clients("orion");
+  c.clients[1].profile->kernels = {record("be_long", 100, 1000, KernelClass::kCompute)};
+  c.release_ahead_us = release_ahead_us;
+  return c;
+}
+
+TEST(LiveScheduler, WithoutReleaseAheadTheNextLongKernelWaitsForACompletion) {
+  Fixture f("orion", long_best_effort_kernels(0));
+  PendingLaunch first(f, "be_long");
+  ASSERT_TRUE(first.released_within(2000));
+  f.be.after_launch(first.entry, true);
+  PendingLaunch second(f, "be_long");
+  EXPECT_FALSE(second.released_within(30));
+  f.be.completed(first.entry);
+  EXPECT_TRUE(second.released_within(2000));
+  f.be.after_launch(second.entry, true);
+  f.be.completed(second.entry);
+  f.scheduler->poll();
+  EXPECT_EQ(f.scheduler->stats()[1].released_ahead, 0);
+}
+
+TEST(LiveScheduler, ReleaseAheadQueuesTheNextKernelBeforeTheCompletionArrives) {
+  // A lead of a minute: the first kernel (1 ms) is due to end well within it.
+  Fixture f("orion", long_best_effort_kernels(60e6));
+  PendingLaunch first(f, "be_long");
+  ASSERT_TRUE(first.released_within(2000));
+  f.be.after_launch(first.entry, true);
+  PendingLaunch second(f, "be_long");
+  EXPECT_TRUE(second.released_within(2000));  // the first has not completed
+  EXPECT_EQ(first.entry->state.load(), kReleased);
+  f.be.after_launch(second.entry, true);
+  f.be.completed(first.entry);
+  f.be.completed(second.entry);
+  f.scheduler->poll();
+  EXPECT_EQ(f.scheduler->stats()[1].released_ahead, 1);
+  EXPECT_EQ(f.scheduler->stats()[1].held, 0);
+}
+
+TEST(LiveScheduler, ReleaseAheadStopsWhileAKernelOverrunsItsProfile) {
+  // A 1 ms lead on 1 ms kernels; the first then runs far past its profile.
+  Fixture f("orion", long_best_effort_kernels(1000));
+  PendingLaunch first(f, "be_long");
+  ASSERT_TRUE(first.released_within(2000));
+  f.be.after_launch(first.entry, true);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  PendingLaunch second(f, "be_long");
+  EXPECT_FALSE(second.released_within(30));  // only its completion releases the next
+  f.be.completed(first.entry);
+  EXPECT_TRUE(second.released_within(2000));
+  f.be.after_launch(second.entry, true);
+  f.be.completed(second.entry);
+  f.scheduler->poll();
+  EXPECT_EQ(f.scheduler->stats()[1].released_ahead, 0);
+}
+
 TEST(LiveScheduler, TheRingWrapsAroundWithoutLosingLaunches) {
   Fixture f("mps");
   const std::uint32_t name = f.be.intern_name("be_small");

@@ -110,6 +110,7 @@ nlohmann::json report_json(const std::vector<LiveClientStats>& stats, const std:
                     {"kernels_per_s", span_s > 0 ? s.kernels / span_s : 0},
                     {"kernels_not_in_profile", s.unmatched},
                     {"kernels_held", s.held},
+                    {"kernels_released_ahead", s.released_ahead},
                     {"held_ms", s.held_ms}});
   }
   return {{"rows", rows}};
@@ -151,6 +152,7 @@ LiveConfig build_config(const ExecOptions& o) {
   config.policy_options.sm_threshold = o.sm_threshold;
   config.policy_options.dur_threshold_fraction = o.dur_threshold;
   config.policy_options.reef_queue_depth = o.reef_queue_depth;
+  config.release_ahead_us = o.release_ahead_us;
   std::size_t i = 0;
   auto add = [&](bool hp) {
     LiveClient c;

@@ -20,6 +20,7 @@ struct ExecOptions {
   int sm_threshold = -1;
   double dur_threshold = 0.025;
   int reef_queue_depth = 4;                       ///< reef: released, unfinished BE kernels at most
+  double release_ahead_us = 0;                    ///< LiveConfig::release_ahead_us
   bool hp_trains = false;                         ///< the HP command trains (Orion's SM threshold rule)
   bool wait_be = false;                           ///< wait for BE commands instead of stopping them after HP
   double grace_s = 5;                             ///< SIGTERM to SIGKILL for stopped BE commands

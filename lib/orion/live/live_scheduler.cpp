@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstdarg>
+#include <cmath>
 #include <cstring>
+
+#include <sys/prctl.h>
 
 #include "common/error.h"
 #include "orion/kernel_name.h"
@@ -85,6 +88,7 @@ LiveScheduler::LiveScheduler(SegmentHeader* segment, LiveConfig config)
   segment_->hp_waits = policy_->exclusive_requests() ? 1 : 0;
   segment_->boost_hp_streams = policy_->priority_streams() ? 1 : 0;
   segment_->client_count = static_cast<std::int32_t>(config_.clients.size());
+  release_ahead_ns_ = static_cast<std::int64_t>(std::llround(std::max(0.0, config_.release_ahead_us) * 1e3));
   start_ns_ = monotonic_ns();
 }
 
@@ -117,7 +121,7 @@ bool LiveScheduler::hp_request_active() const {
   return false;
 }
 
-SchedulerView LiveScheduler::view() const {
+SchedulerView LiveScheduler::view(std::int64_t now) const {
   SchedulerView v;
   v.device_sms = config_.device.sm_count;
   v.hp_client = hp_client_;
@@ -127,7 +131,42 @@ SchedulerView LiveScheduler::view() const {
   v.be_outstanding_us = be_outstanding_us_;
   v.be_outstanding_kernels = be_outstanding_kernels_;
   v.hp_request_solo_us = hp_request_solo_us_;
+  if (release_ahead_ns_ > 0 && be_outstanding_kernels_ > 0) {
+    // Best-effort kernels due to finish within the hand-off count as done,
+    // as long as none has overrun its profile by more than that (then the
+    // profile does not describe this run, and completions decide again).
+    int still_running = 0;
+    bool overrun = false;
+    for (const SlotTrack& t : slots_) {
+      if (!t.active || t.client == hp_client_) continue;
+      for (const InFlight& f : t.in_flight) {
+        if (!f.best_effort_outstanding) continue;
+        if (now > f.expected_end_ns + release_ahead_ns_) overrun = true;
+        if (f.expected_end_ns > now + release_ahead_ns_) ++still_running;
+      }
+    }
+    if (!overrun) {
+      v.be_outstanding_kernels = still_running;
+      v.be_outstanding_us = still_running > 0 ? static_cast<double>(be_expected_end_ns_ - now) / 1e3 : 0.0;
+    }
+  }
   return v;
+}
+
+std::int64_t LiveScheduler::next_deadline_ns(std::int64_t now) const {
+  if (release_ahead_ns_ <= 0 || be_outstanding_kernels_ == 0) return 0;
+  bool holding = false;
+  for (const SlotTrack& t : slots_) holding |= t.active && !t.held.empty();
+  if (!holding) return 0;
+  std::int64_t next = 0;
+  for (const SlotTrack& t : slots_) {
+    if (!t.active || t.client == hp_client_) continue;
+    for (const InFlight& f : t.in_flight) {
+      const std::int64_t at = f.expected_end_ns - release_ahead_ns_;
+      if (f.best_effort_outstanding && at > now && (next == 0 || at < next)) next = at;
+    }
+  }
+  return next;
 }
 
 SimKernel LiveScheduler::lookup(int slot_index, const LaunchEntry& e) {
@@ -254,6 +293,7 @@ void LiveScheduler::finish(int slot_index, const InFlight& f) {
     if (be_outstanding_kernels_ <= 0) {
       be_outstanding_kernels_ = 0;
       be_outstanding_us_ = 0;
+      be_expected_end_ns_ = 0;
     }
   }
 }
@@ -283,7 +323,7 @@ bool LiveScheduler::collect_completions(int slot_index) {
   return progress;
 }
 
-void LiveScheduler::release(int slot_index, Held h, std::int64_t now) {
+void LiveScheduler::release(int slot_index, Held h, std::int64_t now, bool ahead) {
   SlotTrack& t = slots_[static_cast<std::size_t>(slot_index)];
   LiveClientStats& s = stats_[static_cast<std::size_t>(t.client)];
   const std::size_t index = t.index_in_request++;
@@ -293,17 +333,23 @@ void LiveScheduler::release(int slot_index, Held h, std::int64_t now) {
     hp_current_entry_ = h.entry;
     hp_current_done_ = false;
     hp_in_flight_++;
-  } else {
+  }
+  std::int64_t expected_end_ns = 0;
+  if (t.client != hp_client_) {
     be_outstanding_us_ += h.kernel.duration_us;
     be_outstanding_kernels_++;
+    // It starts when the BE work released before it should have finished (one queue on the GPU).
+    expected_end_ns = std::max(now, be_expected_end_ns_) + std::llround(h.kernel.duration_us * 1e3);
+    be_expected_end_ns_ = expected_end_ns;
   }
   if (h.denied) s.held++;
+  if (ahead) s.released_ahead++;
   const double waited_ms = (now - h.entry->post_ns) / 1e6;
   s.held_ms += std::max(0.0, waited_ms);
-  log_event(R"({"t_us":%.1f,"event":"release","client":"%s","sm":%lld,"dur_us":%.1f,"wait_us":%.1f})",
+  log_event(R"({"t_us":%.1f,"event":"release","client":"%s","sm":%lld,"dur_us":%.1f,"wait_us":%.1f,"ahead":%s})",
             (now - start_ns_) / 1e3, s.name.c_str(), static_cast<long long>(h.kernel.sm_usage), h.kernel.duration_us,
-            waited_ms * 1e3);
-  t.in_flight.push_back(InFlight{h.entry, h.kernel, index, t.client != hp_client_});
+            waited_ms * 1e3, ahead ? "true" : "false");
+  t.in_flight.push_back(InFlight{h.entry, h.kernel, index, t.client != hp_client_, expected_end_ns});
   h.entry->release_ns = now;
   h.entry->state.store(kReleased, std::memory_order_release);
   futex_wake(&h.entry->state, 1);
@@ -333,14 +379,16 @@ bool LiveScheduler::decide() {
         }
         const std::size_t count = request_length(t.client);
         const std::size_t index = count > 0 ? t.index_in_request % count : t.index_in_request;
-        if (!policy_->admit(view(), t.client, index, count, h.kernel)) {
+        const SchedulerView v = view(now);
+        if (!policy_->admit(v, t.client, index, count, h.kernel)) {
           h.denied = true;
           break;
         }
         if (policy_->exclusive_requests()) exclusive_owner_ = t.client;
         Held taken = h;
         t.held.pop_front();
-        release(si, taken, now);
+        // Admitted while best-effort work it would have waited for is still due to run.
+        release(si, taken, now, v.be_outstanding_kernels < be_outstanding_kernels_);
         progress = true;
       }
     }
@@ -395,6 +443,9 @@ bool LiveScheduler::poll() {
 }
 
 void LiveScheduler::run(const std::atomic<bool>& stop) {
+  // Release-ahead deadlines are tens of microseconds apart: sleep no longer
+  // than asked (the default timer slack is 50 us).
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
   int idle = 0;
   std::int64_t last_reap = 0;
   while (!stop.load(std::memory_order_relaxed)) {
@@ -410,7 +461,10 @@ void LiveScheduler::run(const std::atomic<bool>& stop) {
     if (++idle < kIdleSpins) continue;
     const std::uint32_t bell = segment_->doorbell.load(std::memory_order_acquire);
     segment_->scheduler_sleeping.store(1, std::memory_order_seq_cst);
-    if (!poll()) futex_wait(&segment_->doorbell, bell, kIdleSleepNs);
+    const std::int64_t now_idle = monotonic_ns();
+    const std::int64_t deadline = next_deadline_ns(now_idle);
+    const std::int64_t sleep_ns = deadline > 0 ? std::min(kIdleSleepNs, deadline - now_idle) : kIdleSleepNs;
+    if (!poll()) futex_wait(&segment_->doorbell, bell, sleep_ns);
     segment_->scheduler_sleeping.store(0, std::memory_order_relaxed);
     idle = 0;
   }

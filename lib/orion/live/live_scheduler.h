@@ -36,6 +36,14 @@ struct LiveConfig {
   std::vector<LiveClient> clients;
   std::string policy = "orion";
   PolicyOptions policy_options;
+  /// Hides the hand-off between processes (a completion travelling from the
+  /// client's event thread to the scheduler, the release back to the waiting
+  /// launch): a released best-effort kernel counts as finished this long
+  /// before its profiled duration has passed since it could start, so the
+  /// next one is queued behind it on the GPU instead of waiting for the
+  /// completion. Never while a kernel runs longer than its profile by more
+  /// than this (the decisions then wait for completions again). 0: off.
+  double release_ahead_us = 0;
 };
 
 /// Per-command outcome.
@@ -47,6 +55,7 @@ struct LiveClientStats {
   std::int64_t kernels = 0;           ///< launches seen
   std::int64_t unmatched = 0;         ///< launches whose kernel is not in the profile
   std::int64_t held = 0;              ///< launches the policy did not admit at first
+  std::int64_t released_ahead = 0;    ///< released while best-effort work ahead of them was still expected to run
   double held_ms = 0;                 ///< total time launches waited for release
   std::int64_t requests = 0;          ///< completed begin/end marker pairs
   std::vector<double> latencies_ms;   ///< request latencies (marker to marker)
@@ -70,6 +79,9 @@ class LiveScheduler {
   int reap_dead_clients();
   /// Polls until `stop` is set, sleeping on the doorbell when idle.
   void run(const std::atomic<bool>& stop);
+  /// When the view changes without any event (a best-effort kernel reaches
+  /// its release-ahead point) while a launch is held; 0 when it will not.
+  std::int64_t next_deadline_ns(std::int64_t now) const;
 
   /// Statistics per command, in config order.
   const std::vector<LiveClientStats>& stats() const { return stats_; }
@@ -80,6 +92,7 @@ class LiveScheduler {
     SimKernel kernel;
     std::size_t index;
     bool best_effort_outstanding;  ///< counted in be_outstanding_*
+    std::int64_t expected_end_ns = 0;  ///< best effort: when it should finish (queued behind earlier BE work)
   };
   struct Held {
     LaunchEntry* entry;
@@ -103,9 +116,9 @@ class LiveScheduler {
   bool consume_new(int slot_index);
   bool collect_completions(int slot_index);
   bool decide();
-  SchedulerView view() const;
+  SchedulerView view(std::int64_t now) const;
   SimKernel lookup(int slot_index, const LaunchEntry& e);
-  void release(int slot_index, Held h, std::int64_t now);
+  void release(int slot_index, Held h, std::int64_t now, bool ahead);
   void finish(int slot_index, const InFlight& f);
   void drop_slot(int slot_index, const char* why);
   std::size_t request_length(int client) const;
@@ -131,6 +144,8 @@ class LiveScheduler {
   bool hp_active_logged_ = false;  // the HP state the log last recorded (hp_active events)
   double be_outstanding_us_ = 0;
   int be_outstanding_kernels_ = 0;
+  std::int64_t be_expected_end_ns_ = 0;  // when all released BE work should have finished
+  std::int64_t release_ahead_ns_ = 0;
   int exclusive_owner_ = -1;  // temporal sharing: the client that holds the GPU
   std::int64_t start_ns_ = 0;
 };
