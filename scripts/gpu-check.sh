@@ -190,6 +190,8 @@ case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 
   *A100*) orion_device=a100-40 ;; *V100*) orion_device=v100-16 ;;
   *) orion_device=h200; echo "no simulator model of this GPU: simulating an H200" ;;
 esac
+# What the interposer and the scheduler add to the HP client alone (BASELINE_LIBRARY=FILE: also an older interposer).
+HP_REQUESTS=2000 scripts/bench/orion_hp_overhead.sh "$build" "$python" || fail "orion HP overhead"
 # Two BE jobs: batch 512, whose 1.4 ms matrix products outlast an HP request
 # (no policy that cannot preempt a kernel keeps the HP tail then), and batch
 # 64, whose 0.2 ms products do not (the regime of Orion's paper).

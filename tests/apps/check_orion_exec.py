@@ -170,6 +170,23 @@ check(r.returncode == 0 and rows and rows[1]["kernels_released_ahead"] > 0
       f"--release-ahead-us: BE kernels released ahead ({rows[1]['kernels_released_ahead'] if rows else '-'}, "
       f"{len(ahead_logged)} in the log), same checksums as alone (rc {r.returncode} {r.stderr[-200:]})")
 
+# ---------------------------------------------------------------- completion events per burst, not per launch
+# An HP request launches its 4 kernels of 3 ms back to back: the first gets
+# an event, the other three wait for it to fire and then share one, so the
+# interposer records 2 events per request where a launch-bound client would
+# otherwise pay one per launch. Every launch is still reported complete
+# (each request's window closes in the log).
+fake_log = tmp / "fake-driver.log"
+log_path = tmp / "burst.log"
+r = run([ORION, "exec", "--policy", "orion", "--hp", hp_cmd, "--profiles", str(HP_CSV), "--log", str(log_path),
+         "--report", "--json"], env=dict(os.environ, FAKE_CUDA_LOG=str(fake_log)))
+lines = fake_log.read_text().splitlines() if fake_log.exists() else []
+records, kernels = lines.count("event-record"), sum(1 for l in lines if l.startswith("hpk"))
+states = [e["on"] for e in read_log(log_path) if e["event"] == "hp_active"] if log_path.exists() else []
+check(r.returncode == 0 and kernels == 16 and 0 < records <= 8 and states.count(False) == 4,
+      f"the HP client's 16 launches in bursts of 4 need {records} completion events (at most 8), and all complete "
+      f"({states.count(False)} of 4 request windows closed; rc {r.returncode})")
+
 # ---------------------------------------------------------------- a program that outlives its shell
 # "; true" keeps the shell from exec'ing the program: SIGTERM ends the shell
 # at once while the program finishes its request. exec waits for it too.

@@ -10,7 +10,8 @@
 //   CUdeviceptr buffer, uint64 elements, uint64 seed, uint64 duration_ns
 // and computes buffer[i] = mix(buffer[i] + seed + i) for i < elements.
 // Environment: FAKE_CUDA_SMS (SM count, default 132), FAKE_CUDA_LOG (a file
-// that gets one line per kernel start: "<name> <grid> <block>"),
+// that gets one line per kernel start: "<name> <grid> <block>", and one
+// "event-record" line per cuEventRecord),
 // FAKE_CUDA_SHARED_DEVICE (a file: processes naming the same file share one
 // pool of SMs, as processes under MPS share a GPU; without it each process
 // has a device of its own).
@@ -115,7 +116,13 @@ class Device {
 
   void enqueue(CUstream stream, Op op) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (op.kind == Op::kEvent) op.event_record = ++op.event->recorded;
+    if (op.kind == Op::kEvent) {
+      op.event_record = ++op.event->recorded;
+      if (log_ != nullptr) {
+        std::fprintf(log_, "event-record\n");
+        std::fflush(log_);
+      }
+    }
     queues_[stream].push_back(op);
     changed_.notify_all();
   }

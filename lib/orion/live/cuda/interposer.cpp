@@ -151,37 +151,31 @@ std::uint32_t name_index_of(CUfunction f) {
   return index;
 }
 
-// Records an event behind each launch that went through the scheduler and
-// reports the launch complete when the event fires.
+// Reports launches that went through the scheduler complete, with events
+// recorded behind them. A stream has at most one event in flight: launches
+// made while it is pending wait for it to fire, and the completion thread
+// then records one event behind all of them (from its own thread, which is
+// valid for every stream but a thread's per-thread default stream; launches
+// there get an event each). So a launch-bound client pays for an event
+// record about once per burst of launches, not once per launch.
 class CompletionTracker {
  public:
-  void track(LaunchEntry* entry, CUstream stream) {
+  void track(LaunchEntry* entry, CUstream stream, bool per_thread_stream) {
     static auto ctx_get = driver<CUresult (*)(CUcontext*)>("cuCtxGetCurrent");
-    static auto event_create = driver<CUresult (*)(CUevent*, unsigned)>("cuEventCreate");
-    static auto event_record = driver<CUresult (*)(CUevent, CUstream)>("cuEventRecord");
     CUcontext ctx = nullptr;
     if (ctx_get != nullptr) ctx_get(&ctx);
-    CUevent event = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!pool_.empty()) {
-        event = pool_.back();
-        pool_.pop_back();
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!per_thread_stream) {
+      for (Pending& p : pending_) {
+        if (p.stream == stream && p.ctx == ctx && p.shared) {
+          p.waiting.push_back(entry);  // covered by the next event, recorded when this one fires
+          return;
+        }
       }
     }
-    if (event == nullptr &&
-        (event_create == nullptr || event_create(&event, CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC) != CUDA_SUCCESS)) {
-      gate().completed(entry);  // cannot track it: report it done rather than block the scheduler
-      return;
-    }
-    if (event_record == nullptr || event_record(event, stream) != CUDA_SUCCESS) {
-      gate().completed(entry);
-      std::lock_guard<std::mutex> lock(mutex_);
-      pool_.push_back(event);
-      return;
-    }
-    std::lock_guard<std::mutex> lock(mutex_);
-    pending_.push_back(Pending{entry, event, ctx});
+    Pending p{stream, ctx, nullptr, {entry}, {}, !per_thread_stream};
+    if (!record(p)) return;
+    pending_.push_back(std::move(p));
     if (!thread_started_) {
       thread_started_ = true;
       std::thread([this] { loop(); }).detach();
@@ -191,10 +185,34 @@ class CompletionTracker {
 
  private:
   struct Pending {
-    LaunchEntry* entry;
-    CUevent event;
+    CUstream stream;
     CUcontext ctx;
+    CUevent event;
+    std::vector<LaunchEntry*> covered;  ///< launched before `event` was recorded
+    std::vector<LaunchEntry*> waiting;  ///< launched since: need the next event
+    bool shared;                        ///< later launches on the stream may join (not a per-thread stream)
   };
+
+  // Records p.event behind p.covered (mutex held); on failure reports them
+  // done rather than block the scheduler, and returns false.
+  bool record(Pending& p) {
+    static auto event_create = driver<CUresult (*)(CUevent*, unsigned)>("cuEventCreate");
+    static auto event_record = driver<CUresult (*)(CUevent, CUstream)>("cuEventRecord");
+    if (pool_.empty()) {
+      CUevent created = nullptr;
+      if (event_create != nullptr &&
+          event_create(&created, CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC) == CUDA_SUCCESS) {
+        pool_.push_back(created);
+      }
+    }
+    if (!pool_.empty() && event_record != nullptr && event_record(pool_.back(), p.stream) == CUDA_SUCCESS) {
+      p.event = pool_.back();
+      pool_.pop_back();
+      return true;
+    }
+    for (LaunchEntry* e : p.covered) gate().completed(e);
+    return false;
+  }
 
   void loop() {
     static auto ctx_set = driver<CUresult (*)(CUcontext)>("cuCtxSetCurrent");
@@ -204,24 +222,38 @@ class CompletionTracker {
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
       wake_.wait(lock, [this] { return !pending_.empty(); });
-      const Pending front = pending_.front();
+      const CUevent oldest = pending_.front().event;
+      const CUcontext ctx = pending_.front().ctx;
       lock.unlock();
-      if (front.ctx != current && ctx_set != nullptr) {
-        ctx_set(front.ctx);
-        current = front.ctx;
+      if (ctx != current && ctx_set != nullptr) {
+        ctx_set(ctx);
+        current = ctx;
       }
-      event_sync(front.event);  // blocking-sync event: sleeps, does not spin
+      event_sync(oldest);  // blocking-sync event: sleeps, does not spin
       lock.lock();
-      // Completions on other streams may have come first: report every fired event.
+      // Events on other streams may have fired first: handle every one that has.
+      std::vector<Pending> next_events;
       for (auto it = pending_.begin(); it != pending_.end();) {
-        const CUresult r = it->event == front.event ? CUDA_SUCCESS : event_query(it->event);
-        if (r == CUDA_ERROR_NOT_READY) {
+        if (it->event != oldest && event_query(it->event) == CUDA_ERROR_NOT_READY) {
           ++it;
           continue;
         }
-        gate().completed(it->entry);
+        for (LaunchEntry* e : it->covered) gate().completed(e);
         pool_.push_back(it->event);
+        if (it->waiting.empty()) {
+          it = pending_.erase(it);
+          continue;
+        }
+        // One event behind everything launched on the stream meanwhile.
+        next_events.push_back(Pending{it->stream, it->ctx, nullptr, std::move(it->waiting), {}, it->shared});
         it = pending_.erase(it);
+      }
+      for (Pending& next : next_events) {
+        if (next.ctx != current && ctx_set != nullptr) {
+          ctx_set(next.ctx);
+          current = next.ctx;
+        }
+        if (record(next)) pending_.push_back(std::move(next));
       }
     }
   }
@@ -259,7 +291,7 @@ CUresult gated_launch(CUfunction f, const LaunchGeometry& geometry, CUstream str
   const CUresult result = call();
   if (entry == nullptr) return result;
   g.after_launch(entry, result == CUDA_SUCCESS);
-  if (result == CUDA_SUCCESS) tracker().track(entry, stream);
+  if (result == CUDA_SUCCESS) tracker().track(entry, stream, stream == CU_STREAM_PER_THREAD);
   return result;
 }
 
