@@ -21,7 +21,8 @@
 #                                   took 5 minutes two at a time on an H200 machine, now four;
 #                                   a second call on the warm machine, which keeps build-gpu/)
 #   scripts/gpu-check.sh SECTION... only these of: tests inference training orion-pairs
-#                                   orion-exec serving (no argument: all but serving)
+#                                   orion-exec orion-overhead serving (no argument: all but
+#                                   serving; orion-overhead is part of orion-exec)
 #   FLEET_PREBUILT=DIR              skip configure and build: DIR is a tree made by
 #                                   scripts/gpu-prebuild.sh on another machine against the same
 #                                   PyTorch wheel (same torch and CUDA version); its CTest files
@@ -35,7 +36,7 @@ gpu_targets=(test_devices_gpu test_model_gpu test_sailor_training_gpu test_delta
              sailor-run dz-compress dz-serve bench_model_inference bench_dz_serve orion-run orion-profile orion_client orion_capture
              orion_static_cudart_app)
 if [ "${1:-}" = targets ]; then echo "${gpu_targets[*]}"; exit 0; fi
-all_sections=(tests inference training orion-pairs orion-exec serving)
+all_sections=(tests inference training orion-pairs orion-exec orion-overhead serving)
 sections=("$@")
 [ ${#sections[@]} -gt 0 ] || sections=(tests inference training orion-pairs orion-exec)
 for s in "${sections[@]}"; do
@@ -182,6 +183,11 @@ section "orion: kernel pairs measured against the simulator (conv / batch norm, 
 KEEP="$out/orion-data/pairs" scripts/bench/orion_pairs.sh "$build" "$python" || fail "orion kernel pairs"
 fi
 
+if want orion-exec || want orion-overhead; then
+  section "orion: what the interposer and the scheduler add to the PyTorch inference client alone"
+  # VARIANT_LIBRARIES="NAME=FILE ...": also other interposer builds (see the script).
+  HP_REQUESTS=2000 scripts/bench/orion_hp_overhead.sh "$build" "$python" || fail "orion HP overhead"
+fi
 if want orion-exec; then
 section "orion: PyTorch inference (HP) beside training (BE), alone / orion / mps, and the simulator on the same"
 # The simulator's model of this GPU, from its name.
@@ -190,8 +196,6 @@ case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 
   *A100*) orion_device=a100-40 ;; *V100*) orion_device=v100-16 ;;
   *) orion_device=h200; echo "no simulator model of this GPU: simulating an H200" ;;
 esac
-# What the interposer and the scheduler add to the HP client alone (BASELINE_LIBRARY=FILE: also an older interposer).
-HP_REQUESTS=2000 scripts/bench/orion_hp_overhead.sh "$build" "$python" || fail "orion HP overhead"
 # Two BE jobs: batch 512, whose 1.4 ms matrix products outlast an HP request
 # (no policy that cannot preempt a kernel keeps the HP tail then), and batch
 # 64, whose 0.2 ms products do not (the regime of Orion's paper).

@@ -9,8 +9,9 @@
 #
 #   scripts/bench/orion_hp_overhead.sh [BUILD_DIR] [PYTHON]
 #   HP_REQUESTS=2000
-#   BASELINE_LIBRARY=FILE  also run the exec case with this interposer
-#                          (ORION_CLIENT_LIBRARY), e.g. an older build
+#   VARIANT_LIBRARIES="NAME=FILE ..."  also run the exec case with each of
+#                          these interposers (ORION_CLIENT_LIBRARY), e.g. an
+#                          older build or one with a part switched off
 set -uo pipefail
 build=${1:-build}
 python=${2:-python3}
@@ -36,17 +37,13 @@ for line in open(sys.argv[1]):
 EOF
 }
 
-cases=(direct pass-through exec)
-[ -n "${BASELINE_LIBRARY:-}" ] && cases+=(exec-baseline)
+variants=(${VARIANT_LIBRARIES:-})
 for round in 1 2; do
-  for c in "${cases[@]}"; do
-    case $c in
-      direct) run_case direct $hp ;;
-      pass-through) run_case pass-through env LD_PRELOAD="$library" $hp ;;
-      exec) run_case exec "$bin/orion-run" exec --policy orion --hp "$hp" ;;
-      exec-baseline) run_case exec-baseline env ORION_CLIENT_LIBRARY="$BASELINE_LIBRARY" \
-        "$bin/orion-run" exec --policy orion --hp "$hp" ;;
-    esac
+  run_case direct $hp
+  run_case pass-through env LD_PRELOAD="$library" $hp
+  run_case exec "$bin/orion-run" exec --policy orion --hp "$hp"
+  for v in "${variants[@]}"; do
+    run_case "exec-${v%%=*}" env ORION_CLIENT_LIBRARY="${v#*=}" "$bin/orion-run" exec --policy orion --hp "$hp"
   done
 done
 "$python" - "$tmp/results.txt" <<'EOF'
