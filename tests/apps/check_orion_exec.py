@@ -170,22 +170,30 @@ check(r.returncode == 0 and rows and rows[1]["kernels_released_ahead"] > 0
       f"--release-ahead-us: BE kernels released ahead ({rows[1]['kernels_released_ahead'] if rows else '-'}, "
       f"{len(ahead_logged)} in the log), same checksums as alone (rc {r.returncode} {r.stderr[-200:]})")
 
-# ---------------------------------------------------------------- completion events per burst, not per launch
-# An HP request launches its 4 kernels of 3 ms back to back: the first gets
-# an event, the other three wait for it to fire and then share one, so the
-# interposer records 2 events per request where a launch-bound client would
-# otherwise pay one per launch. Every launch is still reported complete
-# (each request's window closes in the log).
-fake_log = tmp / "fake-driver.log"
-log_path = tmp / "burst.log"
-r = run([ORION, "exec", "--policy", "orion", "--hp", hp_cmd, "--profiles", str(HP_CSV), "--log", str(log_path),
-         "--report", "--json"], env=dict(os.environ, FAKE_CUDA_LOG=str(fake_log)))
-lines = fake_log.read_text().splitlines() if fake_log.exists() else []
-records, kernels = lines.count("event-record"), sum(1 for l in lines if l.startswith("hpk"))
-states = [e["on"] for e in read_log(log_path) if e["event"] == "hp_active"] if log_path.exists() else []
-check(r.returncode == 0 and kernels == 16 and 0 < records <= 8 and states.count(False) == 4,
-      f"the HP client's 16 launches in bursts of 4 need {records} completion events (at most 8), and all complete "
-      f"({states.count(False)} of 4 request windows closed; rc {r.returncode})")
+# ---------------------------------------------------------------- what completion tracking costs a client
+# Inside marked requests the HP client's launches get no events at all: the
+# end marker reports them complete, and every request window still closes.
+# Without markers each launch needs tracking, but launches made while a
+# stream's event is pending share the next one: 4 kernels of 3 ms launched
+# back to back need 2 events, not 4.
+def fake_driver_counts(hp_command, label):
+    fake_log, log_path = tmp / f"fake-{label}.log", tmp / f"{label}.log"
+    r = run([ORION, "exec", "--policy", "orion", "--hp", hp_command, "--profiles", str(HP_CSV), "--log",
+             str(log_path), "--report", "--json"], env=dict(os.environ, FAKE_CUDA_LOG=str(fake_log)))
+    lines = fake_log.read_text().splitlines() if fake_log.exists() else []
+    events = read_log(log_path) if log_path.exists() else []
+    return r, lines.count("event-record"), sum(1 for l in lines if l.startswith("hpk")), events
+
+r, records, kernels, events = fake_driver_counts(hp_cmd, "marked")
+closed = [e["on"] for e in events if e["event"] == "hp_active"].count(False)
+check(r.returncode == 0 and kernels == 16 and records == 0 and closed == 4,
+      f"HP launches inside marked requests: {records} completion events for {kernels} launches, "
+      f"{closed} of 4 request windows closed (rc {r.returncode})")
+r, records, kernels, events = fake_driver_counts(hp_cmd.replace(" --markers", ""), "unmarked")
+states = [e["on"] for e in events if e["event"] == "hp_active"]
+check(r.returncode == 0 and kernels == 16 and 0 < records <= 8 and states and states[-1] is False,
+      f"HP launches without markers: {records} completion events for {kernels} launches in bursts of 4 (at most 8), "
+      f"and the scheduler saw them all finish (rc {r.returncode})")
 
 # ---------------------------------------------------------------- a program that outlives its shell
 # "; true" keeps the shell from exec'ing the program: SIGTERM ends the shell

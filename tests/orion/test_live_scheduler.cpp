@@ -124,6 +124,57 @@ TEST(LiveScheduler, HighPriorityLaunchNeverWaitsEvenWithoutAScheduler) {
   EXPECT_EQ(e->state.load(), kFree);
 }
 
+TEST(ClientGate, HpLaunchesInsideARequestCompleteAtItsEndMarker) {
+  Fixture f("orion");
+  const std::uint32_t name = f.hp.intern_name("hp_gemm");
+  // Outside a request: tracked with an event as usual.
+  LaunchEntry* before = f.hp.before_launch(name, LaunchGeometry{});
+  f.hp.after_launch(before, true);
+  EXPECT_FALSE(f.hp.defer_completion(before));
+  f.hp.completed(before);
+
+  f.hp.marker(kRequestBegin);
+  LaunchEntry* a = f.hp.before_launch(name, LaunchGeometry{});
+  f.hp.after_launch(a, true);
+  LaunchEntry* b = f.hp.before_launch(name, LaunchGeometry{});
+  f.hp.after_launch(b, true);
+  EXPECT_TRUE(f.hp.defer_completion(a));
+  EXPECT_TRUE(f.hp.defer_completion(b));
+  f.scheduler->poll();
+  EXPECT_EQ(a->state.load(), kLaunched);  // in flight for the scheduler: the request is active
+  PendingLaunch big(f, "be_big");
+  EXPECT_FALSE(big.released_within(20));
+  f.hp.marker(kRequestEnd);  // reports both complete
+  EXPECT_TRUE(big.released_within(2000));
+  EXPECT_EQ(a->state.load(), kFree);
+  EXPECT_EQ(b->state.load(), kFree);
+  f.be.after_launch(big.entry, true);
+  EXPECT_FALSE(f.be.defer_completion(big.entry));  // best-effort launches are always tracked
+  f.be.completed(big.entry);
+  f.scheduler->poll();
+  EXPECT_EQ(f.scheduler->stats()[0].requests, 1);
+}
+
+TEST(ClientGate, DeferredLaunchesStayWellInsideTheRing) {
+  Fixture f("mps");
+  const std::uint32_t name = f.hp.intern_name("hp_copy");
+  f.hp.marker(kRequestBegin);
+  std::size_t deferred = 0;
+  std::vector<LaunchEntry*> tracked;
+  for (std::size_t i = 0; i < ClientGate::kMaxDeferred + 10; ++i) {
+    LaunchEntry* e = f.hp.before_launch(name, LaunchGeometry{});
+    f.hp.after_launch(e, true);
+    if (f.hp.defer_completion(e)) ++deferred;
+    else tracked.push_back(e);
+  }
+  EXPECT_EQ(deferred, ClientGate::kMaxDeferred);
+  EXPECT_LT(ClientGate::kMaxDeferred, static_cast<std::size_t>(kRingEntries));
+  for (LaunchEntry* e : tracked) f.hp.completed(e);
+  f.hp.marker(kRequestEnd);
+  f.scheduler->poll();
+  EXPECT_EQ(f.scheduler->stats()[0].kernels, static_cast<std::int64_t>(ClientGate::kMaxDeferred + 10));
+}
+
 TEST(LiveScheduler, OrionHoldsALargeBestEffortKernelDuringAnHpRequest) {
   Fixture f("orion");
   f.hp.marker(kRequestBegin);

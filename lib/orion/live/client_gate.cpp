@@ -192,8 +192,30 @@ void ClientGate::completed(LaunchEntry* entry) {
   if (slot_ != nullptr) ring_doorbell();
 }
 
+bool ClientGate::defer_completion(LaunchEntry* entry) {
+  if (entry == nullptr || role_ != kRoleHighPriority) return false;
+  std::lock_guard<std::mutex> lock(deferred_mutex_);
+  if (!in_request_ || deferred_.size() >= kMaxDeferred) return false;
+  deferred_.push_back(entry);
+  return true;
+}
+
 void ClientGate::marker(EntryKind kind) {
   if (!gated()) return;
+  {
+    std::lock_guard<std::mutex> lock(deferred_mutex_);
+    in_request_ = kind == kRequestBegin;
+    if (kind == kRequestEnd && !deferred_.empty()) {
+      // The request is over, so are its launches (a client synchronises
+      // before its end marker, as one that measures the request must).
+      const std::int64_t now = monotonic_ns();
+      for (LaunchEntry* d : deferred_) {
+        d->complete_ns = now;
+        d->state.store(kCompleted, std::memory_order_release);
+      }
+      deferred_.clear();
+    }
+  }
   LaunchEntry* e = claim_entry();
   if (e == nullptr) return;
   e->kind = kind;

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "orion/live/shm_segment.h"
 
@@ -57,8 +58,18 @@ class ClientGate {
   void after_launch(LaunchEntry* entry, bool ok);
   /// The GPU finished the launch.
   void completed(LaunchEntry* entry);
-  /// Posts a request begin/end marker.
+  /// An HP launch inside a marked request need not be tracked with an
+  /// event: the request's end marker reports it complete (the request ends
+  /// there). True when `entry` is taken so; false: track it (a BE launch, a
+  /// launch outside a request, or kMaxDeferred launches already waiting).
+  bool defer_completion(LaunchEntry* entry);
+  /// Posts a request begin/end marker; an end marker first reports the
+  /// deferred launches complete.
   void marker(EntryKind kind);
+
+  /// Launches deferred at most per request (well inside the ring, whose
+  /// entries are freed only once complete).
+  static constexpr std::size_t kMaxDeferred = kRingEntries / 4;
 
  private:
   LaunchEntry* claim_entry();
@@ -75,6 +86,9 @@ class ClientGate {
   ClientRole role_ = kRoleBestEffort;
   std::atomic<bool> ungated_{false};
   std::once_flag connect_once_;
+  std::mutex deferred_mutex_;
+  bool in_request_ = false;                 ///< between a begin and an end marker (guarded by deferred_mutex_)
+  std::vector<LaunchEntry*> deferred_;      ///< HP launches the next end marker completes
   std::mutex names_mutex_;
   std::unordered_map<std::string, std::uint32_t> names_;
 };
