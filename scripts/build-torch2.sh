@@ -39,6 +39,11 @@ if [ -n "${FLEET_TORCH_WHEEL:-}" ]; then
     for wheel in "$FLEET_TORCH_DEPS"/*.whl; do
       [ -f "$unpacked/.$(basename "$wheel")" ] && continue
       echo "== unpacking the libraries of $(basename "$wheel")"
+      unzip -Z1 "$wheel" 2>/dev/null | grep -c '^nvidia/.*\.so' >/dev/null || {
+        echo "build-torch2: $(basename "$wheel") holds no nvidia/ libraries (a 0.0.0a0 placeholder? fetch it with" \
+             "--platform manylinux2014_x86_64, docs/gpu.md)" >&2
+        exit 2
+      }
       unzip -q -o "$wheel" 'nvidia/*' -d "$unpacked" && touch "$unpacked/.$(basename "$wheel")"
     done
     if [ -d "$unpacked/nvidia" ]; then

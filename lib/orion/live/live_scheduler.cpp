@@ -1,11 +1,11 @@
 #include "orion/live/live_scheduler.h"
 
-#include <algorithm>
-#include <cstdarg>
-#include <cmath>
-#include <cstring>
-
 #include <sys/prctl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstring>
 
 #include "common/error.h"
 #include "orion/kernel_name.h"
