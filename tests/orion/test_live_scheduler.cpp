@@ -366,11 +366,13 @@ LiveConfig long_best_effort_kernels(double release_ahead_us) {
   return c;
 }
 
-TEST(LiveScheduler, WithoutReleaseAheadTheNextLongKernelWaitsForACompletion) {
-  Fixture f("orion", long_best_effort_kernels(0));
+// Two long BE kernels, the second posted `pause` after the first was
+// released: only the first's completion releases the second.
+void expect_release_on_completion(Fixture& f, std::chrono::milliseconds pause) {
   PendingLaunch first(f, "be_long");
   ASSERT_TRUE(first.released_within(2000));
   f.be.after_launch(first.entry, true);
+  std::this_thread::sleep_for(pause);
   PendingLaunch second(f, "be_long");
   EXPECT_FALSE(second.released_within(30));
   f.be.completed(first.entry);
@@ -379,6 +381,11 @@ TEST(LiveScheduler, WithoutReleaseAheadTheNextLongKernelWaitsForACompletion) {
   f.be.completed(second.entry);
   f.scheduler->poll();
   EXPECT_EQ(f.scheduler->stats()[1].released_ahead, 0);
+}
+
+TEST(LiveScheduler, WithoutReleaseAheadTheNextLongKernelWaitsForACompletion) {
+  Fixture f("orion", long_best_effort_kernels(0));
+  expect_release_on_completion(f, std::chrono::milliseconds(0));
 }
 
 TEST(LiveScheduler, ReleaseAheadQueuesTheNextKernelBeforeTheCompletionArrives) {
@@ -398,21 +405,32 @@ TEST(LiveScheduler, ReleaseAheadQueuesTheNextKernelBeforeTheCompletionArrives) {
   EXPECT_EQ(f.scheduler->stats()[1].held, 0);
 }
 
-TEST(LiveScheduler, ReleaseAheadStopsWhileAKernelOverrunsItsProfile) {
-  // A 1 ms lead on 1 ms kernels; the first then runs far past its profile.
-  Fixture f("orion", long_best_effort_kernels(1000));
+TEST(LiveScheduler, ReleaseAheadWakesTheSchedulerAtTheLead) {
+  // 10 s kernels with a 5 s lead: the scheduler, idle otherwise, must wake
+  // 5 s after the first kernel's release to queue the held second one.
+  LiveConfig config = long_best_effort_kernels(5e6);
+  config.clients[1].profile->kernels[0].duration_ns = 10e9;
+  Fixture f("orion", config);
+  const std::int64_t before = monotonic_ns();
   PendingLaunch first(f, "be_long");
   ASSERT_TRUE(first.released_within(2000));
+  const std::int64_t after = monotonic_ns();
   f.be.after_launch(first.entry, true);
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(f.scheduler->next_deadline_ns(monotonic_ns()), 0);  // nothing held: nothing to wake for
   PendingLaunch second(f, "be_long");
-  EXPECT_FALSE(second.released_within(30));  // only its completion releases the next
+  const std::int64_t wake = f.scheduler->next_deadline_ns(monotonic_ns());
+  EXPECT_GE(wake, before + 5'000'000'000);
+  EXPECT_LE(wake, after + 5'000'000'000);
   f.be.completed(first.entry);
   EXPECT_TRUE(second.released_within(2000));
   f.be.after_launch(second.entry, true);
   f.be.completed(second.entry);
-  f.scheduler->poll();
-  EXPECT_EQ(f.scheduler->stats()[1].released_ahead, 0);
+}
+
+TEST(LiveScheduler, ReleaseAheadStopsWhileAKernelOverrunsItsProfile) {
+  // A 1 ms lead on 1 ms kernels; the first then runs 20 ms, far past its profile.
+  Fixture f("orion", long_best_effort_kernels(1000));
+  expect_release_on_completion(f, std::chrono::milliseconds(20));
 }
 
 TEST(LiveScheduler, TheRingWrapsAroundWithoutLosingLaunches) {
