@@ -405,6 +405,25 @@ TEST(LiveScheduler, ReleaseAheadQueuesTheNextKernelBeforeTheCompletionArrives) {
   EXPECT_EQ(f.scheduler->stats()[1].held, 0);
 }
 
+TEST(LiveScheduler, ReleaseAheadCountsOnlyReleasesThePolicyWouldHaveHeld) {
+  // Under mps every kernel goes at once: with the same lead, the second
+  // kernel is released before the first completes, but not "ahead".
+  LiveConfig config = long_best_effort_kernels(60e6);
+  config.policy = "mps";
+  Fixture f("mps", config);
+  PendingLaunch first(f, "be_long");
+  ASSERT_TRUE(first.released_within(2000));
+  f.be.after_launch(first.entry, true);
+  PendingLaunch second(f, "be_long");
+  EXPECT_TRUE(second.released_within(2000));
+  f.be.after_launch(second.entry, true);
+  f.be.completed(first.entry);
+  f.be.completed(second.entry);
+  f.scheduler->poll();
+  EXPECT_EQ(f.scheduler->stats()[1].released_ahead, 0);
+  EXPECT_EQ(f.scheduler->stats()[1].kernels, 2);
+}
+
 TEST(LiveScheduler, ReleaseAheadWakesTheSchedulerAtTheLead) {
   // 10 s kernels with a 5 s lead: the scheduler, idle otherwise, must wake
   // 5 s after the first kernel's release to queue the held second one.

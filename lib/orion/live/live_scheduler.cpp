@@ -121,7 +121,7 @@ bool LiveScheduler::hp_request_active() const {
   return false;
 }
 
-SchedulerView LiveScheduler::view(std::int64_t now) const {
+SchedulerView LiveScheduler::view(std::int64_t now, bool lead) const {
   SchedulerView v;
   v.device_sms = config_.device.sm_count;
   v.hp_client = hp_client_;
@@ -131,7 +131,7 @@ SchedulerView LiveScheduler::view(std::int64_t now) const {
   v.be_outstanding_us = be_outstanding_us_;
   v.be_outstanding_kernels = be_outstanding_kernels_;
   v.hp_request_solo_us = hp_request_solo_us_;
-  if (release_ahead_ns_ > 0 && be_outstanding_kernels_ > 0) {
+  if (lead && release_ahead_ns_ > 0 && be_outstanding_kernels_ > 0) {
     // Best-effort kernels due to finish within the hand-off count as done,
     // as long as none has overrun its profile by more than that (then the
     // profile does not describe this run, and completions decide again).
@@ -384,11 +384,15 @@ bool LiveScheduler::decide() {
           h.denied = true;
           break;
         }
+        // Released ahead: the lead hid running BE work, and the policy would
+        // refuse the kernel with that work counted (a policy that admits
+        // everything, mps or streams, never releases ahead).
+        const bool ahead = v.be_outstanding_kernels < be_outstanding_kernels_ &&
+                           !policy_->admit(view(now, false), t.client, index, count, h.kernel);
         if (policy_->exclusive_requests()) exclusive_owner_ = t.client;
         Held taken = h;
         t.held.pop_front();
-        // Admitted while best-effort work it would have waited for is still due to run.
-        release(si, taken, now, v.be_outstanding_kernels < be_outstanding_kernels_);
+        release(si, taken, now, ahead);
         progress = true;
       }
     }

@@ -116,7 +116,9 @@ class LiveScheduler {
   bool consume_new(int slot_index);
   bool collect_completions(int slot_index);
   bool decide();
-  SchedulerView view(std::int64_t now) const;
+  /// What the policy sees; with `lead`, BE kernels due within the
+  /// release-ahead lead count as finished.
+  SchedulerView view(std::int64_t now, bool lead = true) const;
   SimKernel lookup(int slot_index, const LaunchEntry& e);
   void release(int slot_index, Held h, std::int64_t now, bool ahead);
   void finish(int slot_index, const InFlight& f);
