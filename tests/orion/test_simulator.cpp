@@ -192,6 +192,26 @@ TEST(Simulator, OrionMeetsItsTargetOnTheReferenceWorkload) {
   EXPECT_GE(orion.clients[be].throughput_per_s, 0.99 * temporal.clients[be].throughput_per_s);
 }
 
+TEST(Simulator, OrionsDurationThresholdTradesTheHpTailForBestEffortWork) {
+  // With Orion's default cap (2.5 % of the HP request) BE work outstanding
+  // when an HP request arrives is short, so BE gains little over temporal
+  // sharing; a larger cap lets more BE work run beside HP requests: BE
+  // throughput above temporal sharing's, the HP tail longer but within 15 %.
+  Workload w = load_workload(kExamples / "rnet50_inf_train.json");
+  for (ClientSpec& c : w.clients) {
+    if (c.requests > 0) c.requests = 600;
+  }
+  SimOptions wide;
+  wide.policy.dur_threshold_fraction = 0.75;
+  const SimResult dedicated = simulate(w, "dedicated"), temporal = simulate(w, "temporal");
+  const SimResult strict = simulate(w, "orion"), relaxed = simulate(w, "orion", wide);
+  const std::size_t hp = 1, be = 0;
+  EXPECT_GT(relaxed.clients[be].throughput_per_s, 1.02 * temporal.clients[be].throughput_per_s);
+  EXPECT_GT(relaxed.clients[be].throughput_per_s, 1.02 * strict.clients[be].throughput_per_s);
+  EXPECT_GT(relaxed.clients[hp].p99_ms, strict.clients[hp].p99_ms);
+  EXPECT_LE(relaxed.clients[hp].p99_ms, 1.15 * dedicated.clients[hp].p99_ms);
+}
+
 TEST(Workload, ReadsOrionsConfigs) {
   const Workload w = load_workload(kExamples / "fig7_rnet_rnet.json", {kExamples / "profiles"});
   ASSERT_EQ(w.clients.size(), 2u);
