@@ -178,9 +178,22 @@ fi
 rm -rf "$tmp"
 fi
 
+if want orion-pairs || want orion-exec; then
+  # The simulator's model of this GPU, from its name.
+  case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)" in
+    *H200*) orion_device=h200 ;; *H100*) orion_device=h100 ;; *A100*80GB*) orion_device=a100-80 ;;
+    *A100*) orion_device=a100-40 ;; *V100*) orion_device=v100-16 ;;
+    *) orion_device=h200; echo "no simulator model of this GPU: simulating an H200" ;;
+  esac
+fi
+
 if want orion-pairs; then
 section "orion: kernel pairs measured against the simulator (conv / batch norm, alone, sequential, together)"
-KEEP="$out/orion-data/pairs" scripts/bench/orion_pairs.sh "$build" "$python" || fail "orion kernel pairs"
+KEEP="$out/orion-data/pairs" ORION_DEVICE="$orion_device" scripts/bench/orion_pairs.sh "$build" "$python" ||
+  fail "orion kernel pairs"
+# The contention constants fitted to Orion's V100 pairs and these, each pair also predicted left out.
+python3 scripts/bench/orion_contention_fit.py "$build/bin/orion-run" "$out/orion-data/pairs:$orion_device" \
+  --write "$out/orion-data/contention-fit.json" || fail "orion contention fit"
 fi
 
 if want orion-exec || want orion-overhead; then
@@ -190,12 +203,6 @@ if want orion-exec || want orion-overhead; then
 fi
 if want orion-exec; then
 section "orion: PyTorch inference (HP) beside training (BE), alone / orion / mps, and the simulator on the same"
-# The simulator's model of this GPU, from its name.
-case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)" in
-  *H200*) orion_device=h200 ;; *H100*) orion_device=h100 ;; *A100*80GB*) orion_device=a100-80 ;;
-  *A100*) orion_device=a100-40 ;; *V100*) orion_device=v100-16 ;;
-  *) orion_device=h200; echo "no simulator model of this GPU: simulating an H200" ;;
-esac
 # Two BE jobs: batch 512, whose 1.4 ms matrix products outlast an HP request
 # (no policy that cannot preempt a kernel keeps the HP tail then), and batch
 # 64, whose 0.2 ms products do not (the regime of Orion's paper).

@@ -10,7 +10,7 @@ int main(int argc, char** argv) {
   tool.set_version_details(fleet::devices::version_details);
 
   fleet::orion::SimulateOptions sim;
-  std::string trace, csv, latencies;
+  std::string trace, csv, latencies, contention;
   std::uint64_t seed = 0;
   std::int64_t requests = 0;
   CLI::App* simulate = tool.add_command(
@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
         if (!trace.empty()) sim.trace = trace;
         if (!csv.empty()) sim.csv = csv;
         if (!latencies.empty()) sim.latencies_csv = latencies;
+        if (!contention.empty()) sim.contention = contention;
         if (seed != 0) sim.seed = seed;
         if (requests != 0) sim.requests = requests;
         return fleet::orion::run_simulate(sim);
@@ -30,6 +31,8 @@ int main(int argc, char** argv) {
   simulate->add_option("--trace", trace, "Write a Chrome/Perfetto timeline of the (first) policy's run");
   simulate->add_option("--csv", csv, "Write the comparison table as CSV");
   simulate->add_option("--latencies", latencies, "Write every measured latency as CSV (for CDF plots)");
+  simulate->add_option("--contention", contention,
+                       "Contention model JSON (docs/formats.md; default: calibrated on Orion's V100 kernel pairs)");
   simulate->add_option("--seed", seed, "Override the workload's random seed (arrivals)")
       ->check(fleet::in_range(0, 9.2e18));
   simulate->add_option("--requests", requests, "Override the request count of bounded clients")

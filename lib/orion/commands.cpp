@@ -13,6 +13,7 @@
 #include "common/json.h"
 #include "common/output_check.h"
 #include "common/stats.h"
+#include "orion/contention_model.h"
 #include "orion/ncu_import.h"
 #include "orion/report.h"
 #include "orion/simulator.h"
@@ -23,6 +24,7 @@ int run_simulate(const SimulateOptions& options) {
   OutputCheck check;
   check.input(options.workload, "--workload");
   for (const auto& dir : options.profile_dirs) check.input(dir, "--profiles");
+  if (options.contention) check.input(*options.contention, "--contention");
   check.file(options.trace.value_or(""), "--trace")
       .file(options.csv.value_or(""), "--csv")
       .file(options.latencies_csv.value_or(""), "--latencies")
@@ -60,6 +62,7 @@ int run_simulate(const SimulateOptions& options) {
   }
 
   SimOptions sim;
+  if (options.contention) sim.model = load_contention_model(*options.contention);
   sim.policy.dur_threshold_fraction = options.dur_threshold;
   sim.max_be_wait_us = options.max_be_wait_ms * 1e3;
   sim.policy.sm_threshold = options.sm_threshold;
@@ -94,6 +97,7 @@ int run_simulate(const SimulateOptions& options) {
     out["device"] = workload.device.name;
     out["workload"] = workload.source;
     out["seed"] = workload.seed;
+    out["contention_model"] = options.contention ? nlohmann::json(options.contention->string()) : nlohmann::json();
     nlohmann::json summaries = nlohmann::json::object();
     for (const SimResult& r : results)
       if (!r.policy_summary.empty()) summaries[r.policy] = r.policy_summary;

@@ -17,6 +17,7 @@ struct SimulateOptions {
   std::optional<std::filesystem::path> trace;   ///< Chrome trace of the (first non-dedicated) run
   std::optional<std::filesystem::path> csv;     ///< comparison table as CSV
   std::optional<std::filesystem::path> latencies_csv;
+  std::optional<std::filesystem::path> contention;  ///< contention model file (default: the V100 calibration)
   std::optional<std::uint64_t> seed;
   std::optional<std::int64_t> requests;         ///< overrides the HP client's request count
   double dur_threshold = 0.025;

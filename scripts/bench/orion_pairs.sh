@@ -9,6 +9,7 @@
 #
 #   scripts/bench/orion_pairs.sh [BUILD_DIR] [PYTHON]
 #   KEEP=DIR   copy the measurements, profiles and simulated workloads there
+#   ORION_DEVICE=NAME   the simulator's device (default h200)
 set -uo pipefail
 build=${1:-build}
 python=${2:-python3}
@@ -22,5 +23,5 @@ for kind in conv bn; do
   "$bin/orion-profile" -q capture --skip 2 -o "$tmp/$kind.csv" -- "$python" "$here/orion_kernel_pairs.py" --capture "$kind" ||
     exit 1
 done
-"$python" "$here/orion_pairs_compare.py" "$bin/orion-run" "$tmp" || exit 1
+"$python" "$here/orion_pairs_compare.py" "$bin/orion-run" "$tmp" "${ORION_DEVICE:-h200}" || exit 1
 if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$tmp"/* "$KEEP"/; fi

@@ -162,6 +162,53 @@ TEST(Simulator, ContentionSpeedsFollowTheModel) {
   EXPECT_NEAR(speeds[0], 1 / 1.02, 1e-12);  // a small memory kernel costs the compute kernel 2%
 }
 
+TEST(ContentionModel, TheExampleFileHoldsTheDefaults) {
+  // examples/orion/contention-v100.json documents the built-in constants:
+  // the two must not drift apart.
+  const ContentionModel file = load_contention_model(kExamples / "contention-v100.json"), built_in;
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_DOUBLE_EQ(file.compute_use[c], built_in.compute_use[c]) << c;
+    EXPECT_DOUBLE_EQ(file.memory_use[c], built_in.memory_use[c]) << c;
+    EXPECT_DOUBLE_EQ(file.default_unit_share[c], built_in.default_unit_share[c]) << c;
+  }
+  EXPECT_DOUBLE_EQ(file.same_class_penalty, built_in.same_class_penalty);
+}
+
+TEST(ContentionModel, AFileReplacesWhatItNamesAndRefusesNonsense) {
+  fleet::testing::TempDir dir;
+  auto load = [&](const std::string& body) {
+    write_file_atomically(dir / "c.json", R"({"format": "gpufleet-orion-contention", "version": 1)" + body + "}");
+    return load_contention_model(dir / "c.json");
+  };
+  const ContentionModel m = load(R"(, "memory_use": {"memory": 0.5}, "same_class_penalty": 0.1)");
+  EXPECT_DOUBLE_EQ(m.memory_use[1], 0.5);
+  EXPECT_DOUBLE_EQ(m.memory_use[2], ContentionModel{}.memory_use[2]);
+  EXPECT_DOUBLE_EQ(m.same_class_penalty, 0.1);
+  // Two batch norms now fit in the bandwidth: only the penalty slows them.
+  const SimKernel bn = kernel(1000, 80, KernelClass::kMemory);
+  std::vector<double> speeds;
+  contention_speeds({{&bn, 80}, {&bn, 80}}, 80, m, speeds);
+  EXPECT_NEAR(speeds[0], 1 / 1.1, 1e-12);
+  auto error = [&](const std::string& body) {
+    try {
+      load(body);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error(R"(, "memory_use": {"compute": -0.1})").find("/memory_use/compute: must be between 0 and 1"),
+            std::string::npos);
+  EXPECT_NE(error(R"(, "compute_use": {"tensor": 1})").find("unknown field 'tensor'"), std::string::npos);
+  EXPECT_NE(error(R"(, "unit_share": {"unknown": 0})").find("/unit_share/unknown"), std::string::npos);
+  EXPECT_NE(error(R"(, "same_class_penalty": "high")").find("/same_class_penalty"), std::string::npos);
+  EXPECT_NE(error(R"(, "memory_use": 0.9)").find("/memory_use: expected an object"), std::string::npos);
+  write_file_atomically(dir / "c.json", R"({"format": "gpufleet-orion-workload", "version": 1})");
+  EXPECT_THROW(load_contention_model(dir / "c.json"), InputError);
+  write_file_atomically(dir / "c.json", "{\"format\": ");
+  EXPECT_THROW(load_contention_model(dir / "c.json"), InputError);
+}
+
 TEST(Simulator, OrionMeetsItsTargetOnTheReferenceWorkload) {
   Workload w = load_workload(kExamples / "rnet50_inf_train.json");
   for (ClientSpec& c : w.clients) {
