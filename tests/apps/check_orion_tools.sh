@@ -54,5 +54,14 @@ echo '{"format": "gpufleet-orion-workload", "version": 1, "device": "v100", "cli
 expect_rc 2 "$bin/orion-run" simulate -w "$tmp/bad.json"
 grep -q "malformed JSON" "$tmp/err" || fail "malformed workload message: $(cat "$tmp/err")"
 expect_rc 2 "$bin/orion-run" simulate -w "$ex/rnet50_inf_train.json" -p tick-tock
+# A contention model: the built-in one as a file gives the same table; a bad value is refused.
+expect_rc 0 "$bin/orion-run" -q simulate -w "$ex/rnet50_inf_train.json" -p mps --requests 80
+cp "$tmp/out" "$tmp/builtin.txt"
+expect_rc 0 "$bin/orion-run" -q simulate -w "$ex/rnet50_inf_train.json" -p mps --requests 80 \
+  --contention "$ex/contention-v100.json"
+cmp -s "$tmp/out" "$tmp/builtin.txt" || fail "the built-in contention model as a file changes the results"
+echo '{"format": "gpufleet-orion-contention", "version": 1, "memory_use": {"memory": 1.5}}' > "$tmp/c.json"
+expect_rc 2 "$bin/orion-run" simulate -w "$ex/rnet50_inf_train.json" --contention "$tmp/c.json"
+grep -q "/memory_use/memory: must be between 0 and 1" "$tmp/err" || fail "bad contention message: $(cat "$tmp/err")"
 expect_rc 2 "$bin/orion-run" simulate
 echo "ok: orion-profile and orion-run"
