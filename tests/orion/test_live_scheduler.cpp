@@ -388,11 +388,15 @@ TEST(LiveScheduler, WithoutReleaseAheadTheNextLongKernelWaitsForACompletion) {
   expect_release_on_completion(f, std::chrono::milliseconds(0));
 }
 
-TEST(LiveScheduler, ReleaseAheadQueuesTheNextKernelBeforeTheCompletionArrives) {
-  // A lead of a minute: the first kernel (1 ms) is due to end well within it.
-  Fixture f("orion", long_best_effort_kernels(60e6));
+// Two long BE kernels, the second posted while the first runs: with a lead
+// of a minute, the first (1 ms) is due to end well within it, so the second
+// is released before the first completes. Returns the releases counted ahead.
+std::int64_t release_two_before_a_completion(Fixture& f) {
   PendingLaunch first(f, "be_long");
-  ASSERT_TRUE(first.released_within(2000));
+  if (!first.released_within(2000)) {
+    ADD_FAILURE() << "the first kernel was not released";
+    return -1;
+  }
   f.be.after_launch(first.entry, true);
   PendingLaunch second(f, "be_long");
   EXPECT_TRUE(second.released_within(2000));  // the first has not completed
@@ -401,26 +405,22 @@ TEST(LiveScheduler, ReleaseAheadQueuesTheNextKernelBeforeTheCompletionArrives) {
   f.be.completed(first.entry);
   f.be.completed(second.entry);
   f.scheduler->poll();
-  EXPECT_EQ(f.scheduler->stats()[1].released_ahead, 1);
+  return f.scheduler->stats()[1].released_ahead;
+}
+
+TEST(LiveScheduler, ReleaseAheadQueuesTheNextKernelBeforeTheCompletionArrives) {
+  Fixture f("orion", long_best_effort_kernels(60e6));
+  EXPECT_EQ(release_two_before_a_completion(f), 1);
   EXPECT_EQ(f.scheduler->stats()[1].held, 0);
 }
 
 TEST(LiveScheduler, ReleaseAheadCountsOnlyReleasesThePolicyWouldHaveHeld) {
-  // Under mps every kernel goes at once: with the same lead, the second
-  // kernel is released before the first completes, but not "ahead".
+  // Under mps every kernel goes at once: released before the first
+  // completes, the second is not "ahead".
   LiveConfig config = long_best_effort_kernels(60e6);
   config.policy = "mps";
   Fixture f("mps", config);
-  PendingLaunch first(f, "be_long");
-  ASSERT_TRUE(first.released_within(2000));
-  f.be.after_launch(first.entry, true);
-  PendingLaunch second(f, "be_long");
-  EXPECT_TRUE(second.released_within(2000));
-  f.be.after_launch(second.entry, true);
-  f.be.completed(first.entry);
-  f.be.completed(second.entry);
-  f.scheduler->poll();
-  EXPECT_EQ(f.scheduler->stats()[1].released_ahead, 0);
+  EXPECT_EQ(release_two_before_a_completion(f), 0);
   EXPECT_EQ(f.scheduler->stats()[1].kernels, 2);
 }
 
