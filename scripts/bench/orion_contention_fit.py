@@ -95,31 +95,39 @@ def load_points(args, work):
             points.append(Point(f"v100 {pair}", "v100-16", profiles, a, b, 1, together / sequential))
     for spec in args.dirs:
         folder, _, device = spec.partition(":")
-        folder = pathlib.Path(folder)
-        device = device or "h200"
-        profiles = {}
-        for kind, cls in (("conv", "1"), ("bn", "0")):
-            try:
-                rows = list(csv.DictReader(open(folder / f"{kind}.csv")))
-            except OSError as e:
-                sys.exit(f"orion_contention_fit: {folder}: {e.strerror}: {kind}.csv (a folder orion_pairs.sh kept)")
-            if not rows:
-                sys.exit(f"orion_contention_fit: {folder / (kind + '.csv')}: no kernels")
-            # A capture has no class: the convolution's kernels compute-bound, the batch norm's memory-bound.
-            for r in rows:
-                r["Profile"] = cls
-            profiles[kind] = work / f"{folder.name}-{len(points)}-{kind}.csv"
-            write_profile(profiles[kind], rows)
+        points += pairs_folder_points(pathlib.Path(folder), device or "h200", work, f"{len(points)}-")
+    return points
+
+
+def pairs_folder_points(folder, device, work, tag=""):
+    """The pairs of a folder orion_pairs.sh kept (measured.jsonl, conv.csv,
+    bn.csv), their profiles classed and written to `work`."""
+    profiles = {}
+    for kind, cls in (("conv", "1"), ("bn", "0")):
         try:
-            measured = [json.loads(line) for line in open(folder / "measured.jsonl") if line.strip()]
-        except (OSError, json.JSONDecodeError) as e:
-            sys.exit(f"orion_contention_fit: {folder / 'measured.jsonl'}: {e}")
-        for m in measured:
-            if "pair" not in m:
-                continue
-            a, b = m["pair"].split("+")
-            points.append(Point(f"{folder.name} {m['pair']}", device, profiles, a, b, m.get("chain", 1),
-                                m["together_ms"] / m["sequential_ms"]))
+            rows = list(csv.DictReader(open(folder / f"{kind}.csv")))
+        except OSError as e:
+            sys.exit(f"{folder}: {e.strerror}: {kind}.csv (a folder orion_pairs.sh kept)")
+        if not rows:
+            sys.exit(f"{folder / (kind + '.csv')}: no kernels captured")
+        # A capture has no class: the convolution's kernels compute-bound, the batch norm's memory-bound.
+        for r in rows:
+            r["Profile"] = cls
+        profiles[kind] = work / f"{folder.name}-{tag}{kind}.csv"
+        write_profile(profiles[kind], rows)
+    try:
+        measured = [json.loads(line) for line in open(folder / "measured.jsonl") if line.strip()]
+    except (OSError, json.JSONDecodeError) as e:
+        sys.exit(f"{folder / 'measured.jsonl'}: {e}")
+    points = []
+    for m in measured:
+        if "pair" not in m:
+            continue
+        a, b = m["pair"].split("+")
+        point = Point(f"{folder.name} {m['pair']}", device, profiles, a, b, m.get("chain", 1),
+                      m["together_ms"] / m["sequential_ms"])
+        point.measured = m
+        points.append(point)
     return points
 
 
@@ -140,6 +148,13 @@ def model_json(values, source, device=None):
 
 def simulate(orion_run, point, model_path, work):
     """Simulated together / one-after-the-other ratio of a pair."""
+    sequential, together = simulate_pair(orion_run, point, model_path, work)
+    return together / sequential
+
+
+def simulate_pair(orion_run, point, model_path, work):
+    """Simulated time in ms of a pair one after the other and together (two
+    streams, no priority); `model_path` None: the built-in constants."""
     workload = {
         "format": "gpufleet-orion-workload", "version": 1, "device": point.device, "seed": 1,
         "launch_overhead_us": 0,
@@ -149,16 +164,17 @@ def simulate(orion_run, point, model_path, work):
     }
     path = work / "pair.json"
     path.write_text(json.dumps(workload))
-    run = subprocess.run([orion_run, "-q", "simulate", "-w", str(path), "-p", "mps", "--json", "--contention",
-                          str(model_path)], capture_output=True, text=True)
+    model = ["--contention", str(model_path)] if model_path else []
+    run = subprocess.run([orion_run, "-q", "simulate", "-w", str(path), "-p", "mps", "--json", *model],
+                         capture_output=True, text=True)
     if run.returncode != 0:
-        sys.exit(f"orion_contention_fit: the simulator failed on {point.name}: {run.stderr.strip()}")
+        sys.exit(f"the simulator failed on {point.name}: {run.stderr.strip()}")
     rows = json.loads(run.stdout)["rows"]
     # Closed loop without think time: each client's runs follow each other
     # from time 0, so it finishes after chain x its mean latency.
     sequential = sum(r["mean_ms"] * point.chain for r in rows if r["policy"] == "dedicated")
     together = max(r["mean_ms"] * point.chain for r in rows if r["policy"] == "mps")
-    return together / sequential
+    return sequential, together
 
 
 def errors(args, points, values, work):
@@ -205,7 +221,7 @@ def main():
         work = pathlib.Path(tmp)
         points = load_points(args, work)
         if not points:
-            sys.exit("orion_contention_fit: no points (give a pairs folder, or keep Orion's V100 pairs)")
+            sys.exit("no points (give a pairs folder, or keep Orion's V100 pairs)")
         default_errors = errors(args, points, {}, work)
         fitted = fit(args, points, work)
         fitted_errors = errors(args, points, fitted, work)

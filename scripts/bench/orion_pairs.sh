@@ -8,7 +8,8 @@
 # and simulated times side by side.
 #
 #   scripts/bench/orion_pairs.sh [BUILD_DIR] [PYTHON]
-#   KEEP=DIR   copy the measurements, profiles and simulated workloads there
+#   KEEP=DIR   copy the measurements and the captured profiles there (for
+#              orion_contention_fit.py)
 #   ORION_DEVICE=NAME   the simulator's device (default h200)
 set -uo pipefail
 build=${1:-build}
