@@ -1,5 +1,6 @@
 #include "orion/report.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -26,7 +27,11 @@ std::vector<ComparisonRow> compare_to_dedicated(const std::vector<SimResult>& re
       row.p99_ms = c.p99_ms;
       row.mean_ms = c.mean_ms;
       row.throughput_per_s = c.throughput_per_s;
-      row.outcome = c.completed == 0 ? "starved" : c.completed < kMinCompletedForRatios ? "too few" : "ok";
+      row.completed_in_window = c.completed_in_window;
+      // Throughput counts only the common window's completions, so both
+      // counts must reach the minimum for the ratios to mean anything.
+      const std::int64_t counted = std::min(c.completed, c.completed_in_window);
+      row.outcome = c.starved ? "starved" : counted < kMinCompletedForRatios ? "too few" : "ok";
       row.forced_admissions = c.forced_admissions;
       row.preempted = c.preempted;
       if (row.outcome == "ok") {
@@ -63,7 +68,8 @@ nlohmann::json comparison_to_json(const std::vector<ComparisonRow>& rows) {
   nlohmann::json out = nlohmann::json::array();
   for (const ComparisonRow& r : rows) {
     out.push_back({{"policy", r.policy}, {"client", r.client}, {"role", r.high_priority ? "high" : "best-effort"},
-                   {"kind", r.training ? "training" : "inference"}, {"completed", r.completed}, {"p50_ms", r.p50_ms},
+                   {"kind", r.training ? "training" : "inference"}, {"completed", r.completed},
+                   {"completed_in_window", r.completed_in_window}, {"p50_ms", r.p50_ms},
                    {"p95_ms", r.p95_ms}, {"p99_ms", r.p99_ms}, {"mean_ms", r.mean_ms},
                    {"throughput_per_s", r.throughput_per_s},
                    {"p99_vs_dedicated", r.outcome == "ok" ? nlohmann::json(r.p99_vs_dedicated) : nlohmann::json()},
@@ -79,14 +85,14 @@ nlohmann::json comparison_to_json(const std::vector<ComparisonRow>& rows) {
 std::string comparison_csv(const std::vector<ComparisonRow>& rows) {
   std::ostringstream out;
   out << "policy,client,role,kind,completed,p50_ms,p95_ms,p99_ms,mean_ms,throughput_per_s,p99_vs_dedicated,"
-         "throughput_vs_dedicated,gpu_busy_fraction,sm_utilization,outcome,forced_admissions,preempted\n";
+         "throughput_vs_dedicated,gpu_busy_fraction,sm_utilization,outcome,forced_admissions,preempted,completed_in_window\n";
   for (const ComparisonRow& r : rows) {
     out << csv_escape(r.policy) << ',' << csv_escape(r.client) << ',' << (r.high_priority ? "high" : "best-effort") << ','
         << (r.training ? "training" : "inference") << ',' << r.completed << ','
-        << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{}\n", r.p50_ms, r.p95_ms, r.p99_ms, r.mean_ms,
+        << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.p50_ms, r.p95_ms, r.p99_ms, r.mean_ms,
                        r.throughput_per_s, r.outcome == "ok" ? fmt::format("{}", r.p99_vs_dedicated) : "",
                        r.outcome == "ok" ? fmt::format("{}", r.throughput_vs_dedicated) : "", r.busy_fraction,
-                       r.sm_utilization, r.outcome, r.forced_admissions, r.preempted);
+                       r.sm_utilization, r.outcome, r.forced_admissions, r.preempted, r.completed_in_window);
   }
   return out.str();
 }

@@ -18,14 +18,15 @@ struct ComparisonRow {
   std::string client;
   bool high_priority = false;
   bool training = false;
-  std::int64_t completed = 0;
+  std::int64_t completed = 0;            ///< measured requests/iterations
+  std::int64_t completed_in_window = 0;  ///< of those, within the common window (the throughput's count)
   double p50_ms = 0, p95_ms = 0, p99_ms = 0, mean_ms = 0;
   double throughput_per_s = 0;
   double p99_vs_dedicated = 0;         ///< p99 / dedicated p99
   double throughput_vs_dedicated = 0;  ///< throughput / dedicated throughput
   double busy_fraction = 0;            ///< GPU time with work, for the policy's run
   double sm_utilization = 0;
-  std::string outcome = "ok";          ///< ok; "starved" (nothing completed); "too few" (< kMinCompletedForRatios): no ratios then
+  std::string outcome = "ok";          ///< ok; "starved" (not one request, warm-up included, completed in the window); "too few" (< kMinCompletedForRatios): no ratios then
   std::int64_t forced_admissions = 0;  ///< BE kernels admitted after the bounded wait
   std::int64_t preempted = 0;          ///< BE kernels reset by HP arrivals (reef)
 };

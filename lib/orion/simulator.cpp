@@ -58,7 +58,10 @@ struct ClientRun {
   std::int64_t done = 0;
   double measure_start_us = -1;
   std::vector<double> latencies_ms;
+  std::vector<double> measured_done_us;  // when each measured request ended (parallel to latencies_ms)
   double last_done_us = 0;
+  double first_done_us = -1;  // when its first request (warm-up included) ended (-1: none yet)
+  double finished_us = -1;    // when a bounded client completed its last request (-1: not, or unbounded)
   double ready_us = 0;  // closed loop: when the next request may start (after the host gap)
   double head_held_since_us = -1;  // the BE head kernel the policy refused, since when (-1: none)
   std::int64_t forced = 0;
@@ -453,9 +456,14 @@ class Simulation {
     c.active = false;
     ++c.done;
     c.last_done_us = now_;
+    if (c.first_done_us < 0) c.first_done_us = now_;
     c.ready_us = now_ + c.spec->gap_us;
     if (i == view_.hp_client) view_.hp_request_active = false;
-    if (c.done > c.spec->warmup) c.latencies_ms.push_back((now_ - c.request_arrival_us) / 1000.0);
+    if (c.done > c.spec->warmup) {
+      c.latencies_ms.push_back((now_ - c.request_arrival_us) / 1000.0);
+      c.measured_done_us.push_back(now_);
+    }
+    if (c.finished()) c.finished_us = now_;
     policy_.on_request_done(i, now_ - c.request_arrival_us);
     if (trace_ != nullptr && kernels_ <= options_.trace_kernel_limit) {
       trace_->add_complete(1, 2 * i + 1, (c.spec->training ? "iteration " : "request ") + std::to_string(c.done),
@@ -471,6 +479,10 @@ class Simulation {
     out.busy_fraction = now_ > 0 ? busy_us_ / now_ : 0;
     out.sm_utilization = now_ > 0 ? sm_us_ / now_ : 0;
     out.kernels = kernels_;
+    double window_end_us = now_;
+    for (const ClientRun& c : clients_) {
+      if (c.finished_us >= 0) window_end_us = std::min(window_end_us, c.finished_us);
+    }
     for (const ClientRun& c : clients_) {
       ClientResult r;
       r.name = c.spec->name;
@@ -478,11 +490,21 @@ class Simulation {
       r.training = c.spec->training;
       r.latencies_ms = c.latencies_ms;
       r.completed = static_cast<std::int64_t>(c.latencies_ms.size());
-      // Every client is measured to the end of the run (a common window): a
-      // client measured to its own last completion would look fast exactly
-      // when it completes little.
-      const double window_us = c.measure_start_us >= 0 ? std::max(now_, c.last_done_us) - c.measure_start_us : 0;
-      r.throughput_per_s = window_us > 0 ? r.completed / (window_us / 1e6) : 0;
+      // Throughput over the common window: from the client's first measured
+      // request to the moment the first client ran out of work (or the run's
+      // end). Measured to its own last completion, a client would look fast
+      // exactly when it completes little; measured to the run's end, one
+      // whose bounded work ended early would be charged for time it no
+      // longer competed in.
+      const double start_us = c.measure_start_us;
+      const double window_us = start_us >= 0 ? window_end_us - start_us : 0;
+      r.completed_in_window = window_us > 0 ? static_cast<std::int64_t>(std::upper_bound(c.measured_done_us.begin(),
+                                                                                         c.measured_done_us.end(),
+                                                                                         window_end_us) -
+                                                                        c.measured_done_us.begin())
+                                            : 0;
+      r.throughput_per_s = window_us > 0 ? r.completed_in_window / (window_us / 1e6) : 0;
+      r.starved = c.first_done_us < 0 || c.first_done_us > window_end_us;
       r.forced_admissions = c.forced;
       r.preempted = c.preempted;
       r.preempted_work_ms = c.preempted_work_us / 1000.0;

@@ -41,7 +41,9 @@ struct ClientResult {
   bool high_priority = false;
   bool training = false;
   std::int64_t completed = 0;        ///< measured requests/iterations (after warm-up)
-  double throughput_per_s = 0;       ///< measured requests/iterations per second
+  std::int64_t completed_in_window = 0;  ///< of those, completed within the common window (throughput's count)
+  double throughput_per_s = 0;       ///< measured requests/iterations per second over the common window
+  bool starved = false;              ///< not one request (warm-up included) completed within the common window
   double mean_ms = 0, p50_ms = 0, p95_ms = 0, p99_ms = 0;  ///< latency (iteration time for training)
   std::vector<double> latencies_ms;  ///< measured latencies, in completion order
   std::int64_t forced_admissions = 0;  ///< BE kernels admitted after waiting max_be_wait_us

@@ -557,6 +557,39 @@ TEST(SimulatorOutcomes, ThroughputIsMeasuredOverTheCommonWindow) {
   EXPECT_LE(r.clients[1].throughput_per_s, 1.0 / 1.5 + 1e-9);  // at most one 1.5 s iteration per 1.5 s
 }
 
+TEST(SimulatorOutcomes, AClientWhoseWorkEndsEarlyIsNotChargedForTheRestOfTheRun) {
+  using testing::client;
+  using testing::kernel;
+  // An HP training job of 60 iterations (about 0.1 s) beside a BE server
+  // whose arrivals last 4 s: the window ends when the training job is done.
+  // A closed loop without host gaps runs its iterations back to back, so
+  // its throughput is exactly 1 / its mean iteration time, however slowed.
+  Workload w = testing::workload(
+      {client("train", {kernel(1'000, 40, KernelClass::kCompute), kernel(500, 60, KernelClass::kMemory)}, true, true, 60),
+       client("serve", {kernel(300, 30, KernelClass::kMemory)}, false, false, 2'000, 500)});
+  w.clients[0].warmup = 2;
+  const SimResult dedicated = simulate(w, "dedicated");
+  for (const std::string policy : {"mps", "streams", "temporal"}) {
+    SCOPED_TRACE(policy);
+    const SimResult r = simulate(w, policy);
+    const ClientResult& train = r.clients[0];
+    ASSERT_EQ(train.completed, 58);
+    EXPECT_EQ(train.completed_in_window, 58);
+    EXPECT_NEAR(train.throughput_per_s * train.mean_ms / 1000.0, 1.0, 1e-9);
+    const ClientResult& serve = r.clients[1];
+    EXPECT_GT(r.simulated_s, 3.0);  // the server ran on long after the window
+    EXPECT_LT(serve.completed_in_window, serve.completed / 10);
+    const auto rows = compare_to_dedicated({r}, dedicated);
+    EXPECT_EQ(rows[0].outcome, "ok");
+    EXPECT_NEAR(rows[0].throughput_vs_dedicated, dedicated.clients[0].mean_ms / train.mean_ms, 1e-9);
+    // Temporal sharing hands the GPU to the gapless HP loop first, so the
+    // server completes nothing until the training job is done: starved in
+    // the window, though it completes every request afterwards.
+    EXPECT_EQ(serve.completed, 2'000);
+    EXPECT_EQ(rows[1].outcome, policy == "temporal" ? "starved" : "ok");
+  }
+}
+
 }  // namespace
 }  // namespace fleet::orion
 
