@@ -471,5 +471,29 @@ TEST(LiveScheduler, TheRingWrapsAroundWithoutLosingLaunches) {
   EXPECT_EQ(f.scheduler->stats()[1].kernels, 3 * static_cast<std::int64_t>(kRingEntries));
 }
 
+TEST(LiveReport, ThroughputIsCountedInTheWindowEveryClientRanIn) {
+  constexpr std::int64_t kS = 1'000'000'000;
+  LiveClientStats hp, be, idle;
+  // HP: events from 0 to 10 s, a request ending every second.
+  hp.first_ns = 1;
+  hp.last_ns = 10 * kS;
+  for (int t = 1; t <= 10; ++t) hp.request_end_ns.push_back(t * kS);
+  // BE: from 1 s to 21 s (it ran on alone, as with --wait-be), a request every 2 s.
+  be.first_ns = kS;
+  be.last_ns = 21 * kS;
+  for (int t = 3; t <= 21; t += 2) be.request_end_ns.push_back(t * kS);
+  // A command that never used CUDA has no events and no say in the window.
+  const std::vector<LiveClientStats> stats{hp, be, idle};
+  EXPECT_NEAR(common_window_throughput(stats, 0), 10.0 / 10.0, 1e-9);
+  EXPECT_NEAR(common_window_throughput(stats, 1), 4.0 / 9.0, 1e-9);  // 3, 5, 7, 9 s end inside [1 s, 10 s]
+  EXPECT_EQ(common_window_throughput(stats, 2), 0);
+  // Alone, a client's window is its own span.
+  EXPECT_NEAR(common_window_throughput({be}, 0), 10.0 / 20.0, 1e-9);
+  // A client that began after another had stopped has an empty window.
+  LiveClientStats late = be;
+  late.first_ns = 12 * kS;
+  EXPECT_EQ(common_window_throughput({hp, late}, 1), 0);
+}
+
 }  // namespace
 }  // namespace fleet::orion::live

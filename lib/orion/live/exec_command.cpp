@@ -94,7 +94,8 @@ double percentile_of(std::vector<double> v, double p) { return v.empty() ? 0 : p
 
 nlohmann::json report_json(const std::vector<LiveClientStats>& stats, const std::string& policy) {
   nlohmann::json rows = nlohmann::json::array();
-  for (const LiveClientStats& s : stats) {
+  for (std::size_t i = 0; i < stats.size(); ++i) {
+    const LiveClientStats& s = stats[i];
     const double span_s = (s.last_ns - s.first_ns) / 1e9;
     rows.push_back({{"policy", policy},
                     {"client", s.name},
@@ -105,7 +106,7 @@ nlohmann::json report_json(const std::vector<LiveClientStats>& stats, const std:
                     {"p50_ms", percentile_of(s.latencies_ms, 50)},
                     {"p95_ms", percentile_of(s.latencies_ms, 95)},
                     {"p99_ms", percentile_of(s.latencies_ms, 99)},
-                    {"throughput_per_s", span_s > 0 ? s.requests / span_s : 0},
+                    {"throughput_per_s", common_window_throughput(stats, i)},
                     {"kernels", s.kernels},
                     {"kernels_per_s", span_s > 0 ? s.kernels / span_s : 0},
                     {"kernels_not_in_profile", s.unmatched},

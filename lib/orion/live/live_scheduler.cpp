@@ -46,6 +46,18 @@ std::uint64_t geometry_key(std::uint32_t name_index, const LaunchEntry& e) {
 
 }  // namespace
 
+double common_window_throughput(const std::vector<LiveClientStats>& stats, std::size_t i) {
+  std::int64_t end_ns = 0;
+  for (const LiveClientStats& s : stats) {
+    if (s.first_ns != 0) end_ns = end_ns == 0 ? s.last_ns : std::min(end_ns, s.last_ns);
+  }
+  const LiveClientStats& c = stats.at(i);
+  if (c.first_ns == 0 || end_ns <= c.first_ns) return 0;
+  const auto in_window = std::upper_bound(c.request_end_ns.begin(), c.request_end_ns.end(), end_ns) -
+                         c.request_end_ns.begin();
+  return static_cast<double>(in_window) / ((end_ns - c.first_ns) / 1e9);
+}
+
 LiveScheduler::LiveScheduler(SegmentHeader* segment, LiveConfig config)
     : segment_(segment), config_(std::move(config)), slots_(kMaxSlots) {
   const Workload workload = policy_workload(config_);
@@ -251,6 +263,7 @@ bool LiveScheduler::consume_new(int slot_index) {
         t.in_request = false;
         s.requests++;
         s.latencies_ms.push_back((e.post_ns - t.request_begin_ns) / 1e6);
+        s.request_end_ns.push_back(e.post_ns);
         log_event(R"({"t_us":%.1f,"event":"request","client":"%s","latency_ms":%.3f})",
                   (e.post_ns - start_ns_) / 1e3, s.name.c_str(), (e.post_ns - t.request_begin_ns) / 1e6);
       }

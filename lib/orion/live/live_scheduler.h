@@ -59,8 +59,16 @@ struct LiveClientStats {
   double held_ms = 0;                 ///< total time launches waited for release
   std::int64_t requests = 0;          ///< completed begin/end marker pairs
   std::vector<double> latencies_ms;   ///< request latencies (marker to marker)
+  std::vector<std::int64_t> request_end_ns;  ///< when each request's end marker was posted
   std::int64_t first_ns = 0, last_ns = 0;  ///< first and last event seen
 };
+
+/// Requests per second of client `i` over the common window: from its own
+/// first event to the earliest last event of any client (the first command
+/// to stop), counting the requests that ended inside it. A best-effort
+/// command that runs on alone after the HP command (`--wait-be`) is thus not
+/// credited with time it had the GPU to itself. 0 when the window is empty.
+double common_window_throughput(const std::vector<LiveClientStats>& stats, std::size_t i);
 
 /// The scheduler's state machine over one segment. Not thread-safe: one thread polls.
 class LiveScheduler {
