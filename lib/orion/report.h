@@ -26,7 +26,9 @@ struct ComparisonRow {
   double throughput_vs_dedicated = 0;  ///< throughput / dedicated throughput
   double busy_fraction = 0;            ///< GPU time with work, for the policy's run
   double sm_utilization = 0;
-  std::string outcome = "ok";          ///< ok; "starved" (not one request, warm-up included, completed in the window); "too few" (< kMinCompletedForRatios): no ratios then
+  /// ok; "starved" (not one request, warm-up included, ended in the window);
+  /// "too few" (< kMinCompletedForRatios in either count): no ratios then.
+  std::string outcome = "ok";
   std::int64_t forced_admissions = 0;  ///< BE kernels admitted after the bounded wait
   std::int64_t preempted = 0;          ///< BE kernels reset by HP arrivals (reef)
 };

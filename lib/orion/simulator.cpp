@@ -59,7 +59,6 @@ struct ClientRun {
   double measure_start_us = -1;
   std::vector<double> latencies_ms;
   std::vector<double> measured_done_us;  // when each measured request ended (parallel to latencies_ms)
-  double last_done_us = 0;
   double first_done_us = -1;  // when its first request (warm-up included) ended (-1: none yet)
   double finished_us = -1;    // when a bounded client completed its last request (-1: not, or unbounded)
   double ready_us = 0;  // closed loop: when the next request may start (after the host gap)
@@ -455,7 +454,6 @@ class Simulation {
     ClientRun& c = clients_[i];
     c.active = false;
     ++c.done;
-    c.last_done_us = now_;
     if (c.first_done_us < 0) c.first_done_us = now_;
     c.ready_us = now_ + c.spec->gap_us;
     if (i == view_.hp_client) view_.hp_request_active = false;

@@ -565,7 +565,8 @@ TEST(SimulatorOutcomes, AClientWhoseWorkEndsEarlyIsNotChargedForTheRestOfTheRun)
   // A closed loop without host gaps runs its iterations back to back, so
   // its throughput is exactly 1 / its mean iteration time, however slowed.
   Workload w = testing::workload(
-      {client("train", {kernel(1'000, 40, KernelClass::kCompute), kernel(500, 60, KernelClass::kMemory)}, true, true, 60),
+      {client("train", {kernel(1'000, 40, KernelClass::kCompute), kernel(500, 60, KernelClass::kMemory)}, true, true,
+              60),
        client("serve", {kernel(300, 30, KernelClass::kMemory)}, false, false, 2'000, 500)});
   w.clients[0].warmup = 2;
   const SimResult dedicated = simulate(w, "dedicated");
