@@ -27,7 +27,7 @@ struct ComparisonRow {
   double busy_fraction = 0;            ///< GPU time with work, for the policy's run
   double sm_utilization = 0;
   /// ok; "starved" (not one request, warm-up included, ended in the window);
-  /// "too few" (< kMinCompletedForRatios in either count): no ratios then.
+  /// "too few" (< kMinCompletedForRatios in the window): no ratios then.
   std::string outcome = "ok";
   std::int64_t forced_admissions = 0;  ///< BE kernels admitted after the bounded wait
   std::int64_t preempted = 0;          ///< BE kernels reset by HP arrivals (reef)

@@ -494,14 +494,12 @@ class Simulation {
       // exactly when it completes little; measured to the run's end, one
       // whose bounded work ended early would be charged for time it no
       // longer competed in.
-      const double start_us = c.measure_start_us;
-      const double window_us = start_us >= 0 ? window_end_us - start_us : 0;
-      r.completed_in_window = window_us > 0 ? static_cast<std::int64_t>(std::upper_bound(c.measured_done_us.begin(),
-                                                                                         c.measured_done_us.end(),
-                                                                                         window_end_us) -
-                                                                        c.measured_done_us.begin())
-                                            : 0;
-      r.throughput_per_s = window_us > 0 ? r.completed_in_window / (window_us / 1e6) : 0;
+      const double window_us = c.measure_start_us >= 0 ? window_end_us - c.measure_start_us : 0;
+      if (window_us > 0) {
+        const auto ends = std::upper_bound(c.measured_done_us.begin(), c.measured_done_us.end(), window_end_us);
+        r.completed_in_window = ends - c.measured_done_us.begin();
+        r.throughput_per_s = r.completed_in_window / (window_us / 1e6);
+      }
       r.starved = c.first_done_us < 0 || c.first_done_us > window_end_us;
       r.forced_admissions = c.forced;
       r.preempted = c.preempted;
