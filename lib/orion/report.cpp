@@ -1,5 +1,6 @@
 #include "orion/report.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -28,8 +29,10 @@ std::vector<ComparisonRow> compare_to_dedicated(const std::vector<SimResult>& re
       row.throughput_per_s = c.throughput_per_s;
       row.completed_in_window = c.completed_in_window;
       // The window's completions (a subset of all measured ones) are what
-      // the throughput counts: they must reach the minimum for the ratios.
-      row.outcome = c.starved ? "starved" : c.completed_in_window < kMinCompletedForRatios ? "too few" : "ok";
+      // the throughput counts: they must reach the minimum for the ratios,
+      // in this run and in the dedicated one the ratios divide by.
+      const bool too_few = std::min(c.completed_in_window, d.completed_in_window) < kMinCompletedForRatios;
+      row.outcome = c.starved ? "starved" : too_few ? "too few" : "ok";
       row.forced_admissions = c.forced_admissions;
       row.preempted = c.preempted;
       if (row.outcome == "ok") {
@@ -55,9 +58,12 @@ std::string format_comparison_table(const std::vector<ComparisonRow>& rows) {
     // A client that completed (almost) nothing has no meaningful ratio: name the outcome.
     const std::string p99_ratio = r.outcome == "ok" ? fmt::format("{:.2f}", r.p99_vs_dedicated) : r.outcome;
     const std::string thru_ratio = r.outcome == "ok" ? fmt::format("{:.2f}", r.throughput_vs_dedicated) : r.outcome;
-    out << fmt::format("{:<10} {:<22} {:<5} {:>7} {:>9.2f} {:>9.2f} {:>9.2f} {:>8} {:>10.2f} {:>8} {:>6.1f}\n",
-                       r.policy, r.client.substr(0, 22), r.high_priority ? "HP" : "BE", r.completed, r.p50_ms, r.p95_ms,
-                       r.p99_ms, p99_ratio, r.throughput_per_s, thru_ratio, 100.0 * r.busy_fraction);
+    // No request measured: no latency to show (not a latency of 0).
+    auto latency = [&](double ms) { return r.completed > 0 ? fmt::format("{:.2f}", ms) : std::string("-"); };
+    out << fmt::format("{:<10} {:<22} {:<5} {:>7} {:>9} {:>9} {:>9} {:>8} {:>10.2f} {:>8} {:>6.1f}\n", r.policy,
+                       r.client.substr(0, 22), r.high_priority ? "HP" : "BE", r.completed, latency(r.p50_ms),
+                       latency(r.p95_ms), latency(r.p99_ms), p99_ratio, r.throughput_per_s, thru_ratio,
+                       100.0 * r.busy_fraction);
   }
   return out.str();
 }
@@ -65,10 +71,11 @@ std::string format_comparison_table(const std::vector<ComparisonRow>& rows) {
 nlohmann::json comparison_to_json(const std::vector<ComparisonRow>& rows) {
   nlohmann::json out = nlohmann::json::array();
   for (const ComparisonRow& r : rows) {
+    auto latency = [&](double ms) { return r.completed > 0 ? nlohmann::json(ms) : nlohmann::json(); };
     out.push_back({{"policy", r.policy}, {"client", r.client}, {"role", r.high_priority ? "high" : "best-effort"},
                    {"kind", r.training ? "training" : "inference"}, {"completed", r.completed},
-                   {"completed_in_window", r.completed_in_window}, {"p50_ms", r.p50_ms},
-                   {"p95_ms", r.p95_ms}, {"p99_ms", r.p99_ms}, {"mean_ms", r.mean_ms},
+                   {"completed_in_window", r.completed_in_window}, {"p50_ms", latency(r.p50_ms)},
+                   {"p95_ms", latency(r.p95_ms)}, {"p99_ms", latency(r.p99_ms)}, {"mean_ms", latency(r.mean_ms)},
                    {"throughput_per_s", r.throughput_per_s},
                    {"p99_vs_dedicated", r.outcome == "ok" ? nlohmann::json(r.p99_vs_dedicated) : nlohmann::json()},
                    {"throughput_vs_dedicated",
@@ -86,9 +93,11 @@ std::string comparison_csv(const std::vector<ComparisonRow>& rows) {
          "throughput_vs_dedicated,gpu_busy_fraction,sm_utilization,outcome,forced_admissions,preempted,"
          "completed_in_window\n";
   for (const ComparisonRow& r : rows) {
+    auto latency = [&](double ms) { return r.completed > 0 ? fmt::format("{}", ms) : std::string(); };
     out << csv_escape(r.policy) << ',' << csv_escape(r.client) << ',' << (r.high_priority ? "high" : "best-effort") << ','
         << (r.training ? "training" : "inference") << ',' << r.completed << ','
-        << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.p50_ms, r.p95_ms, r.p99_ms, r.mean_ms,
+        << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{}\n", latency(r.p50_ms), latency(r.p95_ms),
+                       latency(r.p99_ms), latency(r.mean_ms),
                        r.throughput_per_s, r.outcome == "ok" ? fmt::format("{}", r.p99_vs_dedicated) : "",
                        r.outcome == "ok" ? fmt::format("{}", r.throughput_vs_dedicated) : "", r.busy_fraction,
                        r.sm_utilization, r.outcome, r.forced_admissions, r.preempted, r.completed_in_window);

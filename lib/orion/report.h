@@ -19,7 +19,7 @@ struct ComparisonRow {
   bool high_priority = false;
   bool training = false;
   std::int64_t completed = 0;            ///< measured requests/iterations
-  std::int64_t completed_in_window = 0;  ///< of those, within the common window (the throughput's count)
+  std::int64_t completed_in_window = 0;  ///< of those, within the common window (what "too few" counts)
   double p50_ms = 0, p95_ms = 0, p99_ms = 0, mean_ms = 0;
   double throughput_per_s = 0;
   double p99_vs_dedicated = 0;         ///< p99 / dedicated p99

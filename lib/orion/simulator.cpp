@@ -139,8 +139,10 @@ class Simulation {
       }
       advance(next);
       complete_finished();
+      if (window_ended_ && progress_at_window_end_.empty()) take_progress_at_window_end();
       start_requests();
     }
+    if (progress_at_window_end_.empty()) take_progress_at_window_end();
     return result();
   }
 
@@ -211,6 +213,43 @@ class Simulation {
     return true;
   }
 
+  // The work a client's running kernel has done, in SM units: its finished
+  // units and the finished part of its resident ones.
+  double running_units_done(int client) const {
+    const GpuKernel& g = clients_[client].gpu;
+    double units = g.units_total - g.units_unplaced - g.units_resident;
+    if (g.unit_us > 0) {
+      for (const Cohort& h : cohorts_) {
+        if (h.client == client) units += h.units * (1.0 - h.remaining_us / g.unit_us);
+      }
+    }
+    return units;
+  }
+
+  // The fraction of a client's measured request in progress that is done,
+  // by its kernels' solo durations (0 when none is in progress).
+  double request_progress(int client) const {
+    const ClientRun& c = clients_[client];
+    if (!c.active || c.done < c.spec->warmup) return 0;
+    double total = 0, done = 0;
+    for (std::size_t k = 0; k < c.count(); ++k) {
+      total += (*c.kernels)[k].duration_us;
+      if (k < c.completed) done += (*c.kernels)[k].duration_us;
+    }
+    if (c.gpu.on && c.gpu.units_total > 0) {
+      done += c.gpu.kernel->duration_us * running_units_done(client) / c.gpu.units_total;
+    }
+    return total > 0 ? std::min(1.0, done / total) : 0;
+  }
+
+  // Where every client stood when the common window closed: the part of
+  // the request it was in that counts towards its throughput.
+  void take_progress_at_window_end() {
+    for (std::size_t i = 0; i < clients_.size(); ++i) {
+      progress_at_window_end_.push_back(request_progress(static_cast<int>(i)));
+    }
+  }
+
   // REEF: the running BE kernels are reset; each goes back to its stream's
   // head, unreleased, and waits for the policy to admit it again.
   void preempt_best_effort() {
@@ -218,15 +257,13 @@ class Simulation {
       ClientRun& c = clients_[i];
       if (static_cast<int>(i) == view_.hp_client || !c.gpu.on) continue;
       GpuKernel& g = c.gpu;
-      // The work done so far: finished units, and the finished part of resident ones.
-      double units_done = g.units_total - g.units_unplaced - g.units_resident;
+      const double units_done = running_units_done(static_cast<int>(i));
       for (std::size_t j = 0; j < cohorts_.size();) {
         Cohort& h = cohorts_[j];
         if (h.client != static_cast<int>(i)) {
           ++j;
           continue;
         }
-        if (g.unit_us > 0) units_done += h.units * (1.0 - h.remaining_us / g.unit_us);
         pool_.release(h.client, h.units);
         remove_cohort(j);
       }
@@ -461,7 +498,10 @@ class Simulation {
       c.latencies_ms.push_back((now_ - c.request_arrival_us) / 1000.0);
       c.measured_done_us.push_back(now_);
     }
-    if (c.finished()) c.finished_us = now_;
+    if (c.finished()) {
+      c.finished_us = now_;
+      window_ended_ = true;
+    }
     policy_.on_request_done(i, now_ - c.request_arrival_us);
     if (trace_ != nullptr && kernels_ <= options_.trace_kernel_limit) {
       trace_->add_complete(1, 2 * i + 1, (c.spec->training ? "iteration " : "request ") + std::to_string(c.done),
@@ -481,7 +521,8 @@ class Simulation {
     for (const ClientRun& c : clients_) {
       if (c.finished_us >= 0) window_end_us = std::min(window_end_us, c.finished_us);
     }
-    for (const ClientRun& c : clients_) {
+    for (std::size_t i = 0; i < clients_.size(); ++i) {
+      const ClientRun& c = clients_[i];
       ClientResult r;
       r.name = c.spec->name;
       r.high_priority = c.spec->high_priority;
@@ -493,12 +534,15 @@ class Simulation {
       // end). Measured to its own last completion, a client would look fast
       // exactly when it completes little; measured to the run's end, one
       // whose bounded work ended early would be charged for time it no
-      // longer competed in.
+      // longer competed in. The request in progress when the window closed
+      // counts by the part of its work done: counting whole requests only
+      // would charge a client up to one request's time (20 % of the figure
+      // with 5 long iterations in the window).
       const double window_us = c.measure_start_us >= 0 ? window_end_us - c.measure_start_us : 0;
       if (window_us > 0) {
         const auto ends = std::upper_bound(c.measured_done_us.begin(), c.measured_done_us.end(), window_end_us);
         r.completed_in_window = ends - c.measured_done_us.begin();
-        r.throughput_per_s = r.completed_in_window / (window_us / 1e6);
+        r.throughput_per_s = (r.completed_in_window + progress_at_window_end_.at(i)) / (window_us / 1e6);
       }
       r.starved = c.first_done_us < 0 || c.first_done_us > window_end_us;
       r.forced_admissions = c.forced;
@@ -533,6 +577,8 @@ class Simulation {
   SchedulerView view_;
   std::vector<std::pair<const SimKernel*, int>> scratch_;
   std::vector<double> speeds_;
+  bool window_ended_ = false;                   // a bounded client has completed its last request
+  std::vector<double> progress_at_window_end_;  // per client, request_progress when the window closed
 };
 
 }  // namespace
@@ -563,7 +609,9 @@ SimResult simulate(const Workload& workload, std::string_view policy_name, const
   }
   // Dedicated: every client alone on its own GPU. Clients that run "until the
   // others are done" get the HP client's dedicated run time (or the
-  // workload's time limit) as their horizon.
+  // workload's time limit) as their horizon; a closed-loop one also runs
+  // to at least kMinDedicatedRequests measured requests (an open-loop one
+  // keeps the horizon: the same arrivals as the shared runs).
   SimResult out;
   out.policy = "dedicated";
   auto streams = make_policy("streams", workload, options.policy);
@@ -582,6 +630,12 @@ SimResult simulate(const Workload& workload, std::string_view policy_name, const
       alone.max_duration_s = horizon_s;
     }
     SimResult r = Simulation(alone, *streams, options, nullptr).run();
+    if (workload.clients[i].requests == 0 && workload.clients[i].arrivals.kind == ArrivalKind::kClosedLoop &&
+        r.clients[0].completed_in_window < kMinDedicatedRequests) {
+      alone.clients[0].requests = alone.clients[0].warmup + kMinDedicatedRequests;
+      alone.max_duration_s = 0;
+      r = Simulation(alone, *streams, options, nullptr).run();
+    }
     if (workload.clients[i].requests > 0) horizon_s = std::max(horizon_s, r.simulated_s);
     out.clients[i] = std::move(r.clients[0]);
     out.clients[i].high_priority = workload.clients[i].high_priority;

@@ -59,7 +59,7 @@ def main():
     clients = list(dict.fromkeys(r["client"] for r in table))
     width = 0.8 / max(1, len(clients))
     for j, client in enumerate(clients):
-        values = [next((float(r["throughput_vs_dedicated"]) for r in table
+        values = [next((float(r["throughput_vs_dedicated"] or 0) for r in table
                         if r["policy"] == p and r["client"] == client), 0.0) for p in policies]
         bars.bar([i + j * width for i in range(len(policies))], values, width, label=client)
     bars.set_xticks([i + width * (len(clients) - 1) / 2 for i in range(len(policies))])

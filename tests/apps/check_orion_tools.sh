@@ -43,6 +43,24 @@ if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
   head -c 8 "$tmp/plot.png" | grep -q "PNG" || fail "plot is not a PNG"
   expect_rc 1 "$src/scripts/plot/orion_results.py" --table "$tmp/lat.csv" --latencies "$tmp/lat.csv" -o "$tmp/p2.png"
 fi
+# An HP client in a closed loop without gaps starves the BE job under temporal
+# sharing: no latencies and no ratios in its row (empty in the CSV), which the
+# plot must take as well.
+cat >"$tmp/closed.json" <<EOF
+{"format": "gpufleet-orion-workload", "version": 1, "device": "h100", "seed": 3, "clients": [
+ {"name": "be", "profile": "$ex/profiles/resnet50_32_fb1.csv", "priority": "best-effort", "kind": "training",
+  "arrivals": {"type": "closed"}, "warmup": 1},
+ {"name": "hp", "profile": "$ex/profiles/mobilenetv2_4_fwd.csv", "priority": "high", "kind": "inference",
+  "arrivals": {"type": "closed"}, "requests": 150, "warmup": 5}]}
+EOF
+expect_rc 0 "$bin/orion-run" simulate -w "$tmp/closed.json" -p temporal --csv "$tmp/closed.csv" --latencies "$tmp/closed-lat.csv"
+grep -q "^temporal,be,best-effort,training,0,,,,,0,,,.*,starved," "$tmp/closed.csv" ||
+  fail "a starved client has empty latencies and ratios: $(cat "$tmp/closed.csv")"
+grep -q "^temporal  *be  *BE  *0  *-  *-  *-  *starved" "$tmp/out" || fail "starved row in the table: $(cat "$tmp/out")"
+if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+  expect_rc 0 "$src/scripts/plot/orion_results.py" --table "$tmp/closed.csv" --latencies "$tmp/closed-lat.csv" \
+    -o "$tmp/closed.png"
+fi
 expect_rc 0 "$bin/orion-run" simulate -w "$ex/rnet50_inf_train.json" -p all --requests 100 --json
 grep -q '"policy": "mps"' "$tmp/out" || fail "--policy all --json lacks mps"
 grep -q '"policy": "tick-tock"' "$tmp/out" && fail "tick-tock listed for an inference workload"

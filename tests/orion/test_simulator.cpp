@@ -591,6 +591,54 @@ TEST(SimulatorOutcomes, AClientWhoseWorkEndsEarlyIsNotChargedForTheRestOfTheRun)
   }
 }
 
+TEST(SimulatorOutcomes, TheIterationInProgressWhenTheWindowClosesCountsByItsWorkDone) {
+  using testing::client;
+  using testing::kernel;
+  // A training loop of 400 ms iterations (ten 40 ms kernels, the last of
+  // two waves) with no host gaps, stopped mid-kernel: a gapless closed loop
+  // runs at exactly one iteration per 400 ms, which counting finished
+  // iterations only would give as 2 per 0.99 s.
+  std::vector<SimKernel> iteration(9, kernel(40'000, 80, KernelClass::kCompute));
+  iteration.push_back(kernel(40'000, 160, KernelClass::kCompute));
+  Workload w = testing::workload({client("train", iteration, false, true, 0)});
+  for (const double stop_s : {0.99, 0.77, 2.05}) {
+    SCOPED_TRACE(stop_s);
+    w.max_duration_s = stop_s;
+    const SimResult r = simulate(w, "streams");
+    EXPECT_NEAR(r.simulated_s, stop_s, 1e-9);
+    EXPECT_EQ(r.clients[0].completed_in_window, static_cast<std::int64_t>(stop_s / 0.4));
+    EXPECT_NEAR(r.clients[0].throughput_per_s, 2.5, 1e-9);
+  }
+}
+
+TEST(SimulatorOutcomes, AJobWithoutARequestCountIsRunAloneLongEnoughForItsBaseline) {
+  using testing::client;
+  using testing::kernel;
+  // The HP server is done in about 0.1 s, in which the training job alone
+  // would not complete one 400 ms iteration: its dedicated run goes on to
+  // kMinDedicatedRequests measured iterations.
+  Workload w = testing::workload(
+      {client("serve", {kernel(10'000, 40, KernelClass::kCompute)}, true, false, 10),
+       client("train", std::vector<SimKernel>(10, kernel(40'000, 80, KernelClass::kMemory)), false, true, 0)});
+  w.clients[1].warmup = 1;
+  const SimResult dedicated = simulate(w, "dedicated");
+  EXPECT_EQ(dedicated.clients[0].completed, 10);
+  EXPECT_EQ(dedicated.clients[1].completed, kMinDedicatedRequests);
+  EXPECT_EQ(dedicated.clients[1].completed_in_window, kMinDedicatedRequests);
+  EXPECT_NEAR(dedicated.clients[1].throughput_per_s, 2.5, 1e-9);
+  EXPECT_NEAR(dedicated.clients[1].p99_ms, 400, 1e-6);
+  const auto rows = compare_to_dedicated({dedicated}, dedicated);
+  EXPECT_EQ(rows[1].outcome, "ok");
+  // An open-loop client keeps the bounded clients' time (the same arrivals
+  // as the shared runs); its ratios need enough requests in both runs.
+  SimResult shared = dedicated, short_baseline = dedicated;
+  shared.policy = "mps";
+  shared.clients[1].completed_in_window = 12;
+  short_baseline.clients[1].completed_in_window = kMinCompletedForRatios - 1;
+  EXPECT_EQ(compare_to_dedicated({shared}, short_baseline)[1].outcome, "too few");
+  EXPECT_EQ(compare_to_dedicated({shared}, dedicated)[1].outcome, "ok");
+}
+
 }  // namespace
 }  // namespace fleet::orion
 
