@@ -97,6 +97,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(fleet::in_range(0, 3600));
   exec->add_flag("--start-mps", ex.start_mps, "Start a private CUDA MPS daemon for the commands");
+  exec->add_flag("--alone", ex.alone,
+                 "Then run each command by itself (a BE one as long as it ran beside the HP one) and report "
+                 "p99 and throughput against that (implies --report)");
   exec->add_option("--log", log, "Write every scheduling event as JSON lines");
   exec->add_flag("--report", ex.report, "Print per-client latency, throughput and gating at the end");
   fleet::add_json_flag(exec, &ex.json);

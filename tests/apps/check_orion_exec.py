@@ -88,6 +88,11 @@ for policy in ["orion", "temporal", "streams", "mps", "reef", "tick-tock"]:
         check(hp_row["requests"] == 4 and hp_row["kernels"] == 16 and report[1]["kernels"] == 36,
               f"{policy}: the report counts every request and launch ({hp_row['requests']} requests, "
               f"{hp_row['kernels']} + {report[1]['kernels']} kernels)")
+        check(hp_row["outcome"] == "too few" and hp_row["completed_in_window"] <= 4
+              and report[1]["outcome"] == "no requests" and report[1]["p99_ms"] is None
+              and report[1]["throughput_per_s"] is None,
+              f"{policy}: four HP requests are 'too few', a BE without markers has no latency figures "
+              f"({hp_row['outcome']}, {report[1]['outcome']}, {report[1]['p99_ms']})")
         check(report[1]["kernels_released_ahead"] == 0,
               f"{policy}: nothing released ahead without --release-ahead-us ({report[1]['kernels_released_ahead']})")
         if policy != "temporal":
@@ -95,6 +100,44 @@ for policy in ["orion", "temporal", "streams", "mps", "reef", "tick-tock"]:
                   f"{policy}: no HP launch waited ({hp_row['kernels_held']}, {hp_row['held_ms']} ms)")
     except (ValueError, KeyError, IndexError) as e:
         check(False, f"{policy}: --report --json is JSON with a row per client ({e}): {r.stdout[-300:]}")
+
+# ---------------------------------------------------------------- --alone: the same commands by themselves
+# The BE command runs until stopped: alone it must be stopped after the time
+# it ran beside the HP command, or this run would not end.
+hp_six = f"{APP} --name hpk --markers --requests 6 --kernels 4 --duration-us 3000 --think-us 2000"
+be_forever = f"{APP} --name bek --markers --requests 0 --kernels 6 --duration-us 200"
+r = run([ORION, "exec", "--policy", "mps", "--alone", "--hp", hp_six, "--be", be_forever,
+         "--profiles", PROFILES, "--report", "--json"], timeout=60)
+try:
+    rows = json.loads(r.stdout[r.stdout.index("{"):])["rows"]
+    check(r.returncode == 0 and [(x["policy"], x["client"]) for x in rows]
+          == [("alone", "hp"), ("alone", "be0"), ("mps", "hp"), ("mps", "be0")],
+          f"--alone: rows alone first, then the shared run (rc {r.returncode}: {[x['policy'] for x in rows]})")
+    hp_sums = [line for line in r.stdout.splitlines() if line.startswith("requests 6 ")]
+    # (the BE command's line says "requests 6" too if it managed exactly six: count equal lines)
+    check(max(hp_sums.count(x) for x in hp_sums) == 2 and rows[0]["requests"] == 6,
+          f"--alone: the HP command ran again by itself, with the same results ({hp_sums})")
+    check("be0 alone for" in r.stderr and rows[1]["requests"] > 0,
+          f"--alone: the BE command alone was stopped after its time beside the HP one ({r.stderr[-200:]})")
+    for alone_row, shared in zip(rows[:2], rows[2:]):
+        if shared["outcome"] == "ok":
+            check(abs(shared["p99_vs_alone"] - shared["p99_ms"] / alone_row["p99_ms"]) < 1e-9
+                  and abs(shared["throughput_vs_alone"]
+                          - shared["throughput_per_s"] / alone_row["throughput_per_s"]) < 1e-9,
+                  f"--alone: {shared['client']}'s ratios are against its run alone")
+        else:
+            check(shared["p99_vs_alone"] is None, f"--alone: no ratio for {shared['client']} ({shared['outcome']})")
+except (ValueError, KeyError, IndexError, TypeError) as e:
+    check(False, f"--alone: a report with runs alone ({e}): rc {r.returncode} {r.stdout[-300:]} {r.stderr[-300:]}")
+r = run([ORION, "exec", "--policy", "mps", "--alone", "--hp", hp_six, "--be", be_forever,
+         "--profiles", PROFILES, "--report"], timeout=60)
+check(r.returncode == 0 and "p99/alone" in r.stdout and "\nalone " in "\n" + r.stdout,
+      f"--alone: the table has the ratio columns and the rows alone: {r.stdout[-400:]}")
+r = run([ORION, "exec", "--policy", "mps", "--alone", "--hp", f"{APP} --markers --requests 2; exit 3"], timeout=60)
+check(r.returncode == 3 and "not run alone" in r.stderr and "\nalone " not in "\n" + r.stdout
+      and r.stdout.count("requests 2 ") == 1,
+      f"--alone: a failed shared run is reported with its exit code, nothing run again "
+      f"(rc {r.returncode}: {r.stderr[-200:]})")
 
 # ---------------------------------------------------------------- decisions on a constructed situation
 def hp_request_windows(log):

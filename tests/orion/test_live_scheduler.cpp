@@ -8,11 +8,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <sstream>
 #include <thread>
 
 #include "orion/device.h"
 #include "orion/live/client_gate.h"
 #include "orion/kernel_name.h"
+#include "orion/live/live_report.h"
 #include "orion/live/live_scheduler.h"
 #include "test_util.h"
 
@@ -484,15 +486,113 @@ TEST(LiveReport, ThroughputIsCountedInTheWindowEveryClientRanIn) {
   for (int t = 3; t <= 21; t += 2) be.request_end_ns.push_back(t * kS);
   // A command that never used CUDA has no events and no say in the window.
   const std::vector<LiveClientStats> stats{hp, be, idle};
-  EXPECT_NEAR(common_window_throughput(stats, 0), 10.0 / 10.0, 1e-9);
-  EXPECT_NEAR(common_window_throughput(stats, 1), 4.0 / 9.0, 1e-9);  // 3, 5, 7, 9 s end inside [1 s, 10 s]
-  EXPECT_EQ(common_window_throughput(stats, 2), 0);
+  EXPECT_NEAR(common_window_throughput(stats, 0).per_s, 10.0 / 10.0, 1e-9);
+  EXPECT_EQ(common_window_throughput(stats, 1).completed, 4);  // 3, 5, 7, 9 s end inside [1 s, 10 s]
+  EXPECT_NEAR(common_window_throughput(stats, 1).per_s, 4.0 / 9.0, 1e-9);
+  EXPECT_EQ(common_window_throughput(stats, 2).completed, 0);
+  EXPECT_EQ(common_window_throughput(stats, 2).per_s, 0);
   // Alone, a client's window is its own span.
-  EXPECT_NEAR(common_window_throughput({be}, 0), 10.0 / 20.0, 1e-9);
+  EXPECT_NEAR(common_window_throughput({be}, 0).per_s, 10.0 / 20.0, 1e-9);
   // A client that began after another had stopped has an empty window.
   LiveClientStats late = be;
   late.first_ns = 12 * kS;
-  EXPECT_EQ(common_window_throughput({hp, late}, 1), 0);
+  EXPECT_EQ(common_window_throughput({hp, late}, 1).per_s, 0);
+}
+
+TEST(LiveReport, CommandsWithoutOrWithFewRequestsAreNamedNotGivenFigures) {
+  constexpr std::int64_t kS = 1'000'000'000;
+  LiveClientStats hp, marked_late, unmarked;
+  hp.name = "hp";
+  hp.high_priority = true;
+  hp.first_ns = 1;
+  hp.last_ns = 10 * kS;
+  for (int t = 1; t <= 10; ++t) {
+    hp.request_end_ns.push_back(t * kS);
+    hp.latencies_ms.push_back(t);
+  }
+  hp.requests = 10;
+  // Six requests, but only two of them end before the HP command stopped.
+  marked_late.name = "be0";
+  marked_late.first_ns = kS;
+  marked_late.last_ns = 30 * kS;
+  for (int t : {5, 9, 14, 18, 22, 26}) {
+    marked_late.request_end_ns.push_back(t * kS);
+    marked_late.latencies_ms.push_back(4000);
+  }
+  marked_late.requests = 6;
+  // A training job that posts no markers: kernels only.
+  unmarked.name = "be1";
+  unmarked.first_ns = kS;
+  unmarked.last_ns = 10 * kS;
+  unmarked.kernels = 900;
+  const nlohmann::json rows = report_json({hp, marked_late, unmarked}, "orion")["rows"];
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0]["outcome"], "ok");
+  EXPECT_EQ(rows[0]["completed_in_window"], 10);
+  EXPECT_NEAR(rows[0]["p50_ms"].get<double>(), 5.5, 1e-9);
+  EXPECT_NEAR(rows[0]["p99_ms"].get<double>(), 9.91, 1e-9);
+  EXPECT_EQ(rows[1]["outcome"], "too few");
+  EXPECT_EQ(rows[1]["requests"], 6);
+  EXPECT_EQ(rows[1]["completed_in_window"], 2);
+  EXPECT_NEAR(rows[1]["throughput_per_s"].get<double>(), 2.0 / 9.0, 1e-9);
+  EXPECT_EQ(rows[2]["outcome"], "no requests");
+  EXPECT_TRUE(rows[2]["p99_ms"].is_null());
+  EXPECT_TRUE(rows[2]["throughput_per_s"].is_null());
+  EXPECT_NEAR(rows[2]["kernels_per_s"].get<double>(), 100.0, 1e-9);
+  // The table shows what the JSON holds, "-" for what it leaves null.
+  const std::string table = report_table(report_json({hp, marked_late, unmarked}, "orion"));
+  std::istringstream lines(table);
+  std::string header, line_hp, line_late, line_unmarked;
+  std::getline(lines, header);
+  std::getline(lines, line_hp);
+  std::getline(lines, line_late);
+  std::getline(lines, line_unmarked);
+  EXPECT_NE(header.find("outcome"), std::string::npos);
+  EXPECT_NE(line_hp.find(" 9.91 "), std::string::npos) << line_hp;
+  EXPECT_NE(line_late.find("too few"), std::string::npos) << line_late;
+  EXPECT_NE(line_unmarked.find("no requests"), std::string::npos) << line_unmarked;
+  EXPECT_EQ(line_unmarked.find("0.00"), std::string::npos) << line_unmarked;
+}
+
+TEST(LiveReport, RunsAloneComeFirstAndTheSharedRunIsComparedWithThem) {
+  constexpr std::int64_t kS = 1'000'000'000;
+  // Requests ending every `every` seconds from 1 s to 10 s, each `ms` long.
+  auto client = [&](const char* name, bool hp, int every, double ms) {
+    LiveClientStats s;
+    s.name = name;
+    s.high_priority = hp;
+    s.first_ns = 1;
+    s.last_ns = 10 * kS;
+    for (int t = every; t <= 10; t += every) {
+      s.request_end_ns.push_back(t * kS);
+      s.latencies_ms.push_back(ms);
+    }
+    s.requests = static_cast<std::int64_t>(s.latencies_ms.size());
+    return s;
+  };
+  const std::vector<LiveClientStats> shared{client("hp", true, 1, 12), client("be0", false, 2, 300)};
+  const std::vector<LiveClientStats> alone{client("hp", true, 1, 8), client("be0", false, 1, 100)};
+  const nlohmann::json rows = report_json(shared, "orion", alone)["rows"];
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[0]["policy"], "alone");
+  EXPECT_EQ(rows[1]["policy"], "alone");
+  EXPECT_EQ(rows[2]["policy"], "orion");
+  EXPECT_FALSE(rows[0].contains("p99_vs_alone"));
+  EXPECT_NEAR(rows[2]["p99_vs_alone"].get<double>(), 12.0 / 8.0, 1e-9);
+  EXPECT_NEAR(rows[2]["throughput_vs_alone"].get<double>(), 1.0, 1e-9);
+  EXPECT_NEAR(rows[3]["p99_vs_alone"].get<double>(), 3.0, 1e-9);
+  EXPECT_NEAR(rows[3]["throughput_vs_alone"].get<double>(), 0.5, 1e-9);
+  const std::string table = report_table(report_json(shared, "orion", alone));
+  EXPECT_NE(table.find("p99/alone"), std::string::npos);
+  EXPECT_NE(table.find("\n\norion"), std::string::npos) << table;  // a blank line between the runs
+  // A run alone with too few requests gives no ratios.
+  const std::vector<LiveClientStats> short_alone{client("hp", true, 1, 8), client("be0", false, 3, 100)};
+  const nlohmann::json few = report_json(shared, "orion", short_alone)["rows"];
+  EXPECT_EQ(few[1]["outcome"], "too few");
+  EXPECT_EQ(few[3]["outcome"], "too few");
+  EXPECT_TRUE(few[3]["p99_vs_alone"].is_null());
+  EXPECT_TRUE(few[3]["throughput_vs_alone"].is_null());
+  EXPECT_EQ(few[2]["outcome"], "ok");
 }
 
 }  // namespace

@@ -20,9 +20,9 @@
 
 #include "common/error.h"
 #include "common/output_check.h"
-#include "common/stats.h"
 #include "orion/device.h"
 #include "orion/kernel_profile.h"
+#include "orion/live/live_report.h"
 #include "orion/live/live_scheduler.h"
 #include "orion/live/mps.h"
 #include "orion/live/shm_segment.h"
@@ -90,48 +90,6 @@ int exit_code_of(int status) {
   return 1;
 }
 
-double percentile_of(std::vector<double> v, double p) { return v.empty() ? 0 : percentile(v, p); }
-
-nlohmann::json report_json(const std::vector<LiveClientStats>& stats, const std::string& policy) {
-  nlohmann::json rows = nlohmann::json::array();
-  for (std::size_t i = 0; i < stats.size(); ++i) {
-    const LiveClientStats& s = stats[i];
-    const double span_s = (s.last_ns - s.first_ns) / 1e9;
-    rows.push_back({{"policy", policy},
-                    {"client", s.name},
-                    {"role", s.high_priority ? "high" : "best-effort"},
-                    {"processes", s.processes},
-                    {"lost_processes", s.lost_processes},
-                    {"requests", s.requests},
-                    {"p50_ms", percentile_of(s.latencies_ms, 50)},
-                    {"p95_ms", percentile_of(s.latencies_ms, 95)},
-                    {"p99_ms", percentile_of(s.latencies_ms, 99)},
-                    {"throughput_per_s", common_window_throughput(stats, i)},
-                    {"kernels", s.kernels},
-                    {"kernels_per_s", span_s > 0 ? s.kernels / span_s : 0},
-                    {"kernels_not_in_profile", s.unmatched},
-                    {"kernels_held", s.held},
-                    {"kernels_released_ahead", s.released_ahead},
-                    {"held_ms", s.held_ms}});
-  }
-  return {{"rows", rows}};
-}
-
-std::string report_table(const nlohmann::json& report) {
-  std::string out = fmt::format("{:<10} {:<22} {:<5} {:>7} {:>9} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9}\n", "policy",
-                                "client", "role", "done", "p50 ms", "p95 ms", "p99 ms", "thru /s", "kernels", "held",
-                                "held ms");
-  for (const auto& r : report["rows"]) {
-    out += fmt::format("{:<10} {:<22} {:<5} {:>7} {:>9.2f} {:>9.2f} {:>9.2f} {:>10.2f} {:>9} {:>9} {:>9.1f}\n",
-                       r["policy"].get<std::string>(), r["client"].get<std::string>().substr(0, 22),
-                       r["role"] == "high" ? "HP" : "BE", r["requests"].get<std::int64_t>(), r["p50_ms"].get<double>(),
-                       r["p95_ms"].get<double>(), r["p99_ms"].get<double>(), r["throughput_per_s"].get<double>(),
-                       r["kernels"].get<std::int64_t>(), r["kernels_held"].get<std::int64_t>(),
-                       r["held_ms"].get<double>());
-  }
-  return out;
-}
-
 LiveConfig build_config(const ExecOptions& o) {
   const std::size_t commands = (o.hp ? 1 : 0) + o.be.size();
   if (commands == 0) throw InputError("nothing to run: give --hp and/or --be commands");
@@ -170,6 +128,97 @@ LiveConfig build_config(const ExecOptions& o) {
   return config;
 }
 
+// One run of some of the commands under one scheduler, on a segment of its own.
+struct RunOutcome {
+  std::vector<LiveClientStats> stats;
+  std::vector<double> ran_s;  ///< per command: seconds from its start to our SIGTERM, or to its exit
+  int code = 0;               ///< the HP command's exit code, else the first failing command's, else 0
+  int forwarded_signal = 0;   ///< SIGINT / SIGTERM that reached us and was passed on
+};
+
+struct RunSetup {
+  const ExecOptions& options;
+  const std::filesystem::path& library;
+  const MpsEnvironment& mps;
+};
+
+// `time_limits_s`: per command, seconds after which it is stopped like a
+// best-effort command at the HP command's end (< 0: none).
+RunOutcome run_commands(const RunSetup& setup, LiveConfig config, std::vector<Child> children,
+                        const std::vector<double>& time_limits_s, std::FILE* log) {
+  const ExecOptions& o = setup.options;
+  Segment segment = Segment::create(segment_path());
+  segment.header()->scheduler_pid.store(getpid());
+  LiveScheduler scheduler(segment.header(), std::move(config));  // checks the policy against the clients
+  if (log != nullptr) scheduler.set_log(log);
+
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point started = Clock::now();
+  std::vector<std::optional<Clock::time_point>> kill_at(children.size());
+  RunOutcome out;
+  out.ran_s.assign(children.size(), -1);
+  auto seconds_since_start = [&] { return std::chrono::duration<double>(Clock::now() - started).count(); };
+  auto stop_child = [&](std::size_t i) {
+    Child& c = children[i];
+    if (c.stopped_by_us || c.exited) return;
+    c.stopped_by_us = true;
+    out.ran_s[i] = seconds_since_start();
+    kill(-c.pid, SIGTERM);
+    kill_at[i] = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.grace_s));
+  };
+
+  std::atomic<bool> stop{false};
+  std::thread scheduler_thread([&] { scheduler.run(stop); });
+  for (std::size_t i = 0; i < children.size(); ++i) {
+    children[i].pid = spawn(children[i], static_cast<int>(i), segment.path(), setup.library, setup.mps);
+  }
+  for (;;) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      for (std::size_t i = 0; i < children.size(); ++i) {
+        if (children[i].pid != pid) continue;
+        children[i].exited = true;
+        children[i].status = status;
+        if (out.ran_s[i] < 0) out.ran_s[i] = seconds_since_start();
+      }
+      continue;
+    }
+    if (pid < 0 && errno == ECHILD) break;  // the commands and everything they started have exited
+    if (const int sig = g_signal.exchange(0); sig != 0) {
+      out.forwarded_signal = sig;
+      for (const Child& c : children) kill(-c.pid, sig);
+    }
+    const bool hp_done = !children.empty() && children.front().high_priority && children.front().exited;
+    for (std::size_t i = 0; i < children.size(); ++i) {
+      if (children[i].high_priority) continue;
+      // Best-effort work runs as long as the HP job, as in Orion's experiments.
+      if (hp_done && !o.wait_be) stop_child(i);
+      if (time_limits_s[i] >= 0 && seconds_since_start() >= time_limits_s[i]) stop_child(i);
+      if (kill_at[i] && Clock::now() > *kill_at[i]) {
+        kill(-children[i].pid, SIGKILL);
+        kill_at[i] = Clock::time_point::max();
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  stop = true;
+  scheduler_thread.join();
+  scheduler.reap_dead_clients();
+  segment.header()->shutting_down.store(1);
+
+  out.stats = scheduler.stats();
+  for (const Child& c : children) {
+    const int child_code = exit_code_of(c.status);
+    const bool expected_stop = c.stopped_by_us && (child_code == 0 || child_code == 128 + SIGTERM ||
+                                                   child_code == 128 + SIGKILL || child_code == 143);
+    if (child_code != 0 && !expected_stop && out.code == 0) out.code = child_code;
+    if (c.high_priority) out.code = child_code != 0 ? child_code : out.code;
+  }
+  if (out.forwarded_signal != 0 && out.code == 0) out.code = 128 + out.forwarded_signal;
+  return out;
+}
+
 }  // namespace
 
 int run_exec(const ExecOptions& o) {
@@ -183,10 +232,11 @@ int run_exec(const ExecOptions& o) {
     check.file(*o.log, "--log").check(Existing::kReplace);
     log_path = *o.log;
   }
-  Segment segment = Segment::create(segment_path());
-  segment.header()->scheduler_pid.store(getpid());
-  const std::string policy_name = config.policy;
-  LiveScheduler scheduler(segment.header(), std::move(config));  // checks the policy against the clients
+  {
+    // The policy against the clients, before anything starts.
+    Segment probe = Segment::create(segment_path());
+    LiveScheduler check(probe.header(), config);
+  }
   const std::filesystem::path library = client_library();
   MpsEnvironment mps = prepare_mps(o.start_mps);
   struct StopMpsAtExit {
@@ -200,7 +250,6 @@ int run_exec(const ExecOptions& o) {
     log_tmp = log_path->string() + ".tmp-" + std::to_string(getpid());
     log = std::fopen(log_tmp.c_str(), "w");
     if (log == nullptr) throw RuntimeFailure("cannot write " + log_tmp + ": " + std::strerror(errno));
-    scheduler.set_log(log);
   }
 
   std::vector<Child> children;
@@ -212,78 +261,57 @@ int run_exec(const ExecOptions& o) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-
   // Processes a command's shell leaves behind (a program that outlives a
   // SIGTERMed shell) are re-parented to us, so we wait for every one of them
   // before the report: a command is done when all its processes are.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
-  std::atomic<bool> stop{false};
-  std::thread scheduler_thread([&] { scheduler.run(stop); });
-  for (std::size_t i = 0; i < children.size(); ++i) {
-    children[i].pid = spawn(children[i], static_cast<int>(i), segment.path(), library, mps);
-  }
 
-  using Clock = std::chrono::steady_clock;
-  std::optional<Clock::time_point> kill_at;
-  int forwarded = 0;
-  auto signal_group = [&](bool best_effort_only, int sig) {
-    for (Child& c : children) {
-      if (best_effort_only && c.high_priority) continue;
-      if (best_effort_only) c.stopped_by_us = true;
-      kill(-c.pid, sig);
-    }
-  };
-  for (;;) {
-    int status = 0;
-    const pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid > 0) {
-      for (Child& c : children) {
-        if (c.pid == pid) {
-          c.exited = true;
-          c.status = status;
-        }
-      }
-      continue;
-    }
-    if (pid < 0 && errno == ECHILD) break;  // the commands and everything they started have exited
-    if (const int sig = g_signal.exchange(0); sig != 0) {
-      forwarded = sig;
-      signal_group(false, sig);
-    }
-    const bool hp_done = o.hp && children.front().exited;
-    if (hp_done && !o.wait_be && !kill_at) {
-      signal_group(true, SIGTERM);  // best-effort work runs as long as the HP job, as in Orion's experiments
-      kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.grace_s));
-    }
-    if (kill_at && Clock::now() > *kill_at) {
-      signal_group(true, SIGKILL);
-      kill_at = Clock::time_point::max();
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  stop = true;
-  scheduler_thread.join();
-  scheduler.reap_dead_clients();
-  segment.header()->shutting_down.store(1);
-
+  const RunSetup setup{o, library, mps};
+  const std::string policy_name = config.policy;
+  const RunOutcome together = run_commands(setup, config, children, std::vector<double>(children.size(), -1), log);
   if (log != nullptr) {
     std::fclose(log);
     std::filesystem::rename(log_tmp, *log_path);
   }
-  const nlohmann::json report = report_json(scheduler.stats(), policy_name);
-  if (o.report) {
+  int code = together.code;
+
+  // --alone: each command by itself (no gating: policy mps with one client),
+  // a best-effort one for as long as it ran beside the others when they
+  // stopped it, so both runs see the same start-up and about the same work.
+  std::vector<LiveClientStats> alone;
+  if (o.alone && together.code != 0 && together.forwarded_signal == 0) {
+    std::fprintf(stderr, "orion-run exec: the shared run failed (exit %d); the commands are not run alone\n",
+                 together.code);
+  }
+  if (o.alone && together.code == 0) {
+    for (std::size_t i = 0; i < children.size(); ++i) {
+      LiveConfig single = config;
+      single.clients = {config.clients[i]};
+      single.policy = "mps";
+      const bool limited = !children[i].high_priority && o.hp && !o.wait_be;
+      std::fprintf(stderr, "orion-run exec: %s alone%s\n", config.clients[i].name.c_str(),
+                   limited ? fmt::format(" for {:.1f} s", together.ran_s[i]).c_str() : "");
+      const RunOutcome a = run_commands(setup, single, {Child{children[i].command, children[i].high_priority}},
+                                        {limited ? together.ran_s[i] : -1.0}, nullptr);
+      alone.push_back(a.stats.at(0));
+      if (a.forwarded_signal != 0) {
+        code = a.code;
+        alone.clear();
+        break;
+      }
+      if (a.code != 0) {
+        std::fprintf(stderr, "orion-run exec: %s exited with %d when run alone\n", config.clients[i].name.c_str(),
+                     a.code);
+        if (code == 0) code = a.code;
+      }
+    }
+  }
+
+  const nlohmann::json report = report_json(together.stats, policy_name, alone);
+  if (o.report || o.alone) {
     if (o.json) std::printf("%s\n", report.dump(2).c_str());
     else std::printf("%s", report_table(report).c_str());
   }
-  int code = 0;
-  for (const Child& c : children) {
-    const int child_code = exit_code_of(c.status);
-    const bool expected_stop = c.stopped_by_us && (child_code == 0 || child_code == 128 + SIGTERM ||
-                                                   child_code == 128 + SIGKILL || child_code == 143);
-    if (child_code != 0 && !expected_stop && code == 0) code = child_code;
-    if (c.high_priority) code = child_code != 0 ? child_code : code;
-  }
-  if (forwarded != 0 && code == 0) code = 128 + forwarded;
   return code;
 }
 

@@ -25,6 +25,7 @@ struct ExecOptions {
   bool wait_be = false;                           ///< wait for BE commands instead of stopping them after HP
   double grace_s = 5;                             ///< SIGTERM to SIGKILL for stopped BE commands
   bool start_mps = false;
+  bool alone = false;                             ///< after the shared run, run each command by itself to compare
   std::optional<std::filesystem::path> log;       ///< JSON lines of every scheduling event
   bool report = false;
   bool json = false;

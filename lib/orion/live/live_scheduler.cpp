@@ -46,18 +46,6 @@ std::uint64_t geometry_key(std::uint32_t name_index, const LaunchEntry& e) {
 
 }  // namespace
 
-double common_window_throughput(const std::vector<LiveClientStats>& stats, std::size_t i) {
-  std::int64_t end_ns = 0;
-  for (const LiveClientStats& s : stats) {
-    if (s.first_ns != 0) end_ns = end_ns == 0 ? s.last_ns : std::min(end_ns, s.last_ns);
-  }
-  const LiveClientStats& c = stats.at(i);
-  if (c.first_ns == 0 || end_ns <= c.first_ns) return 0;
-  const auto in_window = std::upper_bound(c.request_end_ns.begin(), c.request_end_ns.end(), end_ns) -
-                         c.request_end_ns.begin();
-  return static_cast<double>(in_window) / ((end_ns - c.first_ns) / 1e9);
-}
-
 LiveScheduler::LiveScheduler(SegmentHeader* segment, LiveConfig config)
     : segment_(segment), config_(std::move(config)), slots_(kMaxSlots) {
   const Workload workload = policy_workload(config_);

@@ -63,13 +63,6 @@ struct LiveClientStats {
   std::int64_t first_ns = 0, last_ns = 0;  ///< first and last event seen
 };
 
-/// Requests per second of client `i` over the common window: from its own
-/// first event to the earliest last event of any client (the first command
-/// to stop), counting the requests that ended inside it. A best-effort
-/// command that runs on alone after the HP command (`--wait-be`) is thus not
-/// credited with time it had the GPU to itself. 0 when the window is empty.
-double common_window_throughput(const std::vector<LiveClientStats>& stats, std::size_t i);
-
 /// The scheduler's state machine over one segment. Not thread-safe: one thread polls.
 class LiveScheduler {
  public:

@@ -1,0 +1,122 @@
+#include "orion/live/live_report.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "common/stats.h"
+#include "orion/simulator.h"
+
+namespace fleet::orion::live {
+
+WindowThroughput common_window_throughput(const std::vector<LiveClientStats>& stats, std::size_t i) {
+  std::int64_t end_ns = 0;
+  for (const LiveClientStats& s : stats) {
+    if (s.first_ns != 0) end_ns = end_ns == 0 ? s.last_ns : std::min(end_ns, s.last_ns);
+  }
+  const LiveClientStats& c = stats.at(i);
+  if (c.first_ns == 0 || end_ns <= c.first_ns) return {};
+  WindowThroughput w;
+  w.completed = std::upper_bound(c.request_end_ns.begin(), c.request_end_ns.end(), end_ns) - c.request_end_ns.begin();
+  w.per_s = static_cast<double>(w.completed) / ((end_ns - c.first_ns) / 1e9);
+  return w;
+}
+
+std::string report_outcome(const LiveClientStats& s, const WindowThroughput& window) {
+  if (s.requests == 0) return "no requests";
+  return window.completed < kMinCompletedForRatios ? "too few" : "ok";
+}
+
+namespace {
+
+nlohmann::json rows_of(const std::vector<LiveClientStats>& stats, const std::string& policy) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (std::size_t i = 0; i < stats.size(); ++i) {
+    const LiveClientStats& s = stats[i];
+    const WindowThroughput window = common_window_throughput(stats, i);
+    const bool measured = s.requests > 0;
+    auto latency = [&](double p) { return measured ? nlohmann::json(percentile(s.latencies_ms, p)) : nlohmann::json(); };
+    const double span_s = (s.last_ns - s.first_ns) / 1e9;
+    rows.push_back({{"policy", policy},
+                    {"client", s.name},
+                    {"role", s.high_priority ? "high" : "best-effort"},
+                    {"outcome", report_outcome(s, window)},
+                    {"processes", s.processes},
+                    {"lost_processes", s.lost_processes},
+                    {"requests", s.requests},
+                    {"completed_in_window", window.completed},
+                    {"p50_ms", latency(50)},
+                    {"p95_ms", latency(95)},
+                    {"p99_ms", latency(99)},
+                    {"throughput_per_s", measured ? nlohmann::json(window.per_s) : nlohmann::json()},
+                    {"kernels", s.kernels},
+                    {"kernels_per_s", span_s > 0 ? s.kernels / span_s : 0},
+                    {"kernels_not_in_profile", s.unmatched},
+                    {"kernels_held", s.held},
+                    {"kernels_released_ahead", s.released_ahead},
+                    {"held_ms", s.held_ms}});
+  }
+  return rows;
+}
+
+}  // namespace
+
+nlohmann::json report_json(const std::vector<LiveClientStats>& stats, const std::string& policy,
+                           const std::vector<LiveClientStats>& alone) {
+  nlohmann::json shared = rows_of(stats, policy);
+  if (alone.empty()) return {{"rows", shared}};
+  nlohmann::json rows = nlohmann::json::array();
+  for (std::size_t i = 0; i < alone.size(); ++i) rows.push_back(rows_of({alone[i]}, "alone")[0]);
+  for (std::size_t i = 0; i < shared.size(); ++i) {
+    nlohmann::json& r = shared[i];
+    const nlohmann::json& a = rows.at(i);
+    r["p99_vs_alone"] = nullptr;
+    r["throughput_vs_alone"] = nullptr;
+    if (r["outcome"] == "ok" && a["outcome"] != "ok") r["outcome"] = "too few";
+    if (r["outcome"] == "ok") {
+      const double a_p99 = a["p99_ms"].get<double>(), a_thru = a["throughput_per_s"].get<double>();
+      if (a_p99 > 0) r["p99_vs_alone"] = r["p99_ms"].get<double>() / a_p99;
+      if (a_thru > 0) r["throughput_vs_alone"] = r["throughput_per_s"].get<double>() / a_thru;
+    }
+    rows.push_back(r);
+  }
+  return {{"rows", rows}};
+}
+
+std::string report_table(const nlohmann::json& report) {
+  auto number = [](const nlohmann::json& v) {
+    return v.is_null() ? std::string("-") : fmt::format("{:.2f}", v.get<double>());
+  };
+  bool with_alone = false;
+  for (const auto& r : report["rows"]) with_alone = with_alone || r.contains("p99_vs_alone");
+  // A ratio the run has no figure for says why, as the simulator's table
+  // does ("-" for no requests: the outcome column says so).
+  auto ratio = [&](const nlohmann::json& r, const char* key) -> std::string {
+    if (!with_alone) return "";
+    const std::string outcome = r["outcome"].get<std::string>();
+    const std::string missing = outcome == "no requests" ? "-" : outcome;
+    if (!r.contains(key)) return fmt::format(" {:>10}", outcome == "ok" ? "1.00" : missing);  // a run alone
+    return fmt::format(" {:>10}", r[key].is_null() ? missing : number(r[key]));
+  };
+  std::string out = fmt::format("{:<10} {:<22} {:<5} {:>7} {:>9} {:>9} {:>9}{} {:>10}{} {:>9} {:>9} {:>9}  {}\n",
+                                "policy", "client", "role", "done", "p50 ms", "p95 ms", "p99 ms",
+                                with_alone ? fmt::format(" {:>10}", "p99/alone") : "", "thru /s",
+                                with_alone ? fmt::format(" {:>10}", "thru/alone") : "", "kernels", "held", "held ms",
+                                "outcome");
+  std::string last_policy;
+  for (const auto& r : report["rows"]) {
+    const std::string policy = r["policy"].get<std::string>();
+    if (!last_policy.empty() && policy != last_policy) out += "\n";
+    last_policy = policy;
+    out += fmt::format("{:<10} {:<22} {:<5} {:>7} {:>9} {:>9} {:>9}{} {:>10}{} {:>9} {:>9} {:>9.1f}  {}\n", policy,
+                       r["client"].get<std::string>().substr(0, 22), r["role"] == "high" ? "HP" : "BE",
+                       r["requests"].get<std::int64_t>(), number(r["p50_ms"]), number(r["p95_ms"]),
+                       number(r["p99_ms"]), ratio(r, "p99_vs_alone"), number(r["throughput_per_s"]),
+                       ratio(r, "throughput_vs_alone"), r["kernels"].get<std::int64_t>(),
+                       r["kernels_held"].get<std::int64_t>(), r["held_ms"].get<double>(),
+                       r["outcome"].get<std::string>());
+  }
+  return out;
+}
+
+}  // namespace fleet::orion::live
