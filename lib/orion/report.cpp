@@ -58,8 +58,10 @@ std::string format_comparison_table(const std::vector<ComparisonRow>& rows) {
     // A client that completed (almost) nothing has no meaningful ratio: name the outcome.
     const std::string p99_ratio = r.outcome == "ok" ? fmt::format("{:.2f}", r.p99_vs_dedicated) : r.outcome;
     const std::string thru_ratio = r.outcome == "ok" ? fmt::format("{:.2f}", r.throughput_vs_dedicated) : r.outcome;
-    // No request measured: no latency to show (not a latency of 0).
-    auto latency = [&](double ms) { return r.completed > 0 ? fmt::format("{:.2f}", ms) : std::string("-"); };
+    // No request measured in the window: no latency to show (not a latency of 0).
+    auto latency = [&](double ms) {
+      return r.completed_in_window > 0 ? fmt::format("{:.2f}", ms) : std::string("-");
+    };
     out << fmt::format("{:<10} {:<22} {:<5} {:>7} {:>9} {:>9} {:>9} {:>8} {:>10.2f} {:>8} {:>6.1f}\n", r.policy,
                        r.client.substr(0, 22), r.high_priority ? "HP" : "BE", r.completed, latency(r.p50_ms),
                        latency(r.p95_ms), latency(r.p99_ms), p99_ratio, r.throughput_per_s, thru_ratio,
@@ -71,7 +73,7 @@ std::string format_comparison_table(const std::vector<ComparisonRow>& rows) {
 nlohmann::json comparison_to_json(const std::vector<ComparisonRow>& rows) {
   nlohmann::json out = nlohmann::json::array();
   for (const ComparisonRow& r : rows) {
-    auto latency = [&](double ms) { return r.completed > 0 ? nlohmann::json(ms) : nlohmann::json(); };
+    auto latency = [&](double ms) { return r.completed_in_window > 0 ? nlohmann::json(ms) : nlohmann::json(); };
     out.push_back({{"policy", r.policy}, {"client", r.client}, {"role", r.high_priority ? "high" : "best-effort"},
                    {"kind", r.training ? "training" : "inference"}, {"completed", r.completed},
                    {"completed_in_window", r.completed_in_window}, {"p50_ms", latency(r.p50_ms)},
@@ -93,7 +95,7 @@ std::string comparison_csv(const std::vector<ComparisonRow>& rows) {
          "throughput_vs_dedicated,gpu_busy_fraction,sm_utilization,outcome,forced_admissions,preempted,"
          "completed_in_window\n";
   for (const ComparisonRow& r : rows) {
-    auto latency = [&](double ms) { return r.completed > 0 ? fmt::format("{}", ms) : std::string(); };
+    auto latency = [&](double ms) { return r.completed_in_window > 0 ? fmt::format("{}", ms) : std::string(); };
     out << csv_escape(r.policy) << ',' << csv_escape(r.client) << ',' << (r.high_priority ? "high" : "best-effort") << ','
         << (r.training ? "training" : "inference") << ',' << r.completed << ','
         << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{}\n", latency(r.p50_ms), latency(r.p95_ms),

@@ -548,8 +548,12 @@ class Simulation {
       r.forced_admissions = c.forced;
       r.preempted = c.preempted;
       r.preempted_work_ms = c.preempted_work_us / 1000.0;
-      if (!r.latencies_ms.empty()) {
-        const Summary s = summarize(r.latencies_ms);
+      // Latencies over the same requests: those that ended after the window
+      // ran with fewer clients beside them (a server that outlives a bounded
+      // training job would otherwise mix its latencies alone into the tail
+      // reported as shared).
+      if (r.completed_in_window > 0) {
+        const Summary s = summarize(std::span<const double>(r.latencies_ms).first(r.completed_in_window));
         r.mean_ms = s.mean;
         r.p50_ms = s.p50;
         r.p95_ms = s.p95;

@@ -44,8 +44,10 @@ struct ClientResult {
   std::int64_t completed_in_window = 0;  ///< of those, completed within the common window
   double throughput_per_s = 0;  ///< per second over the common window: those, plus the done part of the one in progress
   bool starved = false;              ///< not one request (warm-up included) completed within the common window
-  double mean_ms = 0, p50_ms = 0, p95_ms = 0, p99_ms = 0;  ///< latency (iteration time for training)
-  std::vector<double> latencies_ms;  ///< measured latencies, in completion order
+  /// Latency (iteration time for training) of the requests completed within
+  /// the common window, the first completed_in_window of latencies_ms.
+  double mean_ms = 0, p50_ms = 0, p95_ms = 0, p99_ms = 0;
+  std::vector<double> latencies_ms;  ///< every measured latency, in completion order
   std::int64_t forced_admissions = 0;  ///< BE kernels admitted after waiting max_be_wait_us
   std::int64_t preempted = 0;          ///< BE kernels reset by an arriving HP request (reef)
   double preempted_work_ms = 0;        ///< solo time of the work those resets threw away

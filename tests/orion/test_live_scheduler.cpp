@@ -473,30 +473,54 @@ TEST(LiveScheduler, TheRingWrapsAroundWithoutLosingLaunches) {
   EXPECT_EQ(f.scheduler->stats()[1].kernels, 3 * static_cast<std::int64_t>(kRingEntries));
 }
 
-TEST(LiveReport, ThroughputIsCountedInTheWindowEveryClientRanIn) {
+TEST(LiveReport, ThroughputAndLatenciesAreCountedInTheWindowEveryClientRanIn) {
   constexpr std::int64_t kS = 1'000'000'000;
   LiveClientStats hp, be, idle;
   // HP: events from 0 to 10 s, a request ending every second.
   hp.first_ns = 1;
   hp.last_ns = 10 * kS;
-  for (int t = 1; t <= 10; ++t) hp.request_end_ns.push_back(t * kS);
-  // BE: from 1 s to 21 s (it ran on alone, as with --wait-be), a request every 2 s.
+  for (int t = 1; t <= 10; ++t) {
+    hp.request_end_ns.push_back(t * kS);
+    hp.latencies_ms.push_back(5);
+  }
+  // BE: from 1 s to 21 s (it ran on alone, as with --wait-be), a request
+  // every 2 s, 400 ms long beside the HP command and 100 ms after it.
   be.first_ns = kS;
   be.last_ns = 21 * kS;
-  for (int t = 3; t <= 21; t += 2) be.request_end_ns.push_back(t * kS);
+  for (int t = 3; t <= 21; t += 2) {
+    be.request_end_ns.push_back(t * kS);
+    be.latencies_ms.push_back(t <= 10 ? 400 : 100);
+  }
+  hp.requests = 10;
+  be.requests = 10;
   // A command that never used CUDA has no events and no say in the window.
   const std::vector<LiveClientStats> stats{hp, be, idle};
-  EXPECT_NEAR(common_window_throughput(stats, 0).per_s, 10.0 / 10.0, 1e-9);
-  EXPECT_EQ(common_window_throughput(stats, 1).completed, 4);  // 3, 5, 7, 9 s end inside [1 s, 10 s]
-  EXPECT_NEAR(common_window_throughput(stats, 1).per_s, 4.0 / 9.0, 1e-9);
-  EXPECT_EQ(common_window_throughput(stats, 2).completed, 0);
-  EXPECT_EQ(common_window_throughput(stats, 2).per_s, 0);
+  EXPECT_NEAR(common_window(stats, 0).per_s, 10.0 / 10.0, 1e-9);
+  EXPECT_EQ(common_window(stats, 1).completed, 4);  // 3, 5, 7, 9 s end inside [1 s, 10 s]
+  EXPECT_NEAR(common_window(stats, 1).per_s, 4.0 / 9.0, 1e-9);
+  EXPECT_EQ(common_window(stats, 1).latencies_ms, std::vector<double>(4, 400));
+  EXPECT_EQ(common_window(stats, 2).completed, 0);
+  EXPECT_EQ(common_window(stats, 2).per_s, 0);
+  // The report's latencies are those of the window: the BE's median is its
+  // 400 ms beside the HP command, not the 100 ms of most of its requests.
+  const nlohmann::json be_row = report_json(stats, "orion")["rows"][1];
+  EXPECT_EQ(be_row["requests"], 10);
+  EXPECT_NEAR(be_row["p50_ms"].get<double>(), 400, 1e-9);
+  EXPECT_NEAR(be_row["p99_ms"].get<double>(), 400, 1e-9);
+  // The processes of one command post to rings of their own, so its request
+  // ends need not come in order: the window is decided by time.
+  LiveClientStats two_processes = be;
+  std::swap(two_processes.request_end_ns[1], two_processes.request_end_ns[6]);
+  std::swap(two_processes.latencies_ms[1], two_processes.latencies_ms[6]);
+  EXPECT_EQ(common_window({hp, two_processes}, 1).completed, 4);
+  EXPECT_EQ(common_window({hp, two_processes}, 1).latencies_ms, std::vector<double>(4, 400));
   // Alone, a client's window is its own span.
-  EXPECT_NEAR(common_window_throughput({be}, 0).per_s, 10.0 / 20.0, 1e-9);
+  EXPECT_NEAR(common_window({be}, 0).per_s, 10.0 / 20.0, 1e-9);
   // A client that began after another had stopped has an empty window.
   LiveClientStats late = be;
   late.first_ns = 12 * kS;
-  EXPECT_EQ(common_window_throughput({hp, late}, 1).per_s, 0);
+  EXPECT_EQ(common_window({hp, late}, 1).per_s, 0);
+  EXPECT_TRUE(common_window({hp, late}, 1).latencies_ms.empty());
 }
 
 TEST(LiveReport, CommandsWithoutOrWithFewRequestsAreNamedNotGivenFigures) {
@@ -517,7 +541,7 @@ TEST(LiveReport, CommandsWithoutOrWithFewRequestsAreNamedNotGivenFigures) {
   marked_late.last_ns = 30 * kS;
   for (int t : {5, 9, 14, 18, 22, 26}) {
     marked_late.request_end_ns.push_back(t * kS);
-    marked_late.latencies_ms.push_back(4000);
+    marked_late.latencies_ms.push_back(t < 10 ? 4000 : 3000);
   }
   marked_late.requests = 6;
   // A training job that posts no markers: kernels only.
@@ -535,6 +559,7 @@ TEST(LiveReport, CommandsWithoutOrWithFewRequestsAreNamedNotGivenFigures) {
   EXPECT_EQ(rows[1]["requests"], 6);
   EXPECT_EQ(rows[1]["completed_in_window"], 2);
   EXPECT_NEAR(rows[1]["throughput_per_s"].get<double>(), 2.0 / 9.0, 1e-9);
+  EXPECT_NEAR(rows[1]["p50_ms"].get<double>(), 4000, 1e-9);  // the two in the window
   EXPECT_EQ(rows[2]["outcome"], "no requests");
   EXPECT_TRUE(rows[2]["p99_ms"].is_null());
   EXPECT_TRUE(rows[2]["throughput_per_s"].is_null());

@@ -588,6 +588,20 @@ TEST(SimulatorOutcomes, AClientWhoseWorkEndsEarlyIsNotChargedForTheRestOfTheRun)
     // the window, though it completes every request afterwards.
     EXPECT_EQ(serve.completed, 2'000);
     EXPECT_EQ(rows[1].outcome, policy == "temporal" ? "starved" : "ok");
+    // Its latency figures are those of the same window: most of its
+    // requests ran after the training job, alone, and would pull its mean
+    // towards the dedicated one; the starved server has none to show.
+    double mean_of_all = 0;
+    for (double ms : serve.latencies_ms) mean_of_all += ms / static_cast<double>(serve.latencies_ms.size());
+    const nlohmann::json serve_row = comparison_to_json(rows)["rows"][1];
+    if (policy == "temporal") {
+      EXPECT_EQ(serve.mean_ms, 0);
+      EXPECT_TRUE(serve_row["p99_ms"].is_null());
+      EXPECT_GT(mean_of_all, 1.0);  // what the row would say otherwise
+    } else {
+      EXPECT_GT(serve.mean_ms, 1.01 * mean_of_all);
+      EXPECT_NEAR(serve_row["mean_ms"].get<double>(), serve.mean_ms, 1e-12);
+    }
   }
 }
 

@@ -9,20 +9,25 @@
 
 namespace fleet::orion::live {
 
-WindowThroughput common_window_throughput(const std::vector<LiveClientStats>& stats, std::size_t i) {
+CommonWindow common_window(const std::vector<LiveClientStats>& stats, std::size_t i) {
   std::int64_t end_ns = 0;
   for (const LiveClientStats& s : stats) {
     if (s.first_ns != 0) end_ns = end_ns == 0 ? s.last_ns : std::min(end_ns, s.last_ns);
   }
   const LiveClientStats& c = stats.at(i);
   if (c.first_ns == 0 || end_ns <= c.first_ns) return {};
-  WindowThroughput w;
-  w.completed = std::upper_bound(c.request_end_ns.begin(), c.request_end_ns.end(), end_ns) - c.request_end_ns.begin();
+  CommonWindow w;
+  // By time, not by position: the processes of one command post their
+  // requests to separate rings, so the ends need not be in order.
+  for (std::size_t r = 0; r < c.request_end_ns.size() && r < c.latencies_ms.size(); ++r) {
+    if (c.request_end_ns[r] <= end_ns) w.latencies_ms.push_back(c.latencies_ms[r]);
+  }
+  w.completed = static_cast<std::int64_t>(w.latencies_ms.size());
   w.per_s = static_cast<double>(w.completed) / ((end_ns - c.first_ns) / 1e9);
   return w;
 }
 
-std::string report_outcome(const LiveClientStats& s, const WindowThroughput& window) {
+std::string report_outcome(const LiveClientStats& s, const CommonWindow& window) {
   if (s.requests == 0) return "no requests";
   return window.completed < kMinCompletedForRatios ? "too few" : "ok";
 }
@@ -33,9 +38,11 @@ nlohmann::json rows_of(const std::vector<LiveClientStats>& stats, const std::str
   nlohmann::json rows = nlohmann::json::array();
   for (std::size_t i = 0; i < stats.size(); ++i) {
     const LiveClientStats& s = stats[i];
-    const WindowThroughput window = common_window_throughput(stats, i);
+    const CommonWindow window = common_window(stats, i);
     const bool measured = s.requests > 0;
-    auto latency = [&](double p) { return measured ? nlohmann::json(percentile(s.latencies_ms, p)) : nlohmann::json(); };
+    auto latency = [&](double p) {
+      return window.completed > 0 ? nlohmann::json(percentile(window.latencies_ms, p)) : nlohmann::json();
+    };
     const double span_s = (s.last_ns - s.first_ns) / 1e9;
     rows.push_back({{"policy", policy},
                     {"client", s.name},

@@ -16,23 +16,26 @@ namespace fleet::orion::live {
 
 /// A command's requests inside the common window: from its own first event
 /// to the earliest last event of any command (the first command to stop),
-/// counting the requests that ended inside it. A best-effort command that
-/// runs on alone after the HP command (`--wait-be`) is thus not credited
-/// with time it had the GPU to itself.
-struct WindowThroughput {
-  std::int64_t completed = 0;  ///< requests that ended inside the window
-  double per_s = 0;            ///< completed / the window's length; 0 for an empty window
+/// those that ended inside it. A best-effort command that runs on alone
+/// after the HP command (`--wait-be`), or an HP command whose BE command
+/// died early, is thus neither credited with time it had the GPU to itself
+/// nor given latencies measured alone as shared ones.
+struct CommonWindow {
+  std::int64_t completed = 0;        ///< requests that ended inside the window
+  double per_s = 0;                  ///< completed / the window's length; 0 for an empty window
+  std::vector<double> latencies_ms;  ///< the latencies of those requests
 };
-WindowThroughput common_window_throughput(const std::vector<LiveClientStats>& stats, std::size_t i);
+CommonWindow common_window(const std::vector<LiveClientStats>& stats, std::size_t i);
 
 /// "ok"; "no requests" (the command posted no request markers: it has no
 /// latencies and no request throughput, only its launch rate); "too few"
 /// (fewer than kMinCompletedForRatios requests in the window, as the
 /// simulator's table says: figures of one or two requests are noise).
-std::string report_outcome(const LiveClientStats& s, const WindowThroughput& window);
+std::string report_outcome(const LiveClientStats& s, const CommonWindow& window);
 
-/// {"rows": [...]}, one row per command in slot order; latencies and
-/// throughput are null for a command with no requests. With `alone` (each
+/// {"rows": [...]}, one row per command in slot order; latencies (of the
+/// requests in the common window) and throughput are null for a command
+/// with no requests, latencies also when none ended in the window. With `alone` (each
 /// command's stats from a run by itself, same order), its rows come first
 /// as policy "alone", and each row of the shared run gets p99_vs_alone and
 /// throughput_vs_alone, null unless both runs are "ok" (the outcome says

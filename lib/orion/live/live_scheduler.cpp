@@ -240,7 +240,7 @@ bool LiveScheduler::consume_new(int slot_index) {
     if (state == kFree || e.ticket != t.tail) break;
     ++t.tail;
     progress = true;
-    if (s.first_ns == 0) s.first_ns = e.post_ns;
+    if (s.first_ns == 0 || e.post_ns < s.first_ns) s.first_ns = e.post_ns;  // a command's processes post apart
     s.last_ns = std::max(s.last_ns, e.post_ns);
     if (state == kMarker) {
       if (e.kind == kRequestBegin) {
