@@ -13,7 +13,7 @@ Usage: check_orion_exec.py BIN_DIR FAKE_CUDA_DIR
   cuLaunchKernelEx, and dlopen + cuGetProcAddress (as the CUDA runtime,
   static or shared, reaches the driver).
 - Faults: a BE client killed with SIGKILL mid-run (the HP client finishes,
-  the scheduler frees its slot), the scheduler killed (clients finish
+  also on a device shared with it, the scheduler frees its slot), the scheduler killed (clients finish
   ungated, say so once), a program that never uses CUDA, missing or
   malformed profiles and bad options (one error line, exit 2, nothing run).
 """
@@ -276,6 +276,40 @@ check(leaves and leaves[0]["why"] == "killed", f"the scheduler freed the killed 
 rows = json.loads(out[out.index("{"):])["rows"] if "{" in out else []
 check(rows and rows[1]["lost_processes"] == 1 and rows[0]["lost_processes"] == 0,
       f"the report counts the killed process as lost, the HP one not: {rows}")
+
+# The same on one device shared by both processes (as under MPS; policy mps
+# lets the BE kernels run back to back), killed
+# while its 100-SM kernel is resident: the HP kernels need all 132 SMs, so
+# they can run only once the dead process's SMs are back in the pool (a GPU
+# frees a dead process's context; the stand-in must too, or the HP client
+# would wait forever and this run would time out).
+ready_shared = tmp / "ready-kill-shared"
+shared_device = tmp / "kill-device"
+p = subprocess.Popen([ORION, "exec", "--policy", "mps", "--hp", f"{hp} --grid 1056",
+                      "--be", f"{APP} --name bek --requests 0 --kernels 4 --duration-us 5000 --grid 800 "
+                              f"--ready-file {ready_shared}",
+                      "--profiles", PROFILES], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                     env=dict(os.environ, FAKE_CUDA_SHARED_DEVICE=str(shared_device)))
+check(wait_for(lambda: ready_shared.exists() and ready_shared.read_text().strip()), "BE client started (shared device)")
+time.sleep(0.1)
+os.kill(int(ready_shared.read_text()), signal.SIGKILL)
+try:
+    out, err = p.communicate(timeout=60)
+    check("requests 30" in out and p.returncode == 128 + 9,
+          f"on a shared device the HP client finished after BE was killed holding SMs (rc {p.returncode}): "
+          f"{out[-200:]}")
+except subprocess.TimeoutExpired:
+    # Stop exec and the clients it left waiting (they keep its pipes open).
+    marker = f"FAKE_CUDA_SHARED_DEVICE={shared_device}".encode()
+    for pid in [d for d in os.listdir("/proc") if d.isdigit()]:
+        try:
+            if marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
+    p.kill()
+    p.wait()
+    check(False, "on a shared device the HP client waited forever for the SMs of the killed BE client")
 
 # ---------------------------------------------------------------- the scheduler killed
 hp_out, be_out = tmp / "hp.out", tmp / "be.out"

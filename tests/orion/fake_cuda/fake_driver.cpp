@@ -19,12 +19,14 @@
 #include <cuda.h>
 #include <cudaProfiler.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -85,11 +87,32 @@ std::uint64_t mix(std::uint64_t x) {
   return x ^ (x >> 33);
 }
 
-// SMs shared by the processes that name the same file.
+// SMs shared by the processes that name the same file. Each process books
+// the SMs its kernels hold under its pid, so that those of a process that
+// died with kernels on the device return to the pool, as a GPU frees the
+// resources of a dead process's context: otherwise one killed client would
+// leave the others waiting forever for SMs nobody will give back.
 struct SharedPool {
+  static constexpr int kHolders = 64;
+  struct Holder {
+    std::atomic<int> pid;  // 0: free, -1: being reclaimed
+    std::atomic<int> sms;  // SMs its running kernels hold
+  };
   std::atomic<std::uint32_t> initialised;
   std::atomic<int> free_sms;
+  Holder holders[kHolders];
 };
+
+bool process_gone(int pid) { return pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH; }
+
+// Frees holder `h` if its process is gone, returning its SMs to the pool.
+bool reclaim_if_gone(SharedPool& pool, SharedPool::Holder& h) {
+  int pid = h.pid.load();
+  if (!process_gone(pid) || !h.pid.compare_exchange_strong(pid, -1)) return false;
+  pool.free_sms.fetch_add(h.sms.exchange(0));
+  h.pid.store(0);
+  return true;
+}
 
 class Device {
  public:
@@ -106,6 +129,7 @@ class Device {
           pool_ = static_cast<SharedPool*>(p);
           std::uint32_t expected = 0;
           if (pool_->initialised.compare_exchange_strong(expected, 1)) pool_->free_sms.store(sm_count_);
+          book_holder();
         }
       }
       if (fd >= 0) ::close(fd);
@@ -196,27 +220,54 @@ class Device {
     }
   }
 
+  // A holder entry of the shared pool for this process (none if all 64 are
+  // taken by live processes: its SMs are then not reclaimed if it dies).
+  void book_holder() {
+    const int self = static_cast<int>(::getpid());
+    for (SharedPool::Holder& h : pool_->holders) {
+      reclaim_if_gone(*pool_, h);
+      int free = 0;
+      if (h.pid.compare_exchange_strong(free, self)) {
+        holder_ = &h;
+        return;
+      }
+    }
+  }
   bool take_sms(int n) {
     if (pool_ == nullptr) {
       if (n > free_sms_) return false;
       free_sms_ -= n;
       return true;
     }
-    int free = pool_->free_sms.load();
-    while (free >= n) {
-      if (pool_->free_sms.compare_exchange_weak(free, free - n)) return true;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      int free = pool_->free_sms.load();
+      while (free >= n) {
+        if (pool_->free_sms.compare_exchange_weak(free, free - n)) {
+          if (holder_ != nullptr) holder_->sms.fetch_add(n);
+          return true;
+        }
+      }
+      // Not enough free: SMs held by processes that are gone come back first.
+      bool reclaimed = false;
+      for (SharedPool::Holder& h : pool_->holders) reclaimed = reclaim_if_gone(*pool_, h) || reclaimed;
+      if (!reclaimed) break;
     }
     return false;
   }
   void give_sms(int n) {
-    if (pool_ == nullptr) free_sms_ += n;
-    else pool_->free_sms.fetch_add(n);
+    if (pool_ == nullptr) {
+      free_sms_ += n;
+      return;
+    }
+    if (holder_ != nullptr) holder_->sms.fetch_sub(n);
+    pool_->free_sms.fetch_add(n);
   }
 
   std::mutex mutex_;
   std::condition_variable changed_, done_;
   std::map<CUstream, std::deque<Op>> queues_;
   SharedPool* pool_ = nullptr;
+  SharedPool::Holder* holder_ = nullptr;  // this process's entry in pool_
   int sm_count_ = 132;
   int free_sms_ = 132;
   std::FILE* log_ = nullptr;
