@@ -271,6 +271,8 @@ os.kill(int(ready.read_text()), signal.SIGKILL)
 out, err = p.communicate(timeout=60)
 check("requests 30" in out, f"the HP client finished all its requests after BE was killed: {out[-200:]}")
 check(p.returncode == 128 + 9, f"exec reports the killed BE command's status (rc {p.returncode})")
+check("be0 ended first" in err and "of 30 requests in it" in err,
+      f"exec says the report's window ended when the BE client died: {err[-300:]}")
 leaves = [e for e in read_log(log_path) if e["event"] == "leave" and e["client"] == "be0"]
 check(leaves and leaves[0]["why"] == "killed", f"the scheduler freed the killed client's slot: {leaves}")
 rows = json.loads(out[out.index("{"):])["rows"] if "{" in out else []

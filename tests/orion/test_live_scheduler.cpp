@@ -476,6 +476,9 @@ TEST(LiveScheduler, TheRingWrapsAroundWithoutLosingLaunches) {
 TEST(LiveReport, ThroughputAndLatenciesAreCountedInTheWindowEveryClientRanIn) {
   constexpr std::int64_t kS = 1'000'000'000;
   LiveClientStats hp, be, idle;
+  hp.name = "hp";
+  hp.high_priority = true;
+  be.name = "be0";
   // HP: events from 0 to 10 s, a request ending every second.
   hp.first_ns = 1;
   hp.last_ns = 10 * kS;
@@ -514,8 +517,19 @@ TEST(LiveReport, ThroughputAndLatenciesAreCountedInTheWindowEveryClientRanIn) {
   std::swap(two_processes.latencies_ms[1], two_processes.latencies_ms[6]);
   EXPECT_EQ(common_window({hp, two_processes}, 1).completed, 4);
   EXPECT_EQ(common_window({hp, two_processes}, 1).latencies_ms, std::vector<double>(4, 400));
+  // The HP command ended the window: nothing to tell.
+  EXPECT_EQ(early_window_end_notice(stats), "");
+  // A BE command that died at 4 s ends it for the HP command too, and the
+  // user is told how much of the HP command's work the figures leave out.
+  LiveClientStats died = be;
+  died.last_ns = 4 * kS;
+  EXPECT_EQ(common_window({hp, died}, 0).completed, 4);
+  EXPECT_EQ(early_window_end_notice({hp, died}),
+            "be0 ended first, 4.0 s after the start: the report covers the window all commands ran in "
+            "(hp: 4 of 10 requests in it, be0: 1 of 10 requests in it)");
   // Alone, a client's window is its own span.
   EXPECT_NEAR(common_window({be}, 0).per_s, 10.0 / 20.0, 1e-9);
+  EXPECT_EQ(early_window_end_notice({be}), "");
   // A client that began after another had stopped has an empty window.
   LiveClientStats late = be;
   late.first_ns = 12 * kS;

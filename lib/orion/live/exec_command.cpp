@@ -309,6 +309,9 @@ int run_exec(const ExecOptions& o) {
 
   const nlohmann::json report = report_json(together.stats, policy_name, alone);
   if (o.report || o.alone) {
+    if (const std::string notice = early_window_end_notice(together.stats); !notice.empty()) {
+      std::fprintf(stderr, "orion-run exec: %s\n", notice.c_str());
+    }
     if (o.json) std::printf("%s\n", report.dump(2).c_str());
     else std::printf("%s", report_table(report).c_str());
   }

@@ -27,6 +27,28 @@ CommonWindow common_window(const std::vector<LiveClientStats>& stats, std::size_
   return w;
 }
 
+std::string early_window_end_notice(const std::vector<LiveClientStats>& stats) {
+  const LiveClientStats* first_to_end = nullptr;
+  std::int64_t start_ns = 0;
+  for (const LiveClientStats& s : stats) {
+    if (s.first_ns == 0) continue;
+    if (first_to_end == nullptr || s.last_ns < first_to_end->last_ns) first_to_end = &s;
+    start_ns = start_ns == 0 ? s.first_ns : std::min(start_ns, s.first_ns);
+  }
+  if (first_to_end == nullptr || first_to_end->high_priority) return "";
+  std::string left_out;
+  for (std::size_t i = 0; i < stats.size(); ++i) {
+    const std::int64_t in_window = common_window(stats, i).completed;
+    if (stats[i].requests > in_window) {
+      left_out += fmt::format("{}{}: {} of {} requests in it", left_out.empty() ? "" : ", ", stats[i].name, in_window,
+                              stats[i].requests);
+    }
+  }
+  if (left_out.empty()) return "";
+  return fmt::format("{} ended first, {:.1f} s after the start: the report covers the window all commands ran in ({})",
+                     first_to_end->name, (first_to_end->last_ns - start_ns) / 1e9, left_out);
+}
+
 std::string report_outcome(const LiveClientStats& s, const CommonWindow& window) {
   if (s.requests == 0) return "no requests";
   return window.completed < kMinCompletedForRatios ? "too few" : "ok";

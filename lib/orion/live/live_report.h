@@ -27,6 +27,13 @@ struct CommonWindow {
 };
 CommonWindow common_window(const std::vector<LiveClientStats>& stats, std::size_t i);
 
+/// One line for the user when a best-effort command ended the common window
+/// (it died, or finished its work, before the HP command): the report's
+/// figures then leave out what the others did after it, and the line says
+/// how much ("hp: 23 of 60 requests in it"). Empty when the HP command, or
+/// nobody's left-out requests, ended it.
+std::string early_window_end_notice(const std::vector<LiveClientStats>& stats);
+
 /// "ok"; "no requests" (the command posted no request markers: it has no
 /// latencies and no request throughput, only its launch rate); "too few"
 /// (fewer than kMinCompletedForRatios requests in the window, as the
