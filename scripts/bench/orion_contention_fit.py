@@ -165,15 +165,22 @@ def simulate_pair(orion_run, point, model_path, work):
     path = work / "pair.json"
     path.write_text(json.dumps(workload))
     model = ["--contention", str(model_path)] if model_path else []
-    run = subprocess.run([orion_run, "-q", "simulate", "-w", str(path), "-p", "mps", "--json", *model],
-                         capture_output=True, text=True)
+    latencies = work / "pair-latencies.csv"
+    latencies.unlink(missing_ok=True)
+    run = subprocess.run([orion_run, "-q", "simulate", "-w", str(path), "-p", "mps", "--latencies", str(latencies),
+                          *model], capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit(f"the simulator failed on {point.name}: {run.stderr.strip()}")
-    rows = json.loads(run.stdout)["rows"]
     # Closed loop without think time: each client's runs follow each other
-    # from time 0, so it finishes after chain x its mean latency.
-    sequential = sum(r["mean_ms"] * point.chain for r in rows if r["policy"] == "dedicated")
-    together = max(r["mean_ms"] * point.chain for r in rows if r["policy"] == "mps")
+    # from time 0, so it finishes after the sum of all its latencies (every
+    # request: the table's figures cover only the window both clients ran in).
+    finish = {}
+    with open(latencies, newline="") as f:
+        for r in csv.DictReader(f):
+            key = (r["policy"], r["client"])
+            finish[key] = finish.get(key, 0.0) + float(r["latency_ms"])
+    sequential = sum(ms for (policy, _), ms in finish.items() if policy == "dedicated")
+    together = max(ms for (policy, _), ms in finish.items() if policy == "mps")
     return sequential, together
 
 
