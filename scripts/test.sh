@@ -3,7 +3,7 @@
 # CTest (the kernel and serving tests also with the CPU kernels capped at
 # AVX2 and at portable code), then the tests of everything that builds
 # without libtorch (common, orion, the programs, interop, tokenizers) again
-# under AddressSanitizer + UBSan.
+# under AddressSanitizer + UBSan (less three long simulator runs).
 # Exits non-zero on any failure.
 #
 #   scripts/test.sh                 everything
@@ -15,18 +15,21 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 build=${FLEET_BUILD_DIR:-build}
 jobs=${FLEET_JOBS:-2}
+# Each phase's heading says how long the script has run, so a slow CI run
+# shows where its time went.
+phase() { echo "== $* (at $((SECONDS / 60)) min $((SECONDS % 60)) s)"; }
 
 scripts/install-deps.sh
 
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 
-echo "== configure ($build)"
+phase "configure ($build)"
 [ -f "$build/CMakeCache.txt" ] || cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake -S . -B "$build" >/dev/null
-echo "== build"
+phase build
 cmake --build "$build" -j "$jobs"
-echo "== test"
+phase test
 (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 600)
 # Results of the CPU kernels depend on the vector width (summation order, and
 # which product path a batch takes), so the kernel and serving tests run again
@@ -38,18 +41,23 @@ if grep -qw avx2 /proc/cpuinfo 2>/dev/null && grep -qw fma /proc/cpuinfo; then b
 for isa in avx2 portable; do
   blas=()
   [ "$isa" = avx2 ] && blas=("${blas_avx2[@]}")
-  echo "== kernel and serving tests with GPUFLEET_CPU_ISA=$isa ${blas[*]}"
+  phase "kernel and serving tests with GPUFLEET_CPU_ISA=$isa ${blas[*]}"
   (cd "$build" && env "${blas[@]}" GPUFLEET_CPU_ISA=$isa ctest --output-on-failure -j "$jobs" --timeout 600 -LE gpu \
       -R '^(Serving|ServingModes|Sbmm|SmallBatchLinear|Llama|CpuIsa)\.')
 done
 
 if [ "${FLEET_SKIP_SANITIZERS:-0}" != 1 ]; then
   san="$build-asan"
-  echo "== AddressSanitizer + UBSan: tests without libtorch ($san)"
+  phase "AddressSanitizer + UBSan: tests without libtorch ($san)"
   [ -f "$san/CMakeCache.txt" ] || cmake -S . -B "$san" "${generator[@]}" -DCMAKE_BUILD_TYPE=Debug \
       -DSANITIZE=address,undefined -DWITH_TORCH=OFF -DWITH_CUDA=OFF
   cmake --build "$san" -j "$jobs"
+  phase "AddressSanitizer + UBSan: run"
+  # Left out: three simulator tests that check the policies' numeric targets
+  # on long runs (50-100 times slower unoptimised and instrumented, 9 minutes
+  # of the pass); the shorter simulator tests run the same code.
   (cd "$san" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-      ctest --output-on-failure -j "$jobs" -L 'common|orion|apps|interop|tokenizer|deltazip')
+      ctest --output-on-failure -j "$jobs" -L 'common|orion|apps|interop|tokenizer|deltazip' \
+        -E '^Simulator\.(OrionMeetsItsTargetOnTheReferenceWorkload|OrionsDurationThresholdTradesTheHpTailForBestEffortWork)$|^SimulatorOutcomes\.OrionTunesTheSmThresholdOfATrainingHpClientOnline$')
 fi
-echo "== all tests passed"
+phase "all tests passed"
