@@ -9,11 +9,23 @@
 
 namespace fleet::orion::live {
 
-CommonWindow common_window(const std::vector<LiveClientStats>& stats, std::size_t i) {
-  std::int64_t end_ns = 0;
+namespace {
+
+// The command whose last event came first among those that ran: its end is
+// the common window's end. Null when none ran.
+const LiveClientStats* first_to_end(const std::vector<LiveClientStats>& stats) {
+  const LiveClientStats* first = nullptr;
   for (const LiveClientStats& s : stats) {
-    if (s.first_ns != 0) end_ns = end_ns == 0 ? s.last_ns : std::min(end_ns, s.last_ns);
+    if (s.first_ns != 0 && (first == nullptr || s.last_ns < first->last_ns)) first = &s;
   }
+  return first;
+}
+
+}  // namespace
+
+CommonWindow common_window(const std::vector<LiveClientStats>& stats, std::size_t i) {
+  const LiveClientStats* ended_first = first_to_end(stats);
+  const std::int64_t end_ns = ended_first == nullptr ? 0 : ended_first->last_ns;
   const LiveClientStats& c = stats.at(i);
   if (c.first_ns == 0 || end_ns <= c.first_ns) return {};
   CommonWindow w;
@@ -28,14 +40,12 @@ CommonWindow common_window(const std::vector<LiveClientStats>& stats, std::size_
 }
 
 std::string early_window_end_notice(const std::vector<LiveClientStats>& stats) {
-  const LiveClientStats* first_to_end = nullptr;
+  const LiveClientStats* ended_first = first_to_end(stats);
+  if (ended_first == nullptr || ended_first->high_priority) return "";
   std::int64_t start_ns = 0;
   for (const LiveClientStats& s : stats) {
-    if (s.first_ns == 0) continue;
-    if (first_to_end == nullptr || s.last_ns < first_to_end->last_ns) first_to_end = &s;
-    start_ns = start_ns == 0 ? s.first_ns : std::min(start_ns, s.first_ns);
+    if (s.first_ns != 0) start_ns = start_ns == 0 ? s.first_ns : std::min(start_ns, s.first_ns);
   }
-  if (first_to_end == nullptr || first_to_end->high_priority) return "";
   std::string left_out;
   for (std::size_t i = 0; i < stats.size(); ++i) {
     const std::int64_t in_window = common_window(stats, i).completed;
@@ -46,7 +56,7 @@ std::string early_window_end_notice(const std::vector<LiveClientStats>& stats) {
   }
   if (left_out.empty()) return "";
   return fmt::format("{} ended first, {:.1f} s after the start: the report covers the window all commands ran in ({})",
-                     first_to_end->name, (first_to_end->last_ns - start_ns) / 1e9, left_out);
+                     ended_first->name, (ended_first->last_ns - start_ns) / 1e9, left_out);
 }
 
 std::string report_outcome(const LiveClientStats& s, const CommonWindow& window) {
