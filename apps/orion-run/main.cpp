@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
   std::string hp, log;
   CLI::App* exec = tool.add_command(
       "exec", "Run a high-priority command beside best-effort ones on one GPU, scheduling their kernels", [&] {
-        if (!hp.empty()) ex.hp = hp;
+        if (exec->count("--hp") > 0) ex.hp = hp;
         if (!log.empty()) ex.log = log;
         return fleet::orion::live::run_exec(ex);
       });

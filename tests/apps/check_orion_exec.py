@@ -352,6 +352,7 @@ for args, expect in [
     (["--hp", f"touch {marker}", "--release-ahead-us", "-5"], "--release-ahead-us"),
     (["--be", f"touch {marker}", "--policy", "orion"], "high-priority"),
     ([], "nothing to run"),
+    (["--hp", f"touch {marker}", "--be", ""], "a command is empty"),
 ]:
     (tmp / "bad.csv").write_text("Name,Profile\nk,banana\n")
     r = run([ORION, "exec"] + args)

@@ -93,6 +93,13 @@ int exit_code_of(int status) {
 LiveConfig build_config(const ExecOptions& o) {
   const std::size_t commands = (o.hp ? 1 : 0) + o.be.size();
   if (commands == 0) throw InputError("nothing to run: give --hp and/or --be commands");
+  // A blank command would run as a client that does nothing: most likely an
+  // unset shell variable in the caller's script.
+  const auto blank = [](const std::string& c) { return c.find_first_not_of(" \t\r\n") == std::string::npos; };
+  if (o.hp && blank(*o.hp)) throw InputError("--hp: the command is empty");
+  for (const std::string& c : o.be) {
+    if (blank(c)) throw InputError("--be: a command is empty");
+  }
   if (o.policy == "dedicated" || o.policy == "all") {
     throw InputError("--policy " + o.policy + " is a simulator mode; exec runs one of orion, temporal, streams, mps, "
                      "reef, tick-tock");
