@@ -14,7 +14,7 @@ scripts/install-deps.sh
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 [ -f "$build/CMakeCache.txt" ] || cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-echo "=== building in $build (a few minutes the first time; ccache makes rebuilds quick)"
+echo "=== building in $build (about 16 minutes on two cores the first time; then only what changed)"
 cmake --build "$build" -j "${FLEET_JOBS:-2}"
 bin="$root/$build/bin"
 out="$root/$build/demo"

@@ -25,13 +25,7 @@ generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 
 phase "configure ($build)"
-# Line tables only (-g1): backtraces and gdb still name functions and lines,
-# and the libtorch translation units compile 10-15 % faster: each one emits
-# debug information for what it uses of the torch API, and loads a
-# precompiled header that carries it (an empty translation unit with that
-# header took 15-22 s with -g, 10-12 s with -g1 on a 2-core AMD EPYC).
-[ -f "$build/CMakeCache.txt" ] || cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
+[ -f "$build/CMakeCache.txt" ] || cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake -S . -B "$build" >/dev/null
 phase build
 cmake --build "$build" -j "$jobs"
