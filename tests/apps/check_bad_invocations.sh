@@ -97,6 +97,7 @@ bad 2 "only one output"         "$orr" simulate -w "$wl" --trace - --csv -
 sed 's/"format"/"max_duration_s": 1e9, "format"/' "$wl" > "$tmp/huge.json"
 bad 2 "max_duration_s"          "$orr" simulate -w "$tmp/huge.json" --profiles "$ex/orion/profiles"
 bad 2 "nothing to run"          "$orr" exec
+bad 2 "--hp: the command is empty" "$orr" exec --hp ''
 bad 2 "--hp: the command is empty" "$orr" exec --hp ' '
 bad 2 "--be: a command is empty" "$orr" exec --hp true --be ''
 bad 2 "--grace.*between"        "$orr" exec --hp true --grace -1
