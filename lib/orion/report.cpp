@@ -39,8 +39,9 @@ std::vector<ComparisonRow> compare_to_dedicated(const std::vector<SimResult>& re
         row.p99_vs_dedicated = d.p99_ms > 0 ? c.p99_ms / d.p99_ms : 0;
         row.throughput_vs_dedicated = d.throughput_per_s > 0 ? c.throughput_per_s / d.throughput_per_s : 0;
       }
-      row.busy_fraction = r.busy_fraction;
-      row.sm_utilization = r.sm_utilization;
+      // A dedicated row shows the client's own GPU, not the mean of all.
+      row.busy_fraction = c.own_gpu_busy_fraction >= 0 ? c.own_gpu_busy_fraction : r.busy_fraction;
+      row.sm_utilization = c.own_gpu_sm_utilization >= 0 ? c.own_gpu_sm_utilization : r.sm_utilization;
       rows.push_back(row);
     }
   }

@@ -642,6 +642,8 @@ SimResult simulate(const Workload& workload, std::string_view policy_name, const
     }
     if (workload.clients[i].requests > 0) horizon_s = std::max(horizon_s, r.simulated_s);
     out.clients[i] = std::move(r.clients[0]);
+    out.clients[i].own_gpu_busy_fraction = r.busy_fraction;
+    out.clients[i].own_gpu_sm_utilization = r.sm_utilization;
     out.clients[i].high_priority = workload.clients[i].high_priority;
     out.simulated_s = std::max(out.simulated_s, r.simulated_s);
     out.kernels += r.kernels;

@@ -51,6 +51,10 @@ struct ClientResult {
   std::int64_t forced_admissions = 0;  ///< BE kernels admitted after waiting max_be_wait_us
   std::int64_t preempted = 0;          ///< BE kernels reset by an arriving HP request (reef)
   double preempted_work_ms = 0;        ///< solo time of the work those resets threw away
+  /// Dedicated runs only (each client alone on its own GPU): that GPU's busy
+  /// fraction and SM utilisation; negative in a shared run, whose figures
+  /// are the SimResult's.
+  double own_gpu_busy_fraction = -1, own_gpu_sm_utilization = -1;
 };
 
 /// Requests/iterations a client must complete for its figures to be compared

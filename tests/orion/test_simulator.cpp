@@ -625,6 +625,27 @@ TEST(SimulatorOutcomes, TheIterationInProgressWhenTheWindowClosesCountsByItsWork
   }
 }
 
+TEST(SimulatorOutcomes, EachDedicatedRowShowsItsOwnGpusBusyFraction) {
+  using testing::client;
+  using testing::kernel;
+  // A server of 10 ms requests arriving every 40 ms beside a gapless
+  // training loop: alone, the server's GPU is busy about a quarter of the
+  // time and the training job's all the time; the shared runs show the one
+  // GPU they share.
+  Workload w = testing::workload({client("serve", {kernel(10'000, 40, KernelClass::kCompute)}, true, false, 50, 25),
+                                  client("train", {kernel(5'000, 80, KernelClass::kMemory)}, false, true, 0)});
+  w.clients[0].arrivals.kind = ArrivalKind::kUniform;
+  const SimResult dedicated = simulate(w, "dedicated");
+  const auto rows = compare_to_dedicated({dedicated}, dedicated);
+  EXPECT_NEAR(rows[0].busy_fraction, 0.25, 0.01);
+  EXPECT_NEAR(rows[1].busy_fraction, 1.0, 1e-9);
+  const SimResult shared = simulate(w, "mps");
+  for (const auto& row : compare_to_dedicated({shared}, dedicated)) {
+    EXPECT_EQ(row.busy_fraction, shared.busy_fraction);
+    EXPECT_EQ(row.sm_utilization, shared.sm_utilization);
+  }
+}
+
 TEST(SimulatorOutcomes, AJobWithoutARequestCountIsRunAloneLongEnoughForItsBaseline) {
   using testing::client;
   using testing::kernel;
