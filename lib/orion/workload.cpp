@@ -118,6 +118,11 @@ Workload load_native(const JsonValue& root, const std::filesystem::path& dir,
          "launch_overhead_us", "mps_active_thread_percentage"});
     ClientSpec s;
     s.name = c.get<std::string>("name");
+    // Rows, CSV lines and latency files name clients: a blank or repeated
+    // name would make them ambiguous.
+    if (s.name.find_first_not_of(" \t") == std::string::npos) c.at("name").fail("a client's name must not be empty");
+    for (const ClientSpec& earlier : w.clients)
+      if (earlier.name == s.name) c.at("name").fail("client name '" + s.name + "' is used twice");
     const std::string priority = c.get<std::string>("priority");
     if (priority != "high" && priority != "best-effort") c.at("priority").fail("priority must be 'high' or 'best-effort'");
     s.high_priority = priority == "high";

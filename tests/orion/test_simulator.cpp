@@ -311,7 +311,16 @@ TEST(Workload, BadWorkloadsNameTheField) {
   bad = good;
   bad.replace(bad.find("\"rate\": 5"), 9, "\"rate\": -5");
   EXPECT_NE(error_for("[" + bad + "]").find("/clients/0/arrivals/rate: rate must be positive"), std::string::npos);
-  EXPECT_NE(error_for("[" + good + ", " + good + "]").find("at most one client may have high priority"), std::string::npos);
+  std::string other = good;
+  other.replace(other.find("\"x\""), 3, "\"y\"");
+  EXPECT_NE(error_for("[" + good + ", " + other + "]").find("at most one client may have high priority"), std::string::npos);
+  other.replace(other.find("\"high\""), 6, "\"best-effort\"");
+  EXPECT_EQ(error_for("[" + good + ", " + other + "]"), "no error");
+  EXPECT_NE(error_for("[" + other + ", " + other + "]").find("/clients/1/name: client name 'y' is used twice"),
+            std::string::npos);
+  bad = good;
+  bad.replace(bad.find("\"x\""), 3, "\" \"");
+  EXPECT_NE(error_for("[" + bad + "]").find("/clients/0/name: a client's name must not be empty"), std::string::npos);
   bad = good;
   bad.replace(bad.find("\"requests\": 10"), 14, "\"requestz\": 10");
   EXPECT_NE(error_for("[" + bad + "]").find("unknown field 'requestz'"), std::string::npos);
