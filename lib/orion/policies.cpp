@@ -1,6 +1,8 @@
 #include <algorithm>
 #include <array>
 
+#include <fmt/format.h>
+
 #include "common/error.h"
 #include "orion/policy.h"
 
@@ -26,6 +28,7 @@ class OrionPolicy : public Policy {
       if (c.high_priority) {
         hp_training = c.training;
         hp_client_ = static_cast<int>(i);
+        hp_warmup_ = c.warmup;
       }
       if (!c.high_priority) {
         for (const SimKernel& k : c.kernels) be_max = std::max(be_max, k.sm_usage);
@@ -42,6 +45,10 @@ class OrionPolicy : public Policy {
   }
   void on_request_done(int client, double latency_us) override {
     if (!tuning_ || client != hp_client_) return;
+    // Warm-up iterations (the first runs another profile: Orion profiles it
+    // apart) say nothing about the steady state, and the bisection cannot
+    // undo a step they would mislead.
+    if (++seen_ <= hp_warmup_) return;
     sum_ms_ += latency_us / 1000.0;
     if (++iterations_ % std::max(1, options_.tune_every) != 0 || low_ == sm_threshold_) return;
     const double mean_ms = sum_ms_ / std::max(1, options_.tune_every);
@@ -55,7 +62,7 @@ class OrionPolicy : public Policy {
   std::string summary() const override {
     if (!tuning_) return {};
     return "SM threshold " + std::to_string(sm_threshold_) + " after " + std::to_string(steps_) +
-           " tuning step(s) against an HP iteration target of " + std::to_string(options_.hp_limit_ms) + " ms";
+           " tuning step(s) against an HP iteration target of " + fmt::format("{:g}", options_.hp_limit_ms) + " ms";
   }
   std::string_view name() const override { return "orion"; }
   bool admit(const SchedulerView& v, int client, std::size_t, std::size_t, const SimKernel& k) override {
@@ -77,7 +84,8 @@ class OrionPolicy : public Policy {
   bool tuning_ = false;
   int hp_client_ = -1;  // index of the high-priority client in the workload
   int low_ = 0, high_ = 0, steps_ = 0;
-  std::int64_t iterations_ = 0;
+  std::int64_t hp_warmup_ = 0, seen_ = 0;  // the HP client's warm-up iterations, and those seen
+  std::int64_t iterations_ = 0;             // measured ones (after the warm-up)
   double sum_ms_ = 0;
 };
 

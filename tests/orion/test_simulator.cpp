@@ -472,6 +472,24 @@ TEST(SimulatorOutcomes, OrionTunesTheSmThresholdOfATrainingHpClientOnline) {
   EXPECT_LE(tight.clients[0].throughput_per_s, loose.clients[0].throughput_per_s);
 }
 
+TEST(SimulatorOutcomes, TheThresholdSearchLeavesTheHpClientsWarmUpOut) {
+  using testing::client;
+  using testing::kernel;
+  // An HP training job of 10 ms iterations whose first (warm-up) iteration
+  // is a 1 us kernel, against a target of 9.5 ms that no iteration meets: the
+  // search must go down all the way. Counting the warm-up iteration, the
+  // first ten would average 9 ms, "faster than the target", and the
+  // bisection could never again go below its starting point.
+  Workload w = testing::workload({client("hp", {kernel(10'000, 80, KernelClass::kCompute)}, true, true, 300),
+                                  client("be", {kernel(1'000, 160, KernelClass::kCompute)}, false, true, 0)});
+  w.clients[0].first_kernels = {kernel(1, 80, KernelClass::kCompute)};
+  w.clients[0].warmup = 1;
+  SimOptions o;
+  o.policy.hp_limit_ms = 9.5;
+  const SimResult r = simulate(w, "orion", o);
+  EXPECT_EQ(r.policy_summary, "SM threshold 0 after 7 tuning step(s) against an HP iteration target of 9.5 ms");
+}
+
 TEST(SimulatorOutcomes, AClosedLoopHpClientsHostGapLetsBestEffortWorkRun) {
   using testing::client;
   using testing::kernel;
