@@ -174,6 +174,7 @@ KernelProfile profile_from_capture(const CaptureRecords& records, const CaptureO
     }
   }
   KernelProfile profile;
+  profile.device = device.name;
   std::size_t classified = 0;
   const auto& reference = used.back();
   for (std::size_t i = 0; i < reference.size(); ++i) {

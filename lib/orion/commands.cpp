@@ -136,8 +136,9 @@ int run_summarize(const SummarizeOptions& options) {
   const Summary sm = summarize(sms);
   const char* names[3] = {"unknown", "memory", "compute"};
   if (options.json) {
-    nlohmann::json out = {{"profile", options.profile.string()}, {"kernels", profile.kernels.size()},
-                          {"total_ms", total_ns / 1e6}};
+    nlohmann::json out = {{"profile", options.profile.string()},
+                          {"device", profile.device.empty() ? nlohmann::json() : nlohmann::json(profile.device)},
+                          {"kernels", profile.kernels.size()}, {"total_ms", total_ns / 1e6}};
     for (int c = 0; c < 3; ++c) {
       out["classes"][names[c]] = {{"kernels", count_by_class[c]}, {"ms", by_class[c] / 1e6},
                                   {"fraction", total_ns > 0 ? by_class[c] / total_ns : 0}};
@@ -146,7 +147,8 @@ int run_summarize(const SummarizeOptions& options) {
     std::cout << out.dump(2) << "\n";
     return 0;
   }
-  std::cout << fmt::format("profile:     {}\nkernels:     {}\ntotal time:  {:.3f} ms\n", options.profile.string(),
+  std::cout << fmt::format("profile:     {}\nmeasured on: {}\nkernels:     {}\ntotal time:  {:.3f} ms\n",
+                           options.profile.string(), profile.device.empty() ? "(not recorded)" : profile.device,
                            profile.kernels.size(), total_ns / 1e6);
   std::cout << "time per class:\n";
   for (int c : {2, 1, 0}) {

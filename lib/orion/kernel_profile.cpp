@@ -37,7 +37,7 @@ KernelProfile read_kernel_profile(const std::filesystem::path& path) {
   auto optional = [&](const char* column) { return table.column(column); };
   const auto grid = optional("Grid"), block = optional("Block"), regs = optional("Registers");
   const auto static_smem = optional("Static_shmem"), dynamic_smem = optional("Dynamic_shmem");
-  const auto flops = optional("FLOPs"), dram = optional("DRAM_bytes");
+  const auto flops = optional("FLOPs"), dram = optional("DRAM_bytes"), device = optional("Device");
 
   KernelProfile out;
   out.source = path.string();
@@ -74,6 +74,21 @@ KernelProfile read_kernel_profile(const std::filesystem::path& path) {
     k.dynamic_shared_bytes = int_or_zero(dynamic_smem, 1ll << 30);
     k.flops = num_or_unknown(flops);
     k.dram_bytes = num_or_unknown(dram);
+    if (device) {
+      // One GPU per profile: its durations were measured there.
+      const std::string& given = table.at(r, *device);
+      std::string canonical;
+      if (!given.empty()) {
+        try {
+          canonical = device_by_name(given).name;
+        } catch (const InputError& e) {
+          table.fail(r, *device, e.message());
+        }
+      }
+      if (r == 0) out.device = canonical;
+      else if (canonical != out.device)
+        table.fail(r, *device, "every kernel of a profile must come from one GPU ('" + out.device + "' above)");
+    }
     out.kernels.push_back(std::move(k));
   }
   return out;
@@ -82,7 +97,7 @@ KernelProfile read_kernel_profile(const std::filesystem::path& path) {
 void write_kernel_profile(const std::filesystem::path& path, const KernelProfile& profile) {
   std::ostringstream out;
   out << "Name,Profile,Memory_footprint,SM_usage,Duration,Grid,Block,Registers,Static_shmem,Dynamic_shmem,FLOPs,"
-         "DRAM_bytes\n";
+         "DRAM_bytes,Device\n";
   auto opt_int = [](std::int64_t v) { return v > 0 ? std::to_string(v) : std::string(); };
   auto opt_num = [](double v) { return v >= 0 ? fmt::format("{}", v) : std::string(); };
   for (const KernelRecord& k : profile.kernels) {
@@ -90,7 +105,7 @@ void write_kernel_profile(const std::filesystem::path& path, const KernelProfile
         << ',' << fmt::format("{}", k.duration_ns) << ',' << opt_int(k.grid_blocks) << ','
         << opt_int(k.threads_per_block) << ',' << opt_int(k.registers_per_thread) << ','
         << opt_int(k.static_shared_bytes) << ',' << opt_int(k.dynamic_shared_bytes) << ',' << opt_num(k.flops) << ','
-        << opt_num(k.dram_bytes) << '\n';
+        << opt_num(k.dram_bytes) << ',' << profile.device << '\n';
   }
   write_file_atomically(path, out.str());
 }

@@ -4,7 +4,9 @@
 // Columns: Name,Profile,Memory_footprint,SM_usage,Duration — as Orion writes
 // them (Profile 1 = compute-bound, 0 = memory-bound, -1 = unknown; SM_usage =
 // SMs needed at full occupancy; Duration in ns) — then optionally Grid,Block,
-// Registers,Static_shmem,Dynamic_shmem,FLOPs,DRAM_bytes (empty = unknown).
+// Registers,Static_shmem,Dynamic_shmem,FLOPs,DRAM_bytes (empty = unknown),
+// and Device: the GPU the durations were measured on (every row the same;
+// absent or empty in Orion's files, which do not record it).
 #pragma once
 
 #include <cstdint>
@@ -42,6 +44,7 @@ struct KernelRecord {
 /// The kernels of one request or iteration, in launch order.
 struct KernelProfile {
   std::string source;                  ///< file it came from
+  std::string device;                  ///< canonical name of the GPU it was measured on; "" when not recorded
   std::vector<KernelRecord> kernels;
 
   /// Sum of durations in ns.

@@ -292,6 +292,7 @@ KernelProfile import_ncu_csv(std::string_view text, const std::string& name, con
 
   KernelProfile out;
   out.source = name;
+  out.device = device.name;
   for (const KernelAccumulator& k : kernels) out.kernels.push_back(finish(k, device, name));
   return out;
 }

@@ -13,6 +13,13 @@
 namespace fleet::orion {
 
 std::vector<SimKernel> to_sim_kernels(const KernelProfile& profile, const DeviceSpec& device) {
+  // Durations do not carry over between GPUs (nor do SM needs): a profile
+  // that says where it was measured is used on that GPU only.
+  if (!profile.device.empty() && profile.device != device.name) {
+    throw InputError(profile.source + " was measured on " + profile.device + ", not on " + device.name +
+                     ": its kernel durations hold on that GPU only (use device " + profile.device +
+                     ", or profile the program on " + device.name + ")");
+  }
   std::vector<SimKernel> out;
   out.reserve(profile.kernels.size());
   for (const KernelRecord& k : profile.kernels) {

@@ -8,7 +8,7 @@
 # ratios are printed beside the measured ones (orion_gpu_compare.py).
 #
 #   scripts/bench/orion_gpu.sh [BUILD_DIR] [PYTHON]
-#   HP_REQUESTS=300 BE_SECONDS=20 ORION_DEVICE=h200 (the simulator's GPU) HP_ALONE_RUNS=3
+#   HP_REQUESTS=300 BE_SECONDS=20 ORION_DEVICE=h200 (the GPU model for exec and the simulator) HP_ALONE_RUNS=3
 #   BE_BATCH=512   rows of the BE's batch: 512 makes each of its matrix products
 #                  (1.4 ms on an H200) outlast an HP request; 64 (0.2 ms) does not
 #   RELEASE_AHEAD_US=150  the lead of the run labelled orion-ahead (orion with
@@ -68,7 +68,7 @@ for run in "${runs[@]}"; do
   policy=${run%-ahead} extra=()
   [ "$run" = orion-ahead ] && extra=(--release-ahead-us "$ahead_us")
   "$bin/orion-run" exec --policy "$policy" "${extra[@]}" "${mps[@]}" --profiles "$tmp/hp.csv,$tmp/be.csv" --report \
-    --log "$tmp/$run.log" \
+    --device "${ORION_DEVICE:-h200}" --log "$tmp/$run.log" \
     --hp "$python $pair --role hp --requests $requests --think-ms $think_ms --ready-file $tmp/$run.ready" \
     --be "$python $pair --role be --be-batch $be_batch --ready-file $tmp/$run.ready" >"$tmp/$run.txt" ||
     { echo "$run: exec failed"; cat "$tmp/$run.txt"; continue; }

@@ -17,6 +17,20 @@ grep -q '"kernels": 175' "$tmp/out" || fail "summarize --json"
 expect_rc 0 "$bin/orion-profile" import-ncu "$ex/ncu_sample_raw.csv" --device a100-40 -o "$tmp/raw.csv"
 expect_rc 0 "$bin/orion-profile" summarize "$tmp/raw.csv"
 grep -q "^kernels: *2$" "$tmp/out" || fail "imported raw page"
+grep -q "^measured on: a100-40$" "$tmp/out" || fail "the imported profile's GPU: $(cat "$tmp/out")"
+# Its durations hold on that GPU only: a workload or exec run on another is refused.
+cat >"$tmp/elsewhere.json" <<EOF
+{"format": "gpufleet-orion-workload", "version": 1, "device": "h100", "clients": [
+ {"name": "hp", "profile": "$tmp/raw.csv", "priority": "high", "kind": "inference",
+  "arrivals": {"type": "closed"}, "requests": 20}]}
+EOF
+expect_rc 2 "$bin/orion-run" simulate -w "$tmp/elsewhere.json"
+grep -q "raw.csv was measured on a100-40, not on h100" "$tmp/err" || fail "device mismatch: $(cat "$tmp/err")"
+expect_rc 2 "$bin/orion-run" exec --hp "touch $tmp/ran" --profiles "$tmp/raw.csv"
+grep -q "raw.csv was measured on a100-40, not on h200" "$tmp/err" || fail "exec device mismatch: $(cat "$tmp/err")"
+[ ! -e "$tmp/ran" ] || fail "exec ran the command with a profile of another GPU"
+sed -i 's/"device": "h100"/"device": "a100"/' "$tmp/elsewhere.json"
+expect_rc 0 "$bin/orion-run" simulate -w "$tmp/elsewhere.json" -p dedicated
 expect_rc 0 "$bin/orion-profile" import-ncu "$ex/ncu_sample_details.csv" --device v100 -o "$tmp/details.csv"
 head -n2 "$tmp/details.csv" | tail -n1 | grep -q "^conv_kernel,1,0,54,1250000," || fail "details import row: $(head -n2 "$tmp/details.csv")"
 

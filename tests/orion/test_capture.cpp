@@ -62,6 +62,7 @@ TEST(Capture, MarkedIterationsAfterWarmUpGiveMedianDurations) {
   const DeviceSpec& h200 = device_by_name("h200");
   EXPECT_EQ(p.kernels[1].sm_usage, compute_occupancy(LaunchConfig{4096, 1024, 16, 0, 0}, h200).sms_needed);
   EXPECT_EQ(p.kernels[1].profile, KernelClass::kUnknown);
+  EXPECT_EQ(p.device, "h200");  // the CUPTI device record's GPU: where the durations were measured
   EXPECT_NE(summary.find("2 of 3 marked iterations"), std::string::npos) << summary;
   EXPECT_NE(summary.find("h200"), std::string::npos) << summary;
   // 50 us between the markers for 1.7 us of kernels: launch-bound.

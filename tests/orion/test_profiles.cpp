@@ -41,8 +41,10 @@ TEST(KernelProfile, ExtendedRoundTripKeepsEverything) {
   k.flops = 1.5e9;
   k.dram_bytes = 2e7;
   p.kernels = {k, KernelRecord{"elementwise", KernelClass::kUnknown, 0, 3, 10}};
+  p.device = "h200";
   write_kernel_profile(dir / "p.csv", p);
   const KernelProfile back = read_kernel_profile(dir / "p.csv");
+  EXPECT_EQ(back.device, "h200");
   ASSERT_EQ(back.kernels.size(), 2u);
   EXPECT_EQ(back.kernels[0].name, k.name);
   EXPECT_EQ(back.kernels[0].grid_blocks, 432);
@@ -77,6 +79,20 @@ TEST(KernelProfile, MalformedRowsNameLineAndColumn) {
   check_launch("10,99999999999,32", "column 'Block': is beyond any GPU's limit");
   check_launch("10,256,70000", "column 'Registers': is beyond any GPU's limit");
   check_launch("10,256,32", "no error");
+  // The GPU the profile was measured on: a known one, the same on every row.
+  auto check_device = [&](const std::string& rows, const std::string& expected) {
+    write_file_atomically(path, "Name,Profile,Memory_footprint,SM_usage,Duration,Device\n" + rows);
+    const std::string message = error_of([&] { read_kernel_profile(path); });
+    EXPECT_NE(message.find(expected), std::string::npos) << "got: " << message;
+  };
+  check_device("Conv,1,0,98,10,rtx4090\n", "line 2, column 'Device': unknown device 'rtx4090'");
+  check_device("Conv,1,0,98,10,h100\nBN,0,0,40,5,h200\n",
+               "line 3, column 'Device': every kernel of a profile must come from one GPU ('h100' above)");
+  check_device("Conv,1,0,98,10,v100\nBN,0,0,40,5,\n", "line 3, column 'Device': every kernel");
+  check_device("Conv,1,0,98,10,a100\nBN,0,0,40,5,a100-40\n", "no error");  // an alias is the same GPU
+  EXPECT_EQ(read_kernel_profile(path).device, "a100-40");
+  check_device("Conv,1,0,98,10,\n", "no error");  // not recorded
+  EXPECT_EQ(read_kernel_profile(path).device, "");
   write_file_atomically(path, "Name,Profile,SM_usage,Duration\nConv,1,98,10\n");
   EXPECT_NE(error_of([&] { read_kernel_profile(path); }).find("missing column 'Memory_footprint'"), std::string::npos);
 }
@@ -98,6 +114,7 @@ const char* kNcuRaw =
 
 TEST(NcuImport, RawPageWithUnits) {
   const KernelProfile p = import_ncu_csv(kNcuRaw, "raw.csv", device_by_name("a100-40"));
+  EXPECT_EQ(p.device, "a100-40");  // the durations were measured there
   ASSERT_EQ(p.kernels.size(), 2u);
   const KernelRecord& gemm = p.kernels[0];
   EXPECT_EQ(gemm.name, "void sgemm<128, 64>(float*, float const*)");

@@ -8,6 +8,7 @@
 #include "common/atomic_file.h"
 #include "common/chrome_trace.h"
 #include "common/error.h"
+#include "orion/kernel_profile.h"
 #include "orion/report.h"
 #include "orion/simulator.h"
 #include "sim_fixtures.h"
@@ -271,6 +272,26 @@ TEST(Workload, ReadsOrionsConfigs) {
   EXPECT_EQ(w.clients[1].arrivals.kind, ArrivalKind::kPoisson);
   EXPECT_DOUBLE_EQ(w.clients[1].arrivals.rate_per_s, 15);
   EXPECT_EQ(w.clients[1].requests, 9200);
+}
+
+TEST(Workload, AProfileIsUsedOnlyOnTheGpuItWasMeasuredOn) {
+  fleet::testing::TempDir dir;
+  KernelProfile p = read_kernel_profile(kExamples / "profiles" / "resnet50_4_fwd.csv");
+  p.device = "h200";
+  write_kernel_profile(dir / "p.csv", p);
+  auto workload_on = [&](const std::string& device) {
+    write_file_atomically(dir / "w.json", R"({"format": "gpufleet-orion-workload", "version": 1, "device": ")" +
+                                              device + R"(", "clients": [{"name": "x", "profile": "p.csv", )"
+                                                       R"("priority": "high", "kind": "inference", )"
+                                                       R"("arrivals": {"type": "poisson", "rate": 5}, "requests": 10}]})");
+    return dir / "w.json";
+  };
+  EXPECT_EQ(load_workload(workload_on("h200")).clients[0].kernels.size(), 175u);
+  EXPECT_NE(fleet::testing::error_of([&] { load_workload(workload_on("v100")); })
+                .find("p.csv was measured on h200, not on v100-16: its kernel durations hold on that GPU only"),
+            std::string::npos);
+  // Orion's own profiles do not say where they were measured: used as they are.
+  EXPECT_EQ(read_kernel_profile(kExamples / "profiles" / "resnet50_4_fwd.csv").device, "");
 }
 
 TEST(Workload, ArrivalProcesses) {
