@@ -317,6 +317,26 @@ TEST(LiveScheduler, UnknownKernelsAreJudgedByTheirLaunchGeometry) {
   EXPECT_EQ(f.scheduler->stats()[1].unmatched, 1);
 }
 
+TEST(LiveScheduler, AClientThatFindsTheSchedulerGoneSaysSoOnce) {
+  // A client that starts after the scheduler died (its segment file left
+  // behind by a kill -9) runs ungated with one notice naming why.
+  fleet::testing::TempDir dir;
+  const std::string path = (dir / "segment").string();
+  Segment segment = Segment::create(path);
+  segment.header()->scheduler_pid = dead_pid();
+  ::setenv(kEnvSegment, path.c_str(), 1);
+  ::setenv(kEnvRole, "be", 1);
+  ::unsetenv(kEnvQuiet);
+  ::testing::internal::CaptureStderr();
+  ClientGate gate;
+  EXPECT_FALSE(gate.connect_from_environment());
+  EXPECT_FALSE(gate.connect_from_environment());  // once
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  ::unsetenv(kEnvSegment);
+  ::unsetenv(kEnvRole);
+  EXPECT_EQ(said, "orion: the scheduler is not running; running ungated from now on\n");
+}
+
 TEST(LiveScheduler, ClientsRunUngatedWhenTheSchedulerIsGone) {
   Segment segment = Segment::in_memory();
   segment.header()->scheduler_pid = dead_pid();

@@ -46,9 +46,7 @@ bool ClientGate::connect_from_environment() {
       return;
     }
     const bool hp = role != nullptr && std::strcmp(role, "hp") == 0;
-    if (!connect(mapping_.header(), client ? std::atoi(client) : 0, hp ? kRoleHighPriority : kRoleBestEffort)) {
-      notice("no free client slot in the scheduler segment; running ungated");
-    }
+    connect(mapping_.header(), client ? std::atoi(client) : 0, hp ? kRoleHighPriority : kRoleBestEffort);
   });
   return gated();
 }
@@ -71,6 +69,7 @@ bool ClientGate::connect(SegmentHeader* segment, int client, ClientRole role) {
     ring_doorbell();
     return true;
   }
+  go_ungated("no free client slot in the scheduler segment");
   return false;
 }
 
