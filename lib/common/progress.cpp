@@ -74,7 +74,7 @@ Progress::Progress(std::string label, std::uint64_t total, std::string unit, Pro
 }
 
 Progress::~Progress() {
-  if (!finished_ && style_ == ProgressStyle::kBar) std::fputs("\n", stderr);  // leave the terminal tidy
+  if (!finished_ && shown_ && style_ == ProgressStyle::kBar) std::fputs("\n", stderr);  // leave the terminal tidy
 }
 
 void Progress::set_clock(std::function<Clock::time_point()> clock) {
@@ -104,12 +104,18 @@ void Progress::finish() {
   finished_ = true;
 }
 
+void Progress::finish_if_shown() {
+  if (shown_) finish();
+  finished_ = true;
+}
+
 void Progress::maybe_report(bool force) {
   if (style_ == ProgressStyle::kSilent) return;
   const auto now = clock_();
   const auto interval = style_ == ProgressStyle::kBar ? bar_interval_ : log_interval_;
   if (!force && now - last_report_ < interval) return;
   last_report_ = now;
+  shown_ = true;
   if (style_ == ProgressStyle::kBar) {
     const std::string line = render_progress_bar(state(), terminal_width() - 1);
     std::fprintf(stderr, "\r%s\033[K", line.c_str());

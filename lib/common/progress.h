@@ -51,6 +51,9 @@ class Progress {
   void set(std::uint64_t done);
   /// Finishes: final bar or log line with the total time.
   void finish();
+  /// Finishes as finish() if progress was shown at all; work too short to
+  /// have shown any finishes silently (no line for every quick run).
+  void finish_if_shown();
 
   /// Interval between log lines in kLogLines style (default 10 s).
   void set_log_interval(std::chrono::milliseconds interval) { log_interval_ = interval; }
@@ -69,6 +72,7 @@ class Progress {
   std::uint64_t done_ = 0;
   ProgressStyle style_;
   bool finished_ = false;
+  bool shown_ = false;  // a bar or line was written
   std::function<Clock::time_point()> clock_;
   std::function<void(const std::string&)> sink_;
   Clock::time_point start_;

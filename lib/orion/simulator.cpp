@@ -81,6 +81,7 @@ class Simulation {
     for (std::size_t i = 0; i < w.clients.size(); ++i) {
       ClientRun& c = clients_[i];
       c.spec = &w.clients[i];
+      bounded_requests_ += static_cast<std::uint64_t>(std::max<std::int64_t>(0, w.clients[i].requests));
       c.sm_cap = sms_;
       if (policy_.limits_client_sms()) {
         // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: the context's kernels run on that share of the SMs.
@@ -118,8 +119,14 @@ class Simulation {
     // launch overhead in a closed loop) would repeat forever at one instant.
     std::uint64_t events_at_this_time = 0;
     double last_time = -1;
+    Progress progress(options_.progress_label.empty() ? std::string(policy_.name()) : options_.progress_label,
+                      progress_total(), bounded_requests_ > 0 ? "requests" : "simulated ms", options_.progress_style);
+    progress.set_log_interval(options_.progress_interval);
+    if (options_.progress_sink) progress.set_sink(options_.progress_sink);
+    std::uint64_t loops = 0;
     start_requests();
     while (!done()) {
+      if ((++loops & 4095) == 0) progress.set(progress_done());  // the clock is read every few thousand events
       if (now_ > last_time) {
         last_time = now_;
         events_at_this_time = 0;
@@ -143,10 +150,25 @@ class Simulation {
       start_requests();
     }
     if (progress_at_window_end_.empty()) take_progress_at_window_end();
+    progress.set(progress_done());
+    progress.finish_if_shown();
     return result();
   }
 
  private:
+  // Progress: the bounded clients' requests, or simulated time when only the
+  // workload's time limit bounds the run.
+  std::uint64_t progress_total() const {
+    return bounded_requests_ > 0 ? bounded_requests_ : static_cast<std::uint64_t>(w_.max_duration_s * 1e3);
+  }
+  std::uint64_t progress_done() const {
+    if (bounded_requests_ == 0) return static_cast<std::uint64_t>(now_ / 1e3);
+    std::uint64_t done = 0;
+    for (const ClientRun& c : clients_)
+      if (c.spec->requests > 0) done += static_cast<std::uint64_t>(std::min(c.done, c.spec->requests));
+    return done;
+  }
+
   bool done() const {
     if (w_.max_duration_s > 0 && now_ >= w_.max_duration_s * 1e6) return true;
     bool any_bounded = false;
@@ -582,6 +604,7 @@ class Simulation {
   std::vector<std::pair<const SimKernel*, int>> scratch_;
   std::vector<double> speeds_;
   bool window_ended_ = false;                   // a bounded client has completed its last request
+  std::uint64_t bounded_requests_ = 0;  // requests of the clients with a count, all together
   std::vector<double> progress_at_window_end_;  // per client, request_progress when the window closed
 };
 
@@ -633,12 +656,14 @@ SimResult simulate(const Workload& workload, std::string_view policy_name, const
       if (!(horizon_s > 0)) throw InputError("dedicated run of '" + alone.clients[0].name + "' has no bound");
       alone.max_duration_s = horizon_s;
     }
-    SimResult r = Simulation(alone, *streams, options, nullptr).run();
+    SimOptions alone_options = options;
+    alone_options.progress_label = "dedicated: " + workload.clients[i].name;
+    SimResult r = Simulation(alone, *streams, alone_options, nullptr).run();
     if (workload.clients[i].requests == 0 && workload.clients[i].arrivals.kind == ArrivalKind::kClosedLoop &&
         r.clients[0].completed_in_window < kMinDedicatedRequests) {
       alone.clients[0].requests = alone.clients[0].warmup + kMinDedicatedRequests;
       alone.max_duration_s = 0;
-      r = Simulation(alone, *streams, options, nullptr).run();
+      r = Simulation(alone, *streams, alone_options, nullptr).run();
     }
     if (workload.clients[i].requests > 0) horizon_s = std::max(horizon_s, r.simulated_s);
     out.clients[i] = std::move(r.clients[0]);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/chrome_trace.h"
+#include "common/progress.h"
 #include "orion/contention_model.h"
 #include "orion/policy.h"
 #include "orion/workload.h"
@@ -33,6 +34,14 @@ struct SimOptions {
   std::size_t trace_kernel_limit = 20000;  ///< kernels recorded in a trace (the first ones)
   std::uint64_t max_events_without_time = 20'000'000;  ///< events at one instant before the run is called stuck
   double max_be_wait_us = 100'000;  ///< a best-effort kernel held this long is admitted anyway (0: never forced)
+  /// Progress of a long run, in the bounded clients' requests (or simulated
+  /// time when only max_duration_s bounds it): a bar on a terminal, a log
+  /// line every progress_interval otherwise, nothing for a run shorter than
+  /// that or with quiet logging.
+  ProgressStyle progress_style = ProgressStyle::kAuto;
+  std::chrono::milliseconds progress_interval{10'000};
+  std::function<void(const std::string&)> progress_sink;  ///< where log lines go (default: the log)
+  std::string progress_label;                              ///< default: the policy's name
 };
 
 /// Per-client outcome.

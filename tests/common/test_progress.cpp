@@ -45,5 +45,24 @@ TEST(Progress, LogLinesAreRateLimitedByTheClock) {
   EXPECT_EQ(lines, 4);
 }
 
+TEST(Progress, WorkTooShortToShowProgressFinishesSilently) {
+  auto now = Progress::Clock::time_point{};
+  int lines = 0;
+  auto run = [&](std::chrono::seconds step) {
+    Progress p("work", 3, "items", ProgressStyle::kLogLines);
+    p.set_clock([&] { return now; });
+    p.set_sink([&](const std::string&) { ++lines; });
+    for (int i = 0; i < 3; ++i) {
+      now += step;
+      p.advance();
+    }
+    p.finish_if_shown();
+  };
+  run(std::chrono::seconds(1));  // 3 s: under the 10 s interval
+  EXPECT_EQ(lines, 0);
+  run(std::chrono::seconds(4));  // a line at 12 s, then the final one
+  EXPECT_EQ(lines, 2);
+}
+
 }  // namespace
 }  // namespace fleet

@@ -673,6 +673,38 @@ TEST(SimulatorOutcomes, TheIterationInProgressWhenTheWindowClosesCountsByItsWork
   }
 }
 
+TEST(SimulatorOutcomes, ALongRunReportsItsProgressInTheBoundedClientsRequests) {
+  using testing::client;
+  using testing::kernel;
+  // 4000 requests of a bounded server beside an unbounded training job; log
+  // lines as often as the simulator looks at the clock (every few thousand
+  // events), each counting the server's finished requests.
+  Workload w = testing::workload({client("serve", {kernel(100, 40, KernelClass::kCompute)}, true, false, 4'000, 2'000),
+                                  client("train", {kernel(300, 80, KernelClass::kMemory)}, false, true, 0)});
+  SimOptions o;
+  o.progress_style = ProgressStyle::kLogLines;
+  o.progress_interval = std::chrono::milliseconds(0);
+  std::vector<std::string> lines;
+  o.progress_sink = [&](const std::string& line) { lines.push_back(line); };
+  simulate(w, "mps", o);
+  ASSERT_GE(lines.size(), 3u);
+  EXPECT_EQ(lines.front().rfind("mps: ", 0), 0u) << lines.front();
+  EXPECT_EQ(lines.back().rfind("mps: 4000/4000 requests (100%)", 0), 0u) << lines.back();
+  // Only the workload's time limit bounds it: simulated milliseconds.
+  w.clients[0].requests = 0;
+  w.max_duration_s = 1.5;
+  lines.clear();
+  o.progress_label = "time-bound";
+  simulate(w, "streams", o);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back().rfind("time-bound: 1500/1500 simulated ms (100%)", 0), 0u) << lines.back();
+  // The default interval (10 s) is longer than these runs: nothing shown.
+  o.progress_interval = std::chrono::milliseconds(10'000);
+  lines.clear();
+  simulate(w, "streams", o);
+  EXPECT_TRUE(lines.empty());
+}
+
 TEST(SimulatorOutcomes, EachDedicatedRowShowsItsOwnGpusBusyFraction) {
   using testing::client;
   using testing::kernel;
