@@ -190,9 +190,13 @@ class Simulation {
   }
 
   void start_requests() {
-    const std::vector<int> order = dispatch_order_;
-    for (int i : order) {
-      if (try_start_request(i) && policy_.exclusive_requests()) served_best_effort(i);
+    if (!policy_.exclusive_requests()) {
+      for (int i : dispatch_order_) try_start_request(i);
+      return;
+    }
+    start_order_ = dispatch_order_;  // served_best_effort reorders dispatch_order_ (scratch: no allocation once sized)
+    for (int i : start_order_) {
+      if (try_start_request(i)) served_best_effort(i);
     }
   }
 
@@ -600,6 +604,7 @@ class Simulation {
   std::vector<Cohort> cohorts_;
   std::vector<int> waiting_, on_gpu_;  // scratch of dispatch_blocks and update_speeds
   std::vector<int> dispatch_order_;
+  std::vector<int> start_order_;  // scratch of start_requests
   SchedulerView view_;
   std::vector<std::pair<const SimKernel*, int>> scratch_;
   std::vector<double> speeds_;

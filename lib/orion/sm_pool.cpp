@@ -24,6 +24,8 @@ SmPool::SmPool(int sms, int clients) : sms_(sms) {
   }
   groups_.push_back(Group{0, sms, {}});
   client_need_.resize(static_cast<std::size_t>(clients));
+  client_share_.resize(static_cast<std::size_t>(clients), SmShare{});
+  for (std::size_t c = 0; c < client_need_.size(); ++c) client_need_[c] = to_fixed(client_share_[c]);
 }
 
 SmPool::Fixed SmPool::to_fixed(const SmShare& share) {
@@ -55,8 +57,12 @@ void SmPool::drop_empty_groups() {
 }
 
 int SmPool::place(int client, const SmShare& share, int units) {
-  const Fixed need = to_fixed(share);
-  client_need_[static_cast<std::size_t>(client)] = need;
+  const auto c = static_cast<std::size_t>(client);
+  if (share != client_share_[c]) {
+    client_share_[c] = share;
+    client_need_[c] = to_fixed(share);
+  }
+  const Fixed need = client_need_[c];
   const std::uint64_t bit = std::uint64_t{1} << client;
   int placed = 0;
   // Groups appended by move() hold this client already: only the first
