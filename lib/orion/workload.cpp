@@ -177,9 +177,17 @@ Workload load_native(const JsonValue& root, const std::filesystem::path& dir,
 Workload load_orion_config(const JsonValue& root, const std::filesystem::path& dir,
                            const std::vector<std::filesystem::path>& profile_dirs) {
   Workload w;
-  w.device = device_by_name("v100");
   const auto clients = root.elements();
   if (clients.empty()) root.fail("workload has no clients");
+  // Orion measured its profiles on a V100; profiles that record another GPU
+  // (ours, from capture or import-ncu) set the device instead, all alike.
+  w.device = device_by_name("v100");
+  {
+    const JsonValue& c = clients.front();
+    const char* key = c.has("additional_kernel_file") ? "additional_kernel_file" : "kernel_file";
+    const auto first = read_kernel_profile(resolve_profile(c.get<std::string>(key), dir, profile_dirs, c.at(key)));
+    if (!first.device.empty()) w.device = device_by_name(first.device);
+  }
   for (std::size_t i = 0; i < clients.size(); ++i) {
     const JsonValue& c = clients[i];
     ClientSpec s;

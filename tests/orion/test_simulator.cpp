@@ -292,6 +292,25 @@ TEST(Workload, AProfileIsUsedOnlyOnTheGpuItWasMeasuredOn) {
             std::string::npos);
   // Orion's own profiles do not say where they were measured: used as they are.
   EXPECT_EQ(read_kernel_profile(kExamples / "profiles" / "resnet50_4_fwd.csv").device, "");
+  // Orion's config format has no device: a V100, or the GPU its profiles record.
+  auto orion_config = [&](const std::string& be_profile, const std::string& hp_profile = "p.csv") {
+    write_file_atomically(dir / "c.json", R"([{"arch": "a", "kernel_file": ")" + be_profile +
+                                              R"(", "num_iters": 5, "args": {"rps": 0}},
+                                              {"arch": "b", "kernel_file": ")" + hp_profile +
+                                              R"(", "num_iters": 5, "args": {"rps": 10}}])");
+    return dir / "c.json";
+  };
+  EXPECT_EQ(load_workload(orion_config("p.csv")).device.name, "h200");
+  p.device = "h100";
+  write_kernel_profile(dir / "q.csv", p);
+  EXPECT_NE(fleet::testing::error_of([&] { load_workload(orion_config("q.csv")); })
+                .find("p.csv was measured on h200, not on h100"),
+            std::string::npos);
+  std::filesystem::copy_file(kExamples / "profiles" / "resnet50_4_fwd.csv", dir / "orion.csv");
+  EXPECT_EQ(load_workload(orion_config("orion.csv", "orion.csv")).device.name, "v100-16");
+  EXPECT_NE(fleet::testing::error_of([&] { load_workload(orion_config("orion.csv")); })
+                .find("p.csv was measured on h200, not on v100-16"),
+            std::string::npos);
 }
 
 TEST(Workload, ArrivalProcesses) {
