@@ -56,6 +56,14 @@ int run_simulate(const SimulateOptions& options) {
       }
       policies.push_back(p);
     }
+    // Stream priority only matters for an HP client: without one, streams
+    // and mps differ only by the clients' MPS shares.
+    const bool any_hp = std::any_of(workload.clients.begin(), workload.clients.end(),
+                                    [](const ClientSpec& c) { return c.high_priority; });
+    const bool any_share = std::any_of(workload.clients.begin(), workload.clients.end(),
+                                       [](const ClientSpec& c) { return c.mps_active_thread_percentage < 100; });
+    if (!any_hp && !any_share)
+      spdlog::info("no high-priority client and no mps_active_thread_percentage: streams and mps give the same rows");
   } else {
     make_policy(options.policy == "dedicated" ? "streams" : options.policy, workload);  // validates the name
     if (options.policy != "dedicated") policies.push_back(options.policy);

@@ -61,6 +61,18 @@ TEST(Simulator, AManyWaveKernelTakesItsProfiledTimeAndTwiceThatOnHalfTheSms) {
   EXPECT_NEAR(simulate(w, "mps", fine).clients[0].latencies_ms.at(0), 2.0, 1e-9);
 }
 
+TEST(Simulator, WithoutAnHpClientStreamsAndMpsDifferOnlyByMpsShares) {
+  // Stream priority orders an HP stream first; with best-effort clients only
+  // the two baselines place the same blocks at the same times, until a
+  // client is given an MPS share (orion-run says so in its log).
+  Workload w = testing::workload(
+      {client("a", {kernel(1000, 120, KernelClass::kCompute), kernel(400, 60, KernelClass::kMemory)}, false, true, 30),
+       client("b", {kernel(700, 100, KernelClass::kMemory)}, false, true, 0)});
+  EXPECT_EQ(simulate(w, "streams").clients[0].latencies_ms, simulate(w, "mps").clients[0].latencies_ms);
+  w.clients[1].mps_active_thread_percentage = 25;
+  EXPECT_NE(simulate(w, "streams").clients[0].latencies_ms, simulate(w, "mps").clients[0].latencies_ms);
+}
+
 TEST(Simulator, InOrderKernelsOfOneClientAddUp) {
   Workload w = testing::workload({client("seq",
                                          {kernel(10, 80, KernelClass::kCompute), kernel(20, 5, KernelClass::kMemory),
