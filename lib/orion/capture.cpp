@@ -106,6 +106,30 @@ const DeviceSpec& device_for_name(const std::string& cupti_name, int sms) {
                                cupti_name, sms));
 }
 
+namespace {
+
+// The GPU the durations were measured on: CUPTI's, or --device for a GPU
+// without a table of its own; a --device that names another known GPU than
+// the one the program ran on would label its durations wrongly.
+const DeviceSpec& capture_device(const CaptureRecords& records, const std::string& option) {
+  if (option == "auto") return device_for_name(records.device_name, records.device_sms);
+  const DeviceSpec& chosen = device_by_name(option);
+  if (records.device_name.empty()) return chosen;
+  const DeviceSpec* ran = nullptr;
+  try {
+    ran = &device_for_name(records.device_name, records.device_sms);
+  } catch (const InputError&) {
+    return chosen;  // no table for it: --device stands in
+  }
+  if (ran->name != chosen.name) {
+    throw InputError(fmt::format("--device {}: the program ran on '{}' ({}); its kernel durations are that GPU's",
+                                 chosen.name, records.device_name, ran->name));
+  }
+  return chosen;
+}
+
+}  // namespace
+
 std::optional<double> launch_bound_overhead_us(const KernelProfile& profile, const std::vector<double>& walls_ns) {
   if (walls_ns.empty() || profile.kernels.empty()) return std::nullopt;
   const double wall = median(walls_ns), kernels = kernel_time_ns(profile);
@@ -116,8 +140,7 @@ std::optional<double> launch_bound_overhead_us(const KernelProfile& profile, con
 }
 
 KernelProfile profile_from_capture(const CaptureRecords& records, const CaptureOptions& options, std::string* summary) {
-  const DeviceSpec& device = options.device == "auto" ? device_for_name(records.device_name, records.device_sms)
-                                                      : device_by_name(options.device);
+  const DeviceSpec& device = capture_device(records, options.device);
   // Marked iterations: kernels that start between a begin and the next end.
   std::vector<std::vector<const CapturedKernel*>> iterations;
   std::vector<std::uint64_t> walls_ns;  // each iteration's time between its markers

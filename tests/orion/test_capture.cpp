@@ -144,6 +144,21 @@ TEST(Capture, DeviceNamesMapToTables) {
             std::string::npos);
 }
 
+TEST(Capture, DeviceStandsInOnlyForAGpuWithoutATable) {
+  fleet::testing::TempDir dir;
+  auto profile_on = [&](const std::string& gpu, const std::string& option) {
+    const CaptureRecords r = read_capture_records(
+        write(dir, "r.jsonl", "{\"kind\":\"device\",\"name\":\"" + gpu + "\",\"sms\":128}\n" + kernel("a", 100, 200)));
+    CaptureOptions o;
+    o.device = option;
+    return profile_from_capture(r, o);
+  };
+  EXPECT_EQ(profile_on("NVIDIA GeForce RTX 4090", "h100").device, "h100");  // no table of its own
+  EXPECT_EQ(profile_on("NVIDIA H200", "h200").device, "h200");
+  EXPECT_EQ(fleet::testing::error_of([&] { profile_on("NVIDIA H200", "h100"); }),
+            "--device h100: the program ran on 'NVIDIA H200' (h200); its kernel durations are that GPU's");
+}
+
 TEST(Capture, MalformedRecordsNameTheirLine) {
   fleet::testing::TempDir dir;
   for (const auto& [text, expected] : std::vector<std::pair<std::string, std::string>>{
