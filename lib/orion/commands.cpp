@@ -81,6 +81,18 @@ int run_simulate(const SimulateOptions& options) {
   sim.policy.reef_queue_depth = options.reef_queue_depth;
   spdlog::info("simulating {} client(s) on {} from {}", workload.clients.size(), workload.device.name, workload.source);
   const SimResult dedicated = simulate(workload, "dedicated", sim);
+  if (sim.policy.hp_limit_ms > 0) {
+    for (std::size_t i = 0; i < workload.clients.size(); ++i) {
+      const ClientResult& alone = dedicated.clients[i];
+      if (workload.clients[i].high_priority && workload.clients[i].training && alone.completed > 0 &&
+          sim.policy.hp_limit_ms < alone.mean_ms) {
+        spdlog::warn("--hp-limit {:g} ms is below the iteration time of '{}' alone ({:.2f} ms): no SM threshold "
+                     "meets it, so orion's search ends at 0 (best-effort kernels then run outside HP iterations, "
+                     "or after --max-be-wait)",
+                     sim.policy.hp_limit_ms, alone.name, alone.mean_ms);
+      }
+    }
+  }
   std::vector<SimResult> results;
   ChromeTrace trace;
   for (std::size_t i = 0; i < policies.size(); ++i) {

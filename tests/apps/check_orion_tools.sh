@@ -75,6 +75,20 @@ if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
   expect_rc 0 "$src/scripts/plot/orion_results.py" --table "$tmp/closed.csv" --latencies "$tmp/closed-lat.csv" \
     -o "$tmp/closed.png"
 fi
+# --hp-limit below what the HP training job takes alone: said, and the search goes to 0.
+cat >"$tmp/hp-train.json" <<EOF
+{"format": "gpufleet-orion-workload", "version": 1, "device": "v100", "clients": [
+ {"name": "hp-train", "profile": "$ex/profiles/mobilenetv2_64_fb1.csv", "priority": "high", "kind": "training",
+  "arrivals": {"type": "closed"}, "requests": 200, "warmup": 2},
+ {"name": "be-train", "profile": "$ex/profiles/resnet50_32_fb1.csv", "priority": "best-effort", "kind": "training",
+  "arrivals": {"type": "closed"}}]}
+EOF
+expect_rc 0 "$bin/orion-run" simulate -w "$tmp/hp-train.json" -p orion --hp-limit 50
+grep -q "warning: --hp-limit 50 ms is below the iteration time of 'hp-train' alone (75.24 ms)" "$tmp/err" ||
+  fail "infeasible --hp-limit: $(cat "$tmp/err")"
+grep -q "^orion: SM threshold 0 after" "$tmp/out" || fail "infeasible --hp-limit search: $(cat "$tmp/out")"
+expect_rc 0 "$bin/orion-run" simulate -w "$tmp/hp-train.json" -p orion --hp-limit 90
+grep -q "warning" "$tmp/err" && fail "a feasible --hp-limit warned: $(cat "$tmp/err")"
 expect_rc 0 "$bin/orion-run" simulate -w "$ex/rnet50_inf_train.json" -p all --requests 100 --json
 grep -q '"policy": "mps"' "$tmp/out" || fail "--policy all --json lacks mps"
 grep -q '"policy": "tick-tock"' "$tmp/out" && fail "tick-tock listed for an inference workload"
