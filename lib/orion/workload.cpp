@@ -173,21 +173,14 @@ Workload load_native(const JsonValue& root, const std::filesystem::path& dir,
 
 // Orion's configs: [{arch, kernel_file, additional_kernel_file?, num_kernels,
 // num_iters, args: {model_name, batchsize, rps, uniform, dummy_data, train}}],
-// the last client being the high-priority one; all on a V100.
+// the last client being the high-priority one; on a V100 unless the profiles
+// record another GPU.
 Workload load_orion_config(const JsonValue& root, const std::filesystem::path& dir,
                            const std::vector<std::filesystem::path>& profile_dirs) {
   Workload w;
   const auto clients = root.elements();
   if (clients.empty()) root.fail("workload has no clients");
-  // Orion measured its profiles on a V100; profiles that record another GPU
-  // (ours, from capture or import-ncu) set the device instead, all alike.
   w.device = device_by_name("v100");
-  {
-    const JsonValue& c = clients.front();
-    const char* key = c.has("additional_kernel_file") ? "additional_kernel_file" : "kernel_file";
-    const auto first = read_kernel_profile(resolve_profile(c.get<std::string>(key), dir, profile_dirs, c.at(key)));
-    if (!first.device.empty()) w.device = device_by_name(first.device);
-  }
   for (std::size_t i = 0; i < clients.size(); ++i) {
     const JsonValue& c = clients[i];
     ClientSpec s;
@@ -201,7 +194,12 @@ Workload load_orion_config(const JsonValue& root, const std::filesystem::path& d
     const auto main_file = resolve_profile(c.get<std::string>(has_additional ? "additional_kernel_file" : "kernel_file"),
                                            dir, profile_dirs, c.at(has_additional ? "additional_kernel_file" : "kernel_file"));
     s.profile_path = main_file.string();
-    s.kernels = to_sim_kernels(read_kernel_profile(main_file), w.device);
+    const KernelProfile main_profile = read_kernel_profile(main_file);
+    // Orion measured its profiles on a V100; profiles that record another GPU
+    // (ours, from capture or import-ncu) set the device instead, all alike:
+    // the first client's decides, the others must agree.
+    if (i == 0 && !main_profile.device.empty()) w.device = device_by_name(main_profile.device);
+    s.kernels = to_sim_kernels(main_profile, w.device);
     if (has_additional) {
       s.first_kernels = to_sim_kernels(
           read_kernel_profile(resolve_profile(c.get<std::string>("kernel_file"), dir, profile_dirs, c.at("kernel_file"))),
