@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
       });
   simulate->add_option("-w,--workload", sim.workload, "Workload JSON (ours, or Orion's config list)")->required();
   simulate->add_option("-p,--policy", sim.policy,
-                       "orion, temporal, streams, mps, reef, tick-tock, dedicated, or all (one table)")
+                       "orion, temporal, streams, mps, reef, tick-tock, dedicated, all, or a comma-separated list (one table)")
       ->capture_default_str();
   simulate->add_option("--profiles", sim.profile_dirs, "Folders to look for kernel profiles in (repeatable)");
   simulate->add_option("--trace", trace, "Write a Chrome/Perfetto timeline of the (first) policy's run");

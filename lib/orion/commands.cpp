@@ -29,7 +29,6 @@ int run_simulate(const SimulateOptions& options) {
       .file(options.csv.value_or(""), "--csv")
       .file(options.latencies_csv.value_or(""), "--latencies")
       .check(Existing::kReplace);
-  if (options.trace && options.policy == "dedicated") throw UsageError("--trace needs a policy other than 'dedicated'");
   std::ostream& report = report_stream(check);
   Workload workload = load_workload(options.workload, options.profile_dirs);
   if (options.seed) workload.seed = *options.seed;
@@ -44,18 +43,9 @@ int run_simulate(const SimulateOptions& options) {
   }
   if (!(options.dur_threshold > 0 && options.dur_threshold < 1)) throw UsageError("--dur-threshold must be in (0, 1)");
 
-  std::vector<std::string> policies;
+  const std::vector<std::string> policies = select_policies(options.policy, workload);
+  if (options.trace && policies.empty()) throw UsageError("--trace needs a policy other than 'dedicated'");
   if (options.policy == "all") {
-    for (const std::string& p : policy_names()) {
-      if (p == "dedicated") continue;
-      try {
-        make_policy(p, workload);  // skips those that do not apply (tick-tock: training only; orion, reef: need HP)
-      } catch (const InputError& e) {
-        spdlog::info("skipping policy {}: {}", p, e.message());
-        continue;
-      }
-      policies.push_back(p);
-    }
     // Stream priority only matters for an HP client: without one, streams
     // and mps differ only by the clients' MPS shares.
     const bool any_hp = std::any_of(workload.clients.begin(), workload.clients.end(),
@@ -64,9 +54,6 @@ int run_simulate(const SimulateOptions& options) {
                                        [](const ClientSpec& c) { return c.mps_active_thread_percentage < 100; });
     if (!any_hp && !any_share)
       spdlog::info("no high-priority client and no mps_active_thread_percentage: streams and mps give the same rows");
-  } else {
-    make_policy(options.policy == "dedicated" ? "streams" : options.policy, workload);  // validates the name
-    if (options.policy != "dedicated") policies.push_back(options.policy);
   }
 
   SimOptions sim;

@@ -2,6 +2,7 @@
 #include <array>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "common/error.h"
 #include "orion/policy.h"
@@ -182,6 +183,39 @@ std::unique_ptr<Policy> make_policy(std::string_view name, const Workload& workl
   }
   throw InputError("unknown policy '" + std::string(name) +
                    "' (orion, temporal, streams, mps, reef, tick-tock, dedicated, all)");
+}
+
+std::vector<std::string> select_policies(std::string_view spec, const Workload& workload) {
+  std::vector<std::string> policies;
+  if (spec == "all") {
+    for (const std::string& p : policy_names()) {
+      if (p == "dedicated") continue;
+      try {
+        make_policy(p, workload);  // skips those that do not apply (tick-tock: training only; orion, reef: need HP)
+      } catch (const InputError& e) {
+        spdlog::info("skipping policy {}: {}", p, e.message());
+        continue;
+      }
+      policies.push_back(p);
+    }
+    return policies;
+  }
+  std::size_t begin = 0;
+  while (true) {
+    const std::size_t comma = spec.find(',', begin);
+    const std::string name(spec.substr(begin, comma == std::string_view::npos ? std::string_view::npos : comma - begin));
+    if (name.empty()) throw InputError("--policy '" + std::string(spec) + "': an empty name in the list");
+    if (name == "all" && spec != "all") throw InputError("--policy: 'all' cannot be part of a list");
+    if (name != "dedicated") {
+      make_policy(name, workload);  // validates the name against the workload
+      if (std::find(policies.begin(), policies.end(), name) != policies.end())
+        throw InputError("--policy: '" + name + "' is listed twice");
+      policies.push_back(name);
+    }
+    if (comma == std::string_view::npos) break;
+    begin = comma + 1;
+  }
+  return policies;
 }
 
 }  // namespace fleet::orion

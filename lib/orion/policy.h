@@ -72,4 +72,12 @@ const std::vector<std::string>& policy_names();
 /// Creates a policy: orion, temporal, streams, mps, reef, tick-tock. InputError otherwise.
 std::unique_ptr<Policy> make_policy(std::string_view name, const Workload& workload, const PolicyOptions& options = {});
 
+/// The policies `orion-run simulate -p SPEC` runs beside the dedicated
+/// baseline, in table order. SPEC is one name, "all" (every policy that
+/// applies to the workload; the others are skipped with an info line), or a
+/// comma-separated list run in the order given. "dedicated" adds nothing (its
+/// row is always there). InputError for an unknown or inapplicable name, an
+/// empty item or a name listed twice.
+std::vector<std::string> select_policies(std::string_view spec, const Workload& workload);
+
 }  // namespace fleet::orion

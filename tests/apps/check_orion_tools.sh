@@ -93,6 +93,12 @@ expect_rc 0 "$bin/orion-run" simulate -w "$ex/rnet50_inf_train.json" -p all --re
 grep -q '"policy": "mps"' "$tmp/out" || fail "--policy all --json lacks mps"
 grep -q '"policy": "tick-tock"' "$tmp/out" && fail "tick-tock listed for an inference workload"
 expect_rc 0 "$bin/orion-run" simulate -w "$ex/fig7_rnet_rnet.json" --profiles "$ex/profiles" -p orion --requests 100
+# A list of policies: one table, dedicated first, then in the order given.
+expect_rc 0 "$bin/orion-run" simulate -w "$ex/rnet50_inf_train.json" -p mps,temporal --requests 60 --csv "$tmp/list.csv"
+[ "$(cut -d, -f1 "$tmp/list.csv" | sed 1d | uniq | tr '\n' ' ')" = "dedicated mps temporal " ] ||
+  fail "policy list rows: $(cut -d, -f1 "$tmp/list.csv" | uniq | tr '\n' ' ')"
+expect_rc 2 "$bin/orion-run" simulate -w "$ex/rnet50_inf_train.json" -p mps,mps
+grep -q "'mps' is listed twice" "$tmp/err" || fail "repeated policy: $(cat "$tmp/err")"
 
 expect_rc 2 "$bin/orion-run" simulate -w "$ex/rnet50_inf_train.json" -p fifo
 grep -q "^orion-run: error: unknown policy 'fifo'" "$tmp/err" || fail "unknown policy message"

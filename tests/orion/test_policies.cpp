@@ -105,6 +105,21 @@ TEST_F(PolicyFixture, BaselinesAdmitEverything) {
   EXPECT_THROW(make_policy("fifo", w), InputError);
 }
 
+TEST_F(PolicyFixture, APolicyListRunsInTheOrderGivenAndAllSkipsWhatDoesNotApply) {
+  EXPECT_EQ(select_policies("orion", w), (std::vector<std::string>{"orion"}));
+  EXPECT_EQ(select_policies("dedicated", w), std::vector<std::string>{});
+  EXPECT_EQ(select_policies("mps,temporal,orion", w), (std::vector<std::string>{"mps", "temporal", "orion"}));
+  EXPECT_EQ(select_policies("dedicated,reef", w), (std::vector<std::string>{"reef"}));
+  // tick-tock needs training jobs only; this workload serves its HP client.
+  EXPECT_EQ(select_policies("all", w), (std::vector<std::string>{"temporal", "streams", "mps", "reef", "orion"}));
+  for (const char* bad : {"mps,mps", "mps,", ",mps", "mps,,orion", "all,mps", "mps,fifo", "mps,tick-tock", ""}) {
+    EXPECT_THROW(select_policies(bad, w), InputError) << bad;
+  }
+  Workload best_effort_only = testing::workload({testing::client("be", {be_small_memory}, false, true, 0)});
+  EXPECT_THROW(select_policies("mps,orion", best_effort_only), InputError);  // orion protects an HP client
+  EXPECT_EQ(select_policies("all", best_effort_only), (std::vector<std::string>{"temporal", "streams", "mps", "tick-tock"}));
+}
+
 TEST(TickTock, JobsNeverRunTheSameHalfAtOnce) {
   const SimKernel k = kernel(10, 10, KernelClass::kCompute);
   Workload w = testing::workload({testing::client("a", {k, k, k, k}, false, true, 5),
