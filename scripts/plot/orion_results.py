@@ -14,6 +14,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 
 
 def read_csv(path):
@@ -49,6 +50,10 @@ def main():
         n = len(values)
         cdf.plot(values, [(i + 1) / n for i in range(n)], label=policy, linewidth=1.6 if policy in ("orion", "dedicated") else 1)
     cdf.set_xscale("log")
+    # Plain milliseconds on the log axis (matplotlib's default is "3x10^0").
+    plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+    cdf.xaxis.set_major_formatter(plain)
+    cdf.xaxis.set_minor_formatter(plain)
     cdf.set_xlabel("high-priority request latency (ms, log scale)")
     cdf.set_ylabel("fraction of requests")
     cdf.set_title("HP latency CDF")
