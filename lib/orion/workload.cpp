@@ -297,12 +297,24 @@ Workload load_workload(const std::filesystem::path& path, const std::vector<std:
 }
 
 ArrivalStream::ArrivalStream(const ArrivalSpec& spec, std::uint64_t seed)
-    : spec_(spec), rng_(seed), exponential_(spec.rate_per_s > 0 ? spec.rate_per_s : 1.0) {}
+    : spec_(spec), rng_(seed), exponential_(spec.rate_per_s > 0 ? spec.rate_per_s : 1.0) {
+  if (spec_.kind == ArrivalKind::kUniform) {
+    // Where in its period a uniform client starts is arbitrary (when its
+    // process came up): drawn, so that its arrivals do not fall on the same
+    // instants as another client's by construction (a trace of whole
+    // milliseconds beside 100 requests/s would otherwise collide exactly,
+    // with ties decided by rounding). 53 random bits, the same on every
+    // standard library.
+    const double unit = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+    phase_s_ = unit / spec_.rate_per_s;
+  }
+}
 
 double ArrivalStream::next() {
   switch (spec_.kind) {
     case ArrivalKind::kPoisson: t_ += exponential_(rng_); break;
-    case ArrivalKind::kUniform: t_ += 1.0 / spec_.rate_per_s; break;
+    // From the index, not by adding the period: no drift over millions of requests.
+    case ArrivalKind::kUniform: t_ = phase_s_ + static_cast<double>(index_) / spec_.rate_per_s; break;
     case ArrivalKind::kTrace: t_ += spec_.trace_gaps_s[index_ % spec_.trace_gaps_s.size()]; break;
     case ArrivalKind::kClosedLoop: return std::numeric_limits<double>::infinity();
   }

@@ -93,6 +93,7 @@ class ArrivalStream {
   std::mt19937_64 rng_;
   std::exponential_distribution<double> exponential_;
   double t_ = 0;
+  double phase_s_ = 0;  ///< uniform: the first arrival, drawn in [0, 1 / rate)
   std::size_t index_ = 0;
 };
 

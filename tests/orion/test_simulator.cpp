@@ -2,6 +2,7 @@
 // workload loading, and the Orion target on the reference workload.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 
@@ -330,8 +331,21 @@ TEST(Workload, ArrivalProcesses) {
   const auto a = generate_arrivals(poisson, 20000, 3);
   EXPECT_NEAR(a.back() / 20000, 0.01, 0.0005);  // mean gap 1 / rate
   EXPECT_EQ(a, generate_arrivals(poisson, 20000, 3));
-  const auto u = generate_arrivals({ArrivalKind::kUniform, 4, {}}, 3, 1);
-  EXPECT_EQ(u, (std::vector<double>{0.25, 0.5, 0.75}));
+  // Uniform: one period apart, from a first arrival drawn within the first
+  // period (where the client's process happened to start), so that two
+  // clients' arrivals do not coincide by construction.
+  const auto u = generate_arrivals({ArrivalKind::kUniform, 4, {}}, 1'000'000, 1);
+  EXPECT_GE(u[0], 0.0);
+  EXPECT_LT(u[0], 0.25);
+  EXPECT_DOUBLE_EQ(u[1] - u[0], 0.25);
+  EXPECT_NEAR(u.back() - u.front(), 999'999 * 0.25, 1e-9);  // no drift over a million periods
+  EXPECT_EQ(u, generate_arrivals({ArrivalKind::kUniform, 4, {}}, 1'000'000, 1));
+  std::vector<double> phases;
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) phases.push_back(generate_arrivals({ArrivalKind::kUniform, 4, {}}, 1, seed)[0]);
+  std::sort(phases.begin(), phases.end());
+  EXPECT_EQ(std::unique(phases.begin(), phases.end()), phases.end());
+  EXPECT_LT(phases.front(), 0.125);  // spread over the period, not bunched at one end
+  EXPECT_GT(phases.back(), 0.125);
   const auto t = generate_arrivals({ArrivalKind::kTrace, 0, {0.1, 0.3}}, 3, 1);
   EXPECT_NEAR(t[2], 0.5, 1e-12);
   EXPECT_TRUE(generate_arrivals({}, 10, 1).empty());
