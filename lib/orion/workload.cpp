@@ -92,6 +92,8 @@ ArrivalSpec parse_arrivals(const JsonValue& v, const std::filesystem::path& dir)
     } else {
       const auto file = v.get<std::string>("file");
       const std::filesystem::path p = std::filesystem::path(file).is_absolute() ? std::filesystem::path(file) : dir / file;
+      if (!std::filesystem::is_regular_file(p))
+        v.at("file").fail("arrival trace '" + p.string() + "' not found (relative paths are read beside the workload)");
       a.trace_gaps_s = load_json_file(p).root().as<std::vector<double>>();
     }
     if (a.trace_gaps_s.empty()) v.fail("arrival trace is empty");

@@ -380,6 +380,12 @@ TEST(Workload, BadWorkloadsNameTheField) {
   bad = good;
   bad.replace(bad.find("\"rate\": 5"), 9, "\"rate\": -5");
   EXPECT_NE(error_for("[" + bad + "]").find("/clients/0/arrivals/rate: rate must be positive"), std::string::npos);
+  bad = good;
+  bad.replace(bad.find("{\"type\": \"poisson\", \"rate\": 5}"), 30, "{\"type\": \"trace\", \"file\": \"gaps.json\"}");
+  EXPECT_NE(error_for("[" + bad + "]").find("/clients/0/arrivals/file: arrival trace"), std::string::npos)
+      << error_for("[" + bad + "]");
+  write_file_atomically(dir / "gaps.json", "[0.01, 0.02]");
+  EXPECT_EQ(error_for("[" + bad + "]"), "no error");
   std::string other = good;
   other.replace(other.find("\"x\""), 3, "\"y\"");
   EXPECT_NE(error_for("[" + good + ", " + other + "]").find("at most one client may have high priority"), std::string::npos);
