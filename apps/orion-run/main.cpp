@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   std::string trace, csv, latencies, contention;
   std::uint64_t seed = 0;
   std::int64_t requests = 0;
+  double launch_overhead_us = -1;
   CLI::App* simulate = tool.add_command(
       "simulate", "Simulate a workload on a GPU model under a policy and compare with dedicated GPUs", [&] {
         if (!trace.empty()) sim.trace = trace;
@@ -21,6 +22,7 @@ int main(int argc, char** argv) {
         if (!contention.empty()) sim.contention = contention;
         if (seed != 0) sim.seed = seed;
         if (requests != 0) sim.requests = requests;
+        if (launch_overhead_us >= 0) sim.launch_overhead_us = launch_overhead_us;
         return fleet::orion::run_simulate(sim);
       });
   simulate->add_option("-w,--workload", sim.workload, "Workload JSON (ours, or Orion's config list)")->required();
@@ -37,6 +39,10 @@ int main(int argc, char** argv) {
       ->check(fleet::in_range(0, 9.2e18));
   simulate->add_option("--requests", requests, "Override the request count of bounded clients")
       ->check(fleet::in_range(1, 1e7));
+  simulate->add_option("--launch-overhead-us", launch_overhead_us,
+                       "Override every client's CPU time per kernel launch in us (PyTorch eager: 10-20; "
+                       "default: the workload's, 5 for Orion's configs)")
+      ->check(fleet::in_range(0, 1e6));
   simulate->add_option("--dur-threshold", sim.dur_threshold,
                        "orion: outstanding best-effort work cap, as a fraction of the HP request latency")
       ->capture_default_str()

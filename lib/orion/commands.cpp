@@ -41,6 +41,12 @@ int run_simulate(const SimulateOptions& options) {
       }
     }
   }
+  if (options.launch_overhead_us) {
+    if (!(*options.launch_overhead_us >= 0 && *options.launch_overhead_us <= 1e6))
+      throw UsageError("--launch-overhead-us must be 0 to 1e6 microseconds");
+    workload.launch_overhead_us = *options.launch_overhead_us;
+    for (ClientSpec& c : workload.clients) c.launch_overhead_us = -1;  // the workload's, now the flag's
+  }
   if (!(options.dur_threshold > 0 && options.dur_threshold < 1)) throw UsageError("--dur-threshold must be in (0, 1)");
 
   const std::vector<std::string> policies = select_policies(options.policy, workload);
@@ -104,6 +110,7 @@ int run_simulate(const SimulateOptions& options) {
     out["device"] = workload.device.name;
     out["workload"] = workload.source;
     out["seed"] = workload.seed;
+    out["launch_overhead_us"] = workload.launch_overhead_us;
     out["contention_model"] = options.contention ? nlohmann::json(options.contention->string()) : nlohmann::json();
     nlohmann::json summaries = nlohmann::json::object();
     for (const SimResult& r : results)

@@ -20,6 +20,10 @@ struct SimulateOptions {
   std::optional<std::filesystem::path> contention;  ///< contention model file (default: the V100 calibration)
   std::optional<std::uint64_t> seed;
   std::optional<std::int64_t> requests;         ///< overrides the HP client's request count
+  /// Overrides every client's CPU time per kernel launch (the workload's
+  /// launch_overhead_us and each client's own); Orion's config format has no
+  /// field for it.
+  std::optional<double> launch_overhead_us;
   double dur_threshold = 0.025;
   double max_be_wait_ms = 100;                  ///< a held BE kernel is admitted after this long (0: never)
   int sm_threshold = -1;

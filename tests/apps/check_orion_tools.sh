@@ -101,6 +101,19 @@ expect_rc 0 "$bin/orion-run" simulate -w "$ex/rnet50_inf_train.json" -p mps,temp
   fail "policy list rows: $(cut -d, -f1 "$tmp/list.csv" | uniq | tr '\n' ' ')"
 expect_rc 2 "$bin/orion-run" simulate -w "$ex/rnet50_inf_train.json" -p mps,mps
 grep -q "'mps' is listed twice" "$tmp/err" || fail "repeated policy: $(cat "$tmp/err")"
+# --launch-overhead-us: the workload's own value (4 us) gives the same table; at 40 us a
+# ResNet50 request (175 kernels) is launch-bound, 7 ms at least; a negative value is refused.
+expect_rc 0 "$bin/orion-run" -q simulate -w "$ex/rnet50_inf_train.json" -p dedicated --requests 80
+cp "$tmp/out" "$tmp/own-launch.txt"
+expect_rc 0 "$bin/orion-run" -q simulate -w "$ex/rnet50_inf_train.json" -p dedicated --requests 80 --launch-overhead-us 4
+cmp -s "$tmp/out" "$tmp/own-launch.txt" || fail "--launch-overhead-us at the workload's value changes the results"
+expect_rc 0 "$bin/orion-run" -q simulate -w "$ex/rnet50_inf_train.json" -p dedicated --requests 80 \
+  --launch-overhead-us 40 --csv "$tmp/launch.csv" --json
+grep -q '"launch_overhead_us": 40' "$tmp/out" || fail "--json lacks the launch overhead: $(head -c 300 "$tmp/out")"
+awk -F, '$3 == "high" && $6 < 7.0 { bad = 1 } END { exit bad }' "$tmp/launch.csv" ||
+  fail "40 us per launch did not make the HP request launch-bound: $(cat "$tmp/launch.csv")"
+expect_rc 2 "$bin/orion-run" simulate -w "$ex/rnet50_inf_train.json" --launch-overhead-us -1
+grep -q "launch-overhead-us" "$tmp/err" || fail "negative launch overhead: $(cat "$tmp/err")"
 
 expect_rc 2 "$bin/orion-run" simulate -w "$ex/rnet50_inf_train.json" -p fifo
 grep -q "^orion-run: error: unknown policy 'fifo'" "$tmp/err" || fail "unknown policy message"
