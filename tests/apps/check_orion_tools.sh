@@ -112,6 +112,15 @@ expect_rc 0 "$bin/orion-run" -q simulate -w "$ex/rnet50_inf_train.json" -p dedic
 grep -q '"launch_overhead_us": 40' "$tmp/out" || fail "--json lacks the launch overhead: $(head -c 300 "$tmp/out")"
 awk -F, '$3 == "high" && $6 < 7.0 { bad = 1 } END { exit bad }' "$tmp/launch.csv" ||
   fail "40 us per launch did not make the HP request launch-bound: $(cat "$tmp/launch.csv")"
+# It also replaces a client's own value: the HP client at 100 us per launch is launch-bound
+# (17.5 ms a request) until the flag sets 4 us.
+sed 's/"priority": "high",/"priority": "high", "launch_overhead_us": 100,/' "$ex/rnet50_inf_train.json" > "$tmp/own.json"
+expect_rc 0 "$bin/orion-run" -q simulate -w "$tmp/own.json" --profiles "$ex/profiles" -p dedicated --requests 80 --csv "$tmp/own.csv"
+awk -F, '$3 == "high" && $6 < 17.5 { bad = 1 } END { exit bad }' "$tmp/own.csv" ||
+  fail "a client's own launch overhead was not used: $(cat "$tmp/own.csv")"
+expect_rc 0 "$bin/orion-run" -q simulate -w "$tmp/own.json" --profiles "$ex/profiles" -p dedicated --requests 80 \
+  --launch-overhead-us 4
+cmp -s "$tmp/out" "$tmp/own-launch.txt" || fail "--launch-overhead-us did not replace a client's own value"
 expect_rc 2 "$bin/orion-run" simulate -w "$ex/rnet50_inf_train.json" --launch-overhead-us -1
 grep -q "launch-overhead-us" "$tmp/err" || fail "negative launch overhead: $(cat "$tmp/err")"
 
