@@ -86,6 +86,14 @@ int run_simulate(const SimulateOptions& options) {
       }
     }
   }
+  for (const ClientResult& alone : dedicated.clients) {
+    if (alone.overloaded) {
+      spdlog::warn("'{}' is overloaded even alone: its requests arrive faster than they are served (offered load "
+                   "{:.2f}: arrival rate x service time), so its queue and latencies grow with the run's length; "
+                   "its latencies are not compared (outcome 'overloaded'); lower its rate to measure the sharing",
+                   alone.name, alone.offered_load);
+    }
+  }
   std::vector<SimResult> results;
   ChromeTrace trace;
   for (std::size_t i = 0; i < policies.size(); ++i) {

@@ -27,8 +27,12 @@ struct ComparisonRow {
   double busy_fraction = 0;            ///< GPU time with work, for the policy's run
   double sm_utilization = 0;
   /// ok; "starved" (not one request, warm-up included, ended in the window);
-  /// "too few" (< kMinCompletedForRatios in the window): no ratios then.
+  /// "too few" (< kMinCompletedForRatios in the window): no ratios then;
+  /// "overloaded" (an open-loop client whose requests arrived faster than
+  /// they were served, here or alone): its latencies grow with the run's
+  /// length, so no latency ratio; the throughput ratio stays.
   std::string outcome = "ok";
+  double offered_load = -1;  ///< open loop: arrival rate x mean service time (-1: closed loop or too few)
   std::int64_t forced_admissions = 0;  ///< BE kernels admitted after the bounded wait
   std::int64_t preempted = 0;          ///< BE kernels reset by HP arrivals (reef)
 };

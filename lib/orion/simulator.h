@@ -53,10 +53,23 @@ struct ClientResult {
   std::int64_t completed_in_window = 0;  ///< of those, completed within the common window
   double throughput_per_s = 0;  ///< per second over the common window: those, plus the done part of the one in progress
   bool starved = false;              ///< not one request (warm-up included) completed within the common window
+  /// Open loop: arrival rate x mean service time over the requests measured
+  /// in the window (-1: closed loop, or fewer than 3 requests).
+  double offered_load = -1;
+  /// Open loop: its requests arrived faster than they were served, clearly
+  /// beyond chance (orion/offered_load.h); its latencies then grow with
+  /// the run's length.
+  bool overloaded = false;
   /// Latency (iteration time for training) of the requests completed within
   /// the common window, the first completed_in_window of latencies_ms.
   double mean_ms = 0, p50_ms = 0, p95_ms = 0, p99_ms = 0;
   std::vector<double> latencies_ms;  ///< every measured latency, in completion order
+  std::vector<double> done_us;       ///< when each of those requests ended (simulated us)
+  bool open_loop = false;            ///< requests arrive on their own (not closed loop)
+  /// The common window, in simulated us: from the client's first measured
+  /// request to when the first client ran out of work (or the run ended);
+  /// both -1 when no request was measured.
+  double window_start_us = -1, window_end_us = -1;
   std::int64_t forced_admissions = 0;  ///< BE kernels admitted after waiting max_be_wait_us
   std::int64_t preempted = 0;          ///< BE kernels reset by an arriving HP request (reef)
   double preempted_work_ms = 0;        ///< solo time of the work those resets threw away
