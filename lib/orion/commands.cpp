@@ -73,7 +73,7 @@ int run_simulate(const SimulateOptions& options) {
   sim.policy.hp_limit_ms = options.hp_limit_ms;
   sim.policy.reef_queue_depth = options.reef_queue_depth;
   spdlog::info("simulating {} client(s) on {} from {}", workload.clients.size(), workload.device.name, workload.source);
-  const SimResult dedicated = simulate(workload, "dedicated", sim);
+  SimResult dedicated = simulate(workload, "dedicated", sim);
   if (sim.policy.hp_limit_ms > 0) {
     for (std::size_t i = 0; i < workload.clients.size(); ++i) {
       const ClientResult& alone = dedicated.clients[i];
@@ -102,6 +102,7 @@ int run_simulate(const SimulateOptions& options) {
     spdlog::info("policy {}: {:.1f} s simulated, {} kernels", policies[i], results.back().simulated_s,
                  results.back().kernels);
   }
+  cover_shared_windows(workload, dedicated, results, sim);
   std::vector<SimResult> table = {dedicated};
   table.insert(table.end(), results.begin(), results.end());
   const auto rows = compare_to_dedicated(table, dedicated);

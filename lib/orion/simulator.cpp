@@ -673,16 +673,49 @@ void contention_speeds(const std::vector<std::pair<const SimKernel*, int>>& runn
   }
 }
 
+namespace {
+
+// Client `i` of `workload` alone on its own GPU. A client without a request
+// count runs for `horizon_s` of simulated time; a closed-loop one also to at
+// least kMinDedicatedRequests measured requests (an open-loop one keeps the
+// horizon: the same arrivals as the shared runs).
+ClientResult run_alone(const Workload& workload, std::size_t i, double horizon_s, Policy& streams,
+                       const SimOptions& options, SimResult* run_out) {
+  Workload alone = workload;
+  alone.clients = {workload.clients[i]};
+  alone.clients[0].high_priority = false;
+  if (alone.clients[0].requests == 0) {
+    if (!(horizon_s > 0)) throw InputError("dedicated run of '" + alone.clients[0].name + "' has no bound");
+    alone.max_duration_s = horizon_s;
+  }
+  SimOptions alone_options = options;
+  alone_options.progress_label = "dedicated: " + workload.clients[i].name;
+  SimResult r = Simulation(alone, streams, alone_options, nullptr).run();
+  if (workload.clients[i].requests == 0 && workload.clients[i].arrivals.kind == ArrivalKind::kClosedLoop &&
+      r.clients[0].completed_in_window < kMinDedicatedRequests) {
+    alone.clients[0].requests = alone.clients[0].warmup + kMinDedicatedRequests;
+    alone.max_duration_s = 0;
+    r = Simulation(alone, streams, alone_options, nullptr).run();
+  }
+  ClientResult out = std::move(r.clients[0]);
+  out.own_gpu_busy_fraction = r.busy_fraction;
+  out.own_gpu_sm_utilization = r.sm_utilization;
+  out.high_priority = workload.clients[i].high_priority;
+  r.clients.clear();
+  *run_out = std::move(r);
+  return out;
+}
+
+}  // namespace
+
 SimResult simulate(const Workload& workload, std::string_view policy_name, const SimOptions& options, ChromeTrace* trace) {
   if (policy_name != "dedicated") {
     auto policy = make_policy(policy_name, workload, options.policy);
     return Simulation(workload, *policy, options, trace).run();
   }
   // Dedicated: every client alone on its own GPU. Clients that run "until the
-  // others are done" get the HP client's dedicated run time (or the
-  // workload's time limit) as their horizon; a closed-loop one also runs
-  // to at least kMinDedicatedRequests measured requests (an open-loop one
-  // keeps the horizon: the same arrivals as the shared runs).
+  // others are done" get the bounded clients' dedicated run time (or the
+  // workload's time limit) as their horizon.
   SimResult out;
   out.policy = "dedicated";
   auto streams = make_policy("streams", workload, options.policy);
@@ -693,35 +726,35 @@ SimResult simulate(const Workload& workload, std::string_view policy_name, const
   out.clients.resize(workload.clients.size());
   double busy = 0, sm = 0;
   for (std::size_t i : order) {
-    Workload alone = workload;
-    alone.clients = {workload.clients[i]};
-    alone.clients[0].high_priority = false;
-    if (alone.clients[0].requests == 0) {
-      if (!(horizon_s > 0)) throw InputError("dedicated run of '" + alone.clients[0].name + "' has no bound");
-      alone.max_duration_s = horizon_s;
-    }
-    SimOptions alone_options = options;
-    alone_options.progress_label = "dedicated: " + workload.clients[i].name;
-    SimResult r = Simulation(alone, *streams, alone_options, nullptr).run();
-    if (workload.clients[i].requests == 0 && workload.clients[i].arrivals.kind == ArrivalKind::kClosedLoop &&
-        r.clients[0].completed_in_window < kMinDedicatedRequests) {
-      alone.clients[0].requests = alone.clients[0].warmup + kMinDedicatedRequests;
-      alone.max_duration_s = 0;
-      r = Simulation(alone, *streams, alone_options, nullptr).run();
-    }
-    if (workload.clients[i].requests > 0) horizon_s = std::max(horizon_s, r.simulated_s);
-    out.clients[i] = std::move(r.clients[0]);
-    out.clients[i].own_gpu_busy_fraction = r.busy_fraction;
-    out.clients[i].own_gpu_sm_utilization = r.sm_utilization;
-    out.clients[i].high_priority = workload.clients[i].high_priority;
-    out.simulated_s = std::max(out.simulated_s, r.simulated_s);
-    out.kernels += r.kernels;
-    busy += r.busy_fraction;
-    sm += r.sm_utilization;
+    SimResult run;
+    out.clients[i] = run_alone(workload, i, horizon_s, *streams, options, &run);
+    if (workload.clients[i].requests > 0) horizon_s = std::max(horizon_s, run.simulated_s);
+    out.simulated_s = std::max(out.simulated_s, run.simulated_s);
+    out.kernels += run.kernels;
+    busy += run.busy_fraction;
+    sm += run.sm_utilization;
   }
   out.busy_fraction = busy / static_cast<double>(order.size());
   out.sm_utilization = sm / static_cast<double>(order.size());
   return out;
+}
+
+void cover_shared_windows(const Workload& workload, SimResult& dedicated, const std::vector<SimResult>& shared,
+                          const SimOptions& options) {
+  auto streams = make_policy("streams", workload, options.policy);
+  for (std::size_t i = 0; i < workload.clients.size(); ++i) {
+    const ClientSpec& spec = workload.clients[i];
+    if (spec.requests != 0 || spec.arrivals.kind == ArrivalKind::kClosedLoop) continue;
+    double needed_us = 0;
+    for (const SimResult& r : shared) needed_us = std::max(needed_us, r.clients.at(i).window_end_us);
+    if (!(needed_us > dedicated.clients.at(i).window_end_us)) continue;
+    // Past the latest shared window, so that the alone run's window covers it.
+    const double horizon_s = needed_us / 1e6 + 1e-3;
+    SimResult run;
+    dedicated.clients[i] = run_alone(workload, i, horizon_s, *streams, options, &run);
+    dedicated.simulated_s = std::max(dedicated.simulated_s, run.simulated_s);
+    dedicated.kernels += run.kernels;
+  }
 }
 
 }  // namespace fleet::orion

@@ -106,6 +106,15 @@ struct SimResult {
 SimResult simulate(const Workload& workload, std::string_view policy, const SimOptions& options = {},
                    ChromeTrace* trace = nullptr);
 
+/// Reruns alone, for longer, each open-loop client without a request count
+/// whose dedicated run ended before one of the `shared` runs' windows did:
+/// its ratios compare the same arrivals over the same window
+/// (compare_to_dedicated), which the dedicated run must then hold. Its
+/// first horizon, the bounded clients' time alone, is shorter than a shared
+/// run slowed by the sharing.
+void cover_shared_windows(const Workload& workload, SimResult& dedicated, const std::vector<SimResult>& shared,
+                          const SimOptions& options = {});
+
 /// Speed (fraction of solo speed per resident block) of each of `running`
 /// kernels (kernel, SMs holding its blocks) under the model, written to
 /// `speeds`; exposed for tests.
