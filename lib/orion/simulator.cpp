@@ -565,7 +565,8 @@ class Simulation {
     }
   }
 
-  SimResult result() const {
+  // Moves each client's latencies out: called once, at the end of run().
+  SimResult result() {
     SimResult out;
     out.policy = std::string(policy_.name());
     out.policy_summary = policy_.summary();
@@ -578,15 +579,15 @@ class Simulation {
       if (c.finished_us >= 0) window_end_us = std::min(window_end_us, c.finished_us);
     }
     for (std::size_t i = 0; i < clients_.size(); ++i) {
-      const ClientRun& c = clients_[i];
+      ClientRun& c = clients_[i];
       ClientResult r;
       r.name = c.spec->name;
       r.high_priority = c.spec->high_priority;
       r.training = c.spec->training;
-      r.latencies_ms = c.latencies_ms;
-      r.done_us = c.measured_done_us;
+      r.latencies_ms = std::move(c.latencies_ms);
+      r.done_us = std::move(c.measured_done_us);
       r.open_loop = c.arrivals.has_value();
-      r.completed = static_cast<std::int64_t>(c.latencies_ms.size());
+      r.completed = static_cast<std::int64_t>(r.latencies_ms.size());
       // Throughput over the common window: from the client's first measured
       // request to the moment the first client ran out of work (or the run's
       // end). Measured to its own last completion, a client would look fast
@@ -600,8 +601,8 @@ class Simulation {
       if (window_us > 0) {
         r.window_start_us = c.measure_start_us;
         r.window_end_us = window_end_us;
-        const auto ends = std::upper_bound(c.measured_done_us.begin(), c.measured_done_us.end(), window_end_us);
-        r.completed_in_window = ends - c.measured_done_us.begin();
+        const auto ends = std::upper_bound(r.done_us.begin(), r.done_us.end(), window_end_us);
+        r.completed_in_window = ends - r.done_us.begin();
         r.throughput_per_s = (r.completed_in_window + progress_at_window_end_.at(i)) / (window_us / 1e6);
       }
       r.starved = c.first_done_us < 0 || c.first_done_us > window_end_us;
