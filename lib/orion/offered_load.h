@@ -24,7 +24,7 @@ double offered_load(std::span<const double> done_us, std::span<const double> lat
 /// Never with fewer than 6 requests. tests/orion/test_offered_load.cpp
 /// checks it on a lone client of fixed service time and Poisson arrivals: at
 /// a true load of 0.9, called overloaded in at most 2 % of runs of 10 to 200
-/// requests; at 3.0, in (nearly) every run of 50.
+/// requests; at 3.0, in at least 98 % of runs of 50.
 bool overloaded_beyond_chance(double offered_load, std::int64_t requests);
 
 }  // namespace fleet::orion
