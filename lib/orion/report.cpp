@@ -33,11 +33,12 @@ double requests_done_by(const ClientResult& alone, double t_us) {
 // two throughputs differ only by what the sharing cost; over their own
 // windows they would differ by the arrivals each window happens to hold (a
 // short shared window with a burst of Poisson arrivals showed 1.3x the
-// dedicated throughput). A closed-loop client, or a window beyond the
-// dedicated run's, keeps the dedicated run's own figure.
+// dedicated throughput). A closed-loop client, or a window the dedicated
+// run does not cover (cover_shared_windows), keeps the dedicated run's own
+// figure.
 double dedicated_throughput_for(const ClientResult& shared, const ClientResult& alone) {
   const double span_us = shared.window_end_us - shared.window_start_us;
-  if (!shared.open_loop || !(span_us > 0) || alone.window_end_us <= shared.window_end_us ||
+  if (!shared.open_loop || !(span_us > 0) || !dedicated_run_covers(alone, shared.window_end_us) ||
       alone.window_start_us != shared.window_start_us) {
     return alone.throughput_per_s;
   }

@@ -66,6 +66,7 @@ struct ClientResult {
   std::vector<double> latencies_ms;  ///< every measured latency, in completion order
   std::vector<double> done_us;       ///< when each of those requests ended (simulated us)
   bool open_loop = false;            ///< requests arrive on their own (not closed loop)
+  bool all_requests_done = false;    ///< a client with a request count completed them all
   /// The common window, in simulated us: from the client's first measured
   /// request to when the first client ran out of work (or the run ended);
   /// both -1 when no request was measured.
@@ -114,6 +115,11 @@ SimResult simulate(const Workload& workload, std::string_view policy, const SimO
 /// run slowed by the sharing.
 void cover_shared_windows(const Workload& workload, SimResult& dedicated, const std::vector<SimResult>& shared,
                           const SimOptions& options = {});
+
+/// Whether a client's dedicated run holds what the same-window comparison
+/// needs up to `t_us`: a request that ended after it (the one in progress
+/// at t_us counts by its part done), or all of its requests.
+bool dedicated_run_covers(const ClientResult& alone, double t_us);
 
 /// Speed (fraction of solo speed per resident block) of each of `running`
 /// kernels (kernel, SMs holding its blocks) under the model, written to

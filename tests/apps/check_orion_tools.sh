@@ -124,6 +124,28 @@ cmp -s "$tmp/out" "$tmp/own-launch.txt" || fail "--launch-overhead-us did not re
 expect_rc 2 "$bin/orion-run" simulate -w "$ex/rnet50_inf_train.json" --launch-overhead-us -1
 grep -q "launch-overhead-us" "$tmp/err" || fail "negative launch overhead: $(cat "$tmp/err")"
 
+# An open-loop server is compared with its run alone on the same arrivals over the same
+# window: its dedicated run goes on past the shared window (1.11x its dedicated throughput
+# when that run stopped too early). At 1000 requests/s of 6.5 ms it is overloaded even alone:
+# warned, its p99 ratio withheld, its offered load in the CSV.
+cat >"$tmp/server.json" <<EOF
+{"format": "gpufleet-orion-workload", "version": 1, "device": "v100", "seed": 17, "clients": [
+ {"name": "hp", "profile": "$ex/profiles/mobilenetv2_4_fwd.csv", "priority": "high", "kind": "inference",
+  "arrivals": {"type": "closed"}, "requests": 30},
+ {"name": "server", "profile": "$ex/profiles/resnet50_4_fwd.csv", "priority": "best-effort", "kind": "inference",
+  "arrivals": {"type": "poisson", "rate": 100}}]}
+EOF
+expect_rc 0 "$bin/orion-run" simulate -w "$tmp/server.json" -p mps,streams --csv "$tmp/server.csv"
+head -1 "$tmp/server.csv" | grep -q ",completed_in_window,offered_load$" || fail "CSV header: $(head -1 "$tmp/server.csv")"
+awk -F, '$2 == "server" && $1 != "dedicated" && ($15 != "ok" || $12 > 1.0) { bad = 1 } END { exit bad }' "$tmp/server.csv" ||
+  fail "the server beside the HP client above its dedicated throughput: $(cat "$tmp/server.csv")"
+sed 's/"rate": 100/"rate": 1000/; s/"requests": 30}/"requests": 300}/' "$tmp/server.json" > "$tmp/overloaded.json"
+expect_rc 0 "$bin/orion-run" simulate -w "$tmp/overloaded.json" -p mps --csv "$tmp/overloaded.csv"
+grep -q "warning: 'server' is overloaded even alone" "$tmp/err" || fail "no overload warning: $(cat "$tmp/err")"
+grep -q "^mps  *server  *BE .* overload " "$tmp/out" || fail "overloaded row in the table: $(cat "$tmp/out")"
+awk -F, '$2 == "server" && ($15 != "overloaded" || $11 != "" || $12 == "" || $19 < 5) { bad = 1 } END { exit bad }' \
+  "$tmp/overloaded.csv" || fail "overloaded rows in the CSV: $(cat "$tmp/overloaded.csv")"
+
 expect_rc 2 "$bin/orion-run" simulate -w "$ex/rnet50_inf_train.json" -p fifo
 grep -q "^orion-run: error: unknown policy 'fifo'" "$tmp/err" || fail "unknown policy message"
 echo '{"format": "gpufleet-orion-workload", "version": 1, "device": "v100", "clients": [' > "$tmp/bad.json"
