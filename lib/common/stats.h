@@ -28,4 +28,14 @@ double percentile(std::span<const double> values, double q);
 /// Summary of `values` (all zero for an empty input). NaNs are rejected.
 Summary summarize(std::span<const double> values);
 
+/// Summary of a sample in which some values are known only from below
+/// (requests still in progress when a measurement window closed, by their
+/// age then). Each figure is the one of `observed`, raised where needed to
+/// the least value the whole sample can have: that of `observed` together
+/// with `lower_bounds`. It so never falls below what the unfinished values
+/// already prove, and is unchanged when they are not that long (an
+/// unfinished value counted at its bound would pull the figures down).
+/// count, stddev, min and max are those of `observed`; NaNs are rejected.
+Summary summarize_with_lower_bounds(std::span<const double> observed, std::span<const double> lower_bounds);
+
 }  // namespace fleet

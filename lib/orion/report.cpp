@@ -78,6 +78,7 @@ std::vector<ComparisonRow> compare_to_dedicated(const std::vector<SimResult>& re
       row.mean_ms = c.mean_ms;
       row.throughput_per_s = c.throughput_per_s;
       row.completed_in_window = c.completed_in_window;
+      row.in_flight_at_window_end = c.in_flight_at_window_end;
       // The window's completions (a subset of all measured ones) are what
       // the throughput counts: they must reach the minimum for the ratios,
       // in this run and in the dedicated one the ratios divide by.
@@ -144,7 +145,7 @@ nlohmann::json comparison_to_json(const std::vector<ComparisonRow>& rows) {
                    {"offered_load", r.offered_load >= 0 ? nlohmann::json(r.offered_load) : nlohmann::json()},
                    {"gpu_busy_fraction", r.busy_fraction}, {"sm_utilization", r.sm_utilization},
                    {"outcome", r.outcome}, {"forced_admissions", r.forced_admissions},
-                   {"preempted", r.preempted}});
+                   {"preempted", r.preempted}, {"in_flight_at_window_end", r.in_flight_at_window_end}});
   }
   return {{"rows", out}};
 }
@@ -153,17 +154,17 @@ std::string comparison_csv(const std::vector<ComparisonRow>& rows) {
   std::ostringstream out;
   out << "policy,client,role,kind,completed,p50_ms,p95_ms,p99_ms,mean_ms,throughput_per_s,p99_vs_dedicated,"
          "throughput_vs_dedicated,gpu_busy_fraction,sm_utilization,outcome,forced_admissions,preempted,"
-         "completed_in_window,offered_load\n";
+         "completed_in_window,offered_load,in_flight_at_window_end\n";
   for (const ComparisonRow& r : rows) {
     auto latency = [&](double ms) { return r.completed_in_window > 0 ? fmt::format("{}", ms) : std::string(); };
     out << csv_escape(r.policy) << ',' << csv_escape(r.client) << ',' << (r.high_priority ? "high" : "best-effort") << ','
         << (r.training ? "training" : "inference") << ',' << r.completed << ','
-        << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", latency(r.p50_ms), latency(r.p95_ms),
+        << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", latency(r.p50_ms), latency(r.p95_ms),
                        latency(r.p99_ms), latency(r.mean_ms),
                        r.throughput_per_s, r.outcome == "ok" ? fmt::format("{}", r.p99_vs_dedicated) : "",
                        has_throughput_ratio(r) ? fmt::format("{}", r.throughput_vs_dedicated) : "", r.busy_fraction,
                        r.sm_utilization, r.outcome, r.forced_admissions, r.preempted, r.completed_in_window,
-                       r.offered_load >= 0 ? fmt::format("{}", r.offered_load) : "");
+                       r.offered_load >= 0 ? fmt::format("{}", r.offered_load) : "", r.in_flight_at_window_end);
   }
   return out.str();
 }

@@ -20,6 +20,7 @@ struct ComparisonRow {
   bool training = false;
   std::int64_t completed = 0;            ///< measured requests/iterations
   std::int64_t completed_in_window = 0;  ///< of those, within the common window (what "too few" counts)
+  std::int64_t in_flight_at_window_end = 0;  ///< issued but not completed when the window closed
   double p50_ms = 0, p95_ms = 0, p99_ms = 0, mean_ms = 0;
   double throughput_per_s = 0;
   double p99_vs_dedicated = 0;         ///< p99 / dedicated p99

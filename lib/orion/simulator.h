@@ -61,8 +61,14 @@ struct ClientResult {
   /// the run's length.
   bool overloaded = false;
   /// Latency (iteration time for training) of the requests completed within
-  /// the common window, the first completed_in_window of latencies_ms.
+  /// the common window, the first completed_in_window of latencies_ms; each
+  /// figure raised, where needed, to the least the requests still in flight
+  /// at the window's end allow, counted at their age then
+  /// (summarize_with_lower_bounds).
   double mean_ms = 0, p50_ms = 0, p95_ms = 0, p99_ms = 0;
+  /// Measured requests issued but not completed when the window closed:
+  /// the one in progress, and an open loop's queue (at most 1e7).
+  std::int64_t in_flight_at_window_end = 0;
   std::vector<double> latencies_ms;  ///< every measured latency, in completion order
   std::vector<double> done_us;       ///< when each of those requests ended (simulated us)
   bool open_loop = false;            ///< requests arrive on their own (not closed loop)

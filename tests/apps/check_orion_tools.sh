@@ -136,7 +136,10 @@ cat >"$tmp/server.json" <<EOF
   "arrivals": {"type": "poisson", "rate": 100}}]}
 EOF
 expect_rc 0 "$bin/orion-run" simulate -w "$tmp/server.json" -p mps,streams --csv "$tmp/server.csv"
-head -1 "$tmp/server.csv" | grep -q ",completed_in_window,offered_load$" || fail "CSV header: $(head -1 "$tmp/server.csv")"
+head -1 "$tmp/server.csv" | grep -q ",completed_in_window,offered_load,in_flight_at_window_end$" ||
+  fail "CSV header: $(head -1 "$tmp/server.csv")"
+awk -F, 'NR > 1 && $20 !~ /^[0-9]+$/ { bad = 1 } END { exit bad }' "$tmp/server.csv" ||
+  fail "in_flight_at_window_end is not a count: $(cat "$tmp/server.csv")"
 awk -F, '$2 == "server" && $1 != "dedicated" && ($15 != "ok" || $12 > 1.0) { bad = 1 } END { exit bad }' "$tmp/server.csv" ||
   fail "the server beside the HP client above its dedicated throughput: $(cat "$tmp/server.csv")"
 sed 's/"rate": 100/"rate": 1000/; s/"requests": 30}/"requests": 300}/' "$tmp/server.json" > "$tmp/overloaded.json"

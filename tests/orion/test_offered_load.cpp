@@ -195,5 +195,40 @@ TEST(OfferedLoadOutcome, UnderTemporalSharingAClosedLoopsWaitForTheGpuIsPartOfIt
   }
 }
 
+TEST(OfferedLoadOutcome, ARequestStillWaitingWhenTheWindowClosesHoldsTheTailUp) {
+  // A training job (BE) of three 50 ms iterations with 100 ms of host time
+  // between them; an HP server of 1 ms requests that arrive in the job's
+  // gaps (served at once), and one more 1 ms into its last iteration.
+  // Under temporal sharing that request waits for the whole iteration and
+  // is still waiting, 49 ms old, when the job's end closes the window.
+  // Left out, the 18 requests of 1 ms would make a p99 of 1 ms.
+  ClientSpec hp = client("serve", {kernel(1'000, 10, KernelClass::kCompute)}, true, false, 20);
+  hp.arrivals.kind = ArrivalKind::kTrace;
+  hp.arrivals.trace_gaps_s = {0.060};
+  hp.arrivals.trace_gaps_s.resize(9, 0.010);         // 60-140 ms
+  hp.arrivals.trace_gaps_s.push_back(0.070);         // 210 ms
+  hp.arrivals.trace_gaps_s.resize(18, 0.010);        // 210-290 ms
+  hp.arrivals.trace_gaps_s.insert(hp.arrivals.trace_gaps_s.end(), {0.011, 0.060});  // 301 ms, then after the window
+  ClientSpec be = client("train", {kernel(50'000, 80, KernelClass::kMemory)}, false, true, 3);
+  be.gap_us = 100'000;
+  Workload w = testing::workload({be, hp});
+  const SimResult dedicated = simulate(w, "dedicated");
+  const SimResult r = simulate(w, "temporal");
+  const ClientResult& serve = r.clients[1];
+  EXPECT_NEAR(serve.window_end_us, 350'000, 1.0);
+  ASSERT_EQ(serve.completed_in_window, 18);
+  EXPECT_EQ(serve.in_flight_at_window_end, 1);
+  // 18 requests of 1 ms and one of at least 49 ms: the p99 of the 19
+  // (rank 17.82) is at least 1 + 0.82 x 48 ms.
+  EXPECT_NEAR(serve.p99_ms, 1.0 + 0.82 * 48.0, 1e-6);
+  EXPECT_NEAR(serve.p50_ms, 1.0, 1e-6);
+  const auto rows = compare_to_dedicated({r}, dedicated);
+  ASSERT_EQ(rows[1].outcome, "ok");
+  EXPECT_GT(rows[1].p99_vs_dedicated, 30.0);
+  EXPECT_EQ(comparison_to_json(rows)["rows"][1]["in_flight_at_window_end"], 1);
+  // Alone, nothing waits: the dedicated figures are the requests' own.
+  EXPECT_NEAR(dedicated.clients[1].p99_ms, 1.0, 1e-6);
+}
+
 }  // namespace
 }  // namespace fleet::orion
