@@ -555,6 +555,20 @@ TEST(LiveReport, ThroughputAndLatenciesAreCountedInTheWindowEveryClientRanIn) {
   late.first_ns = 12 * kS;
   EXPECT_EQ(common_window({hp, late}, 1).per_s, 0);
   EXPECT_TRUE(common_window({hp, late}, 1).latencies_ms.empty());
+  // A BE request that began at 8.5 s and ended at 11 s was 1.5 s into its
+  // run when the HP command's end closed the window: it is not in the
+  // window's latencies, but it holds their tail up (p99 of 400, 400, 400,
+  // 400 and at least 1500 ms: rank 3.96).
+  LiveClientStats held = be;
+  held.latencies_ms[4] = 2500;
+  const CommonWindow held_window = common_window({hp, held}, 1);
+  EXPECT_EQ(held_window.completed, 4);
+  EXPECT_EQ(held_window.in_flight_ages_ms, std::vector<double>{1500});
+  const nlohmann::json held_row = report_json({hp, held}, "orion")["rows"][1];
+  EXPECT_NEAR(held_row["p99_ms"].get<double>(), 400 + 0.96 * 1100, 1e-6);
+  EXPECT_NEAR(held_row["p50_ms"].get<double>(), 400, 1e-9);
+  EXPECT_EQ(held_row["in_flight_at_window_end"], 1);
+  EXPECT_EQ(report_json(stats, "orion")["rows"][1]["in_flight_at_window_end"], 0);
 }
 
 TEST(LiveReport, CommandsWithoutOrWithFewRequestsAreNamedNotGivenFigures) {

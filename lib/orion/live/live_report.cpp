@@ -32,7 +32,13 @@ CommonWindow common_window(const std::vector<LiveClientStats>& stats, std::size_
   // By time, not by position: the processes of one command post their
   // requests to separate rings, so the ends need not be in order.
   for (std::size_t r = 0; r < c.request_end_ns.size() && r < c.latencies_ms.size(); ++r) {
-    if (c.request_end_ns[r] <= end_ns) w.latencies_ms.push_back(c.latencies_ms[r]);
+    if (c.request_end_ns[r] <= end_ns) {
+      w.latencies_ms.push_back(c.latencies_ms[r]);
+      continue;
+    }
+    // Still in flight when the window closed: it had been running that long.
+    const double age_ms = c.latencies_ms[r] - (c.request_end_ns[r] - end_ns) / 1e6;
+    if (age_ms > 0) w.in_flight_ages_ms.push_back(age_ms);
   }
   w.completed = static_cast<std::int64_t>(w.latencies_ms.size());
   w.per_s = static_cast<double>(w.completed) / ((end_ns - c.first_ns) / 1e9);
@@ -72,9 +78,10 @@ nlohmann::json rows_of(const std::vector<LiveClientStats>& stats, const std::str
     const LiveClientStats& s = stats[i];
     const CommonWindow window = common_window(stats, i);
     const bool measured = s.requests > 0;
-    auto latency = [&](double p) {
-      return window.completed > 0 ? nlohmann::json(percentile(window.latencies_ms, p)) : nlohmann::json();
-    };
+    // Requests still in flight at the window's end hold the figures up by
+    // their age then, as in the simulator's report.
+    const Summary figures = summarize_with_lower_bounds(window.latencies_ms, window.in_flight_ages_ms);
+    auto latency = [&](double ms) { return window.completed > 0 ? nlohmann::json(ms) : nlohmann::json(); };
     const double span_s = (s.last_ns - s.first_ns) / 1e9;
     rows.push_back({{"policy", policy},
                     {"client", s.name},
@@ -84,9 +91,10 @@ nlohmann::json rows_of(const std::vector<LiveClientStats>& stats, const std::str
                     {"lost_processes", s.lost_processes},
                     {"requests", s.requests},
                     {"completed_in_window", window.completed},
-                    {"p50_ms", latency(50)},
-                    {"p95_ms", latency(95)},
-                    {"p99_ms", latency(99)},
+                    {"in_flight_at_window_end", window.in_flight_ages_ms.size()},
+                    {"p50_ms", latency(figures.p50)},
+                    {"p95_ms", latency(figures.p95)},
+                    {"p99_ms", latency(figures.p99)},
                     {"throughput_per_s", measured ? nlohmann::json(window.per_s) : nlohmann::json()},
                     {"kernels", s.kernels},
                     {"kernels_per_s", span_s > 0 ? s.kernels / span_s : 0},
