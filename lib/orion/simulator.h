@@ -67,7 +67,8 @@ struct ClientResult {
   /// (summarize_with_lower_bounds).
   double mean_ms = 0, p50_ms = 0, p95_ms = 0, p99_ms = 0;
   /// Measured requests issued but not completed when the window closed:
-  /// the one in progress, and an open loop's queue (at most 1e7).
+  /// the one in progress, a closed loop's next one kept from the GPU
+  /// (temporal sharing), an open loop's queue (at most 1e7).
   std::int64_t in_flight_at_window_end = 0;
   std::vector<double> latencies_ms;  ///< every measured latency, in completion order
   std::vector<double> done_us;       ///< when each of those requests ended (simulated us)
