@@ -252,6 +252,24 @@ be_line = r.stdout.find("requests", r.stdout.find("requests") + 1)
 check(r.returncode == 0 and 0 < be_line < report_at and "scheduler is gone" not in r.stderr,
       f"exec waits for a program that outlives its shell before the report (rc {r.returncode}): {r.stdout[:300]}")
 
+# ---------------------------------------------------------------- a request cut short by the stop
+# A BE command that dies on SIGTERM in the middle of a 1 s request: the
+# request has a begin marker and no end. It began before the HP command's
+# first request (the HP waits for the BE's first launch) and was still
+# running when the HP command's end closed the window, so the report counts
+# it in flight at the window's end, not as nothing.
+ready = tmp / "ready-cut"
+r = run([ORION, "exec", "--policy", "mps",
+         "--hp", f"{APP} --name hpk --markers --requests 5 --duration-us 2000 --wait-file {ready}",
+         "--be", f"{APP} --name bek --markers --requests 0 --kernels 4 --duration-us 250000 "
+                 f"--ready-file {ready} --die-on-term",
+         "--profiles", PROFILES, "--report", "--json"])
+rows = json.loads(r.stdout[r.stdout.index("{"):])["rows"] if "{" in r.stdout else []
+check(r.returncode == 0 and len(rows) == 2 and rows[1]["requests"] == 0 and rows[1]["in_flight_at_window_end"] == 1
+      and rows[0]["in_flight_at_window_end"] == 0,
+      f"a BE request cut short by the stop counts as in flight at the window's end (rc {r.returncode}: "
+      f"{[(x.get('requests'), x.get('in_flight_at_window_end')) for x in rows]} {r.stderr[-200:]})")
+
 # ---------------------------------------------------------------- every route to the driver
 for name, app, extra in [("cuLaunchKernelEx", APP, "--launch-ex"), ("dlopen + cuGetProcAddress", APP_DLOPEN, ""),
                          ("cuGetProcAddress + cuLaunchKernelEx", APP_DLOPEN, "--launch-ex")]:

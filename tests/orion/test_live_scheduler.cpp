@@ -361,6 +361,7 @@ TEST(LiveScheduler, ClientsRunUngatedWhenTheSchedulerIsGone) {
 
 TEST(LiveScheduler, ADeadClientsSlotIsFreedAndItsWorkForgotten) {
   Fixture f("orion");
+  f.hp.marker(kRequestBegin);
   LaunchEntry* h = f.hp.before_launch(f.hp.intern_name("hp_gemm"), LaunchGeometry{});
   f.hp.after_launch(h, true);
   f.scheduler->poll();
@@ -373,6 +374,12 @@ TEST(LiveScheduler, ADeadClientsSlotIsFreedAndItsWorkForgotten) {
   EXPECT_EQ(f.scheduler->reap_dead_clients(), 1);
   EXPECT_EQ(hp_slot->state.load(), kSlotFree);
   EXPECT_EQ(f.scheduler->stats()[0].lost_processes, 1);
+  // Its request never ended: kept as begun, and left when the slot was freed.
+  EXPECT_EQ(f.scheduler->stats()[0].requests, 0);
+  ASSERT_EQ(f.scheduler->stats()[0].unfinished_requests.size(), 1u);
+  const LiveClientStats::Unfinished u = f.scheduler->stats()[0].unfinished_requests[0];
+  EXPECT_GE(u.begin_ns, f.scheduler->stats()[0].first_ns);
+  EXPECT_GE(u.left_ns, u.begin_ns);
   // With the HP kernel forgotten, a large BE kernel is not held.
   PendingLaunch big(f, "be_big");
   EXPECT_TRUE(big.released_within(2000));
@@ -569,6 +576,14 @@ TEST(LiveReport, ThroughputAndLatenciesAreCountedInTheWindowEveryClientRanIn) {
   EXPECT_NEAR(held_row["p50_ms"].get<double>(), 400, 1e-9);
   EXPECT_EQ(held_row["in_flight_at_window_end"], 1);
   EXPECT_EQ(report_json(stats, "orion")["rows"][1]["in_flight_at_window_end"], 0);
+  // Requests with no end marker, their process gone: one begun at 9 s and
+  // stopped at 10.2 s, after the HP command's end closed the window, had
+  // run 1 s by then; one begun at 2 s whose process left at 2.5 s was
+  // abandoned inside the window and proves nothing about it.
+  LiveClientStats stopped = be;
+  stopped.unfinished_requests = {{2 * kS, 2 * kS + kS / 2}, {9 * kS, 10 * kS + kS / 5}};
+  EXPECT_EQ(common_window({hp, stopped}, 1).in_flight_ages_ms, std::vector<double>{1000});
+  EXPECT_EQ(report_json({hp, stopped}, "orion")["rows"][1]["in_flight_at_window_end"], 1);
 }
 
 TEST(LiveReport, CommandsWithoutOrWithFewRequestsAreNamedNotGivenFigures) {

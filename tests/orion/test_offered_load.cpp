@@ -230,5 +230,31 @@ TEST(OfferedLoadOutcome, ARequestStillWaitingWhenTheWindowClosesHoldsTheTailUp) 
   EXPECT_NEAR(dedicated.clients[1].p99_ms, 1.0, 1e-6);
 }
 
+TEST(OfferedLoadOutcome, AClosedLoopRequestKeptFromTheGpuWhenTheWindowClosesCounts) {
+  // A closed-loop HP client: 1 ms requests, 29 ms of host time between
+  // them. Beside it under temporal sharing, a training job of three 50 ms
+  // iterations with 100 ms gaps, which closes the window when its last
+  // iteration ends at 351 ms. The HP client's request issued at 321 ms has
+  // been kept from the GPU for 30 ms by then: it has not started, so it is
+  // in no latency yet, but it is the client's tenth request.
+  ClientSpec hp = client("serve", {kernel(1'000, 10, KernelClass::kCompute)}, true, false, 100);
+  hp.gap_us = 29'000;
+  ClientSpec be = client("train", {kernel(50'000, 80, KernelClass::kMemory)}, false, true, 3);
+  be.gap_us = 100'000;
+  const SimResult r = simulate(testing::workload({be, hp}), "temporal");
+  const ClientResult& serve = r.clients[1];
+  EXPECT_NEAR(serve.window_end_us, 351'000, 1e-6);
+  // Nine requests done: seven of 1 ms, one issued at 30 ms that waited for
+  // the first iteration (1-51 ms: 22 ms), one issued at 171 ms that waited
+  // for the second (151-201 ms: 31 ms).
+  ASSERT_EQ(serve.completed_in_window, 9);
+  EXPECT_EQ(serve.in_flight_at_window_end, 1);
+  // Its 30 ms so far count: mean (7 + 22 + 31 + 30) / 10, not 60 / 9.
+  EXPECT_NEAR(serve.mean_ms, 9.0, 1e-6);
+  EXPECT_NEAR(serve.p50_ms, 1.0, 1e-6);
+  // p99 of the ten (rank 8.91) lies between 30 and 31 ms.
+  EXPECT_NEAR(serve.p99_ms, 30.0 + 0.91, 1e-6);
+}
+
 }  // namespace
 }  // namespace fleet::orion

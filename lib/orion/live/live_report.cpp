@@ -40,6 +40,15 @@ CommonWindow common_window(const std::vector<LiveClientStats>& stats, std::size_
     const double age_ms = c.latencies_ms[r] - (c.request_end_ns[r] - end_ns) / 1e6;
     if (age_ms > 0) w.in_flight_ages_ms.push_back(age_ms);
   }
+  // Begun but never ended: the process left first (a best-effort command is
+  // stopped when the HP command is done). One begun inside the window and
+  // left after its end was still running then; one whose process left
+  // inside the window was abandoned, not in flight, and has no latency.
+  for (const LiveClientStats::Unfinished& u : c.unfinished_requests) {
+    if (u.begin_ns >= c.first_ns && u.begin_ns < end_ns && u.left_ns >= end_ns) {
+      w.in_flight_ages_ms.push_back((end_ns - u.begin_ns) / 1e6);
+    }
+  }
   w.completed = static_cast<std::int64_t>(w.latencies_ms.size());
   w.per_s = static_cast<double>(w.completed) / ((end_ns - c.first_ns) / 1e9);
   return w;

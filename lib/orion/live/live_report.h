@@ -25,8 +25,9 @@ struct CommonWindow {
   double per_s = 0;                  ///< completed / the window's length; 0 for an empty window
   std::vector<double> latencies_ms;  ///< the latencies of those requests
   /// Requests begun before the window's end that ended after it: their age
-  /// at the end, a floor for the figures (summarize_with_lower_bounds). One
-  /// whose command was stopped before its end marker is not known.
+  /// at the end, a floor for the figures (summarize_with_lower_bounds); and
+  /// requests begun inside the window whose process left after it without
+  /// an end marker (a best-effort command stopped at the end), likewise.
   std::vector<double> in_flight_ages_ms;
 };
 CommonWindow common_window(const std::vector<LiveClientStats>& stats, std::size_t i);

@@ -408,6 +408,7 @@ void LiveScheduler::drop_slot(int slot_index, const char* why) {
   for (const InFlight& f : t.in_flight) finish(slot_index, f);
   const bool clean = segment_->slots[slot_index].exited.load(std::memory_order_acquire) != 0;
   if (!clean) s.lost_processes++;
+  if (t.in_request) s.unfinished_requests.push_back({t.request_begin_ns, monotonic_ns()});
   log_event(R"({"t_us":%.1f,"event":"leave","client":"%s","pid":%d,"why":"%s","in_flight":%zu,"held":%zu})",
             (monotonic_ns() - start_ns_) / 1e3, s.name.c_str(), t.pid, clean ? "exited" : why, in_flight, held);
   if (exclusive_owner_ == t.client) exclusive_owner_ = -1;

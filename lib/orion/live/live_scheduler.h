@@ -60,6 +60,12 @@ struct LiveClientStats {
   std::int64_t requests = 0;          ///< completed begin/end marker pairs
   std::vector<double> latencies_ms;   ///< request latencies (marker to marker)
   std::vector<std::int64_t> request_end_ns;  ///< when each request's end marker was posted
+  /// Requests whose process left (exited, was stopped or died) before
+  /// posting their end marker: when they began, when the process left.
+  struct Unfinished {
+    std::int64_t begin_ns = 0, left_ns = 0;
+  };
+  std::vector<Unfinished> unfinished_requests;
   std::int64_t first_ns = 0, last_ns = 0;  ///< first and last event seen
 };
 

@@ -111,6 +111,7 @@ struct Options {
   std::string ready_file, wait_file;
   long bench = 0;          // >0: launch-latency benchmark with this many launches
   bool no_cuda = false;
+  bool die_on_term = false;  // SIGTERM ends the process at once, mid-request (as most programs)
 };
 
 volatile sig_atomic_t stop_requested = 0;
@@ -143,6 +144,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--wait-file") o.wait_file = value();
     else if (a == "--bench") o.bench = std::stol(value());
     else if (a == "--no-cuda") o.no_cuda = true;
+    else if (a == "--die-on-term") o.die_on_term = true;
     else fail(("unknown option " + a).c_str());
   }
   return o;
@@ -156,7 +158,7 @@ int main(int argc, char** argv) {
     std::printf("no cuda used\n");
     return 0;
   }
-  signal(SIGTERM, [](int) { stop_requested = 1; });
+  if (!o.die_on_term) signal(SIGTERM, [](int) { stop_requested = 1; });
   const Driver d = load_driver();
   check(d.init(0), "cuInit");
   CUdevice dev = 0;
