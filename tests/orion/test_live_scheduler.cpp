@@ -380,6 +380,9 @@ TEST(LiveScheduler, ADeadClientsSlotIsFreedAndItsWorkForgotten) {
   const LiveClientStats::Unfinished u = f.scheduler->stats()[0].unfinished_requests[0];
   EXPECT_GE(u.begin_ns, f.scheduler->stats()[0].first_ns);
   EXPECT_GE(u.left_ns, u.begin_ns);
+  // Its kernel and request were still running: the command was at work
+  // until it was found gone, not only until its last launch.
+  EXPECT_EQ(f.scheduler->stats()[0].last_ns, u.left_ns);
   // With the HP kernel forgotten, a large BE kernel is not held.
   PendingLaunch big(f, "be_big");
   EXPECT_TRUE(big.released_within(2000));

@@ -41,11 +41,13 @@ CommonWindow common_window(const std::vector<LiveClientStats>& stats, std::size_
     if (age_ms > 0) w.in_flight_ages_ms.push_back(age_ms);
   }
   // Begun but never ended: the process left first (a best-effort command is
-  // stopped when the HP command is done). One begun inside the window and
-  // left after its end was still running then; one whose process left
-  // inside the window was abandoned, not in flight, and has no latency.
+  // stopped when the HP command is done). One begun before the window's end
+  // (its begin marker is one of the command's events, so never before the
+  // window's start) and left after it was still running then; one whose
+  // process left inside the window was abandoned, not in flight, and has
+  // no latency.
   for (const LiveClientStats::Unfinished& u : c.unfinished_requests) {
-    if (u.begin_ns >= c.first_ns && u.begin_ns < end_ns && u.left_ns >= end_ns) {
+    if (u.begin_ns < end_ns && u.left_ns >= end_ns) {
       w.in_flight_ages_ms.push_back((end_ns - u.begin_ns) / 1e6);
     }
   }

@@ -408,7 +408,14 @@ void LiveScheduler::drop_slot(int slot_index, const char* why) {
   for (const InFlight& f : t.in_flight) finish(slot_index, f);
   const bool clean = segment_->slots[slot_index].exited.load(std::memory_order_acquire) != 0;
   if (!clean) s.lost_processes++;
-  if (t.in_request) s.unfinished_requests.push_back({t.request_begin_ns, monotonic_ns()});
+  // A process that leaves with launches in flight or held, or a request
+  // open, was at work until then (a stopped BE program is usually waiting
+  // on its GPU work, its last launch long past): its command's span, and so
+  // the report's common window, runs to its leaving, found within
+  // kReapEveryNs. One that finished its work keeps its last event.
+  const std::int64_t left_ns = monotonic_ns();
+  if (in_flight > 0 || held > 0 || t.in_request) s.last_ns = std::max(s.last_ns, left_ns);
+  if (t.in_request) s.unfinished_requests.push_back({t.request_begin_ns, left_ns});
   log_event(R"({"t_us":%.1f,"event":"leave","client":"%s","pid":%d,"why":"%s","in_flight":%zu,"held":%zu})",
             (monotonic_ns() - start_ns_) / 1e3, s.name.c_str(), t.pid, clean ? "exited" : why, in_flight, held);
   if (exclusive_owner_ == t.client) exclusive_owner_ = -1;

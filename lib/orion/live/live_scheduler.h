@@ -66,7 +66,9 @@ struct LiveClientStats {
     std::int64_t begin_ns = 0, left_ns = 0;
   };
   std::vector<Unfinished> unfinished_requests;
-  std::int64_t first_ns = 0, last_ns = 0;  ///< first and last event seen
+  /// First and last event seen; a process that left with work in flight,
+  /// held or a request open counts as at work until it left.
+  std::int64_t first_ns = 0, last_ns = 0;
 };
 
 /// The scheduler's state machine over one segment. Not thread-safe: one thread polls.
