@@ -416,10 +416,17 @@ def main():
         with socket.create_connection(("127.0.0.1", s.port)) as sock:  # garbage instead of HTTP
             sock.sendall(b"\x00\x01GARBAGE / HTTP/9\r\n\r\n")
             sock.settimeout(10)
+            answer = b""
             try:
-                sock.recv(100)
+                while b"}}" not in answer:
+                    part = sock.recv(4096)
+                    if not part:
+                        break
+                    answer += part
             except OSError:
                 pass
+            check(answer.startswith(b"HTTP/1.1 400") and b"malformed HTTP request" in answer,
+                  f"garbage instead of HTTP: {answer[:300]!r}")
         check(s.request("GET", "/health")[0] == 200, "server unhealthy after bad requests")
         check(s.sample("dz_requests_rejected", {"status": "413"}, "_total") >= 1, "413 not counted")
 

@@ -80,6 +80,11 @@ class Frontend {
         type = "not_found_error";
       } else if (res.status == 413) {
         message = "the request body is larger than the server's limit";
+      } else if (res.status == 414) {
+        message = "the request target is longer than the server's limit";
+      } else if (res.status == 400) {
+        // Only the HTTP layer answers 400 without a body: our handlers always say why.
+        message = "malformed HTTP request (request line, headers, Content-Length or chunked body)";
       }
       send_json(res, res.status, error_body(message, type, "", res.status));
       return httplib::Server::HandlerResponse::Handled;
