@@ -276,6 +276,14 @@ def main():
             found = re.search(r"as worker (\d+)", logs[i].read_text())
             return int(found.group(1)) if found else None
 
+        # Before its workers register, `status` says how many it waits for.
+        deadline = time.time() + 60
+        waiting = run(RUN, "status", "--controller", f"127.0.0.1:{port}", timeout=60)
+        while time.time() < deadline and waiting.returncode != 0 and ctl.poll() is None:
+            time.sleep(0.1)
+            waiting = run(RUN, "status", "--controller", f"127.0.0.1:{port}", timeout=60)
+        check(waiting.returncode == 0 and "waiting for workers: 0 of 2 registered" in waiting.stdout,
+              f"controller: status before any worker registered ({waiting.stdout.strip()} {waiting.stderr.strip()[-200:]})")
         workers = [start(), start()]
         deadline = time.time() + 120
         while time.time() < deadline and len(records(metrics)[0]) < 2 and ctl.poll() is None:

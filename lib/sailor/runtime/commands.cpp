@@ -73,6 +73,11 @@ int run_status(const LaunchCommands& c) {
     std::cout << status.dump(2) << "\n";
     return 0;
   }
+  if (status.value("state", "") == "waiting") {
+    std::cout << fmt::format("waiting for workers: {} of {} registered (generation 0 starts when all have)\n",
+                             status.at("registered").get<std::int64_t>(), status.at("workers").get<int>());
+    return 0;
+  }
   std::string stages;
   for (const auto& st : status.at("plan").at("stages"))
     stages += fmt::format("{}[{},{}) x{}", stages.empty() ? "" : " ", st.at("layers")[0].get<int>(),

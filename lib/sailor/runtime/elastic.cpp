@@ -364,10 +364,18 @@ class InplaceController {
     spdlog::info("waiting for {} worker(s) to register (SAILOR_CONTROL={}:{})", start_.workers, this_host(),
                  store_->port());
     const auto deadline = Clock::now() + std::chrono::duration<double>(startup_allowance_seconds());
-    while (registered() < start_.workers) {
+    for (std::int64_t announced = -1;;) {
+      const std::int64_t count = registered();
+      if (count >= start_.workers) break;
+      // `sailor-run status` says how many have registered until generation 0 starts.
+      if (count != announced) {
+        announced = count;
+        store_->set(control_keys::kStatus,
+                    nlohmann::json{{"state", "waiting"}, {"registered", count}, {"workers", start_.workers}}.dump());
+      }
       if (signals.received() != 0) return false;
       if (Clock::now() > deadline)
-        throw RuntimeFailure(fmt::format("{} of {} worker(s) registered within {:.0f} s", registered(), start_.workers,
+        throw RuntimeFailure(fmt::format("{} of {} worker(s) registered within {:.0f} s", count, start_.workers,
                                          startup_allowance_seconds()));
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
