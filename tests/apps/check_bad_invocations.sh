@@ -112,7 +112,8 @@ bad 2 "give a subcommand"       "$ds"
 bad 2 "--rate.*between"         "$ds" bench --variants a --rate -1
 bad 2 "zipf:A"                  "$ds" bench --variants a --popularity zipf:x
 bad 2 "--variants is required"  "$ds" bench --rate 1
-bad 2 "cannot reach"            "$ds" bench --variants a --url http://127.0.0.1:1 --duration 1
+bad 2 "cannot reach.*could not connect" "$ds" bench --variants a --url http://127.0.0.1:1 --duration 1
+bad 2 "--url must be http://"   "$ds" bench --variants a --url 127.0.0.1:8000 --duration 1
 bad 2 "no such file"            "$ds" bench --variants a --prompts missing.txt --url http://127.0.0.1:1
 
 if [ "$torch" = 1 ]; then

@@ -63,6 +63,23 @@ std::vector<std::string> load_prompts(const std::filesystem::path& path) {
   return out;
 }
 
+// httplib names its errors by kind ("Connection", "Read"), which does not
+// tell a user what went wrong.
+std::string describe(httplib::Error e) {
+  switch (e) {
+    case httplib::Error::Connection:
+      return "could not connect (nothing listens there, or the host is unreachable)";
+    case httplib::Error::ConnectionTimeout:
+      return "connecting timed out";
+    case httplib::Error::Read:
+      return "the connection closed or timed out before the reply ended";
+    case httplib::Error::Write:
+      return "the connection closed while the request was sent";
+    default:
+      return httplib::to_string(e);
+  }
+}
+
 // One streamed completion; TTFT at the first chunk that carries text.
 Outcome send_one(const BenchCommand& c, const std::string& model, const std::string& prompt) {
   Outcome o;
@@ -101,7 +118,7 @@ Outcome send_one(const BenchCommand& c, const std::string& model, const std::str
   auto result = client.send(req);
   o.latency = std::chrono::duration<double>(Clock::now() - start).count();
   if (!result) {
-    o.error = "connection: " + httplib::to_string(result.error());
+    o.error = "connection: " + describe(result.error());
   } else if (result->status != 200) {
     o.error = "HTTP " + std::to_string(result->status);
   } else if (!server_error.empty()) {
@@ -116,6 +133,8 @@ Outcome send_one(const BenchCommand& c, const std::string& model, const std::str
 }  // namespace
 
 int run_bench(const BenchCommand& c) {
+  if (c.url.rfind("http://", 0) != 0 && c.url.rfind("https://", 0) != 0)
+    throw UsageError("--url must be http://HOST:PORT (or https://), got '" + c.url + "'");
   if (c.variants.empty()) throw UsageError("--variants needs at least one model name");
   if (!(c.rate > 0 && c.rate <= 1e5)) throw UsageError("--rate must be in (0, 100000]");
   if (!(c.duration > 0 && c.duration <= 86400)) throw UsageError("--duration must be in (0, 86400] seconds");
@@ -127,7 +146,7 @@ int run_bench(const BenchCommand& c) {
     httplib::Client probe(c.url);
     probe.set_connection_timeout(5, 0);
     auto health = probe.Get("/health");
-    if (!health) throw InputError("cannot reach " + c.url + ": " + httplib::to_string(health.error()));
+    if (!health) throw InputError("cannot reach " + c.url + ": " + describe(health.error()));
   }
   std::mt19937_64 rng(c.seed);
   std::exponential_distribution<double> gap(c.rate);
