@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   CLI::App* bc = tool.add_command("bench", "Open-loop load test of a running server: Poisson arrivals, streamed "
                                            "completions; throughput, TTFT and latency percentiles",
                                   [&] { return dz::run_bench(bench); });
-  bc->add_option("--url", bench.url, "Server address")->capture_default_str();
+  bc->add_option("--url", bench.url, "Server address, http://HOST:PORT")->capture_default_str();
   bc->add_option("--variants", bench.variants, "Model names to request; popularity rank is the order given")
       ->required()->delimiter(',');
   bc->add_option("--rate", bench.rate, "Requests per second (Poisson arrivals)")->capture_default_str()
