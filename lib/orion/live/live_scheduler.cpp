@@ -417,7 +417,7 @@ void LiveScheduler::drop_slot(int slot_index, const char* why) {
   if (in_flight > 0 || held > 0 || t.in_request) s.last_ns = std::max(s.last_ns, left_ns);
   if (t.in_request) s.unfinished_requests.push_back({t.request_begin_ns, left_ns});
   log_event(R"({"t_us":%.1f,"event":"leave","client":"%s","pid":%d,"why":"%s","in_flight":%zu,"held":%zu})",
-            (monotonic_ns() - start_ns_) / 1e3, s.name.c_str(), t.pid, clean ? "exited" : why, in_flight, held);
+            (left_ns - start_ns_) / 1e3, s.name.c_str(), t.pid, clean ? "exited" : why, in_flight, held);
   if (exclusive_owner_ == t.client) exclusive_owner_ = -1;
   t = SlotTrack{};
   reset_slot(segment_->slots[slot_index]);
