@@ -17,8 +17,10 @@ Usage: check_orion_exec.py BIN_DIR FAKE_CUDA_DIR
   ungated, say so once), a program that never uses CUDA, missing or
   malformed profiles and bad options (one error line, exit 2, nothing run).
 """
+import atexit
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -62,6 +64,7 @@ def wait_for(predicate, seconds=30):
 
 
 tmp = Path(tempfile.mkdtemp(prefix="orion-exec-"))
+atexit.register(shutil.rmtree, tmp, ignore_errors=True)
 HP_CSV = tmp / "hp.csv"
 BE_CSV = tmp / "be.csv"
 HP_CSV.write_text("Name,Profile,Memory_footprint,SM_usage,Duration\n"
@@ -406,6 +409,15 @@ for args, expect in [([], "either a program"), (["--from-records", str(records),
     r = run([PROFILE, "capture", "-o", str(tmp / "x.csv")] + args)
     check(r.returncode != 0 and expect in r.stderr and not (tmp / "x.csv").exists(),
           f"capture {' '.join(args)[-40:]}: error naming '{expect}' (rc {r.returncode}: {r.stderr.strip()[-160:]})")
+# A program whose records cannot be read: one error, and the records' temporary copy is gone.
+capture_tmp = tmp / "capture-tmp"
+capture_tmp.mkdir()
+r = run([PROFILE, "capture", "-o", str(tmp / "x.csv"), "--", "sh", "-c", 'echo "not json" > "$ORION_CAPTURE_OUT"'],
+        env=dict(os.environ, TMPDIR=str(capture_tmp)))
+left = sorted(p.name for p in capture_tmp.iterdir())
+check(r.returncode != 0 and r.stderr.strip() and not (tmp / "x.csv").exists() and not left,
+      f"capture of unreadable records: an error, no profile, no temporary records left ({left}; rc {r.returncode}: "
+      f"{r.stderr.strip()[-160:]})")
 
 if failures:
     print(f"{len(failures)} check(s) failed")

@@ -95,6 +95,12 @@ def scenario(tmp, ref, name, nprocs, plan, act, extra=("--checkpoint-every", "10
 def main():
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
+        # Every process of these jobs gets its own temporary folder, which must
+        # be empty at the end: a worker that becomes a spare, leaves or fails
+        # leaves nothing behind on the machine.
+        worker_tmp = tmp / "worker-tmp"
+        worker_tmp.mkdir()
+        os.environ["TMPDIR"] = str(worker_tmp)
         plan = prepare(RUN, tmp, check, measured_network=False)
         ref = reference(RUN, tmp, plan, check)
 
@@ -338,6 +344,9 @@ def main():
             r = run(RUN, *args, timeout=60)
             check(r.returncode != 0 and expect in r.stderr and r.stderr.count("\n") <= 2,
                   f"{' '.join(args)}: one error naming '{expect}' (rc {r.returncode}: {r.stderr.strip()[-200:]})")
+
+        left = sorted(p.name for p in worker_tmp.iterdir())
+        check(not left, f"the jobs' processes left nothing in their temporary folder ({left[:5]})")
 
     if check.failures:
         print(f"{len(check.failures)} check(s) failed")

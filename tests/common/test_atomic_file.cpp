@@ -9,6 +9,7 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/file_io.h"
+#include "common/temporary_folder.h"
 #include "test_util.h"
 
 namespace fleet {
@@ -168,5 +169,30 @@ TEST(AtomicDirectory, ReplacesAWholeFolderOrNothing) {
   EXPECT_THROW(write_directory_atomically(dir.path() / "missing" / "x", [](const std::filesystem::path&) {}), UsageError);
 }
 
+
+TEST(TemporaryFolder, IsPrivateUnderTmpdirAndGoesWithEverythingInIt) {
+  testing::TempDir outer;
+  const char* saved = std::getenv("TMPDIR");
+  const std::string previous = saved != nullptr ? saved : "";
+  ::setenv("TMPDIR", outer.path().c_str(), 1);
+  std::filesystem::path made;
+  {
+    TemporaryFolder folder("fleet-unit");
+    made = folder.path();
+    EXPECT_EQ(made.parent_path(), outer.path());
+    EXPECT_EQ(made.filename().string().rfind("fleet-unit-", 0), 0u) << made;
+    struct stat st {};
+    ASSERT_EQ(::stat(made.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0700u);
+    std::filesystem::create_directories(made / "sub");
+    write_file_atomically(made / "sub" / "file", "data");
+    TemporaryFolder second("fleet-unit");
+    EXPECT_NE(second.path(), made);
+  }
+  if (saved != nullptr) ::setenv("TMPDIR", previous.c_str(), 1);
+  else ::unsetenv("TMPDIR");
+  EXPECT_FALSE(std::filesystem::exists(made));
+  EXPECT_TRUE(testing::list_dir(outer.path()).empty());
+}
 }  // namespace
 }  // namespace fleet

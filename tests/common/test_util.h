@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/temporary_folder.h"
 
 namespace fleet::testing {
 
@@ -27,24 +28,10 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 /// A fresh folder under the system temp dir, removed with its contents at the end.
-class TempDir {
+class TempDir : public TemporaryFolder {
  public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "fleet-test-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
+  TempDir() : TemporaryFolder("fleet-test") {}
+  std::filesystem::path operator/(const std::string& name) const { return path() / name; }
 };
 
 /// Bytes of a trivially copyable vector.

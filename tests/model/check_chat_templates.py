@@ -10,6 +10,7 @@ Usage: check_chat_templates.py TOKENIZER_HELPER
 """
 import datetime
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -165,11 +166,15 @@ for name, template in TEMPLATES.items():
 with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
     json.dump(cases, f)
 # Rendered again if the date changed meanwhile ("dated" prints today's date).
-for attempt in range(2):
-    day = datetime.date.today()
-    ours = json.loads(subprocess.run([sys.argv[1], "--chat", f.name], check=True, capture_output=True, text=True).stdout)
-    if datetime.date.today() == day:
-        break
+try:
+    for attempt in range(2):
+        day = datetime.date.today()
+        ours = json.loads(subprocess.run([sys.argv[1], "--chat", f.name], check=True, capture_output=True,
+                                         text=True).stdout)
+        if datetime.date.today() == day:
+            break
+finally:
+    os.unlink(f.name)
 failures = 0
 for case, got in zip(cases, ours):
     want = reference(case["template"], case["variables"])

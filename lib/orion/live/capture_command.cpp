@@ -8,9 +8,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <optional>
 
 #include "common/error.h"
 #include "common/output_check.h"
+#include "common/temporary_folder.h"
 #include "orion/kernel_profile.h"
 
 namespace fleet::orion::live {
@@ -66,28 +68,26 @@ int run_capture(const CaptureCommandOptions& o) {
   }
 
   std::filesystem::path records;
-  std::optional<std::filesystem::path> temporary;
+  std::optional<TemporaryFolder> scratch;  // the records when not kept, removed on every way out
   if (o.from_records) {
     records = *o.from_records;
   } else {
     const std::filesystem::path library = capture_library();
-    records = o.keep_records ? *o.keep_records
-                             : std::filesystem::temp_directory_path() /
-                                   ("orion-capture-" + std::to_string(getpid()) + ".jsonl");
-    if (!o.keep_records) temporary = records;
+    if (o.keep_records) {
+      records = *o.keep_records;
+    } else {
+      scratch.emplace("orion-capture");
+      records = scratch->path() / "records.jsonl";
+    }
     std::filesystem::remove(records);
     const int code = run_program(o.command, library, records);
-    if (code != 0) {
-      if (temporary) std::filesystem::remove(*temporary);
-      throw RuntimeFailure("the captured program exited with status " + std::to_string(code));
-    }
+    if (code != 0) throw RuntimeFailure("the captured program exited with status " + std::to_string(code));
     if (!std::filesystem::exists(records)) {
       throw RuntimeFailure("the program left no kernel records: it never initialised CUDA, or CUPTI could not "
                            "attach (another profiler running, or a driver without CUPTI support)");
     }
   }
   const CaptureRecords parsed = read_capture_records(records);
-  if (temporary) std::filesystem::remove(*temporary);
   std::string summary;
   KernelProfile profile = profile_from_capture(parsed, o.conversion, &summary);
   write_kernel_profile(o.output, profile);

@@ -92,8 +92,11 @@ MpsEnvironment prepare_mps(bool start) {
   mps.running = std::filesystem::exists(mps.pipe_directory + "/control", ec);
   mps.started_by_us = true;
   if (!mps.running) {
-    stop_mps(mps);
-    throw RuntimeFailure("--start-mps: the MPS daemon did not come up (see its log in " + mps.private_directory + ")");
+    // Stop whatever did start, but keep the folder: its log says why.
+    run_control(program, mps, nullptr, "quit\n");
+    mps.started_by_us = false;
+    throw RuntimeFailure("--start-mps: the MPS daemon did not come up (see its log in " + mps.private_directory +
+                         "/log)");
   }
   return mps;
 }

@@ -18,6 +18,7 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/temporary_folder.h"
 #include "sailor/commands.h"
 #include "sailor/runtime/control_store.h"
 #include "sailor/search.h"
@@ -189,20 +190,6 @@ ElasticStart elastic_start(const LaunchCommand& c) {
   return e;
 }
 
-// A folder in /tmp for the plan files, removed with it.
-struct StateFolder {
-  fs::path dir;
-  StateFolder() {
-    char state_template[] = "/tmp/sailor-elastic-XXXXXX";
-    if (::mkdtemp(state_template) == nullptr) throw IoError("cannot create a folder in /tmp");
-    dir = state_template;
-  }
-  ~StateFolder() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-};
-
 int run_restart(const LaunchCommand& c) {
   ElasticStart start = elastic_start(c);
   const std::optional<std::string> output = start.output.string();
@@ -212,8 +199,9 @@ int run_restart(const LaunchCommand& c) {
   int workers = start.workers;
   Plan plan = start.plan;
 
-  const StateFolder state;
-  const fs::path& state_dir = state.dir;
+  // The plan files of the generations, removed with the folder.
+  const TemporaryFolder state("sailor-elastic");
+  const fs::path& state_dir = state.path();
 
   std::uintmax_t metrics_offset = 0;
   std::int64_t last_step_seen = 0;

@@ -14,7 +14,6 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include "common/atomic_file.h"
 #include "common/chrome_trace.h"
 #include "common/error.h"
 #include "common/file_io.h"
@@ -125,14 +124,31 @@ RunState read_run_state(const TrainJob& job) {
   return s;
 }
 
+// The plan a generation trains with: the job's --plan file, or the plan the
+// elastic controller published for the generation (kept in memory: the
+// controller may run on another machine, and a file would outlive a worker
+// that becomes a spare or fails).
+struct PlanSource {
+  fs::path file;
+  std::optional<nlohmann::json> published;
+  std::string published_name;
+
+  bool empty() const { return file.empty() && !published; }
+  Plan load(const JobSpec& spec) const {
+    if (!published) return load_plan(file, spec);
+    const JsonDocument doc = parse_json(published->dump(), published_name);
+    return plan_from_json(doc.root(), spec);
+  }
+};
+
 // The layout of this job: the plan's, or data parallelism over the ranks.
 // Fixes options.global_batch for a new run; a resumed run keeps its own.
-Layout make_layout(const fs::path& plan_file, TrainOptions& options, int model_layers, int world_size) {
+Layout make_layout(const PlanSource& plan_source, TrainOptions& options, int model_layers, int world_size) {
   Layout layout;
-  if (!plan_file.empty()) {
+  if (!plan_source.empty()) {
     JobSpec spec;
     spec.global_batch = static_cast<int>(options.global_batch);
-    const Plan plan = load_plan(plan_file, spec);
+    const Plan plan = plan_source.load(spec);
     layout = layout_from_plan(plan, model_layers);
     if (options.global_batch == 0) options.global_batch = layout.global_batch;
     if (layout.global_batch != options.global_batch)
@@ -643,14 +659,6 @@ struct StartingPoint {
   bool in_memory = false;     ///< parameters and moments were handed over
 };
 
-// The plan of an elastic generation as a file for make_layout (the
-// controller may run on another machine); removed once read.
-fs::path write_plan_file(const nlohmann::json& plan) {
-  const fs::path path = fs::temp_directory_path() / fmt::format("sailor-plan-{}.json", ::getpid());
-  write_file_atomically(path, plan.dump() + "\n");
-  return path;
-}
-
 // A checkpoint folder's step, or -1.
 std::int64_t checkpoint_step(const fs::path& output) {
   std::error_code ec;
@@ -715,7 +723,7 @@ TrainResult train(const TrainJob& requested) {
   StartingPoint start{run.start_step, run.source, job.resume, false};
   for (;;) {
     const int generation = members ? members->generation : 0;
-    fs::path plan_file = job.plan;
+    PlanSource plan_source{job.plan, std::nullopt, {}};
     std::unique_ptr<Communicator> comm;
     std::optional<model::LlamaModel> model;
     std::optional<StageRunner> runner;
@@ -729,7 +737,8 @@ TrainResult train(const TrainJob& requested) {
     try {
       std::unique_ptr<Communicator> member_comm;
       if (members) {
-        plan_file = write_plan_file(members->plan);
+        plan_source.published = members->plan;
+        plan_source.published_name = fmt::format("the plan of generation {}", generation);
         const int member_rank = members->member_rank_of(elastic->worker_id());
         if (member_rank < 0) throw UsageError("this worker is not a member of the job's generation " +
                                               std::to_string(generation));
@@ -760,11 +769,7 @@ TrainResult train(const TrainJob& requested) {
         world = WorldInfo{rank, static_cast<int>(members->training.size()), 0, elastic->address(), elastic->port(),
                           "elastic"};
       }
-      layout_holder = make_layout(plan_file, options, model_layers, world.world_size);
-      if (members) {
-        std::error_code ec;
-        fs::remove(plan_file, ec);
-      }
+      layout_holder = make_layout(plan_source, options, model_layers, world.world_size);
       const Layout& layout = *layout_holder;
       const auto& own = layout.stages[static_cast<std::size_t>(layout.place(world.rank).stage)];
       if (member_comm) {
