@@ -13,6 +13,26 @@ grep -q "^kernels: *175$" "$tmp/out" || fail "summarize kernel count: $(cat "$tm
 expect_rc 0 "$bin/orion-profile" summarize --json "$ex/profiles/resnet50_4_fwd.csv"
 grep -q '"kernels": 175' "$tmp/out" || fail "summarize --json"
 
+# Every profile of Orion's in the examples: kernel count, time and the time per class
+# equal an independent count of the CSV (Python's csv module; Profile 1 compute,
+# 0 memory, anything else unknown).
+for profile in "$ex"/profiles/*.csv; do
+  expect_rc 0 "$bin/orion-profile" summarize --json "$profile"
+  /usr/bin/python3 - "$profile" "$tmp/out" <<'PY' || fail "summarize disagrees with an independent count of $profile"
+import csv, json, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+ours = json.load(open(sys.argv[2]))
+ns = {"compute": 0, "memory": 0, "unknown": 0}
+for r in rows:
+    ns[{"1": "compute", "0": "memory"}.get(r["Profile"], "unknown")] += int(r["Duration"])
+ok = ours["kernels"] == len(rows) and abs(ours["total_ms"] - sum(ns.values()) / 1e6) < 1e-9
+ok = ok and all(abs(ours["classes"][k]["ms"] - v / 1e6) < 1e-9 for k, v in ns.items())
+if not ok:
+    print(len(rows), sum(ns.values()), ns, ours["kernels"], ours["total_ms"], ours["classes"])
+sys.exit(0 if ok else 1)
+PY
+done
+
 # import-ncu: both pages, then the result reads back.
 expect_rc 0 "$bin/orion-profile" import-ncu "$ex/ncu_sample_raw.csv" --device a100-40 -o "$tmp/raw.csv"
 expect_rc 0 "$bin/orion-profile" summarize "$tmp/raw.csv"
@@ -92,7 +112,7 @@ grep -q "warning" "$tmp/err" && fail "a feasible --hp-limit warned: $(cat "$tmp/
 expect_rc 0 "$bin/orion-run" simulate -w "$ex/rnet50_inf_train.json" -p all --requests 100 --json
 grep -q '"policy": "mps"' "$tmp/out" || fail "--policy all --json lacks mps"
 grep -q '"policy": "tick-tock"' "$tmp/out" && fail "tick-tock listed for an inference workload"
-for config in fig7_rnet_rnet fig7_mnet_rnet fig7_rnet_mnet fig7_mnet_mnet fig10_rnet_mnet fig10_mnet_rnet fig10_rnet_rnet; do
+for config in fig7_rnet_rnet fig7_mnet_rnet fig7_rnet_mnet fig7_mnet_mnet fig7_rnet101_rnet fig7_rnet101_mnet fig10_rnet_mnet fig10_mnet_rnet fig10_rnet_rnet; do
   expect_rc 0 "$bin/orion-run" simulate -w "$ex/$config.json" --profiles "$ex/profiles" -p orion --requests 40
 done
 # A list of policies: one table, dedicated first, then in the order given.
