@@ -136,7 +136,7 @@ struct PlanSource {
   bool empty() const { return file.empty() && !published; }
   Plan load(const JobSpec& spec) const {
     if (!published) return load_plan(file, spec);
-    const JsonDocument doc = parse_json(published->dump(), published_name);
+    const JsonDocument doc(*published, published_name);
     return plan_from_json(doc.root(), spec);
   }
 };
