@@ -3,11 +3,11 @@
   orion_sweep.py ORION_RUN PROFILES_DIR [REQUESTS] [SEEDS] [MODEL]
 
 Builds every pairing of an HP inference client (ResNet50, MobileNetV2 or
-ResNet101, batch 4) with a BE client (ResNet50, MobileNetV2 or ResNet101
-training, or the same three inference models in a closed loop), at 5, 15,
-30 and 60 requests/s, Poisson or uniform: 144 workloads on the V100 model,
-none of them in examples/ (MODEL, e.g. resnet101, keeps only the pairings
-with that model on either side). Each runs under every policy on the same
+ResNet101, batch 4) with a BE client (ResNet50, MobileNetV2, ResNet101 or
+BERT training, or the three CNN inference models in a closed loop), at 5,
+15, 30 and 60 requests/s, Poisson or uniform: 168 workloads on the V100
+model, none of them in examples/ (MODEL, e.g. resnet101 or bert, keeps only
+the pairings with that model on either side). Each runs under every policy on the same
 arrivals (`-p all`), once per seed (default 1,2,3; REQUESTS HP requests,
 default 1000).
 
@@ -44,6 +44,7 @@ BE = {  # name: (steady profile, first-iteration profile or None, kind)
     "resnet50-train": ("resnet50_32_fb1.csv", "resnet50_32_fb0.csv", "training"),
     "mobilenetv2-train": ("mobilenetv2_64_fb1.csv", "mobilenetv2_64_fb0.csv", "training"),
     "resnet101-train": ("resnet101_32_fb1.csv", None, "training"),
+    "bert-train": ("bert_8_fb1.csv", None, "training"),
     "resnet50-inf": ("resnet50_4_fwd.csv", None, "inference"),
     "mobilenetv2-inf": ("mobilenetv2_4_fwd.csv", None, "inference"),
     "resnet101-inf": ("resnet101_4_fwd.csv", None, "inference"),
@@ -51,7 +52,8 @@ BE = {  # name: (steady profile, first-iteration profile or None, kind)
 PAIRS = [(hp, be) for hp, be in itertools.product(HP, BE)
          if only is None or hp == only or be.startswith(only + "-")]
 if not PAIRS:
-    sys.exit(f"orion_sweep: no pairing has the model '{only}' (models: {', '.join(HP)})")
+    models = sorted(set(HP) | {be.rsplit("-", 1)[0] for be in BE})
+    sys.exit(f"orion_sweep: no pairing has the model '{only}' (models: {', '.join(models)})")
 RATES = [5, 15, 30, 60]
 ARRIVALS = ["poisson", "uniform"]
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The Orion simulator's policy targets (docs/benchmarks.md) on 144 generated
-# workloads that are not in examples/ (three HP inference models x six BE
+# The Orion simulator's policy targets (docs/benchmarks.md) on 168 generated
+# workloads that are not in examples/ (three HP inference models x seven BE
 # clients x four rates x two arrival kinds), every policy on the same
-# arrivals, three seeds each. About 25 minutes on one core; MODEL (e.g.
-# resnet101) keeps only the pairings with that model.
+# arrivals, three seeds each. About 30 minutes on one core; MODEL (e.g.
+# resnet101 or bert) keeps only the pairings with that model.
 #   scripts/bench/orion_sweep.sh [BUILD_DIR] [REQUESTS] [SEEDS] [MODEL]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)

@@ -112,7 +112,7 @@ grep -q "warning" "$tmp/err" && fail "a feasible --hp-limit warned: $(cat "$tmp/
 expect_rc 0 "$bin/orion-run" simulate -w "$ex/rnet50_inf_train.json" -p all --requests 100 --json
 grep -q '"policy": "mps"' "$tmp/out" || fail "--policy all --json lacks mps"
 grep -q '"policy": "tick-tock"' "$tmp/out" && fail "tick-tock listed for an inference workload"
-for config in fig7_rnet_rnet fig7_mnet_rnet fig7_rnet_mnet fig7_mnet_mnet fig7_rnet101_rnet fig7_rnet101_mnet fig10_rnet_mnet fig10_mnet_rnet fig10_rnet_rnet fig10_rnet101_rnet fig10_rnet101_mnet; do
+for config in fig7_rnet_rnet fig7_mnet_rnet fig7_rnet_mnet fig7_mnet_mnet fig7_rnet101_rnet fig7_rnet101_mnet fig7_bert_rnet fig7_bert_mnet fig10_rnet_mnet fig10_mnet_rnet fig10_rnet_rnet fig10_rnet101_rnet fig10_rnet101_mnet; do
   expect_rc 0 "$bin/orion-run" simulate -w "$ex/$config.json" --profiles "$ex/profiles" -p orion --requests 40
 done
 # A list of policies: one table, dedicated first, then in the order given.
