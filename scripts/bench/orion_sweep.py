@@ -7,9 +7,9 @@ ResNet101, batch 4) with a BE client (ResNet50, MobileNetV2, ResNet101 or
 BERT training, or the three CNN inference models in a closed loop), at 5,
 15, 30 and 60 requests/s, Poisson or uniform: 168 workloads on the V100
 model, none of them in examples/ (MODEL, e.g. resnet101 or bert, keeps only
-the pairings with that model on either side). Each runs under every policy on the same
-arrivals (`-p all`), once per seed (default 1,2,3; REQUESTS HP requests,
-default 1000).
+the pairings with that model on either side). Each runs under every policy
+on the same arrivals (`-p all`), once per seed (default 1,2,3; REQUESTS HP
+requests, default 1000).
 
 Prints one line per workload (medians over the seeds of HP p99 / dedicated
 and BE throughput / dedicated per policy) with the two quantities that

@@ -2,7 +2,7 @@
 # The Orion simulator's policy targets (docs/benchmarks.md) on 168 generated
 # workloads that are not in examples/ (three HP inference models x seven BE
 # clients x four rates x two arrival kinds), every policy on the same
-# arrivals, three seeds each. About 30 minutes on one core; MODEL (e.g.
+# arrivals, three seeds each. About 25 minutes on one core; MODEL (e.g.
 # resnet101 or bert) keeps only the pairings with that model.
 #   scripts/bench/orion_sweep.sh [BUILD_DIR] [REQUESTS] [SEEDS] [MODEL]
 set -euo pipefail
