@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
                                   [&] { return dz::run_compress(compress); });
   cc->add_option("--base", compress.base, "Base model folder")->required();
   cc->add_option("--target", compress.target, "Fine-tuned model folder (same architecture and shapes)")->required();
-  cc->add_option("-o,--output", compress.output, "Delta container to write (.h5)")->required();
+  cc->add_option("-o,--output", compress.output, "Delta container to write (.h5)")->transform(fleet::output_path())->required();
   cc->add_option("--bits", compress.bits, "Bits per kept weight: 2, 3, 4 or 8")->capture_default_str()
       ->check(fleet::in_range(2, 8));
   cc->add_option("--sparsity", compress.sparsity, "none, N:M (N of every M pruned, e.g. 2:4) or a pruned fraction")
@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
                                   [&] { return dz::run_decompress(decompress); });
   dc->add_option("delta", decompress.delta, "Delta container")->required();
   dc->add_option("--base", decompress.base, "Base model folder (must be the one the delta was made from)")->required();
-  dc->add_option("-o,--output", decompress.output, "Model folder to write")->required();
+  dc->add_option("-o,--output", decompress.output, "Model folder to write")->transform(fleet::output_path())->required();
   dc->add_flag("--force", decompress.force, "Replace a non-empty output folder");
 
   dz::InspectCommand inspect;

@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   sc->add_option("--host", serve.http.host, "Address to listen on")->capture_default_str();
   sc->add_option("--port", serve.http.port, "Port (0: any free port; see --port-file)")->capture_default_str()
       ->check(fleet::in_range(0, 65535));
-  sc->add_option("--port-file", serve.http.port_file, "Write the bound port into this file once listening");
+  sc->add_option("--port-file", serve.http.port_file, "Write the bound port into this file once listening")->transform(fleet::output_path());
   sc->add_option("--mode", serve.mode,
                  "delta (base + packed deltas, mixed batches), swap (one reconstructed fine-tune resident at a "
                  "time) or full (every variant resident as a full model)")

@@ -14,7 +14,7 @@ int main(int argc, char** argv) {
   import_ncu->add_option("input", import.input, "ncu CSV export (--page raw or --page details)")->required();
   import_ncu->add_option("--device", import.device, "GPU the kernels ran on: v100-16, a100-40, a100-80, h100, h200")
       ->capture_default_str();
-  import_ncu->add_option("-o,--output", import.output, "Profile CSV to write")->required();
+  import_ncu->add_option("-o,--output", import.output, "Profile CSV to write")->transform(fleet::output_path())->required();
 
   fleet::orion::SummarizeOptions summary;
   CLI::App* summarize = tool.add_command("summarize", "Kernel count, total time, time per class, SM-need distribution",
@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
         if (!ncu.empty()) cap.conversion.ncu = ncu;
         return fleet::orion::live::run_capture(cap);
       });
-  capture->add_option("-o,--output", cap.output, "Profile CSV to write")->required();
+  capture->add_option("-o,--output", cap.output, "Profile CSV to write")->transform(fleet::output_path())->required();
   capture->add_option("--device", cap.conversion.device, "GPU for occupancy: auto (from CUPTI), or a known name")
       ->capture_default_str();
   capture->add_option("--ncu", ncu, "ncu CSV export of the same program: compute/memory class by kernel name");

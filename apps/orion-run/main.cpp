@@ -30,9 +30,9 @@ int main(int argc, char** argv) {
                        "orion, temporal, streams, mps, reef, tick-tock, dedicated, all, or a comma-separated list (one table)")
       ->capture_default_str();
   simulate->add_option("--profiles", sim.profile_dirs, "Folders to look for kernel profiles in (repeatable)");
-  simulate->add_option("--trace", trace, "Write a Chrome/Perfetto timeline of the (first) policy's run");
-  simulate->add_option("--csv", csv, "Write the comparison table as CSV");
-  simulate->add_option("--latencies", latencies, "Write every measured latency as CSV (for CDF plots)");
+  simulate->add_option("--trace", trace, "Write a Chrome/Perfetto timeline of the (first) policy's run")->transform(fleet::output_path());
+  simulate->add_option("--csv", csv, "Write the comparison table as CSV")->transform(fleet::output_path());
+  simulate->add_option("--latencies", latencies, "Write every measured latency as CSV (for CDF plots)")->transform(fleet::output_path());
   simulate->add_option("--contention", contention,
                        "Contention model JSON (docs/formats.md; default: calibrated on Orion's V100 kernel pairs)");
   simulate->add_option("--seed", seed, "Override the workload's random seed (arrivals)")
@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
   exec->add_flag("--alone", ex.alone,
                  "Then run each command by itself (a BE one as long as it ran beside the HP one) and report "
                  "p99 and throughput against that (implies --report)");
-  exec->add_option("--log", log, "Write every scheduling event as JSON lines");
+  exec->add_option("--log", log, "Write every scheduling event as JSON lines")->transform(fleet::output_path());
   exec->add_flag("--report", ex.report, "Print per-client latency, throughput and gating at the end");
   fleet::add_json_flag(exec, &ex.json);
   return tool.run(argc, argv);

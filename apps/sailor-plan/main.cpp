@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   imp->add_option("source", import.source, "SAILOR data folder (profiles/, providers/, configs/, llm_info.json)")
       ->required();
   imp->add_option("-m,--model-name", import.model, "Model to convert, e.g. OPT-350, GPT-Neo-2.7")->required();
-  imp->add_option("-o,--output", import.output_dir, "Folder to write model/profile/cluster/job.json into")->required();
+  imp->add_option("-o,--output", import.output_dir, "Folder to write model/profile/cluster/job.json into")->transform(fleet::output_path())->required();
   imp->add_option("--price", import.prices, "GPU=USD per GPU-hour (repeatable; defaults: A100-40 3.67, V100-16 2.80, GH-96 11.06)");
   imp->add_option("--quota", import.quotas, "GPU@ZONE=N extra GPUs available (repeatable)");
   imp->add_option("--global-batch", import.global_batch, "Global batch (default: the model's training config)")
@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   hf->add_option("config", import_hf.config, "config.json (or a model folder holding it): Llama, Mistral, OPT, "
                                              "GPT-NeoX or GPT-Neo")
       ->required();
-  hf->add_option("-o,--output", import_hf.output, "model.json to write")->required();
+  hf->add_option("-o,--output", import_hf.output, "model.json to write")->transform(fleet::output_path())->required();
   hf->add_option("--seq-len", import_hf.sequence_length, "Training sequence length")->capture_default_str()
       ->check(fleet::in_range(1, 1e7));
   hf->add_option("--name", import_hf.name, "Model name (default: the config's folder name)");
@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   });
   add_input_options(simulate, sim.paths);
   simulate->add_option("-p,--plan", sim.plan, "Plan JSON (ours, or SAILOR's pipeline_list layout)")->required();
-  simulate->add_option("--trace", trace, "Write a Chrome/Perfetto timeline of one simulated iteration");
+  simulate->add_option("--trace", trace, "Write a Chrome/Perfetto timeline of one simulated iteration")->transform(fleet::output_path());
   fleet::add_json_flag(simulate, &sim.json);
 
   fleet::sailor::CalibrateCommand calibrate;
@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
   search_cmd->add_flag("--exhaustive", search.exhaustive,
                        "Every stage-to-GPU-pool sequence, spill pool, TP degree per pool, layer split and DP degree "
                        "(small clusters only)");
-  search_cmd->add_option("-o,--output", search_output, "Write the best plan (with predictions) to this file");
+  search_cmd->add_option("-o,--output", search_output, "Write the best plan (with predictions) to this file")->transform(fleet::output_path());
   fleet::add_json_flag(search_cmd, &search.json);
 
   fleet::sailor::ExportCommand exp;
@@ -97,6 +97,6 @@ int main(int argc, char** argv) {
   add_input_options(export_cmd, exp.paths);
   export_cmd->add_option("-p,--plan", exp.plan, "Plan JSON")->required();
   export_cmd->add_option("--format", exp.format, "sailor or gpufleet")->capture_default_str();
-  export_cmd->add_option("-o,--output", exp.output, "File to write")->required();
+  export_cmd->add_option("-o,--output", exp.output, "File to write")->transform(fleet::output_path())->required();
   return tool.run(argc, argv);
 }

@@ -1,6 +1,6 @@
 // Atomic file output: write to a temporary file in the target's folder,
-// fsync, then rename over the target, so a crash or an error never leaves a
-// half-written result and never destroys the previous one.
+// fsync, then rename over the target, so a crash, an error or a signal never
+// leaves a half-written result and never destroys the previous one.
 #pragma once
 
 #include <cstddef>
@@ -12,16 +12,26 @@
 #include <utility>
 #include <vector>
 
+#include "common/output_path.h"
+#include "common/signal_cleanup.h"
+
 namespace fleet {
 
-/// One pending atomic write. The temporary file is removed unless commit()
-/// succeeds, so an exception anywhere before commit leaves the target as it was.
+/// One pending write of one output file. A regular file (or a new name) is
+/// written to a temporary file in its folder and renamed over it by commit(),
+/// so an exception anywhere before commit leaves the target as it was and
+/// removes the temporary file (a signal that ends the process removes it
+/// too). An output that is standard output ("-", /dev/stdout) or an existing
+/// FIFO or character device is never replaced: the bytes are collected in a
+/// temporary file in TMPDIR and written into it by commit(), so a failed
+/// command sends nothing. A symbolic link is followed: the file it points to
+/// is replaced, the link stays.
 class AtomicFileWriter {
  public:
-  /// Creates "<dir>/.<name>.tmp-XXXXXX" beside `target`; UsageError when the
-  /// folder is missing or the target is a folder, IoError when the folder is
-  /// not writable. A target of "-" is standard output: the bytes go to a
-  /// private temporary file and are copied to stdout by commit().
+  /// Resolves `target` (resolve_output) and opens the temporary file.
+  /// UsageError when the folder is missing, the target is a folder, a socket
+  /// or a block device, or its name is longer than the folder accepts;
+  /// IoError when the temporary file cannot be created.
   explicit AtomicFileWriter(std::filesystem::path target);
   ~AtomicFileWriter();
   AtomicFileWriter(const AtomicFileWriter&) = delete;
@@ -30,7 +40,7 @@ class AtomicFileWriter {
   /// Path of the temporary file, for libraries that open files by name
   /// (HDF5): call close_fd() first, let them write, then commit().
   const std::filesystem::path& temp_path() const { return temp_path_; }
-  /// The final path.
+  /// The output as given (normalised).
   const std::filesystem::path& target() const { return target_; }
 
   /// Appends bytes (retrying short writes); IoError on failure.
@@ -39,16 +49,18 @@ class AtomicFileWriter {
   void write(std::string_view text);
   /// Closes our descriptor so another library can write the temporary file by name.
   void close_fd();
-  /// fsyncs the data, renames it over the target and fsyncs the folder
-  /// (for "-": copies the data to standard output).
+  /// Publishes the data: fsyncs it, renames it over the target and fsyncs
+  /// the folder; or copies it into the stream. IoError on any failure.
   void commit();
 
  private:
   void discard() noexcept;
-  void copy_to_stdout();
+  void copy_to_stream();
 
   std::filesystem::path target_;
+  OutputTarget resolved_;
   std::filesystem::path temp_path_;
+  RemoveOnSignal temp_removal_;
   int fd_ = -1;
   bool committed_ = false;
 };

@@ -2,13 +2,17 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 #include <fmt/format.h>
 
 #include "common/cpu_isa.h"
 #include "common/error.h"
+#include "common/output_path.h"
+#include "common/signal_cleanup.h"
 #include "fleet/config.h"
 
 namespace fleet {
@@ -62,9 +66,30 @@ const CLI::App* selected_command(const CLI::App& app,
   return found;
 }
 
+// Flushes standard output and checks that everything written to it arrived,
+// as coreutils do before exiting: a report lost to a full disk or a closed
+// descriptor is a failure, not a success that wrote nothing.
+int finish_stdout(const std::string& program, int code) {
+  errno = 0;
+  std::cout.flush();  // flushes stdout's buffer too (the streams are synchronised)
+  int err = errno;
+  const bool flush_failed = std::fflush(stdout) != 0;
+  if (err == 0) err = errno;
+  if (!flush_failed && !std::ferror(stdout) && std::cout.good()) return code;
+  std::cerr << program << ": error: writing standard output: "
+            << (err != 0 ? std::strerror(err) : "an earlier write failed") << "\n";
+  std::clearerr(stdout);
+  return code == 0 ? static_cast<int>(ExitCode::kFailure) : code;
+}
+
 }  // namespace
 
 int Tool::run(int argc, char** argv) {
+  install_cleanup_on_signal();
+  return finish_stdout(name_, run_command(argc, argv));
+}
+
+int Tool::run_command(int argc, char** argv) {
   try {
     app_->parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -114,6 +139,15 @@ CLI::Validator in_range(double min, double max) {
         return {};
       },
       "in [" + text(min) + ", " + text(max) + "]");
+}
+
+CLI::Validator output_path() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        value = normalize_output_path(value).string();
+        return {};
+      },
+      "");
 }
 
 CLI::Option* add_threads_option(CLI::App* command, int* threads) {

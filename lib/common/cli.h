@@ -32,13 +32,18 @@ class Tool {
   void set_version_details(std::function<std::string()> details);
 
   /// Parses, sets up logging, runs the chosen action; maps every error to
-  /// one line on stderr ("name: error: ...") and an exit code.
+  /// one line on stderr ("name: error: ...") and an exit code. Temporaries
+  /// are removed if a signal ends the program (signal_cleanup.h), and
+  /// standard output is flushed and checked before a successful exit: a
+  /// result that could not be written (a full disk) makes the exit code 1.
   int run(int argc, char** argv);
 
   /// The text --version prints.
   std::string version_text() const;
 
  private:
+  int run_command(int argc, char** argv);
+
   std::string name_;
   std::unique_ptr<CLI::App> app_;
   LogOptions log_options_;
@@ -51,6 +56,11 @@ class Tool {
 /// [min, max]. The message names the option and the range. Caps are set where
 /// a larger value would exhaust memory or time rather than do more work.
 CLI::Validator in_range(double min, double max);
+
+/// Transform for options that name an output file or folder: normalises the
+/// path where it is parsed ("out/" becomes "out"), so every later use means
+/// the same thing (see normalize_output_path).
+CLI::Validator output_path();
 
 /// Adds `--threads N` (CPU threads of libtorch and of the BLAS it calls; 0
 /// keeps their defaults), checked to lie in [0, 1024].

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/fnv_hash.h"
+#include "common/hdf5_seal.h"
 #include "common/hdf5_zstd_filter.h"
 
 static_assert(std::endian::native == std::endian::little, "the HDF5 store assumes a little-endian host");
@@ -43,6 +44,8 @@ class Handle {
     if (id_ >= 0 && closer_ != nullptr) closer_(id_);
     id_ = H5I_INVALID_HID;
   }
+  /// Gives up ownership without closing.
+  void release() { id_ = H5I_INVALID_HID; }
 
  private:
   hid_t id_ = H5I_INVALID_HID;
@@ -63,6 +66,16 @@ std::string hdf5_error_text() {
       &descriptions);
   H5Eclear2(H5E_DEFAULT);
   if (descriptions.empty()) return "HDF5 call failed";
+  // A failed system call's description spans lines and lists buffers and
+  // offsets: keep only the system's message ("File too large").
+  for (std::string& d : descriptions) {
+    const std::string key = "error message = '";
+    if (const auto at = d.find(key); at != std::string::npos) {
+      const auto end = d.find('\'', at + key.size());
+      d = d.substr(at + key.size(), end == std::string::npos ? std::string::npos : end - at - key.size());
+    }
+    std::replace(d.begin(), d.end(), '\n', ' ');
+  }
   if (descriptions.size() == 1) return descriptions.front();
   return descriptions.front() + " (" + descriptions.back() + ")";
 }
@@ -176,7 +189,6 @@ std::uint64_t content_checksum(std::span<const std::byte> data) {
 struct Hdf5Store::State {
   std::filesystem::path path;
   std::unique_ptr<AtomicFileWriter> writer;  // create mode only
-  std::unique_ptr<AtomicFileWriter> stdin_copy;  // open("-") only, while opening
   Handle file;
 
   hid_t object(const std::string& name) const {
@@ -184,6 +196,21 @@ struct Hdf5Store::State {
     return check(H5Oopen(file.get(), p.c_str(), H5P_DEFAULT), path, name, "no such object");
   }
 };
+
+namespace {
+
+// File access for new files and images: the newest file format, in which
+// every piece of metadata (superblock, object headers, B-trees, heaps)
+// carries a checksum that HDF5 verifies on read, so a corrupt header is an
+// error instead of a wrong shape or a crash.
+Handle file_access(bool in_memory) {
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
+  if (in_memory) H5Pset_fapl_core(fapl.get(), 1 << 20, 0);  // grows by 1 MiB, never written to disk by HDF5
+  return fapl;
+}
+
+}  // namespace
 
 Hdf5Store::Hdf5Store(std::unique_ptr<State> state) : state_(std::move(state)) {}
 Hdf5Store::Hdf5Store(Hdf5Store&&) noexcept = default;
@@ -204,12 +231,10 @@ Hdf5Store Hdf5Store::create(const std::filesystem::path& path) {
   state->path = path;
   state->writer = std::make_unique<AtomicFileWriter>(path);
   state->writer->close_fd();
-  // The newest file format: every piece of metadata (superblock, object
-  // headers, B-trees, heaps) carries a checksum that HDF5 verifies on read, so
-  // a corrupt header is an error instead of a wrong shape or a crash.
-  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
-  const hid_t id = H5Fcreate(state->writer->temp_path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
+  Handle fapl = file_access(false);
+  Handle fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
+  H5Pset_userblock(fcpl.get(), kHdf5SealBytes);  // room for the seal, written on commit
+  const hid_t id = H5Fcreate(state->writer->temp_path().c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get());
   if (id < 0) throw IoError("cannot create HDF5 file: " + hdf5_error_text(), {path.string(), "", std::nullopt});
   state->file = Handle(id, H5Fclose);
   return Hdf5Store(std::move(state));
@@ -219,24 +244,28 @@ Hdf5Store Hdf5Store::open(const std::filesystem::path& path) {
   ensure_hdf5_zstd_filter();
   auto state = std::make_unique<State>();
   state->path = path;
-  std::filesystem::path file = path;
   if (is_stdio(path)) {
-    // HDF5 reads by name: copy standard input to a private file, open it,
-    // then unlink it (the open handle keeps the data until it is closed).
-    state->stdin_copy = std::make_unique<AtomicFileWriter>(std::filesystem::temp_directory_path() / "gpufleet-stdin.h5");
-    state->stdin_copy->write(read_file(path));
-    state->stdin_copy->close_fd();
-    file = state->stdin_copy->temp_path();
-  } else {
-    check_input_file(path);  // missing, unreadable or a folder: say so, not "not HDF5"
+    // HDF5 reads by name or from an image: standard input becomes an image,
+    // checked against its seal before HDF5 sees it.
+    const std::string bytes = read_file(path);
+    const auto image = std::as_bytes(std::span<const char>(bytes.data(), bytes.size()));
+    verify_hdf5_image(image, "standard input");
+    Handle fapl = file_access(true);
+    if (H5Pset_file_image(fapl.get(), const_cast<char*>(bytes.data()), bytes.size()) < 0)
+      fail_input(path, "", "cannot read standard input as HDF5: " + hdf5_error_text());
+    state->file = Handle(check(H5Fopen("gpufleet-stdin.h5", H5F_ACC_RDONLY, fapl.get()), path, "",
+                               "cannot open HDF5 data"),
+                         H5Fclose);
+    return Hdf5Store(std::move(state));
   }
-  if (H5Fis_hdf5(file.c_str()) <= 0) {
+  check_input_file(path);  // missing, unreadable or a folder: say so, not "not HDF5"
+  // The seal first: a damaged file never reaches libhdf5.
+  if (verify_hdf5_file(path) == Hdf5Seal::kUnsealed && H5Fis_hdf5(path.c_str()) <= 0) {
     H5Eclear2(H5E_DEFAULT);
     fail_input(path, "", "not an HDF5 file");
   }
-  state->file = Handle(check(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), path, "", "cannot open HDF5 file"),
+  state->file = Handle(check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), path, "", "cannot open HDF5 file"),
                        H5Fclose);
-  state->stdin_copy.reset();  // removes the copy; the open file stays readable
   return Hdf5Store(std::move(state));
 }
 
@@ -521,14 +550,19 @@ std::map<std::string, AttrValue> Hdf5Store::attributes(const std::string& object
 
 std::uint64_t Hdf5Store::commit() {
   if (!state_->writer) throw UsageError("store was opened read-only", {state_->path.string(), "", std::nullopt});
-  if (state_->file.valid()) {
-    check_status(H5Fflush(state_->file.get(), H5F_SCOPE_GLOBAL), state_->path, "", "cannot flush");
-    state_->file.reset();
-  }
+  if (!state_->file.valid()) throw IoError("internal: commit after a failed commit", {state_->path.string(), "", std::nullopt});
+  const auto& path = state_->path;
+  check_status(H5Fflush(state_->file.get(), H5F_SCOPE_GLOBAL), path, "", "cannot write");
+  // Closing writes what is left; a failure here (a full disk) is an error,
+  // and the handle is dropped either way so nothing closes it twice.
+  const hid_t id = state_->file.get();
+  state_->file.release();
+  check_status(H5Fclose(id), path, "", "cannot write");
+  seal_hdf5_file(state_->writer->temp_path());
   std::error_code ec;
   const std::uint64_t size = std::filesystem::file_size(state_->writer->temp_path(), ec);
   state_->writer->commit();
-  return ec ? 0 : size;
+  return size;
 }
 
 void Hdf5Store::require_checksums(bool required) { require_checksums_ = required; }

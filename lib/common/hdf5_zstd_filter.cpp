@@ -116,6 +116,10 @@ const H5Z_class2_t kZstdFilterClass = {
 void ensure_hdf5_zstd_filter() {
   static std::once_flag once;
   std::call_once(once, [] {
+    // No clean-up at exit: libhdf5's own would close files again that failed
+    // to close (a full disk) and crash in it. Every file is closed
+    // explicitly; this must come before any other HDF5 call.
+    H5dont_atexit();
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     if (H5Zregister(&kZstdFilterClass) < 0) {
       throw RuntimeFailure("cannot register the zstd HDF5 filter (id 32015)");

@@ -8,6 +8,7 @@
 #include "common/file_io.h"
 #include "common/half.h"
 #include "common/hdf5_store.h"
+#include "common/hdf5_seal.h"
 #include "test_util.h"
 
 namespace fleet {
@@ -181,8 +182,47 @@ TEST(Hdf5Store, CorruptChunkIsAnInputError) {
   ASSERT_LT(frame + 400, raw.size());
   for (std::size_t i = frame + 200; i < frame + 264; ++i) raw[i] = static_cast<char>(0x5a);
   write_file_atomically(dir / "c.h5", raw);
+  // The seal refuses the file before HDF5 opens it.
+  try {
+    (void)Hdf5Store::open(dir / "c.h5");
+    ADD_FAILURE() << "a damaged file was opened";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("do not match their digest"), std::string::npos) << e.what();
+  }
+  // Sealed again (as if damaged before it was sealed), the chunk's own checks catch it.
+  seal_hdf5_file(dir / "c.h5");
   Hdf5Store store = Hdf5Store::open(dir / "c.h5");
   EXPECT_THROW(store.read_tensor("t"), InputError);
+}
+
+TEST(Hdf5Store, TheSealRefusesTruncationAndForeignUserBlocks) {
+  testing::TempDir dir;
+  {
+    Hdf5Store store = Hdf5Store::create(dir / "s.h5");
+    store.write_tensor("t", DType::kU8, std::vector<std::int64_t>{4096}, pattern_bytes(4096, 5));
+    store.commit();
+  }
+  const std::string raw = read_file(dir / "s.h5");
+  ASSERT_EQ(raw.compare(0, 20, "gpufleet-hdf5-seal 1"), 0);
+  EXPECT_EQ(raw.compare(512, 4, "\x89HDF"), 0);
+  EXPECT_EQ(verify_hdf5_file(dir / "s.h5"), Hdf5Seal::kVerified);
+  for (std::size_t size : {std::size_t{0}, std::size_t{100}, std::size_t{512}, raw.size() / 2, raw.size() - 1}) {
+    write_file_atomically(dir / "cut.h5", std::string_view(raw).substr(0, size));
+    EXPECT_THROW((void)Hdf5Store::open(dir / "cut.h5"), InputError) << size;
+  }
+  // Appended bytes change the size the seal records.
+  write_file_atomically(dir / "long.h5", raw + "x");
+  EXPECT_THROW((void)Hdf5Store::open(dir / "long.h5"), InputError);
+  // A user block that is not our seal: HDF5 would read the file, we do not.
+  std::string foreign = raw;
+  std::fill(foreign.begin(), foreign.begin() + 512, 'u');
+  write_file_atomically(dir / "foreign.h5", foreign);
+  try {
+    (void)Hdf5Store::open(dir / "foreign.h5");
+    ADD_FAILURE() << "a file with a foreign user block was opened";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("carry no seal"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 // The delta container cannot lie: flipping any single byte of a container
-// (superblock, object headers, attributes, chunk indices, compressed data) is
-// either caught as an InputError or leaves every value read back unchanged.
-// Never a crash, never a silently different reconstruction, and never an
-// allocation larger than the model the container describes.
+// (seal, superblock, object headers, attributes, chunk indices, compressed
+// data) is caught as an InputError by the file's seal before libhdf5 reads
+// it. Below the seal (a file damaged before it was sealed), every flip is
+// still either caught or leaves every value read back unchanged. Never a
+// crash, never a silently different reconstruction, and never an allocation
+// larger than the model the container describes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/half.h"
+#include "common/hdf5_seal.h"
 #include "deltazip/container.h"
 #include "test_util.h"
 
@@ -121,15 +124,39 @@ class ContainerFuzz : public ::testing::Test {
   std::string original_, expected_;
 };
 
-TEST_F(ContainerFuzz, EveryFlippedByteIsCaughtOrHarmless) {
+TEST_F(ContainerFuzz, TheSealCatchesEveryFlippedByte) {
   ASSERT_GT(original_.size(), 4000u);
   const auto mutated = dir_ / "mutated.h5";
-  std::size_t caught = 0, harmless = 0;
   const unsigned char patterns[] = {0x01, 0x80, 0xff, 0x10};
   for (std::size_t pos = 0; pos < original_.size(); ++pos) {
     std::string bytes = original_;
     bytes[pos] = static_cast<char>(bytes[pos] ^ patterns[pos % 4]);
     write_file_atomically(mutated, bytes);
+    g_largest_allocation = 0;
+    try {
+      (void)read_everything(mutated);
+      FAIL() << "flipping byte " << pos << " was not caught";
+    } catch (const InputError& e) {
+      const std::string message = e.what();
+      ASSERT_TRUE(message.find("damaged") != std::string::npos || message.find("not an HDF5 file") != std::string::npos)
+          << "byte " << pos << ": " << message;
+    }
+    ASSERT_LT(g_largest_allocation.load(), std::size_t{1} << 20) << "flipping byte " << pos << " made the reader allocate";
+  }
+}
+
+// A file damaged before it was sealed (the seal then vouches for the damage):
+// HDF5's metadata checksums, the zstd frames' checksums, each tensor's
+// checksum and the reader's size checks still stand.
+TEST_F(ContainerFuzz, BelowTheSealEveryFlippedByteIsCaughtOrHarmless) {
+  const auto mutated = dir_ / "mutated.h5";
+  std::size_t caught = 0, harmless = 0;
+  const unsigned char patterns[] = {0x01, 0x80, 0xff, 0x10};
+  for (std::size_t pos = kHdf5SealBytes; pos < original_.size(); ++pos) {
+    std::string bytes = original_;
+    bytes[pos] = static_cast<char>(bytes[pos] ^ patterns[pos % 4]);
+    write_file_atomically(mutated, bytes);
+    seal_hdf5_file(mutated);
     g_largest_allocation = 0;
     try {
       const std::string seen = read_everything(mutated);
@@ -149,12 +176,15 @@ TEST_F(ContainerFuzz, EveryFlippedByteIsCaughtOrHarmless) {
     ASSERT_LT(g_largest_allocation.load(), std::size_t{1} << 20) << "flipping byte " << pos << " made the reader allocate";
   }
   // Most bytes are metadata or compressed data: a flip there must be caught.
-  EXPECT_GT(caught, original_.size() / 2) << caught << " caught, " << harmless << " harmless";
+  EXPECT_GT(caught, (original_.size() - kHdf5SealBytes) / 2) << caught << " caught, " << harmless << " harmless";
 }
 
 TEST_F(ContainerFuzz, TruncationsAreCaught) {
   const auto cut = dir_ / "cut.h5";
-  for (std::size_t size = 0; size < original_.size(); size += std::max<std::size_t>(1, original_.size() / 97)) {
+  std::vector<std::size_t> sizes;
+  for (std::size_t size = 0; size < original_.size(); size += 1024) sizes.push_back(size);
+  for (std::size_t size : {std::size_t{1}, std::size_t{511}, std::size_t{513}, original_.size() - 1}) sizes.push_back(size);
+  for (std::size_t size : sizes) {
     write_file_atomically(cut, std::string_view(original_).substr(0, size));
     EXPECT_THROW(read_everything(cut), InputError) << "truncated to " << size << " bytes";
   }

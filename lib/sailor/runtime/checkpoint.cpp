@@ -10,6 +10,8 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/logging.h"
+#include "common/output_path.h"
+#include "common/signal_cleanup.h"
 #include "common/safetensors.h"
 #include "model/tensor_bridge.h"
 #include "model/trainer.h"
@@ -60,13 +62,21 @@ void write_shard_index(const fs::path& dir, const std::string& stem, int stages)
   write_safetensors_index(dir, stem, weight_map, total);
 }
 
-std::string staging_prefix(const fs::path& output) { return "." + output.filename().string() + ".staging-"; }
+// A checkpoint folder is built as one of the output's temporaries, so the
+// rules for those apply: removed by a signal, by the next run, and named
+// within NAME_MAX whatever the output's name.
+fs::path real_output(const fs::path& output) {
+  const OutputTarget target = resolve_output(output);
+  if (target.kind != OutputKind::kReplace || (target.exists && !target.is_folder))
+    throw UsageError("exists and is not a folder", ErrorContext{output.string(), "", std::nullopt});
+  return target.path;
+}
 
 }  // namespace
 
 CheckpointWriter::CheckpointWriter(fs::path output, const WorldInfo& world, std::vector<int> writers,
                                    std::string token, std::chrono::milliseconds timeout)
-    : output_(std::move(output)), world_(world), writers_(std::move(writers)), token_(std::move(token)),
+    : output_(real_output(output)), world_(world), writers_(std::move(writers)), token_(std::move(token)),
       timeout_(timeout) {
   auto it = std::find(writers_.begin(), writers_.end(), world.rank);
   if (it != writers_.end()) stage_ = static_cast<int>(it - writers_.begin());
@@ -78,22 +88,11 @@ CheckpointWriter::~CheckpointWriter() {
   if (thread_.joinable()) thread_.join();
 }
 
-void CheckpointWriter::remove_stale_staging(const fs::path& output) {
-  const fs::path parent = output.parent_path().empty() ? fs::path(".") : output.parent_path();
-  std::error_code ec;
-  const std::string prefix = staging_prefix(output);
-  for (const auto& entry : fs::directory_iterator(parent, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind(prefix, 0) == 0) {
-      spdlog::info("removing {}, the unfinished checkpoint of an earlier run", entry.path().string());
-      fs::remove_all(entry.path(), ec);
-    }
-  }
-}
+void CheckpointWriter::remove_stale_staging(const fs::path& output) { remove_stale_temporaries(real_output(output)); }
 
 fs::path CheckpointWriter::staging(std::int64_t step) const {
   const fs::path parent = output_.parent_path().empty() ? fs::path(".") : output_.parent_path();
-  return parent / fmt::format("{}{}-{}", staging_prefix(output_), token_, step);
+  return parent / fmt::format("{}{}-{}", temporary_prefix(output_), token_, step);
 }
 
 void CheckpointWriter::write_async(CheckpointSnapshot snapshot) {
@@ -118,10 +117,22 @@ void CheckpointWriter::wait() {
 }
 
 void CheckpointWriter::write(const CheckpointSnapshot& snapshot) {
-  const auto started = std::chrono::steady_clock::now();
   const fs::path dir = staging(snapshot.step);
-  const int stages = static_cast<int>(writers_.size());
   fs::create_directories(dir);
+  const RemoveOnSignal removal(dir);  // a Ctrl-C leaves no half-written checkpoint behind
+  try {
+    write_into(snapshot, dir);
+  } catch (...) {
+    // Rank 0 owns the folder: a checkpoint that failed leaves nothing behind.
+    std::error_code ec;
+    if (world_.rank == 0) fs::remove_all(dir, ec);
+    throw;
+  }
+}
+
+void CheckpointWriter::write_into(const CheckpointSnapshot& snapshot, const fs::path& dir) {
+  const auto started = std::chrono::steady_clock::now();
+  const int stages = static_cast<int>(writers_.size());
   const std::string key_prefix = fmt::format("checkpoint/{}/{}/", token_, snapshot.step);
   if (stage_ >= 0) {
     write_tensors(snapshot.model, dir, "model", stage_, stages);

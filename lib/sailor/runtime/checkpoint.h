@@ -68,6 +68,7 @@ class CheckpointWriter {
 
  private:
   void write(const CheckpointSnapshot& snapshot);
+  void write_into(const CheckpointSnapshot& snapshot, const std::filesystem::path& dir);
   std::filesystem::path staging(std::int64_t step) const;
 
   std::filesystem::path output_;

@@ -22,6 +22,9 @@ int run_train(const TrainCommand& c) {
       spdlog::warn("the workers left admit no plan; {}", result.last_step >= 0
                    ? fmt::format("wrote the checkpoint of step {} to {}", result.last_step, c.job.output.string())
                    : "nothing held the whole state: the last checkpoint stays");
+    else if (result.rank == 0 && result.stop_code == kExitTerminated)
+      spdlog::warn("stopped by SIGTERM after step {}; checkpoint in {} (continue with --resume)", result.last_step,
+                   c.job.output.string());
     else if (result.rank == 0)
       spdlog::warn("left at step {} for a reconfiguration; checkpoint in {}", result.last_step, c.job.output.string());
     return result.stop_code;
@@ -166,9 +169,9 @@ void add_launch_commands(Tool& tool, LaunchCommands& c) {
       ->capture_default_str()
       ->check(in_range(0, 1e6));
   add_plan_bounds(controller, ctl);
-  controller->add_option("--output", ctl.output, "The workers' -o folder (named when the job stops without a plan)");
+  controller->add_option("--output", ctl.output, "The workers' -o folder (named when the job stops without a plan)")->transform(output_path());
   controller->add_option("--metrics", ctl.metrics,
-                         "The workers' --metrics file (shared file system): reconfiguration records go there too");
+                         "The workers' --metrics file (shared file system): reconfiguration records go there too")->transform(output_path());
 
   CLI::App* join = tool.add_command("join", "Ask a running elastic job (launch --elastic) for more workers",
                                     [&] { return run_join(c); });

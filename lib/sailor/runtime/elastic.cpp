@@ -18,6 +18,7 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/output_check.h"
 #include "common/temporary_folder.h"
 #include "sailor/commands.h"
 #include "sailor/runtime/control_store.h"
@@ -173,6 +174,12 @@ ElasticStart elastic_start(const LaunchCommand& c) {
       spdlog::warn("--elastic without --checkpoint-every: a lost worker sends the job back to its start");
     if (auto m = worker_option(c.arguments, {"--metrics"})) e.metrics = *m;
   }
+  // The launcher (or controller) owns the workers' outputs for the whole
+  // job: its workers come and go, a second job on the same folder is refused.
+  OutputCheck outputs;
+  outputs.folder(e.output, "-o");
+  if (e.metrics) outputs.file(*e.metrics, "--metrics");
+  outputs.check(Existing::kReplace);
   InputPaths paths;
   paths.inputs = c.elastic_inputs;
   e.inputs = load_inputs(paths);

@@ -22,12 +22,17 @@
 namespace fleet::sailor::runtime {
 
 /// Set by the elastic launcher for its workers: SIGTERM then means "hand
-/// over and leave at the next step boundary" instead of "die now".
+/// over and leave at the next step boundary" instead of "checkpoint that
+/// step and stop" (kExitTerminated), as it means for a plain job.
 inline constexpr const char* kEnvElastic = "SAILOR_ELASTIC";
 /// Exit status of a worker that left at a step boundary because it got SIGTERM.
 inline constexpr int kExitPreempted = 75;
 /// Exit status of the other workers of that job, which stopped at the same boundary.
 inline constexpr int kExitStoppedWithPeers = 76;
+/// Exit status of a plain (not elastic) job stopped by SIGTERM after
+/// checkpointing its last finished step: 128 + SIGTERM, as a shell reports a
+/// process that SIGTERM ended, and as SLURM's preemption expects.
+inline constexpr int kExitTerminated = 143;
 /// Exit status of an elastic job (and of its workers) when the workers left
 /// admit no plan; the output folder holds a checkpoint to resume from.
 inline constexpr int kExitNoPlan = 3;

@@ -90,12 +90,15 @@ struct RunState {
   std::optional<std::uint64_t> expected_fingerprint;
 };
 
-RunState read_run_state(const TrainJob& job) {
+// `owner`: this process claims the outputs (see output_claim.h): rank 0 of a
+// plain job; in an elastic job the launcher or controller holds them.
+RunState read_run_state(const TrainJob& job, bool owner) {
   RunState s;
   s.options = job.options;
   s.data_files = job.data;
   s.source = job.model;
   OutputCheck reports;
+  if (!owner) reports.without_claim();
   if (!job.metrics.empty()) reports.file(job.metrics, "--metrics");
   if (!job.trace.empty()) reports.file(job.trace, "--trace");
   reports.check(Existing::kReplace);
@@ -105,11 +108,13 @@ RunState read_run_state(const TrainJob& job) {
       throw UsageError(job.output.string() +
                        " already holds a training run; use --resume, --force or another output folder");
     OutputCheck check;
+    if (!owner) check.without_claim();
     check.input(job.model, "--model");
     for (const auto& f : s.data_files) check.input(f, "--data");
     check.folder(job.output, "--output").check(Existing::kNeedsForce, job.force);
     return s;
   }
+  if (owner) OutputCheck().folder(job.output, "--output").check(Existing::kReplace);
   auto doc = load_json_file(job.output / kStateFile);
   auto state = doc.root();
   if (state.get<std::string>("format") != kStateFormat) state.at("format").fail("not a trainer state");
@@ -685,7 +690,8 @@ TrainResult train(const TrainJob& requested) {
     else job.force = true;
   }
   WorldInfo world = world_from_environment();
-  RunState run = read_run_state(job);
+  const bool elastic_job = std::getenv(kEnvElastic) != nullptr || elastic;
+  RunState run = read_run_state(job, world.rank == 0 && !elastic_job);
   TrainOptions& options = run.options;
   for (const auto& f : run.data_files) check_input_file(f);
   auto device = model::resolve_device(job.device);
@@ -708,7 +714,10 @@ TrainResult train(const TrainJob& requested) {
 
   std::int64_t end_step = options.steps;
   if (job.stop_after > 0) end_step = std::min(end_step, run.start_step + job.stop_after);
-  if (std::getenv(kEnvElastic) != nullptr || elastic) {
+  {
+    // SIGTERM (a preemption notice, scancel, the launcher stopping its
+    // workers) ends the job at the next step boundary with a checkpoint of
+    // that step, so no finished step is lost.
     struct sigaction action {};
     action.sa_handler = request_leave;
     sigemptyset(&action.sa_mask);
@@ -986,7 +995,8 @@ TrainResult train(const TrainJob& requested) {
           save_checkpoint(step + 1);
         if (stop_here) {
           // A preemption notice: everyone checkpoints this step and leaves, so no step is redone.
-          result.stop_code = asked_to_leave ? kExitPreempted : kExitStoppedWithPeers;
+          if (!elastic_job && asked_to_leave) result.stop_code = kExitTerminated;
+          else result.stop_code = asked_to_leave ? kExitPreempted : kExitStoppedWithPeers;
           end_step = step + 1;
           break;
         }
