@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <streambuf>
 
 #include <fmt/format.h>
 
@@ -66,14 +67,48 @@ const CLI::App* selected_command(const CLI::App& app,
   return found;
 }
 
+// std::cout's buffer: writes go through C's stdout (so the order with
+// printf stays), and the errno of the first failed write is kept, so the
+// error at exit can say why ("No space left on device"): by then errno
+// belongs to other calls.
+class StdoutRecorder : public std::streambuf {
+ public:
+  int first_error() const { return first_error_; }
+
+ protected:
+  int_type overflow(int_type c) override {
+    if (traits_type::eq_int_type(c, traits_type::eof())) return traits_type::not_eof(c);
+    if (std::fputc(c, stdout) == EOF) return record(traits_type::eof());
+    return c;
+  }
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    const std::size_t written = std::fwrite(s, 1, static_cast<std::size_t>(n), stdout);
+    if (written != static_cast<std::size_t>(n)) record(0);
+    return static_cast<std::streamsize>(written);
+  }
+  int sync() override { return std::fflush(stdout) == 0 ? 0 : record(-1); }
+
+ private:
+  int record(int result) {
+    if (first_error_ == 0) first_error_ = errno;
+    return result;
+  }
+  int first_error_ = 0;
+};
+
+StdoutRecorder& stdout_recorder() {
+  static StdoutRecorder recorder;
+  return recorder;
+}
+
 // Flushes standard output and checks that everything written to it arrived,
 // as coreutils do before exiting: a report lost to a full disk or a closed
 // descriptor is a failure, not a success that wrote nothing.
 int finish_stdout(const std::string& program, int code) {
+  std::cout.flush();
   errno = 0;
-  std::cout.flush();  // flushes stdout's buffer too (the streams are synchronised)
-  int err = errno;
   const bool flush_failed = std::fflush(stdout) != 0;
+  int err = stdout_recorder().first_error();
   if (err == 0) err = errno;
   if (!flush_failed && !std::ferror(stdout) && std::cout.good()) return code;
   std::cerr << program << ": error: writing standard output: "
@@ -86,6 +121,7 @@ int finish_stdout(const std::string& program, int code) {
 
 int Tool::run(int argc, char** argv) {
   install_cleanup_on_signal();
+  std::cout.rdbuf(&stdout_recorder());
   return finish_stdout(name_, run_command(argc, argv));
 }
 

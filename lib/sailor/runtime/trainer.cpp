@@ -104,7 +104,8 @@ RunState read_run_state(const TrainJob& job, bool owner) {
   reports.check(Existing::kReplace);
   if (!job.resume) {
     s.options.validate();
-    if (fs::exists(job.output / kStateFile) && !job.force)
+    std::error_code ec;  // a name too long to examine is reported by the check below
+    if (fs::exists(job.output / kStateFile, ec) && !job.force)
       throw UsageError(job.output.string() +
                        " already holds a training run; use --resume, --force or another output folder");
     OutputCheck check;
