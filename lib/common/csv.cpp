@@ -9,7 +9,7 @@
 
 namespace fleet {
 
-CsvTable CsvTable::parse(std::string_view text, const std::string& name) {
+CsvTable CsvTable::parse(std::string_view text, const std::string& name, std::size_t max_rows) {
   CsvTable table;
   table.name_ = name;
   std::vector<std::string> fields;
@@ -29,6 +29,9 @@ CsvTable CsvTable::parse(std::string_view text, const std::string& name) {
                                std::to_string(fields.size()),
                            {name, "line " + std::to_string(record_line), std::nullopt});
         }
+        if (table.rows_.size() >= max_rows)
+          throw InputError("more than " + std::to_string(max_rows) + " rows; at most that many are read",
+                           {name, "line " + std::to_string(record_line), std::nullopt});
         table.rows_.push_back(std::move(fields));
         table.lines_.push_back(record_line);
       }
@@ -75,7 +78,9 @@ CsvTable CsvTable::parse(std::string_view text, const std::string& name) {
   return table;
 }
 
-CsvTable CsvTable::read(const std::filesystem::path& path) { return parse(read_file(path, kMaxDocumentBytes), path.string()); }
+CsvTable CsvTable::read(const std::filesystem::path& path, std::uintmax_t max_bytes, std::size_t max_rows) {
+  return parse(read_file(path, max_bytes), path.string(), max_rows);
+}
 
 std::optional<std::size_t> CsvTable::column(std::string_view name) const {
   for (std::size_t i = 0; i < header_.size(); ++i) {

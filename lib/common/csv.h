@@ -3,11 +3,14 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "common/file_io.h"
 
 namespace fleet {
 
@@ -15,10 +18,13 @@ namespace fleet {
 class CsvTable {
  public:
   /// Parses `text`; InputError on an unterminated quote or a row whose field
-  /// count differs from the header's. Blank lines are skipped.
-  static CsvTable parse(std::string_view text, const std::string& name);
-  /// Reads and parses a file.
-  static CsvTable read(const std::filesystem::path& path);
+  /// count differs from the header's, or past `max_rows` data rows (each
+  /// field is a string: a table takes several times its text). Blank lines
+  /// are skipped.
+  static CsvTable parse(std::string_view text, const std::string& name, std::size_t max_rows = SIZE_MAX);
+  /// Reads and parses a file of at most `max_bytes` (InputError beyond, unread).
+  static CsvTable read(const std::filesystem::path& path, std::uintmax_t max_bytes = kMaxDocumentBytes,
+                       std::size_t max_rows = SIZE_MAX);
 
   /// Column names of the first row.
   const std::vector<std::string>& header() const { return header_; }

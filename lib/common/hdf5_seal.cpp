@@ -69,7 +69,8 @@ Hdf5Seal check_block(std::span<const std::byte> block, std::uint64_t size, const
     // Not ours: either not HDF5 at all, or HDF5 with someone else's user block.
     bool hdf5_after = size >= kHdf5SealBytes + sizeof kHdf5Signature;
     if (!hdf5_after) throw InputError("not an HDF5 file", ErrorContext{name.string(), "", std::nullopt});
-    throw InputError("not an HDF5 file this toolkit wrote (its first 512 bytes carry no seal)",
+    throw InputError("its first 512 bytes carry no seal: the file is damaged, or another program wrote it "
+                     "with a user block",
                      ErrorContext{name.string(), "", std::nullopt});
   }
   std::size_t pos = kMagic.size();

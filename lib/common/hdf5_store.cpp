@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <map>
 #include <utility>
 
 #include "common/atomic_file.h"
@@ -399,6 +400,8 @@ std::vector<std::string> Hdf5Store::tensor_names() const {
   struct Visit {
     std::vector<std::string> names;
     std::string unreadable;  // first object that could not be opened
+    std::map<std::string, std::string> by_address;  // a dataset's address in the file -> its first name
+    std::string duplicate;   // "a and b": two names of one dataset (a hard link)
   } visit;
   // Every object must open: a damaged group would otherwise just vanish from the list.
   const herr_t status = H5Lvisit(
@@ -411,10 +414,26 @@ std::vector<std::string> Hdf5Store::tensor_names() const {
           v->unreadable = name;
           return -1;
         }
-        if (H5Iget_type(obj.get()) == H5I_DATASET) v->names.emplace_back(name);
+        if (H5Iget_type(obj.get()) == H5I_DATASET) {
+          // Two names for one dataset (a hard link) would make two tensors
+          // read the same bytes: each name must be its own data.
+#if H5_VERSION_GE(1, 12, 0)
+          const std::string address(reinterpret_cast<const char*>(&info->u.token), sizeof info->u.token);
+#else
+          const std::string address(reinterpret_cast<const char*>(&info->u.address), sizeof info->u.address);
+#endif
+          const auto [it, added] = v->by_address.emplace(address, name);
+          if (!added) {
+            v->duplicate = it->second + "' and '" + name;
+            return -1;
+          }
+          v->names.emplace_back(name);
+        }
         return 0;
       },
       &visit);
+  if (!visit.duplicate.empty())
+    fail_input(state_->path, "", "'" + visit.duplicate + "' are two names of the same data (a hard link)");
   if (status < 0) {
     fail_input(state_->path, visit.unreadable, "cannot list the file's objects (corrupt metadata): " + hdf5_error_text());
   }

@@ -1,12 +1,15 @@
 #include "deltazip/container.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
 
 #include <nlohmann/json.hpp>
 #include <cstring>
 
 #include "common/error.h"
 #include "common/file_io.h"
+#include "common/json.h"
 #include "common/fnv_hash.h"
 #include "common/safetensors.h"
 #include "model/llama_config.h"
@@ -44,23 +47,31 @@ std::string string_attr(const Hdf5Store& store, const std::string& object, const
   throw InputError(store.path().string() + ": " + object + ": attribute " + key + " must be a string");
 }
 
-// The largest dimension of any tensor of the model `config_json` describes
-// (hidden, intermediate, vocabulary, attention width): the bound that every
-// stored shape is checked against before memory is allocated for it.
-std::int64_t largest_dimension(const std::string& config_json, const std::filesystem::path& path) {
-  const auto config = nlohmann::json::parse(config_json, nullptr, false);
-  if (!config.is_object()) throw InputError(path.string() + ": config: not a JSON object");
-  auto value = [&](const char* key) -> std::int64_t {
-    const auto it = config.find(key);
-    if (it == config.end() || !it->is_number_integer()) return 0;
-    const auto v = it->get<std::int64_t>();
-    if (v < 0 || v > (std::int64_t{1} << 24)) throw InputError(path.string() + ": config: implausible " + key);
-    return v;
-  };
-  const std::int64_t heads_width = value("num_attention_heads") * std::max<std::int64_t>(value("head_dim"), 1);
-  const std::int64_t largest = std::max({value("hidden_size"), value("intermediate_size"), value("vocab_size"), heads_width});
-  if (largest <= 0) throw InputError(path.string() + ": config: no hidden_size, intermediate_size or vocab_size");
-  return largest;
+// The model the container's `config` describes, validated with the caps of
+// LlamaConfig::validate before any size in it is used.
+model::LlamaConfig container_config(const std::string& config_json, const std::filesystem::path& path) {
+  const JsonDocument doc = parse_json(config_json, path.string() + ": config");
+  return model::parse_llama_config(doc.root());
+}
+
+// Splits "linear/<tensor>/<part>" into tensor and part; false for other names.
+bool split_linear(const std::string& name, std::string& tensor, std::string& part) {
+  if (name.rfind(kLinear, 0) != 0) return false;
+  const auto slash = name.rfind('/');
+  if (slash <= std::strlen(kLinear)) return false;
+  tensor = name.substr(std::strlen(kLinear), slash - std::strlen(kLinear));
+  part = name.substr(slash + 1);
+  return true;
+}
+
+// Checked narrowing of an integer attribute: InputError when out of [lo, hi].
+std::int64_t int_attr_in(const Hdf5Store& store, const std::string& object, const std::string& key, std::int64_t lo,
+                         std::int64_t hi) {
+  const std::int64_t v = int_attr(store, object, key);
+  if (v < lo || v > hi)
+    throw InputError(store.path().string() + ": " + object + ": attribute " + key + " is " + std::to_string(v) +
+                     ", outside " + std::to_string(lo) + ".." + std::to_string(hi));
+  return v;
 }
 
 }  // namespace
@@ -112,13 +123,60 @@ DeltaReader::DeltaReader(const std::filesystem::path& path) : store_(Hdf5Store::
   header_.settings_json = string_attr(store_, "", "settings");
   header_.base_identity = string_attr(store_, "", "base_identity");
   header_.config_json = string_attr(store_, "", "config");
-  max_dim_ = largest_dimension(header_.config_json, path);
-  for (const auto& name : store_.tensor_names()) {
-    if (name.rfind(kLinear, 0) == 0 && name.size() > 6 && name.compare(name.size() - 6, 6, "/codes") == 0)
-      packed_.push_back(name.substr(7, name.size() - 7 - 6));
-    else if (name.rfind(kDense, 0) == 0)
-      dense_.push_back(name.substr(6));
+  check_layout(model::parameter_shapes(container_config(header_.config_json, path)));
+}
+
+void DeltaReader::check_layout(const std::vector<model::ParameterShape>& model_tensors) {
+  // One place decides what a container holds, so inspect, decompress and
+  // the server refuse the same files: every weight of the model in `config`
+  // exactly once, as a packed matrix or a dense tensor of its shape, and
+  // nothing else. Shapes come from the model, never from the file.
+  const std::string file = path().string();
+  auto fail = [&](const std::string& why) { throw InputError(file + ": " + why); };
+  const std::vector<std::string> names = store_.tensor_names();
+  std::map<std::string, std::vector<std::int64_t>> expected;
+  for (const auto& t : model_tensors) expected.emplace(t.name, t.shape);
+  std::map<std::string, std::set<std::string>> linear_parts;
+  for (const auto& name : names) {
+    std::string tensor, part;
+    if (split_linear(name, tensor, part)) {
+      if (part != "codes" && part != "scales" && part != "zeros" && part != "indices")
+        fail("unexpected entry '" + name + "'");
+      linear_parts[tensor].insert(part);
+    } else if (name.rfind(kDense, 0) == 0) {
+      dense_.push_back(name.substr(std::strlen(kDense)));
+    } else {
+      fail("unexpected entry '" + name + "'");
+    }
   }
+  for (const auto& [tensor, parts] : linear_parts) {
+    for (const char* part : {"codes", "scales", "zeros"})
+      if (!parts.count(part)) fail(tensor + ": the packed matrix has no '" + part + "'");
+    packed_.push_back(tensor);
+  }
+  std::set<std::string> seen;
+  auto known = [&](const std::string& name) -> const std::vector<std::int64_t>& {
+    const auto it = expected.find(name);
+    if (it == expected.end()) fail("'" + name + "' is not a tensor of the model its config describes");
+    if (!seen.insert(name).second) fail("'" + name + "' is stored twice (packed and dense)");
+    return it->second;
+  };
+  for (const auto& name : packed_) {
+    const auto& shape = known(name);
+    const auto attr = store_.attribute(kLinear + name + "/codes", "shape");
+    const auto* stored = std::get_if<std::vector<std::int64_t>>(&attr);
+    if (shape.size() != 2 || stored == nullptr || *stored != shape)
+      fail(name + ": the packed shape differs from the model's " + shape_to_string(shape));
+  }
+  for (const auto& name : dense_) {
+    const auto& shape = known(name);
+    if (store_.info(kDense + name).shape != shape)
+      fail(name + ": shape " + shape_to_string(store_.info(kDense + name).shape) + ", the model's is " +
+           shape_to_string(shape));
+    dense_shapes_[name] = shape;
+  }
+  for (const auto& t : model_tensors)
+    if (!seen.count(t.name)) fail("no entry for the model's tensor '" + t.name + "'");
 }
 
 PackedMatrix DeltaReader::packed(const std::string& name) const {
@@ -129,16 +187,12 @@ PackedMatrix DeltaReader::packed(const std::string& name) const {
   if (!shape || shape->size() != 2) throw InputError(path().string() + ": " + name + ": bad shape attribute");
   m.rows = (*shape)[0];
   m.cols = (*shape)[1];
-  m.bits = static_cast<int>(int_attr(store_, object, "bits"));
-  m.group_size = int_attr(store_, object, "group_size");
+  m.bits = static_cast<int>(int_attr_in(store_, object, "bits", 1, 8));
+  m.group_size = int_attr_in(store_, object, "group_size", 1, m.cols);
   try {
     m.sparsity = SparsityPattern::parse(string_attr(store_, object, "sparsity"));
   } catch (const UsageError& e) {
     throw InputError(path().string() + ": " + name + ": " + e.what());
-  }
-  if (m.rows <= 0 || m.cols <= 0 || m.rows > max_dim_ || m.cols > max_dim_) {
-    throw InputError(path().string() + ": " + name + ": shape " + std::to_string(m.rows) + "x" + std::to_string(m.cols) +
-                     " does not fit the model's dimensions (at most " + std::to_string(max_dim_) + ")");
   }
   // No part of a packed matrix (codes, one scale per weight at most, masks) needs
   // more than two bytes per weight: a larger dataset is corrupt, refused before allocating.
@@ -158,8 +212,10 @@ DenseEntry DeltaReader::dense(const std::string& name) const {
   auto kind = string_attr(store_, kDense + name, "kind");
   if (kind != "delta" && kind != "full") throw InputError(path().string() + ": " + name + ": unknown kind '" + kind + "'");
   e.kind = kind == "delta" ? DenseKind::kDelta : DenseKind::kFull;
-  // Embeddings, norms and the head: at most (largest dimension)^2 values of 8 bytes.
-  e.tensor = store_.read_tensor(kDense + name, static_cast<std::uint64_t>(max_dim_) * max_dim_ * 8);
+  // Exactly the model's shape (check_layout), of at most 8-byte values.
+  const auto& shape = dense_shapes_.at(name);
+  const auto numel = checked_numel(shape);
+  e.tensor = store_.read_tensor(kDense + name, numel ? *numel * 8 : 0);
   return e;
 }
 

@@ -12,6 +12,7 @@
 
 #include "common/hdf5_store.h"
 #include "deltazip/packing.h"
+#include "model/llama_config.h"
 
 namespace fleet::deltazip {
 
@@ -54,8 +55,10 @@ class DeltaWriter {
 };
 
 /// Reads a container; InputError naming the file for anything malformed:
-/// corrupt metadata, a tensor whose checksum does not match, a shape larger
-/// than the model it describes (refused before allocating).
+/// a damaged file (its seal), corrupt metadata, a tensor whose checksum does
+/// not match, a config above the caps, an entry missing, extra, stored
+/// twice or shaped unlike the model's tensor (all checked on opening, before
+/// any tensor is read or allocated).
 class DeltaReader {
  public:
   explicit DeltaReader(const std::filesystem::path& path);
@@ -76,10 +79,12 @@ class DeltaReader {
   std::uint64_t file_bytes() const { return store_.file_bytes(); }
 
  private:
+  void check_layout(const std::vector<model::ParameterShape>& model_tensors);
+
   Hdf5Store store_;
   DeltaHeader header_;
-  std::int64_t max_dim_ = 0;  ///< largest dimension of the model: bounds every stored shape
   std::vector<std::string> packed_, dense_;
+  std::map<std::string, std::vector<std::int64_t>> dense_shapes_;  ///< the model's shape of each dense entry
 };
 
 /// Identity of a model folder: FNV-1a over its config.json text, every

@@ -40,28 +40,6 @@ void for_each_layer_tensor(Layer& layer, F&& f) {
   f("post_attention_layernorm.weight", layer.post_attention_layernorm);
 }
 
-// Expected shape of every parameter by name.
-std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected_shapes(const LlamaConfig& c) {
-  const std::int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
-  std::vector<std::pair<std::string, std::vector<std::int64_t>>> out;
-  out.push_back({"model.embed_tokens.weight", {c.vocab_size, h}});
-  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    auto n = [&](const char* w) { return layer_name(static_cast<std::size_t>(i), w); };
-    out.push_back({n("self_attn.q_proj.weight"), {q, h}});
-    out.push_back({n("self_attn.k_proj.weight"), {kv, h}});
-    out.push_back({n("self_attn.v_proj.weight"), {kv, h}});
-    out.push_back({n("self_attn.o_proj.weight"), {h, q}});
-    out.push_back({n("mlp.gate_proj.weight"), {c.intermediate_size, h}});
-    out.push_back({n("mlp.up_proj.weight"), {c.intermediate_size, h}});
-    out.push_back({n("mlp.down_proj.weight"), {h, c.intermediate_size}});
-    out.push_back({n("input_layernorm.weight"), {h}});
-    out.push_back({n("post_attention_layernorm.weight"), {h}});
-  }
-  out.push_back({"model.norm.weight", {h}});
-  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, h}});
-  return out;
-}
-
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   std::string s = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -194,12 +172,12 @@ LlamaModel::LlamaModel(LlamaConfig config, torch::ScalarType dtype) : config_(st
   inv_freq_ = scaled_inverse_frequencies(1.0 / torch::pow(config_.rope_theta, exponent), config_.rope_scaling);
 }
 
-// Fills a model's parameters in the order of expected_shapes() with make(shape).
+// Fills a model's parameters in the order of parameter_shapes() with make(shape).
 template <typename Make>
 void LlamaModel::allocate(Make&& make) {
-  auto shapes = expected_shapes(config_);
+  auto shapes = parameter_shapes(config_);
   std::size_t next = 0;
-  auto take = [&] { return make(shapes[next++].second); };
+  auto take = [&] { return make(shapes[next++].shape); };
   embed_tokens_ = take();
   layers_.resize(static_cast<std::size_t>(config_.num_hidden_layers));
   for (auto& layer : layers_) for_each_layer_tensor(layer, [&](const char*, torch::Tensor& t) { t = take(); });
@@ -252,24 +230,34 @@ LlamaModel LlamaModel::load_layers(const std::filesystem::path& dir, int first, 
   };
   const auto weights = model_weights_path(dir);
   SafetensorsCheckpoint checkpoint(weights);
-
-  LlamaModel m(config, dtype);
-  std::map<std::string, torch::Tensor> loaded;
-  for (const auto& [name, shape] : expected_shapes(config)) {
+  // Every size config.json gives is checked against the weights before
+  // anything is allocated from it.
+  const auto config_file = (dir / "config.json").string();
+  const std::size_t needed = static_cast<std::size_t>(9 * config.num_hidden_layers + 2);
+  if (checkpoint.names().size() < needed)
+    throw InputError(std::to_string(config.num_hidden_layers) + " layers need at least " + std::to_string(needed) +
+                         " tensors; " + weights.filename().string() + " holds " +
+                         std::to_string(checkpoint.names().size()),
+                     ErrorContext{config_file, "num_hidden_layers", std::nullopt});
+  const auto shapes = parameter_shapes(config);
+  for (const auto& [name, shape, fields] : shapes) {
     if (!checkpoint.contains(name))
       throw InputError("missing tensor '" + name + "'", ErrorContext{weights.string(), "", std::nullopt});
     const auto& info = checkpoint.info(name);
     if (info.shape != shape)
-      throw InputError("tensor '" + name + "' has shape " + shape_text(info.shape) + ", the config needs " + shape_text(shape),
-                       ErrorContext{weights.string(), "", std::nullopt});
+      throw InputError("tensor '" + name + "' of " + weights.filename().string() + " has shape " + shape_text(info.shape) +
+                           ", but " + fields + " make it " + shape_text(shape),
+                       ErrorContext{config_file, "", std::nullopt});
     if (info.dtype != DType::kF32 && info.dtype != DType::kF16 && info.dtype != DType::kBF16)
       throw InputError(weights.string() + ": tensor '" + name + "' is " + std::string(dtype_name(info.dtype)) +
                        "; model weights must be F32, F16 or BF16");
-    if (wanted(name)) loaded[name] = to_torch(checkpoint.view(name)).to(device, dtype);
   }
-  const auto shapes = expected_shapes(config);
+  LlamaModel m(config, dtype);
+  std::map<std::string, torch::Tensor> loaded;
+  for (const auto& entry : shapes)
+    if (wanted(entry.name)) loaded[entry.name] = to_torch(checkpoint.view(entry.name)).to(device, dtype);
   for (const auto& name : checkpoint.names()) {
-    bool known = std::any_of(shapes.begin(), shapes.end(), [&](const auto& e) { return e.first == name; }) ||
+    bool known = std::any_of(shapes.begin(), shapes.end(), [&](const auto& e) { return e.name == name; }) ||
                  (name == "lm_head.weight" && config.tie_word_embeddings) ||
                  name.find("rotary_emb.inv_freq") != std::string::npos;
     if (!known) spdlog::warn("{}: ignoring unexpected tensor '{}'", weights.string(), name);

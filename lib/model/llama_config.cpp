@@ -16,6 +16,31 @@ std::int64_t LlamaConfig::parameter_count() const {
   return vocab_size * h * (tie_word_embeddings ? 1 : 2) + num_hidden_layers * layer + h;
 }
 
+std::vector<ParameterShape> parameter_shapes(const LlamaConfig& c) {
+  const std::int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  const char* query = "num_attention_heads, head_dim and hidden_size";
+  const char* key_value = "num_key_value_heads, head_dim and hidden_size";
+  const char* mlp = "intermediate_size and hidden_size";
+  std::vector<ParameterShape> out;
+  out.reserve(static_cast<std::size_t>(9 * c.num_hidden_layers + 3));
+  out.push_back({"model.embed_tokens.weight", {c.vocab_size, h}, "vocab_size and hidden_size"});
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string prefix = "model.layers." + std::to_string(i) + ".";
+    out.push_back({prefix + "self_attn.q_proj.weight", {q, h}, query});
+    out.push_back({prefix + "self_attn.k_proj.weight", {kv, h}, key_value});
+    out.push_back({prefix + "self_attn.v_proj.weight", {kv, h}, key_value});
+    out.push_back({prefix + "self_attn.o_proj.weight", {h, q}, query});
+    out.push_back({prefix + "mlp.gate_proj.weight", {c.intermediate_size, h}, mlp});
+    out.push_back({prefix + "mlp.up_proj.weight", {c.intermediate_size, h}, mlp});
+    out.push_back({prefix + "mlp.down_proj.weight", {h, c.intermediate_size}, mlp});
+    out.push_back({prefix + "input_layernorm.weight", {h}, "hidden_size"});
+    out.push_back({prefix + "post_attention_layernorm.weight", {h}, "hidden_size"});
+  }
+  out.push_back({"model.norm.weight", {h}, "hidden_size"});
+  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, h}, "vocab_size and hidden_size"});
+  return out;
+}
+
 std::vector<std::int64_t> LlamaConfig::eos_token_ids() const {
   std::vector<std::int64_t> ids{eos_token_id};
   ids.insert(ids.end(), more_eos_token_ids.begin(), more_eos_token_ids.end());
@@ -37,6 +62,17 @@ void LlamaConfig::validate(const std::string& source) const {
   positive("num_key_value_heads", num_key_value_heads);
   positive("head_dim", head_dim);
   positive("max_position_embeddings", max_position_embeddings);
+  auto at_most = [&](const char* field, std::int64_t v, std::int64_t cap) {
+    if (v > cap) fail(field, std::to_string(v) + " is above " + std::to_string(cap) + ", the largest this build accepts");
+  };
+  at_most("vocab_size", vocab_size, LlamaLimits::kVocabulary);
+  at_most("hidden_size", hidden_size, LlamaLimits::kHidden);
+  at_most("intermediate_size", intermediate_size, LlamaLimits::kIntermediate);
+  at_most("num_hidden_layers", num_hidden_layers, LlamaLimits::kLayers);
+  at_most("num_attention_heads", num_attention_heads, LlamaLimits::kHeads);
+  at_most("num_key_value_heads", num_key_value_heads, LlamaLimits::kHeads);
+  at_most("head_dim", head_dim, LlamaLimits::kHeadDim);
+  at_most("max_position_embeddings", max_position_embeddings, LlamaLimits::kPositions);
   if (num_attention_heads % num_key_value_heads != 0)
     fail("num_key_value_heads", "must divide num_attention_heads (" + std::to_string(num_attention_heads) + ")");
   if (head_dim % 2 != 0) fail("head_dim", "must be even for rotary embeddings");

@@ -50,9 +50,38 @@ struct LlamaConfig {
   std::vector<std::int64_t> eos_token_ids() const;
   /// Parameters of the whole model (embeddings, layers, norms, LM head unless tied).
   std::int64_t parameter_count() const;
-  /// Throws InputError naming the field when the values are inconsistent.
+  /// Throws InputError naming the field when the values are inconsistent
+  /// or above the caps (kLlamaLimits): a config.json is checked before any
+  /// size in it is used to allocate or enumerate anything.
   void validate(const std::string& source) const;
 };
+
+/// The largest values validate() accepts: several times the largest public
+/// Llama-family models (Llama 3.1 405B: hidden 16384, intermediate 53248,
+/// 126 layers, vocabulary 128256, 128 heads of 128), far below sizes that
+/// would overflow an element count or exhaust memory while being checked.
+struct LlamaLimits {
+  static constexpr std::int64_t kVocabulary = std::int64_t{1} << 24;
+  static constexpr std::int64_t kHidden = std::int64_t{1} << 20;
+  static constexpr std::int64_t kIntermediate = std::int64_t{1} << 22;
+  static constexpr std::int64_t kLayers = 4096;
+  static constexpr std::int64_t kHeads = 4096;
+  static constexpr std::int64_t kHeadDim = 4096;
+  static constexpr std::int64_t kPositions = std::int64_t{1} << 24;
+};
+
+/// One weight of the model: its Hugging Face name, shape, and the config
+/// fields its shape comes from (named in errors when a file disagrees).
+struct ParameterShape {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  const char* fields = "";
+};
+
+/// Every weight of the model `config` describes, in the order of the
+/// checkpoint (embedding, layers, final norm, LM head unless tied). The
+/// config must have passed validate(): the list has 9 entries per layer.
+std::vector<ParameterShape> parameter_shapes(const LlamaConfig& config);
 
 /// Reads a config.json (a file, or a model folder holding one). InputError for
 /// another architecture, a missing field, or a value this implementation does

@@ -1,6 +1,7 @@
 #include "model/tokenizer.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 
 #include "common/error.h"
@@ -122,8 +123,21 @@ Tokenizer Tokenizer::parse(std::string_view json_text, const std::string& source
   if (auto d = root.find("decoder")) t.decoder_ = make_decoder(*d);
   if (auto p = root.find("post_processor")) parse_post_processor(*p, t.prefix_ids_, t.suffix_ids_);
 
+  // Ids index tables of max id + 1 entries: an id far above the number of
+  // tokens (a typo, a corrupt file) would allocate without bound.
+  std::size_t entries = t.model_->vocab().size();
+  if (auto added = root.find("added_tokens")) entries += added->elements().size();
+  const std::int64_t max_allowed = std::min<std::int64_t>(kMaxTokenId, static_cast<std::int64_t>(entries) + kMaxUnusedIds);
+  auto check_id = [&](std::int64_t id, const std::function<void(const std::string&)>& fail) {
+    if (id > max_allowed)
+      fail("token id " + std::to_string(id) + " is far above the " + std::to_string(entries) +
+           " tokens listed (ids must be below " + std::to_string(max_allowed + 1) + ")");
+  };
   std::int32_t max_id = -1;
-  for (const auto& [token, id] : t.model_->vocab()) max_id = std::max(max_id, id);
+  for (const auto& [token, id] : t.model_->vocab()) {
+    check_id(id, [&](const std::string& why) { root.at("model").at("vocab").fail("'" + token + "': " + why); });
+    max_id = std::max(max_id, id);
+  }
   if (auto added = root.find("added_tokens")) {
     for (const auto& a : added->elements()) {
       AddedToken tok;
@@ -134,6 +148,7 @@ Tokenizer Tokenizer::parse(std::string_view json_text, const std::string& source
       tok.rstrip = a.get_or<bool>("rstrip", false);
       if (a.get_or<bool>("single_word", false)) a.at("single_word").fail("single_word added tokens are not supported");
       if (tok.id < 0) a.at("id").fail("token ids must be non-negative");
+      check_id(tok.id, [&](const std::string& why) { a.at("id").fail(why); });
       if (tok.content.empty()) a.at("content").fail("an added token cannot be empty");
       max_id = std::max(max_id, tok.id);
       t.added_.push_back(std::move(tok));

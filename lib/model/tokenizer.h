@@ -21,6 +21,12 @@ class Normalizer;
 class PreTokenizer;
 class Decoder;
 
+/// The largest token id a tokenizer.json may use (16.7 M, 65 times Gemma's
+/// 256 k vocabulary), and how many ids below its largest may have no token:
+/// both bound the tables that ids index, whatever a file claims.
+inline constexpr std::int64_t kMaxTokenId = (std::int64_t{1} << 24) - 1;
+inline constexpr std::int64_t kMaxUnusedIds = 65536;
+
 /// A token the tokenizer matches in raw text before anything else.
 struct AddedToken {
   std::int32_t id = 0;

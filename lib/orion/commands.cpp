@@ -16,6 +16,7 @@
 #include "orion/contention_model.h"
 #include "orion/ncu_import.h"
 #include "orion/report.h"
+#include "orion/simulation_size.h"
 #include "orion/simulator.h"
 
 namespace fleet::orion {
@@ -48,6 +49,7 @@ int run_simulate(const SimulateOptions& options) {
     for (ClientSpec& c : workload.clients) c.launch_overhead_us = -1;  // the workload's, now the flag's
   }
   if (!(options.dur_threshold > 0 && options.dur_threshold < 1)) throw UsageError("--dur-threshold must be in (0, 1)");
+  check_simulation_size(workload);  // with the flags applied, before anything starts
 
   const std::vector<std::string> policies = select_policies(options.policy, workload);
   if (options.trace && policies.empty()) throw UsageError("--trace needs a policy other than 'dedicated'");

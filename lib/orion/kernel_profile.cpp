@@ -27,8 +27,17 @@ double KernelProfile::total_duration_ns() const {
   return total;
 }
 
+std::optional<std::string> kernel_record_problem(const KernelRecord& k) {
+  // A kernel runs for nanoseconds to seconds; over 1000 s (1e12 ns) is a unit error, not a kernel.
+  if (!(k.duration_ns >= 0 && k.duration_ns <= kMaxKernelDurationNs))
+    return fmt::format("duration {} ns is outside 0 to 1e12 ns (1000 s): a unit error?", k.duration_ns);
+  if (k.sm_usage < 0) return "SM usage cannot be negative";
+  if (k.memory_footprint < 0) return "memory footprint cannot be negative";
+  return std::nullopt;
+}
+
 KernelProfile read_kernel_profile(const std::filesystem::path& path) {
-  const CsvTable table = CsvTable::read(path);  // at most 256 MiB; Orion's largest profiles are a few MiB
+  const CsvTable table = CsvTable::read(path, kMaxProfileBytes, kMaxProfileKernels);
   const std::size_t name = table.require_column("Name");
   const std::size_t profile = table.require_column("Profile");
   const std::size_t footprint = table.require_column("Memory_footprint");
@@ -41,6 +50,8 @@ KernelProfile read_kernel_profile(const std::filesystem::path& path) {
 
   KernelProfile out;
   out.source = path.string();
+  // One rule for every reader (simulate, exec, summarize): a profile lists kernels.
+  if (table.rows() == 0) throw InputError("the profile lists no kernels (only its header)", {path.string(), "", std::nullopt});
   out.kernels.reserve(table.rows());
   for (std::size_t r = 0; r < table.rows(); ++r) {
     KernelRecord k;
@@ -53,10 +64,7 @@ KernelProfile read_kernel_profile(const std::filesystem::path& path) {
     k.sm_usage = table.integer(r, sms);
     if (k.sm_usage < 0) table.fail(r, sms, "SM usage cannot be negative");
     k.duration_ns = table.number(r, duration);
-    // A kernel runs for nanoseconds to seconds; over 1000 s (1e12 ns) is a unit error, not a kernel.
-    if (!(k.duration_ns >= 0 && k.duration_ns <= 1e12)) {
-      table.fail(r, duration, "duration must be between 0 and 1e12 ns");
-    }
+    if (const auto problem = kernel_record_problem(k)) table.fail(r, duration, *problem);
     auto int_or_zero = [&](const std::optional<std::size_t>& c, long long limit = 1ll << 53) -> long long {
       if (!c || table.at(r, *c).empty()) return 0;
       const long long v = table.integer(r, *c);

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,8 +52,24 @@ struct KernelProfile {
   double total_duration_ns() const;
 };
 
+/// Kernels one profile may hold: 200 times the largest of Orion's (BERT
+/// training, 4777), and the bytes of its CSV (a profile's table takes about
+/// 20 times its text in memory, so the cap bounds that too).
+inline constexpr std::size_t kMaxProfileKernels = 1'000'000;
+inline constexpr std::uintmax_t kMaxProfileBytes = 32ull << 20;
+
+/// The longest kernel a profile may hold: 1000 s. Longer is a unit error.
+inline constexpr double kMaxKernelDurationNs = 1e12;
+
+/// What makes a record unfit for a profile (a duration outside [0,
+/// kMaxKernelDurationNs], a negative SM usage or footprint), or nullopt:
+/// the rule the reader applies, for writers to apply before writing.
+std::optional<std::string> kernel_record_problem(const KernelRecord& record);
+
 /// Reads Orion's CSV or our extended one; InputError naming line and column
-/// for a malformed row, a missing column, a bad class or a negative value.
+/// for a malformed row, a missing column, a bad class or a negative value;
+/// for a file over kMaxProfileBytes (before reading it) or a table over
+/// kMaxProfileKernels.
 KernelProfile read_kernel_profile(const std::filesystem::path& path);
 /// Writes the extended CSV atomically.
 void write_kernel_profile(const std::filesystem::path& path, const KernelProfile& profile);

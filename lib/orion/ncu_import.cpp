@@ -70,7 +70,7 @@ std::string lower(std::string_view s) {
 std::optional<double> unit_scale(Field field, std::string_view unit_text) {
   const std::string unit = lower(unit_text);
   if (field == Field::kDuration) {
-    if (unit == "nsecond" || unit == "ns" || unit.empty()) return 1.0;
+    if (unit == "nsecond" || unit == "ns") return 1.0;
     if (unit == "usecond" || unit == "us") return 1e3;
     if (unit == "msecond" || unit == "ms") return 1e6;
     if (unit == "second" || unit == "s") return 1e9;
@@ -78,7 +78,7 @@ std::optional<double> unit_scale(Field field, std::string_view unit_text) {
   }
   if (field == Field::kStaticShared || field == Field::kDynamicShared || field == Field::kDramBytes ||
       field == Field::kDramRead || field == Field::kDramWrite) {
-    if (unit == "byte" || unit == "b" || unit.empty()) return 1.0;
+    if (unit == "byte" || unit == "b") return 1.0;
     if (unit == "kbyte" || unit == "kb") return 1e3;
     if (unit == "mbyte" || unit == "mb") return 1e6;
     if (unit == "gbyte" || unit == "gb") return 1e9;
@@ -259,7 +259,8 @@ KernelProfile import_ncu_csv(std::string_view text, const std::string& name, con
       const auto scale = unit_scale(*field, t.at(r, unit));
       if (!scale) {
         if (*field == Field::kMemPct) continue;  // "Memory Throughput" in bytes/s
-        t.fail(r, unit, "unknown unit '" + t.at(r, unit) + "' for " + t.at(r, *metric_name));
+        t.fail(r, unit, t.at(r, unit).empty() ? "no unit for " + t.at(r, *metric_name)
+                                              : "unknown unit '" + t.at(r, unit) + "' for " + t.at(r, *metric_name));
       }
       add_value(k, *field, metric_value(t, r, value) * *scale);
     }
@@ -282,6 +283,11 @@ KernelProfile import_ncu_csv(std::string_view text, const std::string& name, con
         const auto scale = unit_scale(field, unit);
         if (!scale) {
           if (field == Field::kMemPct) continue;
+          // Without ncu's units row a duration could be in ns, us or ms: refuse to guess.
+          if (!units_row)
+            throw InputError("no units row under the header, so '" + t.header()[c] +
+                                 "' has no unit; export with ncu's --csv --page raw, which writes one",
+                             {name, "line 2", std::nullopt});
           t.fail(0, c, "unknown unit '" + unit + "'");
         }
         add_value(k, field, metric_value(t, r, c) * *scale);
@@ -293,7 +299,15 @@ KernelProfile import_ncu_csv(std::string_view text, const std::string& name, con
   KernelProfile out;
   out.source = name;
   out.device = device.name;
-  for (const KernelAccumulator& k : kernels) out.kernels.push_back(finish(k, device, name));
+  if (kernels.size() > kMaxProfileKernels)
+    throw InputError("more than " + std::to_string(kMaxProfileKernels) + " kernels; a profile holds at most that many",
+                     {name, "", std::nullopt});
+  for (const KernelAccumulator& k : kernels) {
+    out.kernels.push_back(finish(k, device, name));
+    // What the profile reader refuses is not written: an import reads back.
+    if (const auto problem = kernel_record_problem(out.kernels.back()))
+      throw InputError("kernel '" + k.name + "': " + *problem, {name, "line " + std::to_string(k.line), std::nullopt});
+  }
   return out;
 }
 

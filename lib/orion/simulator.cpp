@@ -5,9 +5,12 @@
 #include <limits>
 #include <optional>
 
+#include <fmt/format.h>
+
 #include "common/error.h"
 #include "common/stats.h"
 #include "orion/offered_load.h"
+#include "orion/simulation_size.h"
 #include "orion/sm_pool.h"
 
 namespace fleet::orion {
@@ -582,6 +585,13 @@ class Simulation {
     c.ready_us = now_ + c.spec->gap_us;
     if (i == view_.hp_client) view_.hp_request_active = false;
     if (c.done > c.spec->warmup) {
+      // What the estimate missed (a bounded client slowed far beyond its
+      // solo time) stops here, with memory still bounded.
+      if (static_cast<std::int64_t>(c.latencies_ms.size()) >= kMaxRecordsPerClient)
+        throw InputError(fmt::format("client '{}' completed {} requests in {:.4g} s of simulated time, the most a run "
+                                     "keeps per client: give it a request count or shorten the run",
+                                     c.spec->name, kMaxRecordsPerClient, now_ * 1e-6),
+                         ErrorContext{w_.source, "", std::nullopt});
       c.latencies_ms.push_back((now_ - c.request_arrival_us) / 1000.0);
       c.measured_done_us.push_back(now_);
     }
@@ -746,6 +756,7 @@ SimResult run_alone(const Workload& workload, std::size_t i, double horizon_s, P
 }  // namespace
 
 SimResult simulate(const Workload& workload, std::string_view policy_name, const SimOptions& options, ChromeTrace* trace) {
+  check_simulation_size(workload);  // before any memory goes to a run that cannot finish
   if (policy_name != "dedicated") {
     auto policy = make_policy(policy_name, workload, options.policy);
     return Simulation(workload, *policy, options, trace).run();

@@ -45,6 +45,21 @@ std::vector<SimKernel> to_sim_kernels(const KernelProfile& profile, const Device
 
 namespace {
 
+// An arrival trace (a JSON list of gaps in seconds) is cycled, so a few
+// thousand gaps carry all it can say: at most 16 MiB of text is read (its
+// JSON tree takes ten times that), and at most kMaxTraceGaps gaps kept.
+constexpr std::uintmax_t kMaxTraceBytes = 16ull << 20;
+constexpr std::size_t kMaxTraceGaps = 1'000'000;
+
+std::vector<double> read_arrival_trace(const std::filesystem::path& path) {
+  const JsonDocument doc = parse_json(read_file(path, kMaxTraceBytes), path.string());
+  const JsonValue root = doc.root();
+  if (root.is_array() && root.elements().size() > kMaxTraceGaps)
+    root.fail("an arrival trace of " + std::to_string(root.elements().size()) + " gaps; at most " +
+              std::to_string(kMaxTraceGaps) + " are read");
+  return root.as<std::vector<double>>();
+}
+
 // Finds an input named in a workload: in the given folders by file name, as
 // given, or beside the workload; `extension` is added when missing (Orion
 // writes profile paths without ".csv").
@@ -94,7 +109,7 @@ ArrivalSpec parse_arrivals(const JsonValue& v, const std::filesystem::path& dir)
       const std::filesystem::path p = std::filesystem::path(file).is_absolute() ? std::filesystem::path(file) : dir / file;
       if (!std::filesystem::is_regular_file(p))
         v.at("file").fail("arrival trace '" + p.string() + "' not found (relative paths are read beside the workload)");
-      a.trace_gaps_s = load_json_file(p).root().as<std::vector<double>>();
+      a.trace_gaps_s = read_arrival_trace(p);
     }
     if (a.trace_gaps_s.empty()) v.fail("arrival trace is empty");
     for (double g : a.trace_gaps_s) {
@@ -227,7 +242,7 @@ Workload load_orion_config(const JsonValue& root, const std::filesystem::path& d
       // A trace of inter-arrival gaps (JSON list of seconds), found like the profiles.
       s.arrivals.kind = ArrivalKind::kTrace;
       const auto trace = resolve_profile_like(input->as<std::string>(), dir, profile_dirs, *input, ".json");
-      s.arrivals.trace_gaps_s = load_json_file(trace).root().as<std::vector<double>>();
+      s.arrivals.trace_gaps_s = read_arrival_trace(trace);
       if (s.arrivals.trace_gaps_s.empty()) input->fail("arrival trace is empty");
     } else if (rps > 0) {
       s.arrivals.kind = args.get_or<bool>("uniform", false) ? ArrivalKind::kUniform : ArrivalKind::kPoisson;

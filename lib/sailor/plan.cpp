@@ -30,6 +30,10 @@ Plan load_native(const JsonValue& root, const JobSpec& job) {
     st.last_layer = layers[1];
     st.tp = s.get<int>("tp");
     for (const JsonValue& r : s.at("replicas").elements()) {
+      // Left out, node and tp mean "packed by the planner" and "the stage's";
+      // given, they must be real.
+      if (auto node = r.find("node"); node && node->as<int>() < 0) node->fail("a node index is 0 or more (leave it out to let the nodes be packed)");
+      if (auto tp = r.find("tp"); tp && tp->as<int>() < 1) tp->fail("a TP degree is 1 or more (leave it out for the stage's)");
       st.replicas.push_back(
           {r.get<std::string>("gpu"), r.get<std::string>("zone"), r.get_or<int>("node", -1), r.get_or<int>("tp", 0)});
     }
@@ -78,6 +82,7 @@ Plan load_sailor_layout(const JsonValue& root, const JobSpec& job) {
       // [[ [gpu_type, gpus_per_node, zone], ... ], tp]; SAILOR gives each replica its own TP degree.
       const JsonValue vm = replica.at(0).at(0);
       const int tp = replica.at(1).as<int>();
+      if (tp < 1) replica.at(1).fail("a TP degree is 1 or more");
       if (st.tp == -1) st.tp = tp;
       st.replicas.push_back({vm.at(0).as<std::string>(), vm.at(2).as<std::string>(), -1, tp == st.tp ? 0 : tp});
     }
@@ -98,11 +103,23 @@ Plan load_plan(const std::filesystem::path& path, const JobSpec& job) {
 }
 
 Plan plan_from_json(const JsonValue& root, const JobSpec& job) {
-  if (root.has("pipeline_list")) return load_sailor_layout(root, job);
-  if (root.get<std::string>("format") != "gpufleet-sailor-plan") {
-    root.at("format").fail("expected format 'gpufleet-sailor-plan' (or SAILOR's pipeline_list layout)");
+  Plan plan;
+  if (root.has("pipeline_list")) {
+    plan = load_sailor_layout(root, job);
+  } else {
+    if (root.get<std::string>("format") != "gpufleet-sailor-plan") {
+      root.at("format").fail("expected format 'gpufleet-sailor-plan' (or SAILOR's pipeline_list layout)");
+    }
+    plan = load_native(root, job);
   }
-  return load_native(root, job);
+  if (plan.mbs < 1) root.at("mbs").fail("the micro-batch size is 1 or more");
+  if (plan.global_batch < 1) (root.has("global_batch") ? root.at("global_batch") : root.at("mbs")).fail("the global batch is 1 or more");
+  // A global batch of 33 cannot be cut into micro-batches of 8: the plan
+  // would train 40 sequences a step and be priced for them.
+  if (plan.global_batch % plan.mbs != 0)
+    root.at("mbs").fail("the global batch of " + std::to_string(plan.global_batch) + " is not a whole number of " +
+                        "micro-batches of " + std::to_string(plan.mbs));
+  return plan;
 }
 
 nlohmann::json plan_to_json(const Plan& plan) {

@@ -85,7 +85,8 @@ class Searcher {
   std::vector<RankedPlan> run() {
     if (opt_.exhaustive) check_exhaustive_size();
     for (int mbs : mbs_) {
-      if (mbs > in_.job.global_batch) continue;
+      // A global batch is a whole number of micro-batches (plan_from_json's rule).
+      if (mbs > in_.job.global_batch || in_.job.global_batch % mbs != 0) continue;
       for (int stages = 1; stages <= std::min(layers_, opt_.max_stages); ++stages) {
         for (const std::vector<int>& config : stage_configs(stages)) {
           // Without a spill pool every stage's replicas share its pool; with

@@ -22,6 +22,28 @@ void check_header(const JsonValue& root, const std::string& format) {
   if (root.get<int>("version") != kVersion) root.at("version").fail("unsupported version (this build reads 1)");
 }
 
+// Physical bounds on every number the planner reads: far beyond any real
+// model or cluster, far below values whose sums and products overflow (a
+// profile of 1e308 s per layer made the search index past its tables).
+constexpr double kMaxSeconds = 1e6;          // one layer's forward, backward or update step
+constexpr double kMaxCount = 1e15;           // parameters, bytes of activations or memory
+constexpr double kMaxPricePerHour = 1e6;     // dollars per GPU hour
+constexpr double kMaxPricePerGb = 1e3;       // dollars per GB of egress
+constexpr double kMaxBytesPerS = 1e15;       // a link's bandwidth
+constexpr int kMaxGpusPerNode = 1024;
+constexpr int kMaxQuota = 1 << 20;
+constexpr int kMaxBatch = 1 << 24;
+// The message sizes the simulator prices, as x = log2(MB) of the fits: 1 MB
+// (smaller messages are priced at 1 MB's rate, BandwidthFit::bytes_per_s)
+// to 64 GB.
+constexpr double kFitMinX = 0, kFitMaxX = 16;
+
+// `x` read from `v`, InputError naming it unless lo <= x <= hi.
+double within(const JsonValue& v, double x, double lo, double hi, const char* what) {
+  if (!(x >= lo && x <= hi)) v.fail(fmt::format("{} {} is outside {:g} to {:g}", what, x, lo, hi));
+  return x;
+}
+
 std::map<int, double> per_tp(const JsonValue& v) {
   std::map<int, double> out;
   for (const auto& [key, value] : v.members()) {
@@ -32,9 +54,8 @@ std::map<int, double> per_tp(const JsonValue& v) {
       value.fail("TP degree keys must be integers");
     }
     if (tp <= 0) value.fail("TP degree must be positive");
-    const double x = value.as<double>();
-    if (!(x >= 0)) value.fail("must be non-negative");
-    out[tp] = x;
+    if (tp > 1024) value.fail("TP degree above 1024");
+    out[tp] = within(value, value.as<double>(), 0, kMaxCount, "value");
   }
   if (out.empty()) v.fail("needs at least one TP degree");
   return out;
@@ -74,6 +95,20 @@ BandwidthFit parse_fit(const JsonValue& v) {
   if (coeffs.size() != 3) v.at("fit").fail("fit must be [c0, c1, c2]");
   BandwidthFit f{coeffs[0], coeffs[1], coeffs[2], v.get<double>("max_bytes_per_s")};
   if (!(f.max_bytes_per_s > 0)) v.at("max_bytes_per_s").fail("must be positive");
+  within(v.at("max_bytes_per_s"), f.max_bytes_per_s, 1, kMaxBytesPerS, "bandwidth");
+  for (double c : coeffs)
+    if (!std::isfinite(c) || std::abs(c) > 1e9) v.at("fit").fail("fit coefficients must be finite and at most 1e9");
+  // bw(x) = c0 x^2 + c1 x + c2 GB/s must be positive at every message size
+  // priced: its least value on the range is at an end or at the vertex.
+  auto bw = [&](double x) { return (f.c0 * x + f.c1) * x + f.c2; };
+  double least = std::min(bw(kFitMinX), bw(kFitMaxX));
+  if (f.c0 > 0) {
+    const double vertex = -f.c1 / (2 * f.c0);
+    if (vertex > kFitMinX && vertex < kFitMaxX) least = std::min(least, bw(vertex));
+  }
+  if (!(least > 0))
+    v.at("fit").fail(fmt::format("the fit gives {:.3g} GB/s at some message size from 1 MB to 64 GB; a bandwidth "
+                                 "must be positive", least));
   return f;
 }
 
@@ -248,12 +283,14 @@ ProfileSet load_profile_set(const std::filesystem::path& path) {
     for (const JsonValue& e : entries.elements()) {
       const int mbs = e.get<int>("mbs"), tp = e.get<int>("tp");
       if (mbs <= 0 || tp <= 0) e.fail("mbs and tp must be positive");
+      if (mbs > kMaxBatch || tp > 1024) e.fail("mbs or tp is beyond any real job");
       std::vector<LayerTimes> layers;
       for (const JsonValue& l : e.at("layers").elements()) {
         const auto t = l.as<std::vector<double>>();
         if (t.size() != 3) l.fail("layer times must be [forward_s, backward_s, update_s]");
         for (double x : t) {
           if (!(x >= 0)) l.fail("layer times must be non-negative seconds");
+          within(l, x, 0, kMaxSeconds, "layer time (s)");
         }
         layers.push_back({t[0], t[1], t[2]});
       }
@@ -272,8 +309,11 @@ ClusterSpec load_cluster_spec(const std::filesystem::path& path) {
     g.reject_unknown_keys({"gpus_per_node", "memory_bytes", "price_per_hour"});
     GpuType t{g.get<int>("gpus_per_node"), g.get<double>("memory_bytes"), g.get<double>("price_per_hour")};
     if (t.gpus_per_node <= 0) g.at("gpus_per_node").fail("must be positive");
+    if (t.gpus_per_node > kMaxGpusPerNode) g.at("gpus_per_node").fail("more GPUs per node than any machine has");
     if (!(t.memory_bytes > 0)) g.at("memory_bytes").fail("must be positive");
+    within(g.at("memory_bytes"), t.memory_bytes, 1, kMaxCount, "memory (bytes)");
     if (!(t.price_per_hour >= 0)) g.at("price_per_hour").fail("price cannot be negative");
+    within(g.at("price_per_hour"), t.price_per_hour, 0, kMaxPricePerHour, "price ($/h)");
     c.gpu_types[name] = t;
   }
   int total = 0;
@@ -284,6 +324,7 @@ ClusterSpec load_cluster_spec(const std::filesystem::path& path) {
       if (c.gpu_types.count(gpu) == 0) q.fail("unknown GPU type '" + gpu + "'");
       const int n = q.as<int>();
       if (n <= 0) q.fail("quota must be positive (leave out GPU types a zone does not have)");
+      if (n > kMaxQuota) q.fail("quota above " + std::to_string(kMaxQuota) + " GPUs");
       c.quotas[gpu][zone] = n;
       total += n;
     }
@@ -306,7 +347,7 @@ ClusterSpec load_cluster_spec(const std::filesystem::path& path) {
     if (!link) price.fail("unknown link class '" + cls + "'");
     const double p = price.as<double>();
     if (!(p >= 0)) price.fail("price cannot be negative");
-    c.egress_per_gb[*link] = p;
+    c.egress_per_gb[*link] = within(price, p, 0, kMaxPricePerGb, "price ($/GB)");
   }
   return c;
 }
@@ -329,7 +370,9 @@ JobSpec load_job_spec(const std::filesystem::path& path) {
   j.precision = root.get_or<std::string>("precision", "mixed");
   const std::string runtime = root.get_or<std::string>("runtime", "sailor-run");
   if (j.global_batch <= 0) root.at("global_batch").fail("must be positive");
+  if (j.global_batch > kMaxBatch) root.at("global_batch").fail("beyond any real job");
   if (j.sequence_length <= 0) root.at("sequence_length").fail("must be positive");
+  if (j.sequence_length > kMaxBatch) root.at("sequence_length").fail("beyond any real job");
   if (j.optimizer != "adam") root.at("optimizer").fail("only 'adam' is modelled");
   if (j.precision != "mixed" && j.precision != "fp32") root.at("precision").fail("precision must be 'mixed' or 'fp32'");
   if (runtime == training_runtime_name(TrainingRuntime::kDeepSpeed)) {

@@ -9,6 +9,8 @@ set -u
 bin=$1 src=$2 torch=$3
 source "$(dirname "$0")/testlib.sh"
 ex="$src/examples"
+# edit_json SRC DST PYTHON-STATEMENTS-ON-d: a copy of a JSON file with d changed.
+edit_json() { python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); exec(sys.argv[3]); json.dump(d, open(sys.argv[2], "w"))' "$@"; }
 work="$tmp/work"
 mkdir -p "$work/existing-folder"
 echo '{"format": "broken' > "$work/malformed.json"
@@ -22,7 +24,64 @@ if [ "$torch" = 1 ]; then
   "$bin/sailor-run" -q make-corpus --task copy --lines 50 -o "$work/copy.txt" || fail "corpus"
   "$bin/dz-compress" -q compress --base "$work/tuned" --target "$work/base" -o "$work/foreign.h5" --method rtn \
     --threads 1 >/dev/null || fail "foreign delta"
+  # Model folders whose config.json or tokenizer.json claim sizes their files do not have.
+  for case in layers hidden head_dim mismatch token_id token_max; do cp -r "$work/base" "$work/bad-$case"; done
+  edit_json "$work/base/config.json" "$work/bad-layers/config.json" 'd["num_hidden_layers"] = 10**9'
+  edit_json "$work/base/config.json" "$work/bad-hidden/config.json" 'd["hidden_size"] = 4 * 10**9'
+  edit_json "$work/base/config.json" "$work/bad-head_dim/config.json" 'd["head_dim"] = 2**40'
+  edit_json "$work/base/config.json" "$work/bad-mismatch/config.json" 'd["hidden_size"] = 1024; d["num_attention_heads"] = 8'
+  edit_json "$work/base/tokenizer.json" "$work/bad-token_id/tokenizer.json" \
+    'd["added_tokens"].append({"id": 200000000, "content": "<big>", "special": True})'
+  edit_json "$work/base/tokenizer.json" "$work/bad-token_max/tokenizer.json" \
+    'd["added_tokens"].append({"id": 2147483647, "content": "<max>", "special": True})'
 fi
+# Inputs that are valid JSON or CSV with sizes taken on trust: each must be
+# refused at load, naming the field, before anything is allocated from it.
+opt_src="$ex/sailor/opt-350"
+for case in huge_times huge_memory huge_price flat_fit; do
+  mkdir -p "$work/$case" && cp "$opt_src"/{model,profile,cluster,job}.json "$work/$case/"
+done
+edit_json "$opt_src/profile.json" "$work/huge_times/profile.json" \
+  'for e in d["gpus"].values():
+    for x in e:
+      for l in x["layers"]: l[0] = 1e308'
+edit_json "$opt_src/cluster.json" "$work/huge_memory/cluster.json" 'd["gpu_types"]["GH-96"]["memory_bytes"] = 1e308'
+edit_json "$opt_src/cluster.json" "$work/huge_price/cluster.json" 'd["gpu_types"]["GH-96"]["price_per_hour"] = 1e308'
+edit_json "$opt_src/cluster.json" "$work/flat_fit/cluster.json" 'd["network"]["intra_node"]["GH-96"]["fit"] = [0, 0, 0]'
+plan_src="$ex/sailor/plans/opt350_gh200_pp2.json"
+edit_json "$plan_src" "$work/plan_tp0.json" 'd["stages"][0]["replicas"][0]["tp"] = 0'
+edit_json "$plan_src" "$work/plan_tp_neg.json" 'd["stages"][0]["replicas"][0]["tp"] = -2'
+edit_json "$plan_src" "$work/plan_node_neg.json" 'd["stages"][0]["replicas"][0]["node"] = -1'
+edit_json "$plan_src" "$work/plan_gbs33.json" 'd["global_batch"] = 33; d["mbs"] = 8'
+# Orion: a header-only profile, a profile and an arrival trace larger than
+# their caps (sparse files: nothing is written), an ncu export without its
+# units row and one whose duration is 1e300 us, and a workload whose
+# best-effort client would run 10^10 iterations of 1 us.
+head -n 1 "$ex/orion/profiles/resnet50_4_fwd.csv" > "$work/header-only.csv"
+truncate -s 40M "$work/huge-profile.csv"
+truncate -s 20M "$work/huge-trace.json"
+sed 3d "$ex/orion/ncu_sample_raw.csv" > "$work/ncu-no-units.csv"  # line 1 is ncu's log, 2 the header, 3 the units
+python3 - "$ex/orion/ncu_sample_raw.csv" "$work/ncu-1e300.csv" <<'PY'
+import csv, sys
+lines = open(sys.argv[1]).read().splitlines(keepends=True)
+log = [l for l in lines if l.startswith("==")]
+rows = list(csv.reader([l for l in lines if not l.startswith("==")]))
+col = rows[0].index("gpu__time_duration.sum")
+rows[1][col] = "usecond"
+rows[2][col] = "1e300"
+out = open(sys.argv[2], "w", newline="")
+out.writelines(log)
+csv.writer(out).writerows(rows)
+PY
+printf 'Name,Profile,Memory_footprint,SM_usage,Duration\ntiny,1,0,1,1000\n' > "$work/one-us.csv"
+cat > "$work/starved-cap.json" <<'JSON'
+{"format": "gpufleet-orion-workload", "version": 1, "device": "v100-16",
+ "clients": [{"name": "be", "profile": "one-us.csv", "priority": "best-effort", "kind": "training", "arrivals": {"type": "closed"}},
+             {"name": "hp", "profile": "one-us.csv", "priority": "high", "kind": "inference", "requests": 100,
+              "arrivals": {"type": "poisson", "rate": 0.01}}]}
+JSON
+sed 's/"type": "poisson", "rate": 0.01/"type": "trace", "file": "huge-trace.json"/' "$work/starved-cap.json" \
+  > "$work/huge-trace-wl.json"
 snapshot() { (cd "$work" && find . -type f -print0 | sort -z | xargs -0 md5sum; find . | sort) > "$1"; }
 snapshot "$tmp/before"
 
@@ -59,7 +118,7 @@ bad 2 "--top.*between 1 and"    "$sp" search -i "$opt" --top 100000000
 bad 2 "--max-gpus.*not a number" "$sp" search -i "$opt" --max-gpus lots
 bad 2 "does not exist"          "$sp" search -i "$opt" -o nowhere/plan.json
 bad 2 "is also the input"       "$sp" export -i "$opt" -p "$plan" -o "$plan"
-sed 's/"mbs": 8/"mbs": 3/' "$plan" > "$tmp/mbs3.json"
+sed 's/"mbs": 8, "global_batch": 32/"mbs": 3, "global_batch": 30/' "$plan" > "$tmp/mbs3.json"
 bad 2 "no entry for GH-96 with micro-batch size 3" "$sp" export -i "$opt" -p "$tmp/mbs3.json" -o x.json
 bad 2 "quota.*GPU count"        "$sp" import-sailor "$ex/sailor/sailor-data" -m OPT-350 -o imp --quota GH-96@us-central1-a=99999999999
 bad 2 "--global-batch.*between" "$sp" import-sailor "$ex/sailor/sailor-data" -m OPT-350 -o imp --global-batch -5
@@ -67,6 +126,14 @@ bad 2 "--seq-len.*between"      "$sp" import-hf "$opt/model.json" --seq-len -5 -
 bad 2 "malformed.json"          "$sp" import-hf malformed.json -o m.json
 bad 2 "no such file"            "$sp" import-sailor missing -m OPT-350 -o imported
 bad 2 "lies inside the input"   "$sp" import-sailor "$ex/sailor/sailor-data" -m OPT-350 -o "$ex/sailor/sailor-data/x"
+bad 2 "layer time \\(s\\) 1e\\+308 is outside" "$sp" search -i huge_times
+bad 2 "memory_bytes.*memory \\(bytes\\) 1e\\+308" "$sp" simulate -i huge_memory -p "$plan"
+bad 2 "price_per_hour.*outside"  "$sp" simulate -i huge_price -p "$plan"
+bad 2 "fit.*a bandwidth must be positive" "$sp" simulate -i flat_fit -p "$plan"
+bad 2 "TP degree is 1 or more"  "$sp" simulate -i "$opt" -p plan_tp0.json
+bad 2 "TP degree is 1 or more"  "$sp" simulate -i "$opt" -p plan_tp_neg.json
+bad 2 "node index is 0 or more" "$sp" simulate -i "$opt" -p plan_node_neg.json
+bad 2 "mbs: the global batch of 33 is not a whole number of micro-batches of 8" "$sp" simulate -i "$opt" -p plan_gbs33.json
 
 op="$bin/orion-profile"
 bad 2 "no such file"            "$op" summarize missing.csv
@@ -80,6 +147,10 @@ bad 2 "either a program"        "$op" capture -o p.csv
 bad 2 "--skip.*between"         "$op" capture -o p.csv --skip -1 -- true
 bad 2 "malformed.json"          "$op" capture -o p.csv --from-records malformed.json
 bad 2 "is also the input"       "$op" capture -o ncu.csv --ncu ncu.csv -- true
+bad 2 "lists no kernels"        "$op" summarize header-only.csv
+bad 2 "is 40 MiB; at most 32 MiB" "$op" summarize huge-profile.csv
+bad 2 "no units row"            "$op" import-ncu ncu-no-units.csv --device a100-40 -o p.csv
+bad 2 "outside 0 to 1e12 ns"    "$op" import-ncu ncu-1e300.csv --device a100-40 -o p.csv
 
 orr="$bin/orion-run" wl="$ex/orion/rnet50_inf_train.json"
 bad 2 "no such file"            "$orr" simulate -w missing.json
@@ -96,6 +167,9 @@ bad 2 "is also the output"      "$orr" simulate -w "$wl" --trace t.json --csv t.
 bad 2 "only one output"         "$orr" simulate -w "$wl" --trace - --csv -
 sed 's/"format"/"max_duration_s": 1e9, "format"/' "$wl" > "$tmp/huge.json"
 bad 2 "max_duration_s"          "$orr" simulate -w "$tmp/huge.json" --profiles "$ex/orion/profiles"
+bad 2 "client 'be' would complete about 1.98e\\+09 requests" "$orr" simulate -w starved-cap.json
+bad 2 "lists no kernels"        "$orr" exec --hp true --profiles header-only.csv
+bad 2 "is 20 MiB; at most 16 MiB" "$orr" simulate -w huge-trace-wl.json
 bad 2 "nothing to run"          "$orr" exec
 bad 2 "--hp: the command is empty" "$orr" exec --hp ''
 bad 2 "--hp: the command is empty" "$orr" exec --hp ' '
@@ -154,6 +228,13 @@ if [ "$torch" = 1 ]; then
   bad 2 "--port.*between"         "$ds" -q serve --base base --port 70000
   bad 2 "--max-batch.*between"    "$ds" -q serve --base base --max-batch 0
   bad 2 "max_position_embeddings" "$ds" -q serve --base base --max-context 100000
+  bad 2 "num_hidden_layers: 1000000000 is above 4096" "$dz" eval --model bad-layers --task copy --threads 1
+  bad 2 "num_hidden_layers: 1000000000 is above 4096" "$ds" -q serve --base bad-layers
+  bad 2 "hidden_size: 4000000000 is above" "$sr" train --model bad-hidden --data copy.txt -o run --threads 1
+  bad 2 "head_dim: 1099511627776 is above" "$dz" eval --model bad-head_dim --task copy --threads 1
+  bad 2 "config.json: .*embed_tokens.* hidden_size make it \\[260, 1024\\]" "$dz" eval --model bad-mismatch --task copy --threads 1
+  bad 2 "token id 200000000 is far above" "$dz" eval --model bad-token_id --task copy --threads 1
+  bad 2 "token id 2147483647 is far above" "$ds" -q serve --base bad-token_max
   bad 2 "no such file"            "$dz" inspect missing.h5
   bad 2 "is a folder"             "$dz" inspect existing-folder
   bad 2 "not an HDF5 file"        "$dz" inspect text.h5

@@ -234,10 +234,12 @@ TEST(Llama, BrokenFoldersGiveClearErrors) {
   model.save(dir.path());
   rewrite_weights(dir.path(), "", "model.layers.0.self_attn.k_proj.weight");
   message = testing::error_of([&] { LlamaModel::load(dir.path()); });
-  EXPECT_NE(message.find("'model.layers.0.self_attn.k_proj.weight' has shape [768], the config needs [16, 48]"),
+  EXPECT_NE(message.find("'model.layers.0.self_attn.k_proj.weight' of model.safetensors has shape [768], but "
+                         "num_key_value_heads, head_dim and hidden_size make it [16, 48]"),
             std::string::npos)
       << message;
   EXPECT_TRUE(named_once(message, "model.safetensors") && named_once(message, "k_proj")) << message;
+  EXPECT_TRUE(named_once(message, "config.json")) << message;
 
   model.save(dir.path());
   std::filesystem::resize_file(dir.path() / "model.safetensors", 1000);

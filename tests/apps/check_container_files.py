@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Damaged and hand-made delta containers through dz-compress inspect and decompress.
+
+Usage: check_container_files.py BIN_DIR [FLIPS]
+
+1. Byte flips spread over a real container, and truncations spread over it:
+   every run ends with exit 2 and one error line, within a time limit (no
+   crash, no hang, no memory exhaustion: the address space is capped).
+2. Files made by hand with h5py (no seal, as another tool would write them):
+   a dense tensor declared far larger than the model, a dataset hard-linked
+   under a second name, a missing and an extra entry, and a `bits` attribute
+   of 2^32 + 4. inspect and decompress refuse each with the same message.
+FLIPS (default 40) sets how many flips and cuts; the by-hand check that the
+issue tracker asked for used 700.
+"""
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import h5py
+import hdf5plugin  # noqa: F401  (registers the zstd filter for h5py)
+import numpy as np
+
+BIN = os.path.abspath(sys.argv[1])
+FLIPS = int(sys.argv[2]) if len(sys.argv) > 2 else 40
+LIMIT_S = 120          # far above a normal run (~0.5 s); a hang shows as a timeout
+MEMORY_CAP = 4 << 30   # address space of each run: a believed huge size fails instead of swapping
+
+
+def fail(message):
+    print("FAIL:", message)
+    sys.exit(1)
+
+
+def cap_memory():
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
+
+
+def run(*args, cwd):
+    try:
+        return subprocess.run([os.path.join(BIN, args[0]), *args[1:]], cwd=cwd, capture_output=True, text=True,
+                              timeout=LIMIT_S, preexec_fn=cap_memory)
+    except subprocess.TimeoutExpired:
+        fail(f"{' '.join(args)} ran past {LIMIT_S} s")
+
+
+def refused(args, cwd, what):
+    """Runs args; it must exit 2 with one 'error:' line. Returns that line."""
+    r = run(*args, cwd=cwd)
+    lines = r.stderr.strip().splitlines()
+    if r.returncode != 2 or len(lines) != 1 or ": error: " not in lines[0]:
+        fail(f"{what}: {' '.join(args)} exited {r.returncode} (want 2 and one error line): {r.stderr.strip()}")
+    return lines[0].split(": error: ", 1)[1]
+
+
+def both_refuse(work, name, what, expect):
+    """inspect and decompress refuse `name` with the same message, which contains `expect`."""
+    a = refused(["dz-compress", "inspect", name], work, what)
+    b = refused(["dz-compress", "decompress", "--base", "base", name, "-o", "out", "--force"], work, what)
+    if a != b:
+        fail(f"{what}: inspect says '{a}', decompress says '{b}'")
+    if expect not in a:
+        fail(f"{what}: '{a}' does not say '{expect}'")
+    if os.path.exists(os.path.join(work, "out")):
+        fail(f"{what}: decompress wrote a model")
+
+
+def copy_unsealed(src, dst, edit):
+    """Copies every object and attribute of container `src` into a new file
+    written by h5py (no seal), letting `edit(f)` change it before it is closed."""
+    with h5py.File(src, "r") as s, h5py.File(dst, "w") as d:
+        for key, value in s.attrs.items():
+            d.attrs[key] = value
+        for key in s:
+            s.copy(s[key], d, name=key)
+        edit(d)
+
+
+def main():
+    with tempfile.TemporaryDirectory() as work:
+        def tool(*args):
+            r = run(*args, cwd=work)
+            if r.returncode != 0:
+                fail(f"{' '.join(args)}: {r.stderr}")
+        tool("sailor-run", "-q", "init", "--preset", "tiny", "--seed", "1", "-o", "base")
+        tool("sailor-run", "-q", "init", "--preset", "tiny", "--seed", "2", "-o", "tuned")
+        tool("dz-compress", "-q", "compress", "--base", "base", "--target", "tuned", "-o", "d.h5", "--method", "rtn",
+             "--bits", "2", "--sparsity", "2:4", "--threads", "1")
+        original = open(os.path.join(work, "d.h5"), "rb").read()
+
+        # 1. Flips and cuts spread over the file.
+        for k in range(FLIPS):
+            pos = k * len(original) // FLIPS + (k * 7919) % max(1, len(original) // FLIPS)
+            data = bytearray(original)
+            data[pos] ^= (0x01, 0x80, 0xff, 0x10)[k % 4]
+            with open(os.path.join(work, "flip.h5"), "wb") as f:
+                f.write(data)
+            message = refused(["dz-compress", "inspect", "flip.h5"], work, f"byte {pos} flipped")
+            if "damaged" not in message:
+                fail(f"byte {pos} flipped: '{message}' does not say the file is damaged")
+            if k % 4 == 0:
+                refused(["dz-compress", "decompress", "--base", "base", "flip.h5", "-o", "out"], work,
+                        f"byte {pos} flipped")
+        for k in range(FLIPS):
+            size = k * len(original) // FLIPS
+            with open(os.path.join(work, "cut.h5"), "wb") as f:
+                f.write(original[:size])
+            refused(["dz-compress", "inspect", "cut.h5"], work, f"cut at {size} bytes")
+
+        # 2. Made by hand: the reader's own checks, the same in both programs.
+        unsealed = os.path.join(work, "copy.h5")
+        copy_unsealed(os.path.join(work, "d.h5"), unsealed, lambda f: None)
+        r = run("dz-compress", "inspect", "copy.h5", cwd=work)
+        if r.returncode != 0:
+            fail(f"an unsealed copy made by h5py is not read: {r.stderr}")
+
+        def huge_dense(f):
+            del f["dense/model.norm.weight"]
+            f.create_dataset("dense/model.norm.weight", shape=(65536, 65536), dtype=np.float16, chunks=(256, 4096),
+                             compression=hdf5plugin.Zstd())  # 8 GiB declared, nothing written: a few KB on disk
+            f["dense/model.norm.weight"].attrs["kind"] = np.bytes_("delta")
+        copy_unsealed(os.path.join(work, "d.h5"), os.path.join(work, "huge.h5"), huge_dense)
+        if os.path.getsize(os.path.join(work, "huge.h5")) > 4 << 20:
+            fail("the hand-made file is not small")
+        both_refuse(work, "huge.h5", "a 65536 x 65536 dense tensor", "model.norm.weight: shape [65536, 65536]")
+
+        def hard_link(f):
+            del f["dense/model.layers.0.input_layernorm.weight"]
+            f["dense/model.layers.0.input_layernorm.weight"] = f["dense/model.norm.weight"]  # a second name
+        copy_unsealed(os.path.join(work, "d.h5"), os.path.join(work, "link.h5"), hard_link)
+        both_refuse(work, "link.h5", "a hard-linked dataset", "two names of the same data")
+
+        copy_unsealed(os.path.join(work, "d.h5"), os.path.join(work, "missing.h5"),
+                      lambda f: f.__delitem__("dense/model.norm.weight"))
+        both_refuse(work, "missing.h5", "a missing entry", "no entry for the model's tensor 'model.norm.weight'")
+
+        def extra(f):
+            f.create_dataset("dense/model.layers.7.extra.weight", data=np.zeros(4, dtype=np.float16))
+        copy_unsealed(os.path.join(work, "d.h5"), os.path.join(work, "extra.h5"), extra)
+        both_refuse(work, "extra.h5", "an extra entry", "is not a tensor of the model")
+
+        def huge_bits(f):
+            name = next(k for k in f["linear"])
+            f["linear"][name]["codes"].attrs["bits"] = np.int64(2**32 + 4)
+        copy_unsealed(os.path.join(work, "d.h5"), os.path.join(work, "bits.h5"), huge_bits)
+        both_refuse(work, "bits.h5", "bits = 2^32 + 4", "bits is 4294967300")
+
+        leftovers = [n for n in os.listdir(work) if n.startswith(".")]
+        if leftovers:
+            fail(f"left behind: {leftovers}")
+    print(f"container files: {FLIPS} flips and {FLIPS} cuts refused, 5 hand-made files refused alike")
+
+
+if __name__ == "__main__":
+    main()
