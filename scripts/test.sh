@@ -3,12 +3,16 @@
 # CTest (the kernel and serving tests also with the CPU kernels capped at
 # AVX2 and at portable code), then the tests of everything that builds
 # without libtorch (common, orion, the programs, interop, tokenizers) again
-# under AddressSanitizer + UBSan (less three long simulator runs).
+# under AddressSanitizer + UBSan (less three long simulator runs), and the
+# process tests (label "load": signals, launchers, servers, supervisors)
+# once more with every core kept busy by other processes, as on a loaded CI
+# machine.
 # Exits non-zero on any failure.
 #
 #   scripts/test.sh                 everything
 #   FLEET_BUILD_DIR=dir             build folder (default build)
 #   FLEET_SKIP_SANITIZERS=1         skip the ASan/UBSan pass
+#   FLEET_SKIP_LOAD=1               skip the process tests run with every core kept busy
 #   FLEET_JOBS=N                    parallel build jobs (default 2)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -45,6 +49,21 @@ for isa in avx2 portable; do
   (cd "$build" && env "${blas[@]}" GPUFLEET_CPU_ISA=$isa ctest --output-on-failure -j "$jobs" --timeout 600 -LE gpu \
       -R '^(Serving|ServingModes|Sbmm|SmallBatchLinear|Llama|CpuIsa)\.')
 done
+
+if [ "${FLEET_SKIP_LOAD:-0}" != 1 ]; then
+  # A busy loop per core: the tests must wait for states, never for times.
+  cores=$(nproc 2>/dev/null || echo 2)
+  phase "process tests with all $cores cores kept busy by other processes"
+  busy=()
+  for _ in $(seq "$cores"); do
+    (trap - INT TERM; while :; do :; done) &
+    busy+=($!)
+  done
+  trap 'kill "${busy[@]}" 2>/dev/null || true' EXIT
+  (cd "$build" && ctest --output-on-failure -j 1 --timeout 1800 -L load)
+  kill "${busy[@]}" 2>/dev/null || true
+  trap - EXIT
+fi
 
 if [ "${FLEET_SKIP_SANITIZERS:-0}" != 1 ]; then
   san="$build-asan"

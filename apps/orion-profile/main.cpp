@@ -35,8 +35,8 @@ int main(int argc, char** argv) {
   capture->add_option("--device", cap.conversion.device, "GPU for occupancy: auto (from CUPTI), or a known name")
       ->capture_default_str();
   capture->add_option("--ncu", ncu, "ncu CSV export of the same program: compute/memory class by kernel name");
-  capture->add_option("--skip", cap.conversion.skip, "Marked iterations to leave out at the start (warm-up)")
-      ->capture_default_str()
+  capture->add_option("--skip", cap.conversion.skip,
+                      "Marked iterations to leave out at the start (warm-up; default 1 when there are several)")
       ->check(fleet::in_range(0, 1e6));
   capture->add_option("--from-records", from_records, "Convert a records file from an earlier capture instead");
   capture->add_option("--keep-records", keep_records, "Also keep the raw kernel records (JSON lines) here");

@@ -97,8 +97,10 @@ class StdoutRecorder : public std::streambuf {
 };
 
 StdoutRecorder& stdout_recorder() {
-  static StdoutRecorder recorder;
-  return recorder;
+  // Never destroyed: std::cout is flushed through it at exit, after the
+  // destructors of function-local statics have run.
+  static StdoutRecorder* recorder = new StdoutRecorder;
+  return *recorder;
 }
 
 // Flushes standard output and checks that everything written to it arrived,

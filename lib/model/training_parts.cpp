@@ -3,11 +3,13 @@
 #include <cmath>
 #include <random>
 
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/safetensors.h"
+#include "common/utf8.h"
 #include "model/llama.h"
 #include "model/tensor_bridge.h"
 #include "model/tokenizer.h"
@@ -36,12 +38,39 @@ std::int64_t line_loss_tokens(const TrainingData& data, std::size_t line) {
 
 }  // namespace
 
+namespace {
+
+// Training data is text: a binary file given by mistake (an archive, an
+// executable, a disk image of zeros) would train without complaint on bytes.
+// A NUL byte, or more than 1 % of the bytes outside well-formed UTF-8, is
+// refused; a few stray bytes (a Latin-1 quote) are counted in a warning.
+void check_is_text(std::string_view text, const std::filesystem::path& file) {
+  const std::string name = is_stdio(file) ? std::string("standard input") : file.string();
+  if (const auto nul = text.find('\0'); nul != std::string_view::npos)
+    throw InputError("holds a NUL byte at byte " + std::to_string(nul) + ": training data must be text",
+                     {name, "", std::nullopt});
+  std::size_t invalid = 0;
+  for (std::size_t pos = 0; pos < text.size();) {
+    std::size_t length = 1;
+    if (utf8::decode(text, pos, length) == U'\uFFFD' && text.compare(pos, 3, "\xEF\xBF\xBD") != 0) ++invalid;
+    pos += length;
+  }
+  if (invalid * 100 > text.size())
+    throw InputError(std::to_string(invalid) + " of its " + std::to_string(text.size()) +
+                         " bytes are not UTF-8: training data must be text",
+                     {name, "", std::nullopt});
+  if (invalid > 0) spdlog::warn("{}: {} byte(s) are not UTF-8; the tokenizer takes them as they are", name, invalid);
+}
+
+}  // namespace
+
 TrainingData load_training_data(const std::vector<std::filesystem::path>& files, const Tokenizer& tokenizer,
                                 const LlamaConfig& config, const TrainOptions& options) {
   if (files.empty()) throw UsageError("no training data: give at least one text file");
   TrainingData data;
   for (const auto& file : files) {
     std::string text = read_file(file);
+    check_is_text(text, file);
     if (options.data_mode == "stream") {
       auto ids = tokenizer.encode(text, false);
       data.stream.push_back(config.bos_token_id);

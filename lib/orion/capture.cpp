@@ -172,7 +172,8 @@ KernelProfile profile_from_capture(const CaptureRecords& records, const CaptureO
     for (const CapturedKernel& k : records.kernels) all.push_back(&k);
     if (!all.empty()) used.push_back(std::move(all));
   } else {
-    const std::size_t skip = static_cast<std::size_t>(std::max(0, options.skip));
+    const std::size_t skip = options.skip ? static_cast<std::size_t>(std::max(0, *options.skip))
+                                          : std::min<std::size_t>(1, iterations.size() - 1);
     if (skip >= iterations.size())
       throw InputError("--skip " + std::to_string(skip) + " leaves none of the capture's " +
                        std::to_string(iterations.size()) + " marked iteration(s); skip fewer, or capture more");

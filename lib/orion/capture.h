@@ -45,7 +45,10 @@ CaptureRecords read_capture_records(const std::filesystem::path& path);
 struct CaptureOptions {
   std::string device = "auto";               ///< a device name, or "auto": from the device record
   std::optional<std::filesystem::path> ncu;  ///< an ncu CSV export for the compute/memory class
-  int skip = 1;                              ///< marked iterations left out at the start (warm-up)
+  /// Marked iterations left out at the start (warm-up). Not given: the
+  /// first one when there are several (a single one is used). Given: it
+  /// must leave at least one (InputError otherwise).
+  std::optional<int> skip;
 };
 
 /// The profile of one request/iteration: with markers, the marked

@@ -127,7 +127,8 @@ nlohmann::json plan_to_json(const Plan& plan) {
   for (const Stage& s : plan.stages) {
     nlohmann::json replicas = nlohmann::json::array();
     for (const Replica& r : s.replicas) {
-      nlohmann::json replica = {{"gpu", r.gpu}, {"zone", r.zone}, {"node", r.node}};
+      nlohmann::json replica = {{"gpu", r.gpu}, {"zone", r.zone}};
+      if (r.node >= 0) replica["node"] = r.node;  // left out: packed when the plan is used
       if (s.tp_of(r) != s.tp) replica["tp"] = s.tp_of(r);
       replicas.push_back(replica);
     }

@@ -330,8 +330,9 @@ class Searcher {
     Estimate e;
     try {
       e = estimate_plan(plan, in_);
-    } catch (const InputError&) {
-      ++stats_.unpriced_links;  // a link the cluster has no bandwidth fit for: cannot be judged
+    } catch (const InputError& error) {
+      // A link the cluster has no bandwidth fit for: cannot be judged.
+      if (stats_.unpriced_links++ == 0) stats_.first_unpriced_link = error.message();
       return std::nullopt;
     }
     if (!e.fits) {
@@ -746,7 +747,12 @@ std::vector<RankedPlan> search_plans(const PlannerInputs& inputs, const SearchOp
     if (s.candidates == 0 && s.memory_rejected > 0) throw NoSolutionError("no plan fits in GPU memory");
     if (s.candidates == 0) throw NoSolutionError("no plan can be built: no GPU type has profiles for a usable TP degree");
     if (s.unpriced_links == s.candidates) {
-      throw NoSolutionError("every candidate plan needs a network link the cluster has no bandwidth fit for");
+      // Typically a cluster measured on one node (profile-net under launch
+      // --nprocs 2 records that node's GPUs) asked for plans that span more.
+      throw NoSolutionError(
+          "every candidate plan needs a network link the cluster has no bandwidth fit for (" + s.first_unpriced_link +
+          "); measure it with sailor-run profile-net --link-class for that link, run on GPUs of two nodes (or give "
+          "cluster.json its fit); a job on more GPUs than one node holds (gpus_per_node) always needs a cross-node link");
     }
     if (s.memory_rejected + s.unpriced_links == s.candidates) {
       throw NoSolutionError("no plan fits in GPU memory (" + std::to_string(s.candidates) + " plans simulated)");

@@ -39,6 +39,7 @@ struct SearchStats {
   std::uint64_t memory_rejected = 0;
   std::uint64_t constraint_rejected = 0;
   std::uint64_t unpriced_links = 0;  ///< plans needing a link without a bandwidth fit
+  std::string first_unpriced_link;   ///< what the first of them lacked ("cluster has no same_zone bandwidth ...")
   std::uint64_t bound_pruned = 0;    ///< configurations skipped because even their best case ranks too low
 };
 

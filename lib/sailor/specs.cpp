@@ -33,10 +33,11 @@ constexpr double kMaxBytesPerS = 1e15;       // a link's bandwidth
 constexpr int kMaxGpusPerNode = 1024;
 constexpr int kMaxQuota = 1 << 20;
 constexpr int kMaxBatch = 1 << 24;
-// The message sizes the simulator prices, as x = log2(MB) of the fits: 1 MB
-// (smaller messages are priced at 1 MB's rate, BandwidthFit::bytes_per_s)
-// to 64 GB.
-constexpr double kFitMinX = 0, kFitMaxX = 16;
+// The message sizes a fit must price sensibly, as x = log2(MB): 1 MB
+// (smaller messages take 1 MB's rate, BandwidthFit::bytes_per_s) to 1 GB,
+// the activations and gradient buckets the simulator sends. A fit measured
+// up to 64 MB may turn down far beyond that; those sizes are not priced.
+constexpr double kFitMinX = 0, kFitMaxX = 10;
 
 // `x` read from `v`, InputError naming it unless lo <= x <= hi.
 double within(const JsonValue& v, double x, double lo, double hi, const char* what) {
@@ -107,7 +108,7 @@ BandwidthFit parse_fit(const JsonValue& v) {
     if (vertex > kFitMinX && vertex < kFitMaxX) least = std::min(least, bw(vertex));
   }
   if (!(least > 0))
-    v.at("fit").fail(fmt::format("the fit gives {:.3g} GB/s at some message size from 1 MB to 64 GB; a bandwidth "
+    v.at("fit").fail(fmt::format("the fit gives {:.3g} GB/s at some message size from 1 MB to 1 GB; a bandwidth "
                                  "must be positive", least));
   return f;
 }

@@ -34,6 +34,36 @@ if [ "$torch" = 1 ]; then
     'd["added_tokens"].append({"id": 200000000, "content": "<big>", "special": True})'
   edit_json "$work/base/tokenizer.json" "$work/bad-token_max/tokenizer.json" \
     'd["added_tokens"].append({"id": 2147483647, "content": "<max>", "special": True})'
+  # Checkpoints and data that must not train: a step past the run's end, a NaN
+  # weight, a flipped byte in the weights, binary data.
+  "$bin/sailor-run" -q train --model "$work/base" --data "$work/copy.txt" -o "$work/ckpt" --steps 2 --threads 1 \
+    >/dev/null || fail "a checkpoint to damage"
+  for case in step nan flip; do cp -r "$work/ckpt" "$work/ckpt-$case"; done
+  edit_json "$work/ckpt/trainer_state.json" "$work/ckpt-step/trainer_state.json" 'd["step"] = 100'
+  python3 - "$work/base/model.safetensors" "$work/bad-nan.safetensors" "$work/ckpt/model.safetensors" \
+    "$work/ckpt-flip/model.safetensors" <<'PY'
+import json, struct, sys
+def first_weight_offset(path):
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    name = next(k for k in sorted(header) if k != "__metadata__" and header[k]["dtype"] == "F32")
+    return data, 8 + n + header[name]["data_offsets"][0]
+data, at = first_weight_offset(sys.argv[1])
+open(sys.argv[2], "wb").write(data[:at] + struct.pack("<f", float("nan")) + data[at + 4:])
+data, at = first_weight_offset(sys.argv[3])
+open(sys.argv[4], "wb").write(data[:at + 1] + bytes([data[at + 1] ^ 0x40]) + data[at + 2:])
+PY
+  cp -r "$work/base" "$work/bad-nan" && mv "$work/bad-nan.safetensors" "$work/bad-nan/model.safetensors"
+  head -c 4096 /dev/urandom | tr -d '\000' > "$work/random.dat"
+  # A port that some other program listens on (not a rendezvous store).
+  python3 -c 'import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16)
+print(s.getsockname()[1], flush=True); time.sleep(600)' > "$tmp/busy-port" &
+  listener=$!
+  trap 'kill $listener 2>/dev/null; rm -rf "$tmp"' EXIT
+  while [ ! -s "$tmp/busy-port" ]; do sleep 0.05; done
+  busy=$(cat "$tmp/busy-port")
 fi
 # Inputs that are valid JSON or CSV with sizes taken on trust: each must be
 # refused at load, naming the field, before anything is allocated from it.
@@ -235,6 +265,13 @@ if [ "$torch" = 1 ]; then
   bad 2 "config.json: .*embed_tokens.* hidden_size make it \\[260, 1024\\]" "$dz" eval --model bad-mismatch --task copy --threads 1
   bad 2 "token id 200000000 is far above" "$dz" eval --model bad-token_id --task copy --threads 1
   bad 2 "token id 2147483647 is far above" "$ds" -q serve --base bad-token_max
+  bad 2 "step: step 100 is outside the run's 0 to 2 steps" "$sr" train --resume -o ckpt-step --threads 1
+  bad 2 "model.safetensors: does not match its digest" "$sr" train --resume -o ckpt-flip --threads 1
+  bad 2 "bad-nan: tensor .* holds NaN or infinite values" "$sr" train --model bad-nan --data copy.txt -o run --threads 1
+  bad 2 "holds a NUL byte at byte"  "$sr" train --model base --data "$bin/sailor-run" -o run --threads 1
+  bad 2 "are not UTF-8"           "$sr" train --model base --data random.dat -o run --threads 1
+  bad 1 "port $busy is in use"    env RANK=0 WORLD_SIZE=2 MASTER_PORT="$busy" "$sr" train --model base --data copy.txt -o run --threads 1 --timeout 2
+  bad 1 "rank 1: cannot join .*no answer within 2 s" env RANK=1 WORLD_SIZE=2 MASTER_PORT="$busy" "$sr" train --model base --data copy.txt -o run --threads 1 --timeout 2
   bad 2 "no such file"            "$dz" inspect missing.h5
   bad 2 "is a folder"             "$dz" inspect existing-folder
   bad 2 "not an HDF5 file"        "$dz" inspect text.h5

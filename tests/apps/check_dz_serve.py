@@ -513,7 +513,14 @@ def main():
                 break
             time.sleep(0.05)
         slow.proc.send_signal(signal.SIGTERM)
-        time.sleep(0.2)
+        # Once /health says it is shutting down (a state, not a time), new work is refused.
+        for _ in range(600):
+            try:
+                if slow.request("GET", "/health")[0] == 503:
+                    break
+            except OSError:
+                break
+            time.sleep(0.02)
         try:
             status, reply = slow.request("POST", "/v1/completions", {"model": "small", "prompt": "late"})
             check(status == 503, f"request after SIGTERM: {status} {reply}")

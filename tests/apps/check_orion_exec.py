@@ -290,8 +290,8 @@ hp = f"{APP} --name hpk --markers --requests 30 --kernels 2 --duration-us 2000 -
 be = f"{APP} --name bek --requests 0 --kernels 4 --duration-us 1000 --ready-file {ready}"
 p = subprocess.Popen([ORION, "exec", "--hp", hp, "--be", be, "--profiles", PROFILES, "--log", str(log_path),
                       "--report", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+# The ready file is written once the scheduler let its first kernel through (a state, not a time).
 check(wait_for(lambda: ready.exists() and ready.read_text().strip()), "BE client started")
-time.sleep(0.1)
 os.kill(int(ready.read_text()), signal.SIGKILL)
 out, err = p.communicate(timeout=60)
 check("requests 30" in out, f"the HP client finished all its requests after BE was killed: {out[-200:]}")
@@ -317,8 +317,8 @@ p = subprocess.Popen([ORION, "exec", "--policy", "mps", "--hp", f"{hp} --grid 10
                               f"--ready-file {ready_shared}",
                       "--profiles", PROFILES], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                      env=dict(os.environ, FAKE_CUDA_SHARED_DEVICE=str(shared_device)))
+# The ready file is written once its first kernel was launched: it holds its SMs.
 check(wait_for(lambda: ready_shared.exists() and ready_shared.read_text().strip()), "BE client started (shared device)")
-time.sleep(0.1)
 os.kill(int(ready_shared.read_text()), signal.SIGKILL)
 try:
     out, err = p.communicate(timeout=60)
@@ -340,11 +340,15 @@ except subprocess.TimeoutExpired:
 
 # ---------------------------------------------------------------- the scheduler killed
 hp_out, be_out = tmp / "hp.out", tmp / "be.out"
+hp_ready, be_ready = tmp / "hp-ready", tmp / "be-ready"
 hp = f"{APP} --name hpk --markers --requests 20 --kernels 4 --duration-us 3000 --think-us 2000"
 be = f"{APP} --name bek --requests 300 --kernels 6 --duration-us 200"
-p = subprocess.Popen([ORION, "exec", "--wait-be", "--hp", f"{hp} > {hp_out} 2>&1", "--be", f"{be} > {be_out} 2>&1",
-                      "--profiles", PROFILES], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-time.sleep(0.1)
+p = subprocess.Popen([ORION, "exec", "--wait-be", "--hp", f"{hp} --ready-file {hp_ready} > {hp_out} 2>&1",
+                      "--be", f"{be} --ready-file {be_ready} > {be_out} 2>&1", "--profiles", PROFILES],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+# Killed once both clients run under it (each has launched a kernel), however loaded the machine is.
+check(wait_for(lambda: all(f.exists() and f.read_text().strip() for f in (hp_ready, be_ready)), 60),
+      "both clients started under the scheduler")
 p.kill()
 p.communicate(timeout=30)
 done = wait_for(lambda: all(f.exists() and "checksum" in f.read_text() for f in (hp_out, be_out)), 60)

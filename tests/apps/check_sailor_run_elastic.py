@@ -12,11 +12,16 @@ run's within 1e-5 relative:
   fewer than 3), at most two steps are redone, the reconfiguration is in
   the metrics with its cause, plans and phase times;
 - SIGTERM to one worker: it leaves at the step boundary, nothing is redone;
+- SIGSTOP to one worker: lost after the heartbeat timeout, named, with the
+  detection time recorded;
+- a worker that meets bad input (binary training data): the job stops with
+  exit 2, nothing re-planned;
 - the last worker lost: exit 3, the checkpoint kept, resumable;
 - bad elastic invocations: one clear error.
 """
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -31,9 +36,9 @@ check = Checks()
 failures = check.failures
 
 
-def elastic(tmp, name, nprocs, plan, extra=(), act=None, after_step=3):
+def elastic(tmp, name, nprocs, plan, extra=(), act=None, after_step=3, launcher=()):
     """An elastic job with recovery "restart"; `act` gets the workers' pids in rank order."""
-    return start_elastic(RUN, tmp, name, nprocs, plan, ["--recovery", "restart"], extra,
+    return start_elastic(RUN, tmp, name, nprocs, plan, ["--recovery", "restart", *launcher], extra,
                          (lambda pids, launcher: act([pids[k] for k in sorted(pids)])) if act else None, after_step)
 
 
@@ -77,6 +82,28 @@ def main():
         check(events and events[0].get("steps_redone") == 0 and "preempted" in events[0]["cause"],
               f"SIGTERM: recorded as a preemption with no step redone: {events[:1]}")
 
+        # SIGSTOP: a stopped worker is taken for lost after the heartbeat
+        # timeout (3 s here), not after --timeout (300 s), and is named.
+        stopped = []
+        code, out, err, folder, metrics = elastic(tmp, "stopped", 4, plan, ["--checkpoint-every", "1"],
+                                                  act=lambda pids: (stopped.append(pids[-1]),
+                                                                    os.kill(pids[-1], signal.SIGSTOP)),
+                                                  launcher=["--heartbeat-timeout", "3"])
+        steps, events = records(metrics)
+        check(code == 0 and finishes_on_new_plan(out, events),
+              f"SIGSTOP: the job finishes on the new plan's workers (rc {code}) {err[-300:]}")
+        same_losses(reference, steps, "SIGSTOP", allowed_redone=2)
+        e = events[0] if events else {}
+        check("rank 3 stopped" in e.get("cause", "") and 2.5 <= e.get("detection_s", -1) <= 30,
+              f"SIGSTOP: the stopped worker is named and its detection took the heartbeat timeout: "
+              f"{e.get('cause')}, detection_s {e.get('detection_s')}")
+
+        # Bad input is not a lost worker: the job stops with it, nothing is re-planned.
+        (tmp / "binary.dat").write_bytes(bytes(range(256)) * 64)
+        code, out, err, folder, metrics = elastic(tmp, "bad-input", 4, plan, ["--data", tmp / "binary.dat"])
+        check(code == 2 and "bad input" in err and "training data must be text" in err and "re-planned" not in err,
+              f"bad input: exit 2 naming it, no re-plan (rc {code}): {err.strip()[-300:]}")
+
         # The last worker lost: no plan, exit 3, the checkpoint stays and resumes.
         code, out, err, folder, metrics = elastic(tmp, "alone", 1, None, ["--checkpoint-every", "1"],
                                                   act=lambda pids: os.kill(pids[-1], signal.SIGKILL))
@@ -84,6 +111,20 @@ def main():
               f"last worker lost: exit 3 naming the checkpoint (rc {code}): {err.strip()[-300:]}")
         r = run(RUN, "train", "--resume", "-o", folder, "--threads", "1", "--json")
         check(r.returncode == 0 and json.loads(r.stdout)["last_step"] == 10, f"and it resumes: {r.stderr[-300:]}")
+
+        # A cluster measured on one node (profile-net under launch --nprocs 2
+        # records that node's 2 GPUs) cannot price a plan of 4 workers: the
+        # error says what to measure.
+        one_node = tmp / "one-node"
+        shutil.copytree(inputs, one_node)
+        cluster = json.loads((one_node / "cluster.json").read_text())
+        cluster["gpu_types"]["cpu"]["gpus_per_node"] = 2
+        (one_node / "cluster.json").write_text(json.dumps(cluster))
+        r = run(RUN, "launch", "--elastic", one_node, "--nprocs", "4", "--", "train", "--model", tmp / "init",
+                "--data", tmp / "base.txt", "-o", tmp / "one-node-run")
+        check(r.returncode == 3 and "cluster has no same_zone bandwidth" in r.stderr
+              and "profile-net --link-class" in r.stderr,
+              f"4 workers on a one-node cluster: exit 3 saying what to measure (rc {r.returncode}): {r.stderr[-400:]}")
 
         # Bad invocations.
         for args, expect in [

@@ -147,6 +147,10 @@ def main():
                               lambda pids, _: stop_between_requests(RUN, pids[2], f"127.0.0.1:{port0}"),
                               launcher=["--heartbeat-timeout", "2", "--master-port", str(port0)])
         check("heartbeat" in e.get("cause", ""), f"SIGSTOP: the cause names the heartbeat: {e.get('cause')}")
+        # The outage is detection (the missed beats) plus recovery, recorded apart.
+        check(1.5 <= e.get("detection_s", -1) <= 30 and e.get("recovery_s", -1) >= 0,
+              f"SIGSTOP: detection_s {e.get('detection_s')} (the 2 s heartbeat timeout) and recovery_s "
+              f"{e.get('recovery_s')} recorded apart")
 
         # join: one worker, then a second one asked for while it trains.
         port = free_port()

@@ -349,9 +349,13 @@ def main():
 
         # A worker killed mid-run: its peer fails within the timeout.
         port = free_port()
-        workers = [start_worker(tmp, r, 2, port, tmp / "init", "bad6", "100000", "20", "--plan", tmp / "two.json")
+        workers = [start_worker(tmp, r, 2, port, tmp / "init", "bad6", "100000", "20", "--plan", tmp / "two.json",
+                                "--metrics", tmp / "bad6.jsonl")
                    for r in range(2)]
-        time.sleep(4)
+        # Killed once the pair trains (rank 0 logged a step), however slow the start was.
+        deadline = time.time() + 120
+        while time.time() < deadline and not ((tmp / "bad6.jsonl").exists() and (tmp / "bad6.jsonl").read_text()):
+            time.sleep(0.02)
         workers[1].send_signal(signal.SIGKILL)
         try:
             _, err = workers[0].communicate(timeout=90)
@@ -365,8 +369,11 @@ def main():
         proc = subprocess.Popen([RUN, "launch", "--nprocs", "2", "--", "train", "--model", str(tmp / "init"),
                                  "--data", str(tmp / "base.txt"), "-o", str(tmp / "bad7"), *COMMON, "--steps", "100000"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(4)
-        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        deadline = time.time() + 120
+        children = []
+        while time.time() < deadline and len(children) < 2 and proc.poll() is None:
+            children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+            time.sleep(0.02)
         check(len(children) == 2, f"the launcher runs {len(children)} workers")
         if children:
             os.kill(int(children[-1]), signal.SIGKILL)
@@ -377,7 +384,7 @@ def main():
         except subprocess.TimeoutExpired:
             proc.kill()
             check(False, "the launcher hung after a worker was killed")
-        time.sleep(1)
+        # The launcher has exited and reaped its workers: none may be left.
         left = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
         check(not left, f"workers left running: {left}")
 

@@ -60,10 +60,15 @@ TEST(CuptiRecords, KernelAndDeviceRecordsRoundTripThroughTheReader) {
   EXPECT_EQ(k.end_ns - k.start_ns, 3000u);
   EXPECT_EQ(k.stream, 13u);
   EXPECT_EQ(r.kernels[1].name, "odd \"name\"\\\n");
-  const KernelProfile p = profile_from_capture(r, CaptureOptions{});
+  const KernelProfile p = profile_from_capture(r, CaptureOptions{});  // one marked iteration: used, though warm-up
   ASSERT_EQ(p.kernels.size(), 2u);
   EXPECT_DOUBLE_EQ(p.kernels[0].duration_ns, 3000);
   EXPECT_GT(p.kernels[0].sm_usage, 0);
+  // A --skip given that leaves nothing is refused, never quietly replaced by the last iteration.
+  CaptureOptions skip_all;
+  skip_all.skip = 1;
+  EXPECT_NE(fleet::testing::error_of([&] { profile_from_capture(r, skip_all); }).find("--skip 1 leaves none"),
+            std::string::npos);
 }
 
 }  // namespace

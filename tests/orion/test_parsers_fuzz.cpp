@@ -1,7 +1,9 @@
-// Mutated profile CSVs and Nsight Compute exports: each parses or fails with
-// InputError — never a crash or another exception (run under ASan/UBSan too).
+// Mutated profile CSVs, Nsight Compute exports and workload JSON: each parses
+// or fails with InputError — never a crash or another exception (run under
+// ASan/UBSan too). FLEET_FUZZ_ITERATIONS=N runs longer by hand.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <random>
 
 #include "common/atomic_file.h"
@@ -9,6 +11,9 @@
 #include "common/file_io.h"
 #include "orion/kernel_profile.h"
 #include "orion/ncu_import.h"
+#include "orion/simulation_size.h"
+#include "orion/workload.h"
+#include "fuzz_util.h"
 #include "test_util.h"
 
 namespace fleet::orion {
@@ -40,7 +45,7 @@ TEST(ParserFuzz, NcuExportsAndProfilesNeverCrash) {
   fleet::testing::TempDir dir;
   std::mt19937_64 rng(7);
   int accepted = 0, rejected = 0;
-  for (int i = 0; i < 3000; ++i) {
+  for (int i = 0; i < fleet::testing::fuzz_iterations(3000); ++i) {
     std::string text = inputs[i % 2];
     for (int k = 0; k < 1 + static_cast<int>(rng() % 3); ++k) text = mutate(text, rng);
     try {
@@ -51,7 +56,7 @@ TEST(ParserFuzz, NcuExportsAndProfilesNeverCrash) {
       ++rejected;
     }
   }
-  for (int i = 0; i < 1000; ++i) {
+  for (int i = 0; i < fleet::testing::fuzz_iterations(1000); ++i) {
     write_file_atomically(dir / "p.csv", mutate(mutate(profile, rng), rng));
     try {
       read_kernel_profile(dir / "p.csv");
@@ -62,6 +67,19 @@ TEST(ParserFuzz, NcuExportsAndProfilesNeverCrash) {
   }
   EXPECT_GT(accepted, 100);
   EXPECT_GT(rejected, 500);
+}
+
+TEST(ParserFuzz, WorkloadJsonNeverCrashes) {
+  fleet::testing::TempDir dir;
+  const std::vector<std::string> seeds = {read_file(kExamples / "rnet50_inf_train.json"),
+                                          read_file(kExamples / "fig7_rnet_mnet.json")};
+  const auto counts = fleet::testing::fuzz(seeds, fleet::testing::fuzz_iterations(1500), 31, [&](const std::string& text) {
+    std::ofstream(dir / "w.json", std::ios::binary | std::ios::trunc) << text;
+    const Workload w = load_workload(dir / "w.json", {kExamples / "profiles", kExamples});
+    (void)estimate_simulation_size(w);
+  });
+  EXPECT_GT(counts.accepted, 20);
+  EXPECT_GT(counts.rejected, 300);
 }
 
 }  // namespace

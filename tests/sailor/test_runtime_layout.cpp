@@ -131,7 +131,11 @@ TEST(World, TorchrunSlurmAndNothing) {
   EXPECT_EQ(slurm.master_port, 24242);
   EXPECT_EQ(first_slurm_host("node7"), "node7");
   EXPECT_EQ(first_slurm_host("a[1-2],b[3]"), "a1");
-  for (const char* bad : {"", "[1-3]", "n[1-3", "n[x]"}) EXPECT_THROW(first_slurm_host(bad), UsageError) << bad;
+  // Several range lists in one name, as Slurm writes them for racks of nodes.
+  EXPECT_EQ(first_slurm_host("rack[1-2]-n[01-02]"), "rack1-n01");
+  EXPECT_EQ(first_slurm_host("gpu[007,009-010].cluster,cpu1"), "gpu007.cluster");
+  for (const char* bad : {"", "[1-3]", "n[1-3", "n[x]", "n]1[", "n[]", "n[1-2][3"})
+    EXPECT_THROW(first_slurm_host(bad), UsageError) << bad;
   EXPECT_THROW(world_from_environment(env({{"RANK", "4"}, {"WORLD_SIZE", "4"}})), UsageError);
   EXPECT_THROW(world_from_environment(env({{"RANK", "0"}})), UsageError);
   EXPECT_THROW(world_from_environment(env({{"RANK", "0"}, {"WORLD_SIZE", "two"}})), UsageError);

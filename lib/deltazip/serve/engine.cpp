@@ -797,6 +797,11 @@ void Engine::begin_shutdown() {
   state_->shutting_down = true;
 }
 
+bool Engine::shutting_down() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->shutting_down;
+}
+
 bool Engine::idle() const {
   std::lock_guard lock(state_->mutex);
   return state_->waiting.empty() && state_->running.empty();

@@ -146,6 +146,8 @@ class Engine {
   void begin_shutdown();
   /// True when nothing is queued or running.
   bool idle() const;
+  /// True once begin_shutdown() ran: new requests are refused with 503.
+  bool shutting_down() const;
 
  private:
   struct State;

@@ -44,8 +44,9 @@ class Frontend {
   explicit Frontend(Engine& engine) : engine_(engine) {}
 
   void install(httplib::Server& server) {
-    server.Get("/health", [](const httplib::Request&, httplib::Response& res) {
-      const bool stopping = g_signal != 0;
+    server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      // The engine's own state: once /health says so, new requests get 503 too.
+      const bool stopping = engine_.shutting_down();
       send_json(res, stopping ? 503 : 200, {{"status", stopping ? "shutting_down" : "ok"}});
     });
     server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { list_models(res); });

@@ -9,6 +9,8 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/file_io.h"
+#include "common/fnv_hash.h"
 #include "common/logging.h"
 #include "common/output_path.h"
 #include "common/signal_cleanup.h"
@@ -73,6 +75,38 @@ fs::path real_output(const fs::path& output) {
 }
 
 }  // namespace
+
+nlohmann::json checkpoint_file_digests(const fs::path& dir) {
+  nlohmann::json files = nlohmann::json::object();
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_regular_file() || name.find(".safetensors") == std::string::npos) continue;
+    const MappedFile file(entry.path());
+    Fnv1a64 hash;
+    hash.add(file.bytes());
+    files[name] = {{"bytes", file.size()}, {"fnv1a64", fmt::format("{:016x}", hash.value)}};
+  }
+  return files;
+}
+
+void verify_checkpoint_files(const fs::path& dir, const nlohmann::json& state) {
+  const auto it = state.find("files");
+  if (it == state.end()) return;  // written before the digests were kept
+  for (const auto& [name, expected] : it->items()) {
+    const fs::path path = dir / name;
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec))
+      throw InputError("the checkpoint lists " + name + ", which is missing", {(dir / "trainer_state.json").string(), "files", std::nullopt});
+    const MappedFile file(path);
+    Fnv1a64 hash;
+    hash.add(file.bytes());
+    if (file.size() != expected.at("bytes").get<std::uint64_t>() ||
+        fmt::format("{:016x}", hash.value) != expected.at("fnv1a64").get<std::string>())
+      throw InputError("does not match its digest in trainer_state.json: the checkpoint is damaged (resume from a copy, "
+                       "or start again with --force)",
+                       {path.string(), "", std::nullopt});
+  }
+}
 
 CheckpointWriter::CheckpointWriter(fs::path output, const WorldInfo& world, std::vector<int> writers,
                                    std::string token, std::chrono::milliseconds timeout)
@@ -160,7 +194,9 @@ void CheckpointWriter::write_into(const CheckpointSnapshot& snapshot, const fs::
   }
   write_file_atomically(dir / "config.json", snapshot.config_json);
   model::copy_tokenizer_files(snapshot.tokenizer_source, dir);
-  write_file_atomically(dir / "trainer_state.json", snapshot.trainer_state.dump(2) + "\n");
+  nlohmann::json state = snapshot.trainer_state;
+  state["files"] = checkpoint_file_digests(dir);
+  write_file_atomically(dir / "trainer_state.json", state.dump(2) + "\n");
   commit_directory_atomically(dir, output_);
   last_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   spdlog::debug("checkpoint of step {} written in {:.2f} s", snapshot.step, last_seconds_);

@@ -43,6 +43,14 @@ struct CheckpointSnapshot {
   std::filesystem::path tokenizer_source;
 };
 
+/// Size and FNV-1a digest of every safetensors file in the checkpoint folder
+/// `dir`, as trainer_state.json's "files" keeps them: {name: {bytes, fnv1a64}}.
+nlohmann::json checkpoint_file_digests(const std::filesystem::path& dir);
+/// Checks the files of checkpoint `dir` against `state`'s "files" (a state
+/// without them, from an older version, is taken as it is); InputError
+/// naming the damaged or missing file.
+void verify_checkpoint_files(const std::filesystem::path& dir, const nlohmann::json& state);
+
 class CheckpointWriter {
  public:
   /// `writers`: the ranks that write shards, in stage order (writers[s] writes stage s).

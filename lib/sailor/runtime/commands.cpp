@@ -133,8 +133,8 @@ void add_launch_commands(Tool& tool, LaunchCommands& c) {
       ->capture_default_str()
       ->check(in_range(0, 1e6));
   cmd->add_option("--heartbeat-timeout", launch.heartbeat_timeout_seconds,
-                  "Elastic inplace: seconds without a heartbeat after which a worker is taken for lost (10x this "
-                  "from a worker's start to its first heartbeat)")
+                  "Elastic: seconds without a heartbeat (inplace; 10x this from a worker's start to its first), "
+                  "or stopped (restart: SIGSTOP), after which a worker is taken for lost")
       ->capture_default_str()
       ->check(in_range(0.5, 1e6));
   add_plan_bounds(cmd, launch);

@@ -1,6 +1,12 @@
 #include "sailor/runtime/communicator.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <functional>
@@ -47,6 +53,51 @@ bool is_transfer(const c10::intrusive_ptr<c10d::Work>& work) {
          dynamic_cast<c10d::ProcessGroupGloo::RecvWork*>(work.get()) != nullptr;
 }
 
+// c10d's TCPStore client waits without a limit for a reply once connected:
+// a port held by another program (not a store) accepts the connection and
+// never answers. Build it on a helper thread and give up at the deadline;
+// the helper, blocked in a read, ends with the process.
+// True when this machine already has something listening on `port`: the
+// server's bind would fail (after libtorch logged three lines about it).
+bool port_in_use(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const int on = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);  // as c10d binds: a TIME_WAIT port is free
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  const bool in_use = ::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0 && errno == EADDRINUSE;
+  ::close(fd);
+  return in_use;
+}
+
+c10::intrusive_ptr<c10d::TCPStore> store_within(const std::string& host, const c10d::TCPStoreOptions& options,
+                                                std::chrono::milliseconds timeout, const std::string& failure) {
+  if (options.isServer && options.port != 0 && port_in_use(options.port))
+    throw RuntimeFailure(fmt::format("{}: port {} is in use (another job, or another program); choose a free "
+                                     "MASTER_PORT", failure, options.port));
+  auto task = std::make_shared<std::packaged_task<c10::intrusive_ptr<c10d::TCPStore>()>>(
+      [host, options] { return c10::make_intrusive<c10d::TCPStore>(host, options); });
+  auto result = task->get_future();
+  std::thread([task] { (*task)(); }).detach();
+  // The store's own timeout bounds what it waits for; a little more covers its set-up.
+  if (result.wait_for(timeout + std::chrono::seconds(2)) != std::future_status::ready)
+    throw RuntimeFailure(fmt::format("{}: no answer within {} s (is another program listening on that port?)", failure,
+                                     timeout.count() / 1000));
+  try {
+    return result.get();
+  } catch (const std::exception& e) {
+    const std::string why = first_line(e);
+    // rank 0 could not listen: say so, not "cannot join".
+    if (why.find("Address already in use") != std::string::npos || why.find("errno: 98") != std::string::npos)
+      throw RuntimeFailure(fmt::format("{}: port {} is in use (another job, or another program); choose a free "
+                                       "MASTER_PORT", failure, options.port));
+    throw RuntimeFailure(fmt::format("{}: {}", failure, why));
+  }
+}
+
 }  // namespace
 
 c10::intrusive_ptr<c10d::TCPStore> open_store(const std::string& what, const std::string& host, int port, bool server,
@@ -56,12 +107,8 @@ c10::intrusive_ptr<c10d::TCPStore> open_store(const std::string& what, const std
   options.isServer = server;
   options.waitWorkers = false;
   options.timeout = timeout;
-  try {
-    return c10::make_intrusive<c10d::TCPStore>(host, options);
-  } catch (const std::exception& e) {
-    throw RuntimeFailure(fmt::format("{} {} at {}:{}: {}", server ? "cannot serve" : "cannot reach", what, host, port,
-                                     first_line(e)));
-  }
+  return store_within(host, options, timeout,
+                      fmt::format("{} {} at {}:{}", server ? "cannot serve" : "cannot reach", what, host, port));
 }
 
 void Interrupt::raise() {
@@ -174,12 +221,9 @@ Communicator::Communicator(const WorldInfo& world, std::chrono::milliseconds tim
   options.numWorkers = static_cast<std::size_t>(world.world_size);
   options.waitWorkers = true;
   options.timeout = timeout;
-  try {
-    store_ = c10::make_intrusive<c10d::TCPStore>(world.master_addr, options);
-  } catch (const std::exception& e) {
-    throw RuntimeFailure(fmt::format("rank {}: cannot join the rendezvous at {}:{} within {} s: {}", world.rank,
-                                     world.master_addr, world.master_port, timeout.count() / 1000, first_line(e)));
-  }
+  store_ = store_within(world.master_addr, options, timeout,
+                        fmt::format("rank {}: cannot {} the rendezvous at {}:{}", world.rank,
+                                    world.rank == 0 ? "serve" : "join", world.master_addr, world.master_port));
   open_device_and_world();
 }
 

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <thread>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -161,6 +162,12 @@ struct ElasticStart {
   int workers = 0;
 };
 
+// A worker that exits 2 met bad input (a plan that does not fit the model,
+// data that is not text): the job ends with that, it is not re-planned.
+[[noreturn]] void throw_bad_input(const std::string& cause) {
+  throw UsageError(cause + " (bad input, its error is above): the job stops, as every plan would meet it again");
+}
+
 ElasticStart elastic_start(const LaunchCommand& c) {
   ElasticStart e;
   if (c.external_workers) {
@@ -251,6 +258,8 @@ int run_restart(const LaunchCommand& c) {
     on_tick();
     if (pending_record && metrics) append_line(*metrics, pending_record->dump());
     if (outcome.interrupted || (outcome.exit_code == 0 && !outcome.stopped_at_boundary)) return outcome.exit_code;
+    // Bad input is not a lost worker: every plan would meet it again.
+    if (outcome.exit_code == static_cast<int>(ExitCode::kUsage)) throw_bad_input(outcome.cause);
 
     // Workers were lost (a failure) or left (a preemption notice): the job continues on the others.
     const bool preempted = outcome.exit_code == 0;
@@ -272,6 +281,7 @@ int run_restart(const LaunchCommand& c) {
                              {"workers_after", survivors},
                              {"last_step_before", last_step_seen},
                              {"old_plan", plan_to_json(old_plan)},
+                             {"detection_s", preempted ? 0.0 : seconds_between(outcome.last_alive, detected)},
                              {"stop_s", seconds_between(detected, outcome.all_stopped_at)}};
     workers = survivors;
     if (generation + 1 > c.max_reconfigurations) {
@@ -436,13 +446,21 @@ class InplaceController {
     if (e.code == 0) return;  // finished (a training rank at the end, or a spare told the job is done)
     const bool leaving = std::find(members_.leaving.begin(), members_.leaving.end(), e.id) != members_.leaving.end();
     if (leaving && e.code == kExitPreempted) return;  // handed its state over and left
+    if (e.code == static_cast<int>(ExitCode::kUsage)) {
+      processes_.signal_all(SIGKILL);
+      throw_bad_input(e.describe());
+    }
     lost_.insert(e.id);
-    note(lost_cause_.count(e.id) ? lost_cause_[e.id] : e.describe());
+    if (lost_cause_.count(e.id)) note(lost_cause_[e.id], lost_since_[e.id]);
+    else note(e.describe());
   }
 
-  void note(const std::string& cause) {
+  // `last_alive`: the lost worker's last sign of life (its last heartbeat);
+  // an exit is seen at once.
+  void note(const std::string& cause, std::optional<Clock::time_point> last_alive = std::nullopt) {
     if (cause_.empty()) {
       detected_ = Clock::now();
+      last_alive_ = last_alive.value_or(detected_);
       // A lost worker takes the others' collectives down with it: let them
       // report, and gather every loss of the same moment into one change.
       settle_until_ = detected_ + std::chrono::milliseconds(100);
@@ -506,9 +524,10 @@ class InplaceController {
                       : fmt::format("worker {} sent no heartbeat for {:.1f} s", id, allowed);
         if (c_.external_workers) {
           lost_.insert(id);  // it may be alive but unreachable: it is out of every later generation
-          note(cause);
+          note(cause, beat.second);
         } else {
           lost_cause_[id] = cause;
+          lost_since_[id] = beat.second;
           spdlog::error("{}; stopping it", cause);
           processes_.signal(id, SIGKILL);
         }
@@ -597,6 +616,7 @@ class InplaceController {
     order_ = order;
     // The loss was seen when its process exited or missed its heartbeats;
     // stop_s is the wait for other losses of the same moment.
+    record["detection_s"] = seconds_between(last_alive_, detected_);
     record["stop_s"] = seconds_between(detected_, plan_start);
     Plan plan;
     try {
@@ -722,6 +742,8 @@ class InplaceController {
   std::string cause_;
   bool boundary_seen_ = false, stop_asked_ = false;
   Clock::time_point detected_, settle_until_, failure_seen_, last_heartbeat_check_, regroup_started_, record_detected_;
+  Clock::time_point last_alive_;  // of the first loss of the change being handled
+  std::map<int, Clock::time_point> lost_since_;  // workers stopped for missed heartbeats: their last beat
   std::optional<nlohmann::json> pending_record_;
   nlohmann::json status_;  // what `sailor-run status` prints
 };

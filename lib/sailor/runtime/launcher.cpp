@@ -15,6 +15,8 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <fstream>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -114,7 +116,36 @@ struct WorkerProcesses::Process {
   int out = -1, err = -1;
   std::string out_tail, err_tail;  // a line not yet complete
   bool exited = false;
+  std::optional<std::chrono::steady_clock::time_point> stopped_since;
 };
+
+namespace {
+
+// The state letter /proc/PID/stat gives (R, S, D, T, t, Z, ...), or 0.
+char process_state(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(stat, text);
+  const auto paren = text.rfind(')');  // the command name may hold spaces and parentheses
+  return paren != std::string::npos && paren + 2 < text.size() ? text[paren + 2] : 0;
+}
+
+}  // namespace
+
+std::map<int, std::chrono::steady_clock::time_point> WorkerProcesses::stopped() {
+  std::map<int, std::chrono::steady_clock::time_point> out;
+  for (auto& [id, p] : processes_) {
+    if (p.exited) continue;
+    const char state = process_state(p.pid);
+    if (state == 'T' || state == 't') {
+      if (!p.stopped_since) p.stopped_since = std::chrono::steady_clock::now();
+      out[id] = *p.stopped_since;
+    } else {
+      p.stopped_since.reset();
+    }
+  }
+  return out;
+}
 
 WorkerProcesses::WorkerProcesses(const LaunchCommand& command, std::string label)
     : command_(command), label_(std::move(label)) {}
@@ -251,9 +282,24 @@ WorkerOutcome run_workers(const LaunchCommand& c, const std::vector<std::string>
       if (e.code != 0 && !orderly && outcome.exit_code == 0 && !stopping) {
         outcome.exit_code = e.code;
         outcome.failed_rank = e.id;
-        outcome.failed_at = std::chrono::steady_clock::now();
+        outcome.failed_at = outcome.last_alive = std::chrono::steady_clock::now();
         outcome.cause = e.describe();
         spdlog::error("{}; stopping the others", outcome.cause);
+      }
+    }
+    // An elastic job does not wait out --timeout for a worker that was stopped:
+    // after the heartbeat timeout it is lost, and the cause names it.
+    if (!c.elastic_inputs.empty() && outcome.exit_code == 0 && !stopping) {
+      const auto now = std::chrono::steady_clock::now();
+      for (const auto& [id, since] : workers.stopped()) {
+        if (now - since < std::chrono::duration<double>(c.heartbeat_timeout_seconds)) continue;
+        outcome.exit_code = 128 + SIGKILL;
+        outcome.failed_rank = id;
+        outcome.failed_at = now;
+        outcome.last_alive = since;
+        outcome.cause = fmt::format("rank {} stopped (state T) for {:.1f} s", id, c.heartbeat_timeout_seconds);
+        spdlog::error("{}; stopping the others", outcome.cause);
+        break;
       }
     }
     if (workers.active() == 0) break;

@@ -67,6 +67,11 @@ class WorkerProcesses {
   /// Workers still running or with output not yet passed through.
   int active() const;
   pid_t pid(int id) const;
+  /// Running workers the kernel shows stopped (SIGSTOP, a debugger): each
+  /// with when it was first seen so. A stopped worker holds its peers in
+  /// their collectives until --timeout; an elastic job takes it for lost
+  /// after the heartbeat timeout instead.
+  std::map<int, std::chrono::steady_clock::time_point> stopped();
 
  private:
   struct Process;
@@ -84,6 +89,9 @@ struct WorkerOutcome {
   std::vector<int> left_ranks;       ///< workers that left at a step boundary after SIGTERM (elastic)
   bool stopped_at_boundary = false;  ///< the workers stopped together at a step boundary (elastic)
   std::chrono::steady_clock::time_point failed_at, all_stopped_at;
+  /// The failed worker's last sign of life (when it was first seen stopped;
+  /// its exit): failed_at - last_alive is how long detecting it took.
+  std::chrono::steady_clock::time_point last_alive;
 };
 
 /// The variables torchrun gives rank `rank` of `world` whose rendezvous is addr:port.

@@ -122,6 +122,10 @@ RunState read_run_state(const TrainJob& job, bool owner) {
   if (state.get<int>("version") != kStateVersion) state.at("version").fail("unsupported version");
   s.options = TrainOptions::from_json(state.at("options"));
   s.start_step = state.get<std::int64_t>("step");
+  if (s.start_step < 0 || s.start_step > s.options.steps)
+    state.at("step").fail("step " + std::to_string(s.start_step) + " is outside the run's 0 to " +
+                          std::to_string(s.options.steps) + " steps: the state is damaged");
+  if (owner) verify_checkpoint_files(job.output, state.raw());
   s.data_files.clear();
   for (const auto& f : state.get<std::vector<std::string>>("data")) s.data_files.emplace_back(f);
   s.expected_fingerprint = state.get<std::uint64_t>("data_fingerprint");
@@ -665,6 +669,15 @@ struct StartingPoint {
   bool in_memory = false;     ///< parameters and moments were handed over
 };
 
+// A NaN or infinity in the starting weights would surface steps later as
+// "the loss became nan": say where it is instead.
+void check_finite_weights(const model::LlamaModel& model, int first, int last, const fs::path& source) {
+  for (const auto& [name, t] : model.named_parameters(first, last))
+    if (t.defined() && !torch::isfinite(t).all().item<bool>())
+      throw InputError("tensor '" + name + "' holds NaN or infinite values: the weights are damaged",
+                       {source.string(), "", std::nullopt});
+}
+
 // A checkpoint folder's step, or -1.
 std::int64_t checkpoint_step(const fs::path& output) {
   std::error_code ec;
@@ -789,6 +802,7 @@ TrainResult train(const TrainJob& requested) {
       } else {
         // Each rank reads only its stage's weights.
         model.emplace(model::LlamaModel::load_layers(start.source, own.first, own.last, torch::kFloat32, on_device));
+        check_finite_weights(*model, own.first, own.last, start.source);
       }
 
       if (members) {

@@ -25,28 +25,30 @@ int parse_int(const char* name, const char* text, int min, int max) {
 }  // namespace
 
 std::string first_slurm_host(const std::string& nodelist) {
-  // The first entry ends at a comma outside brackets.
-  std::size_t end = 0;
-  int depth = 0;
-  for (; end < nodelist.size(); ++end) {
-    if (nodelist[end] == '[') ++depth;
-    if (nodelist[end] == ']') --depth;
-    if (nodelist[end] == ',' && depth == 0) break;
+  // Slurm's host list: entries separated by commas outside brackets; an
+  // entry is text with any number of bracketed range lists
+  // ("rack[1-2]-n[01-02]"). The first host takes the first number of each
+  // range list, zero padding kept ("rack1-n01").
+  auto refuse = [&] { throw UsageError("SLURM_JOB_NODELIST='" + nodelist + "' is not a node list"); };
+  if (nodelist.empty() || nodelist[0] == '[') refuse();  // a host name starts with a name
+  std::string host;
+  for (std::size_t i = 0; i < nodelist.size() && nodelist[i] != ','; ++i) {
+    if (nodelist[i] == ']') refuse();
+    if (nodelist[i] != '[') {
+      host += nodelist[i];
+      continue;
+    }
+    const auto close = nodelist.find(']', i);
+    if (close == std::string::npos) refuse();
+    const std::string ranges = nodelist.substr(i + 1, close - i - 1);
+    if (ranges.empty() || ranges.find_first_not_of("0123456789,-") != std::string::npos) refuse();
+    const std::string first = ranges.substr(0, ranges.find_first_of(",-"));
+    if (first.empty()) refuse();
+    host += first;
+    i = close;
   }
-  const std::string entry = nodelist.substr(0, end);
-  const auto open = entry.find('[');
-  if (entry.empty() || depth != 0 || (open == 0))
-    throw UsageError("SLURM_JOB_NODELIST='" + nodelist + "' is not a node list");
-  if (open == std::string::npos) return entry;
-  const auto close = entry.find(']', open);
-  if (close == std::string::npos || close != entry.size() - 1)
-    throw UsageError("SLURM_JOB_NODELIST='" + nodelist + "' is not a node list");
-  // The first number of the range list keeps its zero padding ("[03-05]" -> "03").
-  std::string first = entry.substr(open + 1, close - open - 1);
-  first = first.substr(0, first.find_first_of(",-"));
-  if (first.empty() || first.find_first_not_of("0123456789") != std::string::npos)
-    throw UsageError("SLURM_JOB_NODELIST='" + nodelist + "' is not a node list");
-  return entry.substr(0, open) + first;
+  if (host.empty() || host.find_first_of(" \t") != std::string::npos) refuse();
+  return host;
 }
 
 WorldInfo world_from_environment(const std::function<const char*(const char*)>& getenv_fn) {
