@@ -79,7 +79,8 @@ class RuntimeFailure : public Error {
       : Error(ExitCode::kFailure, std::move(message), std::move(context)) {}
 };
 
-/// Formats "FILE: FIELD: at byte N: MESSAGE", leaving out empty parts.
+/// Formats "FILE: FIELD: at byte N: MESSAGE", leaving out empty parts, on
+/// one line: control characters quoted from the input become C escapes.
 std::string format_error(const std::string& message, const ErrorContext& context);
 
 /// Exit code for any exception: an Error's own code, 1 for everything else.

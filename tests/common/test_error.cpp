@@ -29,6 +29,14 @@ TEST(Error, ExitCodesFollowTheConvention) {
   EXPECT_EQ(static_cast<int>(ExitCode::kNoSolution), 3);
 }
 
+TEST(Error, InputQuotedInAnErrorStaysOnOneLine) {
+  // A field name or value with a newline (found by the input fuzzers) must not split the error line.
+  EXPECT_STREQ(InputError("unknown field '\name'", {"w.json", "/clients/0/\name", std::nullopt}).what(),
+               "w.json: /clients/0/\\name: unknown field '\\name'");
+  EXPECT_STREQ(InputError(std::string("a\r\tb\x1b\x7f\0", 7)).what(), "a\\r\\tb\\x1b\\x7f\\x00");
+  EXPECT_STREQ(InputError("caf\xc3\xa9").what(), "caf\xc3\xa9");  // UTF-8 stays as it is
+}
+
 TEST(Error, ErrnoMessageNamesTheCall) {
   EXPECT_EQ(errno_message("open", ENOENT), "open: No such file or directory");
 }
