@@ -159,7 +159,7 @@ bad 2 "lies inside the input"   "$sp" import-sailor "$ex/sailor/sailor-data" -m 
 bad 2 "layer time \\(s\\) 1e\\+308 is outside" "$sp" search -i huge_times
 bad 2 "memory_bytes.*memory \\(bytes\\) 1e\\+308" "$sp" simulate -i huge_memory -p "$plan"
 bad 2 "price_per_hour.*outside"  "$sp" simulate -i huge_price -p "$plan"
-bad 2 "fit.*a bandwidth must be positive" "$sp" simulate -i flat_fit -p "$plan"
+bad 2 "fit: the fit gives 0 GB/s for a 1 MB message" "$sp" simulate -i flat_fit -p "$plan"
 bad 2 "TP degree is 1 or more"  "$sp" simulate -i "$opt" -p plan_tp0.json
 bad 2 "TP degree is 1 or more"  "$sp" simulate -i "$opt" -p plan_tp_neg.json
 bad 2 "node index is 0 or more" "$sp" simulate -i "$opt" -p plan_node_neg.json
