@@ -23,15 +23,29 @@ void TrainOptions::validate() const {
   auto positive = [](const char* flag, double v) {
     if (!(v > 0)) throw UsageError(std::string(flag) + " must be positive");
   };
+  // The command line's ranges, for options read back from a checkpoint too:
+  // products of them (tokens per step) must not overflow.
+  auto at_most = [](const char* flag, double v, double cap) {
+    if (!(v <= cap)) throw UsageError(std::string(flag) + " must be at most " + std::to_string(static_cast<long long>(cap)));
+  };
   positive("--steps", static_cast<double>(steps));
   positive("--batch-size", static_cast<double>(batch_size));
   positive("--grad-accumulation", static_cast<double>(grad_accumulation));
   positive("--lr", lr);
+  at_most("--steps", static_cast<double>(steps), 1e9);
+  at_most("--batch-size", static_cast<double>(batch_size), 65536);
+  at_most("--grad-accumulation", static_cast<double>(grad_accumulation), 1e6);
+  at_most("--seq-len", static_cast<double>(seq_len), 1e6);
+  at_most("--warmup", static_cast<double>(warmup_steps), 1e9);
+  at_most("--lr", lr, 10);
+  at_most("the global batch", static_cast<double>(global_batch), 1e12);
+  if (!(eps > 0 && eps <= 1)) throw UsageError("--adam-eps must be in (0, 1]");
+  if (!(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1)) throw UsageError("the AdamW betas must be in [0, 1)");
   if (seq_len < 2) throw UsageError("--seq-len must be at least 2");
   if (warmup_steps < 0) throw UsageError("--warmup must be >= 0");
   if (min_lr_ratio < 0 || min_lr_ratio > 1) throw UsageError("--min-lr-ratio must be in [0, 1]");
-  if (weight_decay < 0) throw UsageError("--weight-decay must be >= 0");
-  if (clip_norm < 0) throw UsageError("--clip-norm must be >= 0");
+  if (!(weight_decay >= 0 && weight_decay <= 10)) throw UsageError("--weight-decay must be in [0, 10]");
+  if (!(clip_norm >= 0 && clip_norm <= 1e9)) throw UsageError("--clip-norm must be in [0, 1e9]");
   if (data_mode != "stream" && data_mode != "lines") throw UsageError("--data-mode must be stream or lines");
   if (!loss_after.empty() && data_mode != "lines") throw UsageError("--loss-after needs --data-mode lines");
   if (global_batch < 0) throw UsageError("the global batch must be positive");
@@ -59,7 +73,9 @@ TrainOptions TrainOptions::from_json(const JsonValue& v) {
   o.eps = v.get<double>("eps");
   o.clip_norm = v.get<double>("clip_norm");
   o.seed = v.get<std::uint64_t>("seed");
-  o.global_batch = v.get_or<std::int64_t>("global_batch", o.batch_size * o.grad_accumulation);
+  std::int64_t per_replica = -1;  // stays -1 (refused by validate) when the product overflows
+  if (__builtin_mul_overflow(o.batch_size, o.grad_accumulation, &per_replica)) per_replica = -1;
+  o.global_batch = v.get_or<std::int64_t>("global_batch", per_replica);
   o.data_mode = v.get<std::string>("data_mode");
   o.loss_after = v.get<std::string>("loss_after");
   o.validate();
