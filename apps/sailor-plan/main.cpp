@@ -73,12 +73,15 @@ int main(int argc, char** argv) {
     return fleet::sailor::run_search(search);
   });
   add_input_options(search_cmd, search.paths);
-  search_cmd->add_option("--objective", search.objective, "throughput (iterations/s) or cost ($/iteration)")
+  search_cmd->add_option("--objective", search.objective, "throughput (iterations/s), cost ($/iteration) or energy (J/iteration)")
       ->capture_default_str();
   search_cmd->add_option("--max-cost-per-iter", search.max_cost_per_iter, "Upper bound on $ per iteration (0: none)")
       ->check(fleet::in_range(0, 1e12));
   search_cmd->add_option("--min-throughput", search.min_throughput, "Lower bound on iterations/s (0: none)")
       ->check(fleet::in_range(0, 1e9));
+  search_cmd->add_option("--max-energy-per-iter", search.max_energy_per_iter,
+                         "Upper bound on joules per iteration, all GPUs together (0: none)")
+      ->check(fleet::in_range(0, 1e15));
   search_cmd->add_option("--max-gpus", search.max_gpus, "Use at most this many GPUs (0: no limit)")
       ->check(fleet::in_range(0, 1e7));
   search_cmd->add_option("--top", search.top, "List the K best plans")->capture_default_str()

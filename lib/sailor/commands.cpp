@@ -15,6 +15,7 @@
 #include "sailor/estimator.h"
 #include "sailor/import_sailor.h"
 #include "sailor/model_from_config.h"
+#include "sailor/placement.h"
 #include "sailor/plan.h"
 #include "sailor/search.h"
 
@@ -96,10 +97,29 @@ std::string format_report(const Plan& plan, const Estimate& est) {
                              se.send_s, se.allreduce_s, se.update_s, gib(se.memory[worst].total()),
                              gib(se.capacity[worst]), se.memory[worst].total() <= se.capacity[worst] ? "yes" : "NO");
   }
+  // Where traffic crosses zones (slow links, billed as egress).
+  const std::vector<StagePlacement> placement = describe_placement(plan);
+  for (std::size_t i = 0; i < placement.size(); ++i) {
+    const StagePlacement& p = placement[i];
+    std::string links = fmt::format("ring {} of {} links across zones", p.ring_links_across_zones,
+                                    plan.stages[i].replicas.size() > 1 ? plan.stages[i].replicas.size() : 0);
+    if (i + 1 < placement.size()) {
+      links += fmt::format(", to stage {}: {} of {} across zones", i + 1, p.pipeline_links_across_zones,
+                           plan.stages[i].replicas.size());
+    }
+    out += fmt::format("stage {} zones: {} ({})\n", i, zones_text(p), links);
+  }
   out += fmt::format("iteration: {:.4f} s ({:.3f} iterations/s, {:.1f} samples/s)\n", est.iteration_s,
                            est.iterations_per_s, est.iterations_per_s * plan.global_batch);
   out += fmt::format("cost: ${:.5f} per iteration (compute ${:.5f}, egress ${:.5f})\n", est.usd_per_iteration(),
                            est.compute_usd, est.egress_usd);
+  if (est.energy_known) {
+    out += fmt::format("energy: {:.1f} kJ per iteration ({:.0f} W on average over {} GPUs, busy {:.0f} % of the time)\n",
+                       est.energy_j / 1e3, est.energy_j / est.iteration_s, plan.gpus(),
+                       100 * est.busy_gpu_s / (est.iteration_s * plan.gpus()));
+  } else {
+    out += "energy: unknown (cluster.json gives no idle_watts / busy_watts for a GPU type of the plan)\n";
+  }
   out += fmt::format("memory: peak {} GiB per GPU; {}\n", gib(est.peak_memory_bytes),
                            est.fits ? "every GPU fits" : "SOME GPUs DO NOT FIT");
   return out;
@@ -270,7 +290,7 @@ int run_calibrate(const CalibrateCommand& c) {
 }
 
 int run_search(const SearchCommand& c) {
-  SearchOptions opt = search_options(c.objective, c.max_cost_per_iter, c.min_throughput, c.max_gpus);
+  SearchOptions opt = search_options(c.objective, c.max_cost_per_iter, c.min_throughput, c.max_gpus, c.max_energy_per_iter);
   if (c.max_stages < 1) throw UsageError("--max-stages must be at least 1");
   OutputCheck check;
   with_inputs(check, c.paths).file(c.output.value_or(""), "--output").check(Existing::kReplace);

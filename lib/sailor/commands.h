@@ -59,6 +59,7 @@ struct SearchCommand {
   std::string objective = "throughput";
   double max_cost_per_iter = 0;
   double min_throughput = 0;
+  double max_energy_per_iter = 0;
   int max_gpus = 0;
   int top = 1;
   int max_stages = 16;

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "sailor/pipeline_schedule.h"
+#include "sailor/placement.h"
 
 namespace fleet::sailor {
 
@@ -105,6 +106,8 @@ Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
   const double weight_b = fp32 ? 4 : cal.weight_bytes_per_param;
   const double grad_b = fp32 ? 4 : cal.gradient_bytes_per_param;
   double egress_bytes_usd = 0;
+  bool energy_known = true;
+  double busy_gpu_s = 0, idle_watts = 0, busy_joules_above_idle = 0;
   FitCache fits(in.cluster);
   GpuTypeCache types(in.cluster);
 
@@ -190,6 +193,22 @@ Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
           in.job.runtime == TrainingRuntime::kSailorRun ? std::max(0.0, slowest - se.backward_s) : slowest;
     }
 
+    // Busy time of each GPU of the stage, for energy: every micro-batch's
+    // forward and backward on its own kind, the part of the all-reduce that
+    // is not under the last backward (that part is already counted busy),
+    // and the optimizer step. Sends and the pipeline's bubbles are idle.
+    for (const Replica& r : s.replicas) {
+      const int tp = s.tp_of(r);
+      const auto kind = std::find_if(per_type.begin(), per_type.end(),
+                                     [&](const Kind& k) { return k.tp == tp && *k.gpu == r.gpu; });
+      const double busy = nb * (kind->sum[0] + kind->sum[1]) + kind->sum[2] + se.allreduce_exposed_s;
+      const GpuPower& power = types.get(r.gpu).power;
+      energy_known = energy_known && power.known();
+      busy_gpu_s += tp * busy;
+      idle_watts += tp * power.idle_watts;
+      busy_joules_above_idle += tp * busy * (power.busy_watts - power.idle_watts);
+    }
+
     // Memory of one GPU: states of its parameter shard, activations of the
     // micro-batches 1F1B keeps in flight on this stage, runtime overhead.
     se.in_flight = std::min(stages - i, nb);
@@ -239,6 +258,9 @@ Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
     }
   }
   est.egress_usd = egress_bytes_usd;
+  est.busy_gpu_s = busy_gpu_s;
+  est.energy_known = energy_known;
+  est.energy_j = energy_known ? idle_watts * est.iteration_s + busy_joules_above_idle : 0.0;
   return est;
 }
 
@@ -329,6 +351,7 @@ void trace_plan(const Plan& plan, const Estimate& est, ChromeTrace& trace) {
 
 nlohmann::json estimate_to_json(const Plan& plan, const Estimate& est) {
   nlohmann::json stages = nlohmann::json::array();
+  const std::vector<StagePlacement> placement = describe_placement(plan);
   for (std::size_t i = 0; i < est.stages.size(); ++i) {
     const StageEstimate& se = est.stages[i];
     nlohmann::json memory = nlohmann::json::array();
@@ -340,7 +363,11 @@ nlohmann::json estimate_to_json(const Plan& plan, const Estimate& est) {
                         {"overhead_bytes", m.overhead}, {"total_bytes", m.total()}, {"capacity_bytes", se.capacity[r]},
                         {"fits", m.total() <= se.capacity[r]}});
     }
-    stages.push_back({{"compute_s", se.compute_s}, {"forward_s", se.forward_s}, {"backward_s", se.backward_s},
+    const StagePlacement& where = placement[i];
+    stages.push_back({{"zones", where.replicas_per_zone},
+                      {"ring_links_across_zones", where.ring_links_across_zones},
+                      {"pipeline_links_across_zones", where.pipeline_links_across_zones},
+                      {"compute_s", se.compute_s}, {"forward_s", se.forward_s}, {"backward_s", se.backward_s},
                       {"send_s", se.send_s}, {"update_s", se.update_s}, {"allreduce_s", se.allreduce_s},
                       {"allreduce_exposed_s", se.allreduce_exposed_s}, {"in_flight_microbatches", se.in_flight},
                       {"memory", memory}});
@@ -348,7 +375,10 @@ nlohmann::json estimate_to_json(const Plan& plan, const Estimate& est) {
   return {{"iteration_s", est.iteration_s}, {"iterations_per_s", est.iterations_per_s},
           {"microbatches", est.microbatches}, {"usd_per_iteration", est.usd_per_iteration()},
           {"compute_usd_per_iteration", est.compute_usd}, {"egress_usd_per_iteration", est.egress_usd},
-          {"peak_memory_bytes", est.peak_memory_bytes}, {"fits", est.fits}, {"gpus", plan.gpus()}, {"stages", stages}};
+          {"peak_memory_bytes", est.peak_memory_bytes}, {"fits", est.fits}, {"gpus", plan.gpus()},
+          {"busy_gpu_s", est.busy_gpu_s},
+          {"energy_j_per_iteration", est.energy_known ? nlohmann::json(est.energy_j) : nlohmann::json(nullptr)},
+          {"stages", stages}};
 }
 
 }  // namespace fleet::sailor

@@ -67,6 +67,13 @@ struct Estimate {
   double iterations_per_s = 0;
   double compute_usd = 0, egress_usd = 0;
   double usd_per_iteration() const { return compute_usd + egress_usd; }
+  /// Energy of all the plan's GPUs over one iteration: each draws its idle
+  /// power throughout and its busy power above that while it computes
+  /// (forward, backward, exposed all-reduce, optimizer step); 0 when a GPU type's
+  /// power is unknown (energy_known false).
+  double energy_j = 0;
+  bool energy_known = false;
+  double busy_gpu_s = 0;  ///< GPU-seconds busy per iteration, all GPUs together
   double peak_memory_bytes = 0;
   bool fits = true;
   bool blocking_transfers = false;  ///< DeepSpeed: a transfer occupies both stages until it ends

@@ -110,7 +110,8 @@ ImportedInputs import_sailor(const ImportOptions& opt) {
       continue;
     }
     if (prices[gpu] < 0) throw UsageError("price of " + gpu + " cannot be negative");
-    out.cluster.gpu_types[gpu] = {spec.get<int>("gpus_per_node"), spec.get<double>("mem_per_gpu"), prices[gpu]};
+    out.cluster.gpu_types[gpu] = {spec.get<int>("gpus_per_node"), spec.get<double>("mem_per_gpu"), prices[gpu],
+                                  default_gpu_power(gpu).value_or(GpuPower{})};
   }
 
   // Quotas per zone, plus any given on the command line.

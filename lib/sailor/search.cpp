@@ -11,13 +11,26 @@
 
 namespace fleet::sailor {
 
-bool better(const Estimate& a, const Estimate& b, Objective objective) {
-  if (objective == Objective::kThroughput) {
-    if (a.iterations_per_s != b.iterations_per_s) return a.iterations_per_s > b.iterations_per_s;
-    return a.usd_per_iteration() < b.usd_per_iteration();
+namespace {
+
+// The value an objective minimises (throughput: its inverse, the iteration time).
+double minimised(const Estimate& e, Objective objective) {
+  switch (objective) {
+    case Objective::kThroughput: return e.iteration_s;
+    case Objective::kCost: return e.usd_per_iteration();
+    case Objective::kEnergy: return e.energy_j;
   }
-  if (a.usd_per_iteration() != b.usd_per_iteration()) return a.usd_per_iteration() < b.usd_per_iteration();
-  return a.iterations_per_s > b.iterations_per_s;
+  return 0;
+}
+
+}  // namespace
+
+bool better(const Estimate& a, const Estimate& b, Objective objective) {
+  const double x = minimised(a, objective), y = minimised(b, objective);
+  if (x != y) return x < y;
+  // Ties: the faster plan, then the cheaper one.
+  if (a.iterations_per_s != b.iterations_per_s) return a.iterations_per_s > b.iterations_per_s;
+  return a.usd_per_iteration() < b.usd_per_iteration();
 }
 
 namespace {
@@ -83,7 +96,42 @@ class Searcher {
   }
 
   std::vector<RankedPlan> run() {
-    if (opt_.exhaustive) check_exhaustive_size();
+    if (opt_.exhaustive) {
+      if (full_space_size() > kExhaustiveLimit) {
+        throw UsageError("--exhaustive would simulate about " +
+                         std::to_string(static_cast<long long>(full_space_size())) +
+                         " plans; use it on small clusters (or lower --max-stages)");
+      }
+      mode_ = Mode::kEnumerate;
+    }
+    if (opt_.objective == Objective::kEnergy || opt_.max_energy_per_iteration > 0) {
+      for (const Pool& p : pools_) {
+        if (!in_.cluster.gpu_types.at(p.gpu).power.known()) {
+          throw InputError("cluster.json gives no power for GPU type '" + p.gpu +
+                           "' (idle_watts and busy_watts) and it has no built-in figures; energy needs them");
+        }
+      }
+    }
+    visit_configurations();
+    // Where the whole space is small, a second pass over all of it makes the
+    // answer exact: branch and bound, pruning only by admissible bounds, with
+    // the heuristic's plans as the incumbents to beat.
+    if (mode_ == Mode::kHeuristic && full_space_size() <= kCompletionLimit) {
+      mode_ = Mode::kBranchAndBound;
+      visit_configurations();
+    }
+    return top_;
+  }
+
+ private:
+  // Heuristic: block-shaped stage-to-pool sequences, a balanced split refined
+  // one layer at a time, a walk over D that stops past the best. Enumerate:
+  // every plan (--exhaustive). Branch and bound: every plan whose optimistic
+  // bounds can still meet the bounds and enter the top K.
+  enum class Mode { kHeuristic, kEnumerate, kBranchAndBound };
+  bool every_plan() const { return mode_ != Mode::kHeuristic; }
+
+  void visit_configurations() {
     for (int mbs : mbs_) {
       // A global batch is a whole number of micro-batches (plan_from_json's rule).
       if (mbs > in_.job.global_batch || in_.job.global_batch % mbs != 0) continue;
@@ -102,10 +150,10 @@ class Searcher {
             // A spill pool no stage owns: every TP degree when exhaustive; else
             // the smallest at which an even share of the model fits its GPUs.
             const bool spill_only = spill >= 0 && std::find(used.begin(), used.end(), spill) == used.end();
-            if (spill_only && opt_.exhaustive) used.push_back(spill);
+            if (spill_only && every_plan()) used.push_back(spill);
             std::vector<int> tps(pools_.size(), 0);
             for_each_tp_choice(used, 0, tps, [&] {
-              if (spill_only && !opt_.exhaustive) {
+              if (spill_only && !every_plan()) {
                 const int tp =
                     opt_.one_tp ? tps[static_cast<std::size_t>(used[0])] : smallest_fitting_tp(spill, mbs, stages);
                 if (tp == 0) return;
@@ -117,16 +165,14 @@ class Searcher {
         }
       }
     }
-    return top_;
   }
 
- private:
   // Which pool each stage uses. Heuristic: one pool, or a block of stages on
   // one pool followed by a block on another. Exhaustive: every sequence.
   std::vector<std::vector<int>> stage_configs(int stages) const {
     std::vector<std::vector<int>> out;
     const int n = static_cast<int>(pools_.size());
-    if (opt_.exhaustive) {
+    if (every_plan()) {
       std::vector<int> seq(static_cast<std::size_t>(stages), 0);
       while (true) {
         out.push_back(seq);
@@ -199,6 +245,10 @@ class Searcher {
       const double t = stage_time(*own, a, b);
       return spill != nullptr ? std::max(t, stage_time(*spill, a, b)) : t;
     }
+    double quickest(int a, int b) const {
+      const double t = stage_time(*own, a, b);
+      return spill != nullptr ? std::min(t, stage_time(*spill, a, b)) : t;
+    }
   };
 
   // Prefix sums of forward + backward per layer of pool p, computed once per
@@ -254,10 +304,15 @@ class Searcher {
     return bounds;
   }
 
-  // Places D replicas per stage in the stage's pool, each TP group in the zone
-  // with the most room left, all in one region; without a spill pool nullopt
-  // when the pool runs out, with one the stage's region of its own pool gives
-  // what it has and one region of the spill pool the rest.
+  // Places D replicas per stage so that traffic crosses the fewest slow
+  // links: replica r of every stage (a row of the pipeline) in one zone
+  // where the pools allow, so activations and gradients between stages stay
+  // inside a zone; and a stage's replicas in blocks by zone, in row order,
+  // so its gradient ring crosses a zone boundary once per zone rather than at
+  // every replica (and pays egress once). All of a stage's replicas from one
+  // pool stay in one region, preferably the previous stage's. Without a
+  // spill pool nullopt when the pool runs out; with one, the stage's region
+  // of its own pool gives what it has and one region of the spill pool the rest.
   std::optional<Plan> place(int mbs, const std::vector<int>& tps, int dp, const std::vector<int>& config,
                             const std::vector<int>& bounds, int spill = -1) const {
     // TP groups left per pool and zone (pools never share a (GPU type, zone)).
@@ -270,36 +325,60 @@ class Searcher {
     };
     for (int p : config) init(p);
     if (spill >= 0) init(spill);
+    // Stages still to place per pool: a zone's room is shared among them.
+    std::vector<int> stages_left(pools_.size(), 0);
+    for (int p : config) ++stages_left[static_cast<std::size_t>(p)];
     Plan plan;
     plan.mbs = mbs;
     plan.global_batch = in_.job.global_batch;
     plan.stages.reserve(config.size());
+    const Stage* previous = nullptr;
     for (std::size_t i = 0; i < config.size(); ++i) {
       Stage stage;
       stage.first_layer = bounds[i];
       stage.last_layer = bounds[i + 1];
       stage.tp = tp_of(tps, config[i]);
-      stage.replicas.reserve(static_cast<std::size_t>(dp));
-      const int own = take_replicas(config[i], tps, dp, spill < 0 ? dp : 1, left, stage);
+      stage.replicas.resize(static_cast<std::size_t>(dp));
+      const int own = take_replicas(config[i], tps, 0, dp, spill < 0 ? dp : 1, left, stage, previous,
+                                    stages_left[static_cast<std::size_t>(config[i])]);
+      --stages_left[static_cast<std::size_t>(config[i])];
       if (own < dp && (spill < 0 || spill == config[i] ||
-                       take_replicas(spill, tps, dp - own, dp - own, left, stage) < dp - own)) {
+                       take_replicas(spill, tps, own, dp - own, dp - own, left, stage, previous, 1) < dp - own)) {
         return std::nullopt;
       }
       plan.stages.push_back(std::move(stage));
+      previous = &plan.stages.back();
     }
     return plan;
   }
 
-  // Adds up to `want` replicas from pool p to `stage`, from the region with
-  // the most room among those with at least `need`; returns how many.
-  int take_replicas(int p, const std::vector<int>& tps, int want, int need, std::vector<std::vector<int>>& left,
-                    Stage& stage) const {
+  // Fills up to `want` replica slots of `stage` from slot `first` on with
+  // TP groups of pool p, from one region with at least `need` groups left
+  // (the previous stage's region when it has them, else the roomiest);
+  // returns how many. A slot goes to the zone of the previous stage's
+  // replica in that slot when this pool has room there; the others fill
+  // zones one at a time, each up to its share among the pool's `stages_left`
+  // stages, then whatever room is left.
+  int take_replicas(int p, const std::vector<int>& tps, int first, int want, int need,
+                    std::vector<std::vector<int>>& left, Stage& stage, const Stage* previous, int stages_left) const {
     const Pool& pool = pools_[static_cast<std::size_t>(p)];
     auto& l = left[static_cast<std::size_t>(p)];
     const int tp = tp_of(tps, p);
+    const std::size_t zones = l.size();
+    // The zone index of this pool where the previous stage put each slot's replica (-1: none here).
+    std::vector<int>& wanted = wanted_;
+    wanted.assign(static_cast<std::size_t>(want), -1);
+    if (previous != nullptr) {
+      for (int k = 0; k < want; ++k) {
+        const std::string& zone = previous->replicas[static_cast<std::size_t>(first + k)].zone;
+        for (std::size_t z = 0; z < zones; ++z) {
+          if (pool.zones[z].first == zone) wanted[static_cast<std::size_t>(k)] = static_cast<int>(z);
+        }
+      }
+    }
     // Room per region (region ids are small indices; a pool has few zones).
     room_.assign(static_cast<std::size_t>(regions_), 0);
-    for (std::size_t z = 0; z < l.size(); ++z) room_[static_cast<std::size_t>(pool.zone_region[z])] += l[z];
+    for (std::size_t z = 0; z < zones; ++z) room_[static_cast<std::size_t>(pool.zone_region[z])] += l[z];
     int region = -1, best_room = 0;
     for (int r = 0; r < regions_; ++r) {
       const int n = room_[static_cast<std::size_t>(r)];
@@ -309,19 +388,59 @@ class Searcher {
       }
     }
     if (region < 0) return 0;
-    const int n = std::min(want, best_room);
+    if (!wanted.empty() && wanted.front() >= 0) {
+      const int r = pool.zone_region[static_cast<std::size_t>(wanted.front())];
+      if (room_[static_cast<std::size_t>(r)] >= need) region = r;
+    }
+    const int n = std::min(want, room_[static_cast<std::size_t>(region)]);
     const int per_node = pool.gpus_per_node / tp;
-    for (int r = 0; r < n; ++r) {
-      std::size_t z = l.size();
-      for (std::size_t k = 0; k < l.size(); ++k) {
-        if (pool.zone_region[k] == region && l[k] > 0 && (z == l.size() || l[k] > l[z])) z = k;
-      }
+    auto put = [&](int k, std::size_t z) {
       // Groups fill nodes in order, gpus_per_node / tp groups per node (what pack_nodes would do).
       const int used = groups_in_zone(pool.zones[z].second, pool.gpus_per_node, tp) - l[z];
       --l[z];
-      stage.replicas.push_back({pool.gpu, pool.zones[z].first, used / per_node, tp == stage.tp ? 0 : tp});
+      stage.replicas[static_cast<std::size_t>(first + k)] = {pool.gpu, pool.zones[z].first, used / per_node,
+                                                             tp == stage.tp ? 0 : tp};
+      wanted[static_cast<std::size_t>(k)] = -2;  // placed
+    };
+    int placed = 0;
+    for (int k = 0; k < n; ++k) {
+      const int z = wanted[static_cast<std::size_t>(k)];
+      if (z >= 0 && pool.zone_region[static_cast<std::size_t>(z)] == region && l[static_cast<std::size_t>(z)] > 0) {
+        put(k, static_cast<std::size_t>(z));
+        ++placed;
+      }
     }
-    return n;
+    // The rest in blocks: the zone with the most room first, up to its share, then the next.
+    for (int pass = 0; pass < 2 && placed < n; ++pass) {
+      share_.assign(zones, 0);
+      for (std::size_t z = 0; z < zones; ++z) {
+        if (pool.zone_region[z] == region) share_[z] = pass == 0 ? l[z] / std::max(1, stages_left) : l[z];
+      }
+      std::size_t z = zones;
+      for (int k = 0; k < want && placed < n; ++k) {
+        if (wanted[static_cast<std::size_t>(k)] == -2) continue;
+        if (z == zones || share_[z] == 0) {
+          z = zones;
+          for (std::size_t y = 0; y < zones; ++y) {
+            if (share_[y] > 0 && (z == zones || share_[y] > share_[z])) z = y;
+          }
+          if (z == zones) break;
+        }
+        --share_[z];
+        put(k, z);
+        ++placed;
+      }
+    }
+    // Slots past what the region had stay for the spill pool: they must be the last ones.
+    if (placed < want) {
+      int k = 0;
+      std::vector<Replica>& reps = stage.replicas;
+      // Compact the placed replicas to the front, keeping their order.
+      for (int j = 0; j < want; ++j) {
+        if (wanted[static_cast<std::size_t>(j)] == -2) reps[static_cast<std::size_t>(first + k++)] = reps[static_cast<std::size_t>(first + j)];
+      }
+    }
+    return placed;
   }
 
   // Simulates a plan and keeps it if it fits, meets the bounds and ranks in the top K.
@@ -339,13 +458,18 @@ class Searcher {
       ++stats_.memory_rejected;
       return std::nullopt;
     }
-    if ((opt_.max_cost_per_iteration > 0 && e.usd_per_iteration() > opt_.max_cost_per_iteration) ||
-        (opt_.min_throughput > 0 && e.iterations_per_s < opt_.min_throughput)) {
+    if (!within_bounds(e)) {
       ++stats_.constraint_rejected;
       return e;  // valid but outside the bounds: still tells the DP loop where the optimum is
     }
     keep(plan, e);
     return e;
+  }
+
+  bool within_bounds(const Estimate& e) const {
+    return !(opt_.max_cost_per_iteration > 0 && e.usd_per_iteration() > opt_.max_cost_per_iteration) &&
+           !(opt_.min_throughput > 0 && e.iterations_per_s < opt_.min_throughput) &&
+           !(opt_.max_energy_per_iteration > 0 && e.energy_j > opt_.max_energy_per_iteration);
   }
 
   void keep(const Plan& plan, const Estimate& e) {
@@ -370,7 +494,7 @@ class Searcher {
           auto plan = place(mbs, tps, dp, config, trial, spill);
           if (!plan) continue;
           auto e = consider(*plan);
-          if (e && better(*e, current, opt_.objective)) {
+          if (e && within_bounds(*e) && better(*e, current, opt_.objective)) {
             bounds = trial;
             current = *e;
             improved = true;
@@ -398,12 +522,16 @@ class Searcher {
       dp_own = std::min(dp_own, groups_in_pool(pools_[static_cast<std::size_t>(p)], tp_of(tps, p)) / n);
     int dp_min = 1, dp_max = std::min(dp_own, batch_limit);
     if (spill >= 0) {
-      if (!opt_.exhaustive && !roomiest_spill_pool(mbs, tps, stages_on_pool, dp_own, spill)) return;
+      if (!every_plan() && !roomiest_spill_pool(mbs, tps, stages_on_pool, dp_own, spill)) return;
       // Spilling only adds plans with more replicas than the own pools host.
       dp_min = dp_own + 1;
       dp_max = std::min(spill_capacity(tps, config, spill), batch_limit);
-    } else if (opt_.max_gpus > 0) {
-      dp_max = std::min(dp_max, opt_.max_gpus / gpus_per_replica);
+    }
+    if (opt_.max_gpus > 0) {
+      // A row's GPUs: each stage at the fewer of its own and the spill pool's TP degrees.
+      int fewest = 0;
+      for (int p : config) fewest += spill >= 0 ? std::min(tp_of(tps, p), tp_of(tps, spill)) : tp_of(tps, p);
+      dp_max = std::min(dp_max, opt_.max_gpus / fewest);
     }
     if (dp_max < dp_min) return;
     auto placed = [&](int dp, const std::vector<int>& bounds) -> std::optional<Plan> {
@@ -412,7 +540,8 @@ class Searcher {
       return plan;
     };
 
-    if (opt_.exhaustive) {
+    auto prefix_for = [&](int p) { return &prefix_times(p, mbs, tp_of(tps, p)); };
+    if (mode_ == Mode::kEnumerate) {
       for_each_split(stages, [&](const std::vector<int>& bounds) {
         for (int dp = dp_min; dp <= dp_max; ++dp) {
           if (auto plan = placed(dp, bounds)) consider(*plan);
@@ -420,16 +549,39 @@ class Searcher {
       });
       return;
     }
+    if (mode_ == Mode::kBranchAndBound) {
+      // Bounds that hold at every D: a stage is paced by at least its own
+      // pool's replicas (it keeps at least one), costs and draws at least
+      // the cheaper of its pools, and with a spill pool its transfers are
+      // left out (a spilled replica's link may be faster).
+      std::vector<StageKinds> own, rate_kinds;
+      for (int p : config) {
+        own.push_back({prefix_for(p), nullptr});
+        rate_kinds.push_back({prefix_for(p), spill >= 0 ? prefix_for(spill) : nullptr});
+      }
+      const RateFloor rates = rate_floor(rate_kinds, config, tps, spill);
+      for_each_split(stages, [&](const std::vector<int>& bounds) {
+        if (!states_fit(tps, config, bounds)) return;
+        int lo = dp_min, hi = dp_max;
+        const PipelineBound b = bound_of_split(own, bounds, mbs, config, tps, spill < 0);
+        if (!admissible_replicas(mbs, b, rates, lo, hi)) return;
+        for (int dp = lo; dp <= hi; ++dp) {
+          int d_lo = dp, d_hi = dp;  // the incumbents improve as the walk goes: check again
+          if (!admissible_replicas(mbs, b, rates, d_lo, d_hi)) continue;
+          if (auto plan = placed(dp, bounds)) consider(*plan);
+        }
+      });
+      return;
+    }
 
-    auto prefix_for = [&](int p) { return &prefix_times(p, mbs, tp_of(tps, p)); };
     // Which stages spill at the largest D (later stages of a pool run short first).
     const std::vector<bool> spills = spilling_stages(tps, config, spill, dp_max);
     std::vector<StageKinds> prefix;
     for (std::size_t i = 0; i < config.size(); ++i) {
       prefix.push_back({prefix_for(config[i]), spills[i] ? prefix_for(spill) : nullptr});
     }
-    const double usd_per_s = usd_per_s_floor(prefix, config, tps, spill);
-    if (cannot_beat_top(mbs, dp_max, bound_before_split(prefix), usd_per_s)) {
+    const RateFloor rates = rate_floor(prefix, config, tps, spill);
+    if (!admissible_replicas(mbs, bound_before_split(prefix), rates, dp_min, dp_max)) {
       ++stats_.bound_pruned;
       return;
     }
@@ -438,25 +590,41 @@ class Searcher {
       ++stats_.memory_rejected;
       return;
     }
-    if (cannot_beat_top(mbs, dp_max, bound_of_split(prefix, bounds, mbs, config, tps), usd_per_s)) {
+    if (!admissible_replicas(mbs, bound_of_split(prefix, bounds, mbs, config, tps), rates, dp_min, dp_max)) {
       ++stats_.bound_pruned;
       return;
     }
 
-    // Throughput: from many replicas to few; cost: from few to many. Stop
-    // once the objective has passed its best (it is unimodal in D here).
+    // Throughput: from many replicas to few; cost: from few to many. Plans
+    // outside the bounds are passed over (a budget cuts the many-replica end,
+    // a speed floor the few-replica end); the walk stops once a plan within
+    // them ranks below the best within them (the objective is unimodal in D).
     std::optional<Estimate> best;
     int best_dp = 0;
     for (int step = 0; step <= dp_max - dp_min; ++step) {
-      const int dp = opt_.objective == Objective::kThroughput ? dp_max - step : dp_min + step;
+      const int dp = opt_.objective == Objective::kThroughput ? dp_max - step : dp_min + step;  // cost, energy: up
       auto plan = placed(dp, bounds);
       if (!plan) continue;
+      const std::uint64_t unpriced = stats_.unpriced_links;
       auto e = consider(*plan);
       if (!e) {
         // Fewer replicas mean more micro-batches in flight: a throughput
         // search (D descending) will not fit either. A cost search (D
         // ascending) keeps going: more replicas lower the in-flight count.
-        if (opt_.objective == Objective::kThroughput) break;
+        // A plan over a link without a fit says nothing of smaller ones
+        // (they may stay inside a node).
+        if (opt_.objective == Objective::kThroughput && stats_.unpriced_links == unpriced) break;
+        continue;
+      }
+      if (!within_bounds(*e)) {
+        // Past a speed floor going down, or a budget going up, nothing later
+        // meets it (throughput falls with D, cost per iteration grows with it).
+        if (opt_.objective == Objective::kThroughput
+                ? opt_.min_throughput > 0 && e->iterations_per_s < opt_.min_throughput
+                : (opt_.max_cost_per_iteration > 0 && e->usd_per_iteration() > opt_.max_cost_per_iteration) ||
+                      (opt_.max_energy_per_iteration > 0 && e->energy_j > opt_.max_energy_per_iteration)) {
+          break;
+        }
         continue;
       }
       if (!best || better(*e, *best, opt_.objective)) {
@@ -568,6 +736,7 @@ class Searcher {
   // work included: of its slowest stage and of all its stages together.
   struct PipelineBound {
     double slowest = 0, total = 0;
+    double compute = 0;  // forward + backward of one micro-batch through every stage, no overhead or transfer
   };
 
   // Before the split: every layer at its quickest on the configuration's GPU
@@ -588,7 +757,7 @@ class Searcher {
     }
     const double stages = static_cast<double>(prefix.size());
     const double o = in_.calibration.microbatch_overhead_s;
-    return {total / stages + o, total + stages * o};
+    return {total / stages + o, total + stages * o, total};
   }
 
   // After it: each stage's compute on its kinds (a stage that spills is
@@ -597,13 +766,13 @@ class Searcher {
   // stages' slots with DeepSpeed's blocking transfers, as the simulator
   // counts them).
   PipelineBound bound_of_split(const std::vector<StageKinds>& prefix, const std::vector<int>& bounds, int mbs,
-                               const std::vector<int>& config, const std::vector<int>& tps) {
+                               const std::vector<int>& config, const std::vector<int>& tps, bool transfers = true) {
     const std::size_t stages = prefix.size();
     std::vector<double> slot(stages);
     for (std::size_t i = 0; i < stages; ++i) {
       slot[i] = prefix[i].time(bounds[i], bounds[i + 1]) + in_.calibration.microbatch_overhead_s;
     }
-    for (std::size_t i = 0; i + 1 < stages; ++i) {
+    for (std::size_t i = 0; transfers && i + 1 < stages; ++i) {
       if (prefix[i].spill != nullptr || prefix[i + 1].spill != nullptr) continue;
       const int tp = tp_of(tps, config[i]);
       const double bytes = in_.model.act_output(bounds[i + 1] - 1, tp) * mbs * in_.job.wire_bytes();
@@ -612,6 +781,7 @@ class Searcher {
       if (in_.job.runtime == TrainingRuntime::kDeepSpeed) slot[i + 1] += t;
     }
     PipelineBound b;
+    for (std::size_t i = 0; i < stages; ++i) b.compute += prefix[i].quickest(bounds[i], bounds[i + 1]);
     for (double t : slot) {
       b.slowest = std::max(b.slowest, t);
       b.total += t;
@@ -643,32 +813,67 @@ class Searcher {
     return it->second;
   }
 
-  // $ per second of one replica of every stage; a stage that spills at the
-  // cheaper of its two pools' prices.
-  double usd_per_s_floor(const std::vector<StageKinds>& prefix, const std::vector<int>& config,
-                         const std::vector<int>& tps, int spill) const {
-    auto rate = [&](int p) {
-      return tp_of(tps, p) * in_.cluster.gpu_types.at(pools_[static_cast<std::size_t>(p)].gpu).price_per_hour / 3600.0;
-    };
-    double usd_per_s = 0;
-    for (std::size_t i = 0; i < config.size(); ++i)
-      usd_per_s += prefix[i].spill != nullptr ? std::min(rate(config[i]), rate(spill)) : rate(config[i]);
-    return usd_per_s;
+  // Floors on what one replica of every stage (a pipeline row) costs and
+  // draws; a stage that spills at the lower of its two pools' figures.
+  struct RateFloor {
+    double usd_per_s = 0;       // $ per second of the row's GPUs
+    double idle_watts = 0;      // their idle power
+    double busy_extra_w = 0;    // the least any stage's GPUs draw above idle while computing
+  };
+
+  RateFloor rate_floor(const std::vector<StageKinds>& prefix, const std::vector<int>& config,
+                       const std::vector<int>& tps, int spill) const {
+    auto type = [&](int p) -> const GpuType& { return in_.cluster.gpu_types.at(pools_[static_cast<std::size_t>(p)].gpu); };
+    auto usd = [&](int p) { return tp_of(tps, p) * type(p).price_per_hour / 3600.0; };
+    auto idle = [&](int p) { return tp_of(tps, p) * type(p).power.idle_watts; };
+    auto extra = [&](int p) { return tp_of(tps, p) * (type(p).power.busy_watts - type(p).power.idle_watts); };
+    RateFloor f;
+    f.busy_extra_w = std::numeric_limits<double>::infinity();
+    for (std::size_t i = 0; i < config.size(); ++i) {
+      const bool spills = prefix[i].spill != nullptr;
+      f.usd_per_s += spills ? std::min(usd(config[i]), usd(spill)) : usd(config[i]);
+      f.idle_watts += spills ? std::min(idle(config[i]), idle(spill)) : idle(config[i]);
+      f.busy_extra_w = std::min(f.busy_extra_w, spills ? std::min(extra(config[i]), extra(spill)) : extra(config[i]));
+    }
+    return f;
   }
 
-  // Optimistic bound: the most replicas, no all-reduce, the pipeline bound
-  // given. When even that cannot enter the top K, the configuration is skipped.
-  bool cannot_beat_top(int mbs, int dp_max, const PipelineBound& b, double usd_per_s) const {
-    if (opt_.exhaustive || top_.size() < static_cast<std::size_t>(std::max(1, opt_.top_k))) return false;
-    const Estimate& worst = top_.back().estimate;
-    if (opt_.objective == Objective::kThroughput) {
-      const int nb = (in_.job.global_batch + mbs * dp_max - 1) / (mbs * dp_max);
-      return 1.0 / ((nb - 1) * b.slowest + b.total) < worst.iterations_per_s;
+  // Narrows [dp_min, dp_max] to the replica counts at which a plan of this
+  // configuration could meet the bounds and enter the top K, by optimistic
+  // figures at each D: the pipeline bound given with no all-reduce for
+  // time (so throughput from above), and that time times the GPUs' price or
+  // idle power, plus the least busy energy of the compute, for cost and
+  // energy (from below). False when no D is left: the configuration is
+  // skipped. An exhaustive search prunes nothing.
+  bool admissible_replicas(int mbs, const PipelineBound& b, const RateFloor& rates, int& dp_min, int& dp_max) const {
+    if (mode_ == Mode::kEnumerate) return true;
+    const bool full = top_.size() >= static_cast<std::size_t>(std::max(1, opt_.top_k));
+    const Estimate* worst = full ? &top_.back().estimate : nullptr;
+    int lo = 0, hi = -1;
+    bool meets_bounds = false;
+    for (int dp = dp_min; dp <= dp_max; ++dp) {
+      const int nb = (in_.job.global_batch + mbs * dp - 1) / (mbs * dp);
+      const double time = (nb - 1) * b.slowest + b.total;
+      const double usd = rates.usd_per_s * dp * time;
+      const double joules = rates.idle_watts * dp * time + rates.busy_extra_w * dp * nb * b.compute;
+      if (opt_.min_throughput > 0 && 1.0 / time < opt_.min_throughput) continue;
+      if (opt_.max_cost_per_iteration > 0 && usd > opt_.max_cost_per_iteration) continue;
+      if (opt_.max_energy_per_iteration > 0 && joules > opt_.max_energy_per_iteration) continue;
+      meets_bounds = true;
+      if (worst != nullptr) {
+        const bool hopeless = opt_.objective == Objective::kThroughput ? time > worst->iteration_s
+                              : opt_.objective == Objective::kCost     ? usd > worst->usd_per_iteration()
+                                                                       : joules > worst->energy_j;
+        if (hopeless) continue;
+      }
+      if (hi < lo) lo = dp;
+      hi = dp;
     }
-    // Cost: GPU-seconds of pure compute at one replica per stage is a floor
-    // on $ per iteration for any D (more replicas cost at least as much).
-    const int nb = (in_.job.global_batch + mbs - 1) / mbs;
-    return usd_per_s * ((nb - 1) * b.slowest + b.total) > worst.usd_per_iteration();
+    if (!meets_bounds) ++stats_.beyond_bounds;
+    if (hi < lo) return false;
+    dp_min = lo;
+    dp_max = hi;
+    return true;
   }
 
   // Visits every split of the layers into `stages` non-empty consecutive ranges.
@@ -687,7 +892,8 @@ class Searcher {
     }
   }
 
-  void check_exhaustive_size() const {
+  // Plans an enumeration of every configuration would simulate, about.
+  double full_space_size() const {
     double total = 0;
     const double n = static_cast<double>(pools_.size());
     int gpus = 0;
@@ -700,12 +906,11 @@ class Searcher {
       // Every stage-to-pool sequence, spill pool, split and D, and a TP degree per pool used.
       total += std::pow(n, stages) * (n + 1) * splits * gpus * std::pow(4.0, std::min<double>(n, stages));
     }
-    total *= static_cast<double>(mbs_.size());
-    if (total > 2e7) {
-      throw UsageError("--exhaustive would simulate about " + std::to_string(static_cast<long long>(total)) +
-                       " plans; use it on small clusters (or lower --max-stages)");
-    }
+    return total * static_cast<double>(mbs_.size());
   }
+
+  static constexpr double kExhaustiveLimit = 2e7;   // --exhaustive refuses larger spaces
+  static constexpr double kCompletionLimit = 2e6;   // the exact pass runs on spaces up to this
 
   const PlannerInputs& in_;
   const SearchOptions& opt_;
@@ -714,8 +919,9 @@ class Searcher {
   int layers_;
   std::vector<int> mbs_;
   std::vector<RankedPlan> top_;
+  Mode mode_ = Mode::kHeuristic;
   int regions_ = 0;                                                        // region ids are 0..regions_-1
-  mutable std::vector<int> room_;                                          // take_replicas' scratch
+  mutable std::vector<int> room_, share_, wanted_;                          // take_replicas' scratch
   std::map<std::tuple<int, int, int>, std::vector<double>> prefix_cache_;  // (pool, mbs, tp) -> prefix sums
   std::map<std::tuple<int, int, int>, bool> usable_cache_;                 // (pool, mbs, tp) -> usable
   std::map<std::tuple<int, int, bool, double>, double> fastest_cache_;     // (pool a, pool b, same node, bytes) -> B/s
@@ -724,16 +930,19 @@ class Searcher {
 }  // namespace
 
 SearchOptions search_options(const std::string& objective, double max_cost_per_iteration, double min_throughput,
-                             int max_gpus) {
+                             int max_gpus, double max_energy_per_iteration) {
   SearchOptions options;
   if (objective == "throughput") options.objective = Objective::kThroughput;
   else if (objective == "cost") options.objective = Objective::kCost;
-  else throw UsageError("--objective must be 'throughput' or 'cost', not '" + objective + "'");
+  else if (objective == "energy") options.objective = Objective::kEnergy;
+  else throw UsageError("--objective must be 'throughput', 'cost' or 'energy', not '" + objective + "'");
   if (!(max_cost_per_iteration >= 0)) throw UsageError("--max-cost-per-iter must be 0 (no bound) or positive");
   if (!(min_throughput >= 0)) throw UsageError("--min-throughput must be 0 (no bound) or positive");
+  if (!(max_energy_per_iteration >= 0)) throw UsageError("--max-energy-per-iter must be 0 (no bound) or positive");
   if (max_gpus < 0) throw UsageError("--max-gpus must be 0 (no bound) or positive");
   options.max_cost_per_iteration = max_cost_per_iteration;
   options.min_throughput = min_throughput;
+  options.max_energy_per_iteration = max_energy_per_iteration;
   options.max_gpus = max_gpus;
   return options;
 }
@@ -744,6 +953,10 @@ std::vector<RankedPlan> search_plans(const PlannerInputs& inputs, const SearchOp
   if (options.top_k < 1) throw UsageError("--top must be at least 1");
   std::vector<RankedPlan> top = Searcher(inputs, options, s).run();
   if (top.empty()) {
+    if (s.candidates == 0 && s.beyond_bounds > 0) {
+      throw NoSolutionError("no plan meets the bounds (--max-cost-per-iter / --min-throughput / --max-energy-per-iter): "
+                            "even the optimistic bounds of every configuration miss them");
+    }
     if (s.candidates == 0 && s.memory_rejected > 0) throw NoSolutionError("no plan fits in GPU memory");
     if (s.candidates == 0) throw NoSolutionError("no plan can be built: no GPU type has profiles for a usable TP degree");
     if (s.unpriced_links == s.candidates) {
@@ -757,7 +970,7 @@ std::vector<RankedPlan> search_plans(const PlannerInputs& inputs, const SearchOp
     if (s.memory_rejected + s.unpriced_links == s.candidates) {
       throw NoSolutionError("no plan fits in GPU memory (" + std::to_string(s.candidates) + " plans simulated)");
     }
-    throw NoSolutionError("no plan meets the bounds (--max-cost-per-iter / --min-throughput); " +
+    throw NoSolutionError("no plan meets the bounds (--max-cost-per-iter / --min-throughput / --max-energy-per-iter); " +
                           std::to_string(s.candidates) + " plans simulated");
   }
   return top;

@@ -28,6 +28,7 @@ void check_header(const JsonValue& root, const std::string& format) {
 constexpr double kMaxSeconds = 1e6;          // one layer's forward, backward or update step
 constexpr double kMaxCount = 1e15;           // parameters, bytes of activations or memory
 constexpr double kMaxPricePerHour = 1e6;     // dollars per GPU hour
+constexpr double kMaxWatts = 1e4;            // one GPU board
 constexpr double kMaxPricePerGb = 1e3;       // dollars per GB of egress
 constexpr double kMaxBytesPerS = 1e15;       // a link's bandwidth
 constexpr int kMaxGpusPerNode = 1024;
@@ -296,8 +297,16 @@ ClusterSpec load_cluster_spec(const std::filesystem::path& path) {
   check_header(root, "gpufleet-sailor-cluster");
   ClusterSpec c;
   for (const auto& [name, g] : root.at("gpu_types").members()) {
-    g.reject_unknown_keys({"gpus_per_node", "memory_bytes", "price_per_hour"});
-    GpuType t{g.get<int>("gpus_per_node"), g.get<double>("memory_bytes"), g.get<double>("price_per_hour")};
+    g.reject_unknown_keys({"gpus_per_node", "memory_bytes", "price_per_hour", "idle_watts", "busy_watts"});
+    GpuType t{g.get<int>("gpus_per_node"), g.get<double>("memory_bytes"), g.get<double>("price_per_hour"), {}};
+    if (g.has("idle_watts") != g.has("busy_watts")) g.fail("give both idle_watts and busy_watts, or neither");
+    if (g.has("busy_watts")) {
+      t.power = {g.get<double>("idle_watts"), g.get<double>("busy_watts")};
+      within(g.at("busy_watts"), t.power.busy_watts, 1, kMaxWatts, "power (W)");
+      within(g.at("idle_watts"), t.power.idle_watts, 0, t.power.busy_watts, "idle power (W, at most busy_watts)");
+    } else if (const auto power = default_gpu_power(name)) {
+      t.power = *power;
+    }
     if (t.gpus_per_node <= 0) g.at("gpus_per_node").fail("must be positive");
     if (t.gpus_per_node > kMaxGpusPerNode) g.at("gpus_per_node").fail("more GPUs per node than any machine has");
     if (!(t.memory_bytes > 0)) g.at("memory_bytes").fail("must be positive");
@@ -400,6 +409,10 @@ nlohmann::json to_json(const ClusterSpec& c) {
   nlohmann::json types = nlohmann::json::object(), zones = nlohmann::json::object(), intra = nlohmann::json::object();
   for (const auto& [name, t] : c.gpu_types) {
     types[name] = {{"gpus_per_node", t.gpus_per_node}, {"memory_bytes", t.memory_bytes}, {"price_per_hour", t.price_per_hour}};
+    if (t.power.known()) {
+      types[name]["idle_watts"] = t.power.idle_watts;
+      types[name]["busy_watts"] = t.power.busy_watts;
+    }
   }
   for (const auto& [zone, region] : c.zone_region) {
     nlohmann::json quotas = nlohmann::json::object();

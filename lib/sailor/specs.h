@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sailor/gpu_power.h"
+
 namespace fleet::sailor {
 
 /// One layer's size, per tensor-parallel degree (the split is not always even).
@@ -68,11 +70,12 @@ std::vector<std::string> complete_profiles(ProfileSet& profiles, const ModelSpec
 /// than at mbs 2). Returns a line saying what changed, if anything did.
 std::optional<std::string> monotone_in_batch_size(ProfileSet& profiles);
 
-/// One kind of GPU: node size, memory and price.
+/// One kind of GPU: node size, memory, price and power.
 struct GpuType {
   int gpus_per_node = 1;
   double memory_bytes = 0;
   double price_per_hour = 0;  ///< $ per GPU-hour
+  GpuPower power;             ///< cluster.json's idle_watts / busy_watts, else the built-in default; unknown: 0
 };
 
 /// Achieved bandwidth of a link: GB/s = c0 x^2 + c1 x + c2 with x = log2(MB), capped.

@@ -41,6 +41,27 @@ TEST(Estimator, HomogeneousPipelineByHand) {
   EXPECT_TRUE(e.fits);
 }
 
+TEST(Estimator, EnergyIsIdlePowerThroughoutPlusBusyPowerWhileComputing) {
+  PlannerInputs in = tiny_inputs();
+  in.cluster.gpu_types["fast"].power = {50, 400};
+  in.cluster.gpu_types["slow"].power = {30, 250};
+  // Two stages: fast then slow, one replica each; 8 micro-batches.
+  const Estimate e = run(make_plan(2, 16, {2, 2}, {{{"fast", "z1a"}}, {{"slow", "z1a"}}}), in);
+  ASSERT_TRUE(e.energy_known);
+  // Busy: 8 x (forward + backward of two layers) + the update of two layers (no all-reduce with one replica).
+  const double fast_busy = 8 * 0.06 + 0.002, slow_busy = 8 * 0.12 + 0.004;
+  EXPECT_NEAR(e.busy_gpu_s, fast_busy + slow_busy, 1e-12);
+  const double expected = (50 + 30) * e.iteration_s + fast_busy * (400 - 50) + slow_busy * (250 - 30);
+  EXPECT_NEAR(e.energy_j, expected, 1e-9);
+  // A GPU type whose power is unknown leaves the energy unknown.
+  in.cluster.gpu_types["slow"].power = {};
+  const Estimate unknown = run(make_plan(2, 16, {2, 2}, {{{"fast", "z1a"}}, {{"slow", "z1a"}}}), in);
+  EXPECT_FALSE(unknown.energy_known);
+  EXPECT_TRUE(estimate_to_json(make_plan(2, 16, {2, 2}, {{{"fast", "z1a"}}, {{"slow", "z1a"}}}), unknown)
+                  .at("energy_j_per_iteration")
+                  .is_null());
+}
+
 TEST(Estimator, TheRuntimesWorkPerMicroBatchAddsOncePerSlotOfTheCriticalPath) {
   PlannerInputs in = tiny_inputs();
   const Plan plan = make_plan(2, 16, {2, 2}, {{{"fast", "z1a"}}, {{"fast", "z1a"}}});

@@ -232,6 +232,21 @@ TEST(SailorInputs, BadInputNamesFileAndField) {
   EXPECT_NE(error_of([&] { load_job_spec(dir / "job.json"); })
                 .find("/runtime: must be 'sailor-run' or 'deepspeed'"),
             std::string::npos);
+  // Power: both figures or neither, idle at most busy; known GPU types get the built-in figures.
+  bad = cluster;
+  bad["gpu_types"]["slow"]["busy_watts"] = 300;
+  EXPECT_NE(cluster_error(bad).find("/gpu_types/slow: give both idle_watts and busy_watts, or neither"),
+            std::string::npos);
+  bad["gpu_types"]["slow"]["idle_watts"] = 400;
+  EXPECT_NE(cluster_error(bad).find("/gpu_types/slow/idle_watts"), std::string::npos);
+  bad["gpu_types"]["slow"]["idle_watts"] = 30;
+  write_json_file(dir / "cluster.json", bad);
+  EXPECT_EQ(load_cluster_spec(dir / "cluster.json").gpu_types.at("slow").power.busy_watts, 300);
+  EXPECT_FALSE(load_cluster_spec(dir / "cluster.json").gpu_types.at("fast").power.known());
+  nlohmann::json named = cluster;
+  named["gpu_types"]["H100"] = named["gpu_types"]["fast"];
+  write_json_file(dir / "cluster.json", named);
+  EXPECT_EQ(load_cluster_spec(dir / "cluster.json").gpu_types.at("H100").power.busy_watts, 700);
   write_file_atomically(dir / "cluster.json", "{\"format\": ");
   EXPECT_NE(error_of([&] { load_cluster_spec(dir / "cluster.json"); }).find("malformed JSON"), std::string::npos);
 

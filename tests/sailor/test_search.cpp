@@ -2,10 +2,12 @@
 // clusters, bounds and exit reasons.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <random>
 #include <set>
 
 #include "common/error.h"
+#include "sailor/placement.h"
 #include "sailor/search.h"
 #include "sailor_fixtures.h"
 
@@ -39,8 +41,8 @@ PlannerInputs generated_cluster(unsigned seed) {
       }
     }
   }
-  in.cluster.gpu_types["fast"] = {4, 24e9, 3.0};
-  in.cluster.gpu_types["slow"] = {4, 16e9, 1.0};
+  in.cluster.gpu_types["fast"] = {4, 24e9, 3.0, {40.0 + rng() % 40, 300.0 + rng() % 200}};
+  in.cluster.gpu_types["slow"] = {4, 16e9, 1.0, {30.0 + rng() % 30, 200.0 + rng() % 100}};
   in.cluster.quotas.clear();
   in.cluster.zone_region.clear();
   const bool two_regions = seed % 2 == 0;
@@ -52,8 +54,68 @@ PlannerInputs generated_cluster(unsigned seed) {
 }
 
 double objective_value(const Estimate& e, Objective o) {
-  return o == Objective::kThroughput ? e.iterations_per_s : e.usd_per_iteration();
+  return o == Objective::kThroughput ? e.iterations_per_s : o == Objective::kCost ? e.usd_per_iteration() : e.energy_j;
 }
+
+const char* objective_name(Objective o) {
+  return o == Objective::kThroughput ? "throughput" : o == Objective::kCost ? "cost" : "energy";
+}
+
+// The best plan's value, or nullopt when there is none.
+std::optional<double> best_value(const PlannerInputs& in, const SearchOptions& opt) {
+  try {
+    return objective_value(search_plans(in, opt).front().estimate, opt.objective);
+  } catch (const NoSolutionError&) {
+    return std::nullopt;
+  }
+}
+
+// Every objective under every kind of bound (none, a budget, a speed floor,
+// an energy cap), each bound set between the cluster's extremes so that it
+// binds: the heuristic finds the exhaustive search's optimum.
+class SearchAgreesWithExhaustive : public ::testing::TestWithParam<unsigned> {};
+
+TEST_P(SearchAgreesWithExhaustive, ForEveryObjectiveAndBound) {
+  const unsigned seed = GetParam();
+  PlannerInputs in = generated_cluster(seed);
+  if (seed % 3 == 1) in.job.runtime = TrainingRuntime::kDeepSpeed;
+  std::mt19937 rng(seed * 7919u);
+  std::uniform_real_distribution<double> where(0.1, 0.9);
+  // The extremes each bound lies between, from exhaustive unbounded searches.
+  SearchOptions x;
+  x.exhaustive = true;
+  x.objective = Objective::kThroughput;
+  const Estimate fastest = search_plans(in, x).front().estimate;
+  x.objective = Objective::kCost;
+  const Estimate cheapest = search_plans(in, x).front().estimate;
+  x.objective = Objective::kEnergy;
+  const Estimate leanest = search_plans(in, x).front().estimate;
+  auto between = [&](double lo, double hi) { return lo + where(rng) * (hi - lo); };
+  for (int bound = 0; bound < 4; ++bound) {
+    SearchOptions opt;
+    if (bound == 1) opt.max_cost_per_iteration = between(cheapest.usd_per_iteration(), fastest.usd_per_iteration());
+    if (bound == 2) opt.min_throughput = between(cheapest.iterations_per_s, fastest.iterations_per_s);
+    if (bound == 3) opt.max_energy_per_iteration = between(leanest.energy_j, fastest.energy_j);
+    for (Objective objective : {Objective::kThroughput, Objective::kCost, Objective::kEnergy}) {
+      opt.objective = objective;
+      opt.exhaustive = false;
+      const auto h = best_value(in, opt);
+      opt.exhaustive = true;
+      const auto e = best_value(in, opt);
+      const std::string what = std::string(objective_name(objective)) + " with bound " + std::to_string(bound) +
+                               " (max $ " + std::to_string(opt.max_cost_per_iteration) + ", min it/s " +
+                               std::to_string(opt.min_throughput) + ", max J " +
+                               std::to_string(opt.max_energy_per_iteration) + ")";
+      ASSERT_EQ(h.has_value(), e.has_value()) << what;
+      if (e) EXPECT_NEAR(*h, *e, 1e-9 * std::abs(*e)) << what;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, SearchAgreesWithExhaustive, ::testing::Range(1u, 25u),
+                         [](const ::testing::TestParamInfo<unsigned>& info) {
+                           return "seed_" + std::to_string(info.param);
+                         });
 
 TEST(Search, HeuristicWithinOnePercentOfExhaustive) {
   for (unsigned seed = 1; seed <= 8; ++seed) {
@@ -161,6 +223,51 @@ TEST(Search, AStageMixesGpuTypesWhenItsPoolRunsShort) {
       EXPECT_EQ(back.stages[i].replicas[r].gpu, best.plan.stages[i].replicas[r].gpu);
     }
   }
+}
+
+TEST(Search, ReplicasAreGroupedByZoneSoTrafficCrossesFewLinks) {
+  // 8 GPUs of one type in each of two zones of one region, every stage and
+  // replica count allowed: whatever the search picks, a stage's ring crosses
+  // zones at most twice and no pipeline link crosses zones.
+  PlannerInputs in = testing::tiny_inputs();
+  in.cluster.quotas.clear();
+  in.cluster.quotas["fast"] = {{"z1a", 8}, {"z1b", 8}};
+  for (Objective objective : {Objective::kThroughput, Objective::kCost}) {
+    SearchOptions opt;
+    opt.objective = objective;
+    opt.top_k = 20;
+    for (const RankedPlan& r : search_plans(in, opt)) {
+      for (const StagePlacement& s : describe_placement(r.plan)) {
+        EXPECT_LE(s.ring_links_across_zones, 2) << plan_to_json(r.plan).dump();
+        EXPECT_EQ(s.pipeline_links_across_zones, 0) << plan_to_json(r.plan).dump();
+      }
+    }
+  }
+  // Sixteen replicas of one stage: eight per zone, in two blocks.
+  Plan wide;
+  SearchOptions sixteen;
+  sixteen.top_k = 1000;
+  for (const RankedPlan& r : search_plans(in, sixteen)) {
+    if (r.plan.stages.size() == 1 && r.plan.dp() == 16) wide = r.plan;
+  }
+  ASSERT_EQ(wide.dp(), 16);
+  const StagePlacement s = describe_placement(wide).front();
+  EXPECT_EQ(s.replicas_per_zone, (std::map<std::string, int>{{"z1a", 8}, {"z1b", 8}}));
+  EXPECT_EQ(s.ring_links_across_zones, 2);
+}
+
+TEST(Search, EnergyNeedsEveryGpuTypesPower) {
+  PlannerInputs in = generated_cluster(2);
+  in.cluster.gpu_types["slow"].power = {};
+  SearchOptions opt;
+  opt.objective = Objective::kEnergy;
+  try {
+    search_plans(in, opt);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("no power for GPU type 'slow'"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(search_plans(in, SearchOptions{}));  // throughput needs no power
 }
 
 TEST(Search, NoSolutionSaysWhy) {

@@ -96,14 +96,17 @@ int run_status(const LaunchCommands& c) {
 // What every plan of an elastic job optimises and must meet (the first and
 // each re-plan); a change that leaves no plan within them stops the job.
 void add_plan_bounds(CLI::App* cmd, LaunchCommand& c) {
-  cmd->add_option("--objective", c.objective, "Elastic: what each (re-)plan optimises, throughput or cost")
+  cmd->add_option("--objective", c.objective, "Elastic: what each (re-)plan optimises, throughput, cost or energy")
       ->capture_default_str()
-      ->check(CLI::IsMember({"throughput", "cost"}));
+      ->check(CLI::IsMember({"throughput", "cost", "energy"}));
   cmd->add_option("--min-throughput", c.min_throughput,
                   "Elastic: iterations/s every plan must reach; fewer workers than that needs stop the job (0: none)")
       ->check(CLI::Range(0.0, 1e9));
   cmd->add_option("--max-cost-per-iter", c.max_cost_per_iter, "Elastic: $ per iteration no plan may exceed (0: none)")
       ->check(CLI::Range(0.0, 1e12));
+  cmd->add_option("--max-energy-per-iter", c.max_energy_per_iter,
+                  "Elastic: joules per iteration, all GPUs together, no plan may exceed (0: none)")
+      ->check(CLI::Range(0.0, 1e15));
 }
 
 }  // namespace

@@ -96,8 +96,16 @@ Plan plan_for_workers(const PlannerInputs& inputs, int workers, SearchOptions se
   // The planner cannot tell whether the model ties its embedding and head
   // (then the first and last stage need one TP degree): keep one for all.
   search.one_tp = true;
-  const std::vector<RankedPlan> plans = search_plans(restrict_to_workers(inputs, workers), search);
-  return plans.front().plan;
+  SearchStats stats;
+  const std::vector<RankedPlan> plans = search_plans(restrict_to_workers(inputs, workers), search, &stats);
+  const Plan& plan = plans.front().plan;
+  if (plan.gpus() < workers && stats.unpriced_links > 0) {
+    // Larger plans may be faster but could not be priced: say what to measure.
+    spdlog::warn("the plan uses {} of the {} workers: plans on more need a link the cluster has no bandwidth fit "
+                 "for ({}); measure it with sailor-run profile-net --link-class, run on GPUs of two nodes",
+                 plan.gpus(), workers, stats.first_unpriced_link);
+  }
+  return plan;
 }
 
 Plan save_plan_for_workers(const Plan& last, int model_layers, int workers) {
@@ -190,7 +198,7 @@ ElasticStart elastic_start(const LaunchCommand& c) {
   InputPaths paths;
   paths.inputs = c.elastic_inputs;
   e.inputs = load_inputs(paths);
-  e.search = search_options(c.objective, c.max_cost_per_iter, c.min_throughput, 0);
+  e.search = search_options(c.objective, c.max_cost_per_iter, c.min_throughput, 0, c.max_energy_per_iter);
   e.workers = c.nprocs;
   if (!c.plan.empty()) {
     e.plan = load_plan(c.plan, e.inputs.job);

@@ -32,9 +32,10 @@ struct LaunchCommand {
   std::string recovery = "inplace";      ///< inplace (survivors keep their state) or restart (all, from the checkpoint)
   int max_reconfigurations = 16;         ///< give up after this many
   double heartbeat_timeout_seconds = 30; ///< inplace: a worker silent this long is taken for lost
-  std::string objective = "throughput";  ///< what every (re-)plan optimises: throughput or cost
+  std::string objective = "throughput";  ///< what every (re-)plan optimises: throughput, cost or energy
   double min_throughput = 0;             ///< iterations/s every plan must reach (0: no bound)
   double max_cost_per_iter = 0;          ///< $ per iteration no plan may exceed (0: no bound)
+  double max_energy_per_iter = 0;        ///< J per iteration no plan may exceed (0: no bound)
   // `sailor-run controller`: the workers start elsewhere (srun steps) and register themselves.
   bool external_workers = false;
   std::filesystem::path output;          ///< their -o (for messages about the checkpoint)
