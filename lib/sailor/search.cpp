@@ -236,11 +236,28 @@ class Searcher {
     return prefix[static_cast<std::size_t>(b)] - prefix[static_cast<std::size_t>(a)];
   }
 
+  // Their optimizer step (the second half of the prefix sums).
+  static double stage_update(const std::vector<double>& prefix, int a, int b) {
+    const std::size_t half = prefix.size() / 2;
+    return prefix[half + static_cast<std::size_t>(b)] - prefix[half + static_cast<std::size_t>(a)];
+  }
+
   // The GPU kinds a stage's replicas run on: its pool's and, when it spills,
   // the spill pool's; the slowest paces the stage.
   struct StageKinds {
     const std::vector<double>* own = nullptr;
     const std::vector<double>* spill = nullptr;
+    double own_w = 0, spill_w = 0;  // watts above idle of one replica of each kind while it computes
+    // Joules above idle of one replica computing layers [a, b) (forward and
+    // backward, or the step), at the kind that spends fewer.
+    double busy_joules(int a, int b) const {
+      const double j = own_w * stage_time(*own, a, b);
+      return spill != nullptr ? std::min(j, spill_w * stage_time(*spill, a, b)) : j;
+    }
+    double update_joules(int a, int b) const {
+      const double j = own_w * stage_update(*own, a, b);
+      return spill != nullptr ? std::min(j, spill_w * stage_update(*spill, a, b)) : j;
+    }
     double time(int a, int b) const {
       const double t = stage_time(*own, a, b);
       return spill != nullptr ? std::max(t, stage_time(*spill, a, b)) : t;
@@ -249,19 +266,31 @@ class Searcher {
       const double t = stage_time(*own, a, b);
       return spill != nullptr ? std::min(t, stage_time(*spill, a, b)) : t;
     }
+    double update(int a, int b) const {
+      const double u = stage_update(*own, a, b);
+      return spill != nullptr ? std::max(u, stage_update(*spill, a, b)) : u;
+    }
+    double quickest_update(int a, int b) const {
+      const double u = stage_update(*own, a, b);
+      return spill != nullptr ? std::min(u, stage_update(*spill, a, b)) : u;
+    }
   };
 
-  // Prefix sums of forward + backward per layer of pool p, computed once per
+  // Prefix sums per layer of pool p, of forward + backward (entries
+  // 0..layers) then of the optimizer step (the same again), computed once per
   // (pool, mbs, TP): the search asks for the same ones for many configurations.
   const std::vector<double>& prefix_times(int p, int mbs, int tp) {
     auto [it, fresh] = prefix_cache_.try_emplace({p, mbs, tp});
     std::vector<double>& prefix = it->second;
     if (!fresh) return prefix;
-    prefix.assign(static_cast<std::size_t>(layers_) + 1, 0.0);
+    const std::size_t half = static_cast<std::size_t>(layers_) + 1;
+    prefix.assign(2 * half, 0.0);
     const std::string& gpu = pools_[static_cast<std::size_t>(p)].gpu;
     for (int l = 0; l < layers_; ++l) {
       const LayerTimes& t = in_.profiles.at(gpu, mbs, tp, l);
-      prefix[static_cast<std::size_t>(l) + 1] = prefix[static_cast<std::size_t>(l)] + t[0] + t[1];
+      const auto i = static_cast<std::size_t>(l);
+      prefix[i + 1] = prefix[i] + t[0] + t[1];
+      prefix[half + i + 1] = prefix[half + i] + t[2];
     }
     return prefix;
   }
@@ -541,6 +570,14 @@ class Searcher {
     };
 
     auto prefix_for = [&](int p) { return &prefix_times(p, mbs, tp_of(tps, p)); };
+    auto busy_w = [&](int p) {
+      const GpuPower& power = in_.cluster.gpu_types.at(pools_[static_cast<std::size_t>(p)].gpu).power;
+      return tp_of(tps, p) * (power.busy_watts - power.idle_watts);
+    };
+    auto kinds_of = [&](int p, int spill_pool) {
+      return spill_pool < 0 ? StageKinds{prefix_for(p), nullptr, busy_w(p), 0}
+                            : StageKinds{prefix_for(p), prefix_for(spill_pool), busy_w(p), busy_w(spill_pool)};
+    };
     if (mode_ == Mode::kEnumerate) {
       for_each_split(stages, [&](const std::vector<int>& bounds) {
         for (int dp = dp_min; dp <= dp_max; ++dp) {
@@ -550,20 +587,17 @@ class Searcher {
       return;
     }
     if (mode_ == Mode::kBranchAndBound) {
-      // Bounds that hold at every D: a stage is paced by at least its own
-      // pool's replicas (it keeps at least one), costs and draws at least
-      // the cheaper of its pools, and with a spill pool its transfers are
-      // left out (a spilled replica's link may be faster).
-      std::vector<StageKinds> own, rate_kinds;
-      for (int p : config) {
-        own.push_back({prefix_for(p), nullptr});
-        rate_kinds.push_back({prefix_for(p), spill >= 0 ? prefix_for(spill) : nullptr});
-      }
-      const RateFloor rates = rate_floor(rate_kinds, config, tps, spill);
+      // Bounds that hold at every D: with a spill pool a stage may run on
+      // either pool's GPUs (even on the spill pool's alone), so it is taken
+      // at the quicker and cheaper of the two, and its transfers are left
+      // out (a spilled replica's link may be faster).
+      std::vector<StageKinds> kinds;
+      for (int p : config) kinds.push_back(kinds_of(p, spill));
+      const RateFloor rates = rate_floor(kinds, config, tps, spill);
       for_each_split(stages, [&](const std::vector<int>& bounds) {
-        if (!states_fit(tps, config, bounds)) return;
+        if (spill < 0 && !states_fit(tps, config, bounds)) return;
         int lo = dp_min, hi = dp_max;
-        const PipelineBound b = bound_of_split(own, bounds, mbs, config, tps, spill < 0);
+        const PipelineBound b = bound_of_split(kinds, bounds, mbs, config, tps, /*optimistic=*/true);
         if (!admissible_replicas(mbs, b, rates, lo, hi)) return;
         for (int dp = lo; dp <= hi; ++dp) {
           int d_lo = dp, d_hi = dp;  // the incumbents improve as the walk goes: check again
@@ -578,7 +612,7 @@ class Searcher {
     const std::vector<bool> spills = spilling_stages(tps, config, spill, dp_max);
     std::vector<StageKinds> prefix;
     for (std::size_t i = 0; i < config.size(); ++i) {
-      prefix.push_back({prefix_for(config[i]), spills[i] ? prefix_for(spill) : nullptr});
+      prefix.push_back(kinds_of(config[i], spills[i] ? spill : -1));
     }
     const RateFloor rates = rate_floor(prefix, config, tps, spill);
     if (!admissible_replicas(mbs, bound_before_split(prefix), rates, dp_min, dp_max)) {
@@ -736,28 +770,39 @@ class Searcher {
   // work included: of its slowest stage and of all its stages together.
   struct PipelineBound {
     double slowest = 0, total = 0;
-    double compute = 0;  // forward + backward of one micro-batch through every stage, no overhead or transfer
+    double update = 0;         // the slowest stage's optimizer step (the iteration waits for it)
+    double busy_joules = 0;    // above idle: one micro-batch's forward and backward through every stage
+    double update_joules = 0;  // above idle: every stage's optimizer step
   };
 
   // Before the split: every layer at its quickest on the configuration's GPU
   // kinds, perfectly balanced.
   PipelineBound bound_before_split(const std::vector<StageKinds>& prefix) const {
-    std::vector<const std::vector<double>*> kinds;
-    for (const StageKinds& k : prefix)
-      if (std::find(kinds.begin(), kinds.end(), k.own) == kinds.end()) kinds.push_back(k.own);
-    double total = 0;
-    if (kinds.size() == 1) {
-      total = kinds.front()->back();
-    } else {
-      for (int l = 0; l < layers_; ++l) {
-        double quickest = std::numeric_limits<double>::infinity();
-        for (const std::vector<double>* k : kinds) quickest = std::min(quickest, stage_time(*k, l, l + 1));
-        total += quickest;
+    // The configuration's own GPU kinds, each once.
+    std::vector<const StageKinds*> kinds;
+    for (const StageKinds& k : prefix) {
+      if (std::none_of(kinds.begin(), kinds.end(), [&](const StageKinds* seen) { return seen->own == k.own; }))
+        kinds.push_back(&k);
+    }
+    double total = 0, update = 0, joules = 0, update_joules = 0;
+    for (int l = 0; l < layers_; ++l) {
+      const double inf = std::numeric_limits<double>::infinity();
+      double t = inf, u = inf, j = inf, uj = inf;
+      for (const StageKinds* k : kinds) {
+        const double kt = stage_time(*k->own, l, l + 1), ku = stage_update(*k->own, l, l + 1);
+        t = std::min(t, kt);
+        u = std::min(u, ku);
+        j = std::min(j, k->own_w * kt);
+        uj = std::min(uj, k->own_w * ku);
       }
+      total += t;
+      update += u;
+      joules += j;
+      update_joules += uj;
     }
     const double stages = static_cast<double>(prefix.size());
     const double o = in_.calibration.microbatch_overhead_s;
-    return {total / stages + o, total + stages * o, total};
+    return {total / stages + o, total + stages * o, update / stages, joules, update_joules};
   }
 
   // After it: each stage's compute on its kinds (a stage that spills is
@@ -765,14 +810,17 @@ class Searcher {
   // transfers at the fastest link any placement could give them (on both
   // stages' slots with DeepSpeed's blocking transfers, as the simulator
   // counts them).
+  // Optimistic: a stage that may spill is taken at its quicker kind (it
+  // may run on either alone), which holds for every D.
   PipelineBound bound_of_split(const std::vector<StageKinds>& prefix, const std::vector<int>& bounds, int mbs,
-                               const std::vector<int>& config, const std::vector<int>& tps, bool transfers = true) {
+                               const std::vector<int>& config, const std::vector<int>& tps, bool optimistic = false) {
     const std::size_t stages = prefix.size();
     std::vector<double> slot(stages);
     for (std::size_t i = 0; i < stages; ++i) {
-      slot[i] = prefix[i].time(bounds[i], bounds[i + 1]) + in_.calibration.microbatch_overhead_s;
+      const int a = bounds[i], z = bounds[i + 1];
+      slot[i] = (optimistic ? prefix[i].quickest(a, z) : prefix[i].time(a, z)) + in_.calibration.microbatch_overhead_s;
     }
-    for (std::size_t i = 0; transfers && i + 1 < stages; ++i) {
+    for (std::size_t i = 0; i + 1 < stages; ++i) {
       if (prefix[i].spill != nullptr || prefix[i + 1].spill != nullptr) continue;
       const int tp = tp_of(tps, config[i]);
       const double bytes = in_.model.act_output(bounds[i + 1] - 1, tp) * mbs * in_.job.wire_bytes();
@@ -781,7 +829,12 @@ class Searcher {
       if (in_.job.runtime == TrainingRuntime::kDeepSpeed) slot[i + 1] += t;
     }
     PipelineBound b;
-    for (std::size_t i = 0; i < stages; ++i) b.compute += prefix[i].quickest(bounds[i], bounds[i + 1]);
+    for (std::size_t i = 0; i < stages; ++i) {
+      b.busy_joules += prefix[i].busy_joules(bounds[i], bounds[i + 1]);
+      b.update_joules += prefix[i].update_joules(bounds[i], bounds[i + 1]);
+      b.update = std::max(b.update, optimistic ? prefix[i].quickest_update(bounds[i], bounds[i + 1])
+                                               : prefix[i].update(bounds[i], bounds[i + 1]));
+    }
     for (double t : slot) {
       b.slowest = std::max(b.slowest, t);
       b.total += t;
@@ -818,7 +871,6 @@ class Searcher {
   struct RateFloor {
     double usd_per_s = 0;       // $ per second of the row's GPUs
     double idle_watts = 0;      // their idle power
-    double busy_extra_w = 0;    // the least any stage's GPUs draw above idle while computing
   };
 
   RateFloor rate_floor(const std::vector<StageKinds>& prefix, const std::vector<int>& config,
@@ -826,24 +878,21 @@ class Searcher {
     auto type = [&](int p) -> const GpuType& { return in_.cluster.gpu_types.at(pools_[static_cast<std::size_t>(p)].gpu); };
     auto usd = [&](int p) { return tp_of(tps, p) * type(p).price_per_hour / 3600.0; };
     auto idle = [&](int p) { return tp_of(tps, p) * type(p).power.idle_watts; };
-    auto extra = [&](int p) { return tp_of(tps, p) * (type(p).power.busy_watts - type(p).power.idle_watts); };
     RateFloor f;
-    f.busy_extra_w = std::numeric_limits<double>::infinity();
     for (std::size_t i = 0; i < config.size(); ++i) {
       const bool spills = prefix[i].spill != nullptr;
       f.usd_per_s += spills ? std::min(usd(config[i]), usd(spill)) : usd(config[i]);
       f.idle_watts += spills ? std::min(idle(config[i]), idle(spill)) : idle(config[i]);
-      f.busy_extra_w = std::min(f.busy_extra_w, spills ? std::min(extra(config[i]), extra(spill)) : extra(config[i]));
     }
     return f;
   }
 
   // Narrows [dp_min, dp_max] to the replica counts at which a plan of this
   // configuration could meet the bounds and enter the top K, by optimistic
-  // figures at each D: the pipeline bound given with no all-reduce for
-  // time (so throughput from above), and that time times the GPUs' price or
-  // idle power, plus the least busy energy of the compute, for cost and
-  // energy (from below). False when no D is left: the configuration is
+  // figures at each D: the pipeline bound given and the slowest optimizer
+  // step with no all-reduce for time (so throughput from above), and that
+  // time times the GPUs' price or idle power, plus the least busy energy of
+  // the compute and the steps, for cost and energy (from below). False when no D is left: the configuration is
   // skipped. An exhaustive search prunes nothing.
   bool admissible_replicas(int mbs, const PipelineBound& b, const RateFloor& rates, int& dp_min, int& dp_max) const {
     if (mode_ == Mode::kEnumerate) return true;
@@ -853,9 +902,9 @@ class Searcher {
     bool meets_bounds = false;
     for (int dp = dp_min; dp <= dp_max; ++dp) {
       const int nb = (in_.job.global_batch + mbs * dp - 1) / (mbs * dp);
-      const double time = (nb - 1) * b.slowest + b.total;
+      const double time = (nb - 1) * b.slowest + b.total + b.update;
       const double usd = rates.usd_per_s * dp * time;
-      const double joules = rates.idle_watts * dp * time + rates.busy_extra_w * dp * nb * b.compute;
+      const double joules = rates.idle_watts * dp * time + dp * (nb * b.busy_joules + b.update_joules);
       if (opt_.min_throughput > 0 && 1.0 / time < opt_.min_throughput) continue;
       if (opt_.max_cost_per_iteration > 0 && usd > opt_.max_cost_per_iteration) continue;
       if (opt_.max_energy_per_iteration > 0 && joules > opt_.max_energy_per_iteration) continue;
@@ -953,9 +1002,12 @@ std::vector<RankedPlan> search_plans(const PlannerInputs& inputs, const SearchOp
   if (options.top_k < 1) throw UsageError("--top must be at least 1");
   std::vector<RankedPlan> top = Searcher(inputs, options, s).run();
   if (top.empty()) {
-    if (s.candidates == 0 && s.beyond_bounds > 0) {
-      throw NoSolutionError("no plan meets the bounds (--max-cost-per-iter / --min-throughput / --max-energy-per-iter): "
-                            "even the optimistic bounds of every configuration miss them");
+    if (s.constraint_rejected > 0 || s.beyond_bounds > 0) {
+      // Something was passed over for the bounds alone (a plan that fit, or
+      // a configuration whose optimistic figures already missed them).
+      throw NoSolutionError("no plan meets the bounds (--max-cost-per-iter / --min-throughput / --max-energy-per-iter); " +
+                            std::to_string(s.candidates) + " plans simulated, " +
+                            std::to_string(s.constraint_rejected) + " of them fit but missed the bounds");
     }
     if (s.candidates == 0 && s.memory_rejected > 0) throw NoSolutionError("no plan fits in GPU memory");
     if (s.candidates == 0) throw NoSolutionError("no plan can be built: no GPU type has profiles for a usable TP degree");
@@ -967,11 +1019,7 @@ std::vector<RankedPlan> search_plans(const PlannerInputs& inputs, const SearchOp
           "); measure it with sailor-run profile-net --link-class for that link, run on GPUs of two nodes (or give "
           "cluster.json its fit); a job on more GPUs than one node holds (gpus_per_node) always needs a cross-node link");
     }
-    if (s.memory_rejected + s.unpriced_links == s.candidates) {
-      throw NoSolutionError("no plan fits in GPU memory (" + std::to_string(s.candidates) + " plans simulated)");
-    }
-    throw NoSolutionError("no plan meets the bounds (--max-cost-per-iter / --min-throughput / --max-energy-per-iter); " +
-                          std::to_string(s.candidates) + " plans simulated");
+    throw NoSolutionError("no plan fits in GPU memory (" + std::to_string(s.candidates) + " plans simulated)");
   }
   return top;
 }
