@@ -116,7 +116,7 @@ class Searcher {
     // Where the whole space is small, a second pass over all of it makes the
     // answer exact: branch and bound, pruning only by admissible bounds, with
     // the heuristic's plans as the incumbents to beat.
-    if (mode_ == Mode::kHeuristic && full_space_size() <= kCompletionLimit) {
+    if (mode_ == Mode::kHeuristic && opt_.exact_small_spaces && full_space_size() <= kCompletionLimit) {
       mode_ = Mode::kBranchAndBound;
       visit_configurations();
     }
@@ -624,7 +624,7 @@ class Searcher {
       ++stats_.memory_rejected;
       return;
     }
-    if (!admissible_replicas(mbs, bound_of_split(prefix, bounds, mbs, config, tps), rates, dp_min, dp_max)) {
+    if (!admissible_replicas(mbs, bound_of_split(prefix, bounds, mbs, config, tps, spill >= 0), rates, dp_min, dp_max)) {
       ++stats_.bound_pruned;
       return;
     }
@@ -905,14 +905,17 @@ class Searcher {
       const double time = (nb - 1) * b.slowest + b.total + b.update;
       const double usd = rates.usd_per_s * dp * time;
       const double joules = rates.idle_watts * dp * time + dp * (nb * b.busy_joules + b.update_joules);
-      if (opt_.min_throughput > 0 && 1.0 / time < opt_.min_throughput) continue;
-      if (opt_.max_cost_per_iteration > 0 && usd > opt_.max_cost_per_iteration) continue;
-      if (opt_.max_energy_per_iteration > 0 && joules > opt_.max_energy_per_iteration) continue;
+      // The bounds can equal a plan's figures exactly, summed in another
+      // order: a relative slack keeps rounding from pruning that plan.
+      const double slack = 1 + 1e-9;
+      if (opt_.min_throughput > 0 && time > slack / opt_.min_throughput) continue;
+      if (opt_.max_cost_per_iteration > 0 && usd > slack * opt_.max_cost_per_iteration) continue;
+      if (opt_.max_energy_per_iteration > 0 && joules > slack * opt_.max_energy_per_iteration) continue;
       meets_bounds = true;
       if (worst != nullptr) {
-        const bool hopeless = opt_.objective == Objective::kThroughput ? time > worst->iteration_s
-                              : opt_.objective == Objective::kCost     ? usd > worst->usd_per_iteration()
-                                                                       : joules > worst->energy_j;
+        const bool hopeless = opt_.objective == Objective::kThroughput ? time > slack * worst->iteration_s
+                              : opt_.objective == Objective::kCost     ? usd > slack * worst->usd_per_iteration()
+                                                                       : joules > slack * worst->energy_j;
         if (hopeless) continue;
       }
       if (hi < lo) lo = dp;

@@ -27,6 +27,7 @@ struct SearchOptions {
   bool exhaustive = false;            ///< every stage-pool sequence, spill pool, TP per pool, split and DP degree
   int max_stages = 16;                ///< pipeline degrees tried: 1..max_stages
   bool one_tp = false;                ///< one TP degree for every stage (what sailor-run trains); else one per GPU pool
+  bool exact_small_spaces = true;     ///< after the heuristic, branch and bound over the whole space when it is small
 };
 
 /// A plan with its predictions.
