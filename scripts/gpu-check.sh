@@ -162,13 +162,21 @@ if "$build/bin/sailor-run" -q init --preset 100m -o "$tmp/init" &&
   for device in cuda cpu; do
     steps=$([ "$device" = cuda ] && echo 40 || echo 4)
     "$build/bin/sailor-run" -q train --model "$tmp/init" --data "$tmp/base.txt" -o "$tmp/run-$device" --steps "$steps" \
-      --batch-size 8 --seq-len 256 --lr 1e-3 --warmup 2 --device "$device" --threads "$jobs" --json >"$tmp/$device.json" ||
-      fail "training on $device"
-    "$python" - "$device" "$tmp/$device.json" <<'PY' || fail "training result on $device"
+      --batch-size 8 --seq-len 256 --lr 1e-3 --warmup 2 --device "$device" --threads "$jobs" --json \
+      --metrics "$tmp/$device.jsonl" >"$tmp/$device.json" || fail "training on $device"
+    "$python" - "$device" "$tmp/$device.json" "$tmp/$device.jsonl" <<'PY' || fail "training result on $device"
 import json, sys
 r = json.load(open(sys.argv[2]))
 print("%s: loss %.3f -> %.3f in %d steps, %.0f tokens/s"
       % (sys.argv[1], r["first_loss"], r["last_loss"], r["last_step"], r["tokens_per_second"]))
+steps = [json.loads(l) for l in open(sys.argv[3])]
+measured = [s["energy_j"] for s in steps if s.get("energy_source") == "nvml"]
+if sys.argv[1] == "cuda":
+    # NVML's counter: every step on the GPU has a positive measured energy.
+    assert len(measured) == len(steps) and all(e > 0 for e in measured), steps[:2]
+    later = measured[len(measured) // 2:]
+    print("cuda: measured GPU energy %.1f J per step (median of the second half), %.0f W"
+          % (sorted(later)[len(later) // 2], sum(later) / sum(s["step_s"] for s in steps[len(steps) - len(later):])))
 PY
   done
   section "per-layer times on the GPU for sailor-plan (the profile subcommand)"

@@ -160,6 +160,18 @@ def main():
             return
         lines = [json.loads(l) for l in (tmp / "ws1.jsonl").read_text().splitlines()]
         check([l["step"] for l in lines] == [1, 2, 3, 4] and all("loss" in l for l in lines), f"metrics: {lines}")
+        # Energy per step: measured where the driver reports it, else the
+        # plan's prediction; with neither (CPU, no plan) none is made up.
+        check(all("energy_j" not in l for l in lines), f"no energy without a meter or a plan: {lines[0]}")
+        predicted = plan(tmp, "one", [(0, 6)], 1, 2)
+        doc = json.loads(predicted.read_text())
+        doc["predictions"] = {"energy_j_per_iteration": 123.5, "iterations_per_s": 1.0}
+        predicted.write_text(json.dumps(doc))
+        train(tmp, "with-plan", "--batch-size", "2", "--grad-accumulation", "4", "--plan", predicted,
+              "--metrics", tmp / "plan.jsonl")
+        lines = [json.loads(l) for l in (tmp / "plan.jsonl").read_text().splitlines()]
+        check(len(lines) == 4 and all(l.get("energy_j") == 123.5 and l.get("energy_source") == "model" for l in lines),
+              f"the plan's predicted energy per step in the metrics: {lines[:1]}")
 
         compare("DP=2", reference, train(tmp, "dp2", "--batch-size", "2", "--grad-accumulation", "2",
                                          launch=["--nprocs", "2"]))

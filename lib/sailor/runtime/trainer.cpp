@@ -34,6 +34,7 @@
 #include "sailor/runtime/control_store.h"
 #include "sailor/runtime/elastic.h"
 #include "sailor/runtime/elastic_worker.h"
+#include "sailor/runtime/gpu_energy.h"
 #include "sailor/runtime/layout.h"
 #include "sailor/runtime/world.h"
 
@@ -660,6 +661,18 @@ void write_trace(const fs::path& path, Communicator* comm, const Layout& layout,
 
 namespace {
 
+// The plan's predicted energy per step (the `predictions` that `sailor-plan
+// search -o` writes), if it has one: the metrics' figure without a meter.
+std::optional<double> predicted_step_energy(const std::filesystem::path& plan) {
+  if (plan.empty()) return std::nullopt;
+  const JsonDocument doc = load_json_file(plan);
+  const auto predictions = doc.root().find("predictions");
+  if (!predictions) return std::nullopt;
+  const auto joules = predictions->find("energy_j_per_iteration");
+  if (!joules || joules->is_null()) return std::nullopt;
+  return joules->as<double>();
+}
+
 // Where a generation's training starts: the step and the files its state
 // comes from (a model folder or a checkpoint), or state handed over in memory.
 struct StartingPoint {
@@ -744,6 +757,18 @@ TrainResult train(const TrainJob& requested) {
 
   HeldState held;
   StartingPoint start{run.start_step, run.source, job.resume, false};
+  // Energy per step for the metrics: measured on the GPU where the driver
+  // reports it (only single-process runs train on a GPU), else the plan's
+  // prediction.
+  std::unique_ptr<GpuEnergyMeter> energy_meter;
+  std::optional<double> predicted_energy;
+  if (world.rank == 0 && !job.metrics.empty()) {
+    std::string why;
+    if (device == model::ComputeDevice::kCuda) energy_meter = GpuEnergyMeter::open(&why);
+    if (!energy_meter) predicted_energy = predicted_step_energy(job.plan);
+    if (device == model::ComputeDevice::kCuda && !energy_meter)
+      spdlog::info("no measured GPU energy in the metrics: {}", why);
+  }
   for (;;) {
     const int generation = members ? members->generation : 0;
     PlanSource plan_source{job.plan, std::nullopt, {}};
@@ -929,6 +954,7 @@ TrainResult train(const TrainJob& requested) {
       const double tokens_per_step = static_cast<double>(options.global_batch * options.seq_len);
       for (std::int64_t step = start.step; step < end_step; ++step) {
         const auto step_started = Clock::now();
+        const std::optional<double> joules_before = energy_meter ? energy_meter->total_joules() : std::nullopt;
         StepTimes times;
         times.step_start = step_started;
         times.tracing = !job.trace.empty() && step + 1 == end_step;
@@ -988,6 +1014,14 @@ TrainResult train(const TrainJob& requested) {
                                  {"compute_s", times.compute}, {"send_s", times.send}, {"recv_wait_s", times.recv},
                                  {"allreduce_s", times.allreduce}, {"idle_s", idle}};
           if (members) line["generation"] = generation;
+          const std::optional<double> joules_after = energy_meter ? energy_meter->total_joules() : std::nullopt;
+          if (joules_before && joules_after) {
+            line["energy_j"] = *joules_after - *joules_before;
+            line["energy_source"] = "nvml";
+          } else if (predicted_energy) {
+            line["energy_j"] = *predicted_energy;
+            line["energy_source"] = "model";
+          }
           metrics << line.dump() << "\n" << std::flush;
         }
         if (world.rank == 0 && job.log_every > 0 && ((step + 1) % job.log_every == 0 || step + 1 == end_step))
