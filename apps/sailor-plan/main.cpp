@@ -64,6 +64,11 @@ int main(int argc, char** argv) {
       [&] { return fleet::sailor::run_calibrate(calibrate); });
   add_input_options(calibrate_cmd, calibrate.paths);
   calibrate_cmd->add_option("--runs", calibrate.runs, "Measured runs JSON (docs/sailor-model.md)")->required();
+  calibrate_cmd->add_option("--hold-out", calibrate.hold_out,
+                            "Another model's inputs folder: its runs are predicted with the constants fitted here, "
+                            "never fitted to");
+  calibrate_cmd->add_option("--hold-out-runs", calibrate.hold_out_runs,
+                            "The held-out model's measured runs (default: its folder's measured_runs.json)");
   fleet::add_json_flag(calibrate_cmd, &calibrate.json);
 
   fleet::sailor::SearchCommand search;

@@ -73,6 +73,8 @@ int run_search(const SearchCommand& options);
 struct CalibrateCommand {
   InputPaths paths;
   std::filesystem::path runs;  ///< measured runs (docs/sailor-model.md, "Calibration")
+  std::filesystem::path hold_out;       ///< another model's inputs folder: predicted with the fit, never fitted to
+  std::filesystem::path hold_out_runs;  ///< its measured runs (default: hold_out/measured_runs.json)
   bool json = false;
 };
 int run_calibrate(const CalibrateCommand& options);

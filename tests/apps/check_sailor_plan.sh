@@ -62,6 +62,33 @@ j = json.load(open(sys.argv[1]))
 e = j["mean_abs_error"]
 assert len(j["runs"]) == 8 and e["held_out_time"] < 0.06 and e["held_out_memory"] < 0.02, e
 PY
+# --hold-out: fitted on five runs, the other three predicted with those
+# constants and never fitted to (here a second copy of OPT-350's inputs
+# stands for another model): the fit matches a calibrate on the five alone.
+mkdir -p "$tmp/five" "$tmp/three"
+cp "$ex/opt-350/"{model,profile,cluster,job}.json "$tmp/three/"
+/usr/bin/python3 - "$ex/opt-350/measured_runs.json" "$tmp/five/runs.json" "$tmp/three/measured_runs.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+json.dump(dict(r, runs=r["runs"][:5]), open(sys.argv[2], "w"))
+json.dump(dict(r, runs=r["runs"][5:]), open(sys.argv[3], "w"))
+PY
+expect_rc 0 "$bin/sailor-plan" calibrate -i "$ex/opt-350" --runs "$tmp/five/runs.json" --json
+cp "$tmp/out" "$tmp/five.json"
+expect_rc 0 "$bin/sailor-plan" calibrate -i "$ex/opt-350" --runs "$tmp/five/runs.json" --hold-out "$tmp/three" --json
+/usr/bin/python3 - "$tmp/five.json" "$tmp/out" <<'PY' || fail "calibrate --hold-out: $(head -c 600 "$tmp/out")"
+import json, sys
+five, held = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert held["fitted"] == five["fitted"], (held["fitted"], five["fitted"])
+h = held["hold_out"]
+assert five["hold_out"] is None and len(h["runs"]) == 3 and h["model"] == "OPT-350", h
+errors = [abs(r["predicted_s"] / r["measured_s"] - 1) for r in h["runs"]]
+assert abs(sum(errors) / 3 - h["mean_abs_error"]["time"]) < 1e-12, (errors, h["mean_abs_error"])
+PY
+expect_rc 0 "$bin/sailor-plan" calibrate -i "$ex/opt-350" --runs "$tmp/five/runs.json" --hold-out "$tmp/three"
+grep -q "mean absolute error on the held-out model" "$tmp/out" || fail "calibrate --hold-out text: $(cat "$tmp/out")"
+expect_rc 2 "$bin/sailor-plan" calibrate -i "$ex/opt-350" --runs "$tmp/five/runs.json" --hold-out-runs "$tmp/x.json"
+expect_rc 2 "$bin/sailor-plan" calibrate -i "$ex/opt-350" --runs "$tmp/five/runs.json" --hold-out "$tmp/nowhere"
 echo '{"format": "gpufleet-sailor-runs", "version": 1, "runs": []}' > "$tmp/no_runs.json"
 expect_rc 2 "$bin/sailor-plan" calibrate -i "$ex/opt-350" --runs "$tmp/no_runs.json"
 grep -q "lists no run" "$tmp/err" || fail "calibrate with no runs: $(cat "$tmp/err")"
