@@ -45,7 +45,8 @@ Plan load_native(const JsonValue& root, const JobSpec& job) {
 Plan load_sailor_layout(const JsonValue& root, const JobSpec& job) {
   Plan p;
   p.mbs = root.get<int>("mbs");
-  p.global_batch = job.global_batch;
+  // SAILOR's validation plans name their global batch ("gbs"); its planner's leave it to the job.
+  p.global_batch = root.get_or<int>("gbs", job.global_batch);
   const JsonValue pipeline = root.at("pipeline_list").at(0);
   const auto layer_lists = pipeline.at("layers_per_stage").elements();
   const auto tmp = pipeline.at("tmp_per_stage").elements();

@@ -162,7 +162,8 @@ std::vector<std::string> complete_profiles(ProfileSet& profiles, const ModelSpec
     }
     for (const auto& [last_measured, count] : filled) {
       notes.push_back(fmt::format("profile of {}: layers {}-{} not measured in {} of its {} (mbs, TP) entries; they "
-                                  "take block {}'s figures", gpu, last_measured + 1, layers - 2, count, entries.size(),
+                                  "take block {}'s figures (a profile shorter than its model may be another model's: check it)", gpu,
+                                  last_measured + 1, layers - 2, count, entries.size(),
                                   last_measured));
     }
   }

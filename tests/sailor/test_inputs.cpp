@@ -289,23 +289,34 @@ TEST(SailorInputs, BadInputNamesFileAndField) {
 namespace fleet::sailor {
 namespace {
 
-TEST(ProfileCompletion, ShortSailorProfilesTakeTheirLastMeasuredBlock) {
-  // SAILOR measured GPT-Neo-2.7 (34 layers) on GH-96 up to block 24.
+TEST(ProfileCompletion, ShortProfilesTakeTheirLastMeasuredBlockAndSaySo) {
+  // A GH-96 profile of GPT-Neo-2.7 (34 layers) measured up to block 24 (26
+  // entries, the head last): the missing blocks take block 24's figures and
+  // the note warns that it may be another model's profile (SAILOR's planner
+  // data shipped OPT-350's 26-layer GH-96 profile under GPT-Neo-2.7's name).
   ImportOptions opt;
   opt.source = kReference;
   opt.model = "GPT-Neo-2.7";
   opt.extra_quotas["GH-96"]["us-central1-a"] = 8;
-  const ImportedInputs imported = import_sailor(opt);
-  const JsonDocument raw = load_json_file(kReference / "profiles" / "GPT-Neo-2.7" / "GH-96" / "profile.json");
-  const auto& measured = raw.json().at("8").at("4");
-  ASSERT_EQ(measured.size(), 26u);
+  ImportedInputs imported = import_sailor(opt);
+  const std::vector<LayerTimes> full = imported.profiles.gpus.at("GH-96").at({8, 4});
+  ASSERT_EQ(full.size(), 34u);
+  for (auto& [key, times] : imported.profiles.gpus.at("GH-96")) {
+    const LayerTimes head = times.back();
+    times.resize(25);
+    times.push_back(head);
+  }
+  const std::vector<std::string> notes = complete_profiles(imported.profiles, imported.model);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("layers 25-32 not measured"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[0].find("may be another model's"), std::string::npos) << notes[0];
   const auto& times = imported.profiles.gpus.at("GH-96").at({8, 4});
   ASSERT_EQ(times.size(), 34u);
   for (int b = 25; b <= 32; ++b) EXPECT_EQ(times[static_cast<std::size_t>(b)], times[24]) << b;
-  EXPECT_DOUBLE_EQ(times[33][0], measured.at("25").at(0).get<double>());  // the head stays the head
-  EXPECT_DOUBLE_EQ(times[24][1], measured.at("24").at(1).get<double>());
+  EXPECT_EQ(times[33], full[33]);  // the head stays the head
+  EXPECT_EQ(times[24], full[24]);
 
-  // And a GH-96 plan of the whole model can now be simulated.
+  // And a GH-96 plan of the whole model can be simulated.
   PlannerInputs in{imported.model, imported.profiles, imported.cluster, imported.job};
   fleet::testing::TempDir dir;
   write_file_atomically(dir / "plan.json",
@@ -316,6 +327,18 @@ TEST(ProfileCompletion, ShortSailorProfilesTakeTheirLastMeasuredBlock) {
   const Estimate e = estimate_file(dir / "plan.json", in);
   EXPECT_GT(e.iteration_s, 0.0);
   EXPECT_TRUE(std::isfinite(e.iteration_s));
+}
+
+TEST(SailorLayout, AValidationPlansGlobalBatchIsItsGbs) {
+  // SAILOR's validation plans name their global batch; its planner's plans leave it to the job.
+  const PlannerInputs in = example_inputs("gpt-neo-2.7");
+  const std::string layout = R"({"mbs": 1, "gbs": 64, "pipeline_list": [{"num_stages": 1,
+      "layers_per_stage": [[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33]],
+      "tmp_per_stage": [[[[["A100-40", 4, "us-central1-a"]], 4]]], "dp": [1]}]})";
+  EXPECT_EQ(plan_from_json(parse_json(layout, "plan").root(), in.job).global_batch, 64);
+  nlohmann::json without = nlohmann::json::parse(layout);
+  without.erase("gbs");
+  EXPECT_EQ(plan_from_json(parse_json(without.dump(), "plan").root(), in.job).global_batch, in.job.global_batch);
 }
 
 TEST(ProfileCompletion, ProfilesThatCannotBeCompletedAreRefused) {
