@@ -275,6 +275,53 @@ TEST(LiveScheduler, TemporalSharingMakesTheHpClientWaitForTheGpu) {
   f.hp.completed(hp_entry);
 }
 
+TEST(LiveScheduler, TemporalSharingGivesAWaitingHpTheGpuBetweenBestEffortRequests) {
+  // The BE client ends a request and at once begins the next: both markers
+  // are in the ring before the scheduler looks. An HP launch that was
+  // waiting goes first; the BE's next request waits for it.
+  Fixture f("temporal");
+  f.be.marker(kRequestBegin);
+  PendingLaunch first(f, "be_small");
+  ASSERT_TRUE(first.released_within(2000));
+  std::atomic<bool> hp_returned{false};
+  LaunchEntry* hp_entry = nullptr;
+  std::thread hp_thread([&] {
+    hp_entry = f.hp.before_launch(f.hp.intern_name("hp_gemm"), LaunchGeometry{});
+    hp_returned = true;
+  });
+  // Wait for the state: the scheduler has seen the HP launch and holds it.
+  for (int i = 0; i < 200000 && f.scheduler->stats()[0].kernels == 0; ++i) {
+    f.scheduler->poll();
+    std::this_thread::yield();
+  }
+  ASSERT_EQ(f.scheduler->stats()[0].kernels, 1);
+  EXPECT_FALSE(hp_returned);
+  f.be.completed(first.entry);
+  f.be.marker(kRequestEnd);
+  f.be.marker(kRequestBegin);
+  PendingLaunch second(f, "be_small");
+  // Whichever goes first, the other must not: poll until one is released.
+  for (int i = 0; i < 200000 && !hp_returned && !second.returned; ++i) {
+    f.scheduler->poll();
+    std::this_thread::yield();
+  }
+  const bool hp_first = hp_returned, be_first = second.returned;
+  EXPECT_TRUE(hp_first && !be_first) << "the BE's next request ran before the waiting HP launch";
+  if (!hp_first) {
+    // Let the BE's request end so that the HP launch is released and the test ends.
+    ASSERT_TRUE(second.released_within(20000));
+    f.be.completed(second.entry);
+    f.be.marker(kRequestEnd);
+    for (int i = 0; i < 200000 && !hp_returned; ++i) f.scheduler->poll();
+  }
+  hp_thread.join();
+  f.hp.completed(hp_entry);
+  if (hp_first) {
+    EXPECT_TRUE(second.released_within(20000));
+    f.be.completed(second.entry);
+  }
+}
+
 TEST(LiveScheduler, TickTockNeedsProfiles) {
   LiveConfig config = two_clients("tick-tock");
   config.clients[0].profile.reset();

@@ -238,6 +238,16 @@ bool LiveScheduler::consume_new(int slot_index) {
     LaunchEntry& e = slot.ring[t.tail % kRingEntries];
     const std::uint32_t state = e.state.load(std::memory_order_acquire);
     if (state == kFree || e.ticket != t.tail) break;
+    // Temporal sharing: a client that owns the GPU and has just ended a
+    // request does not begin the next one in the same pass. Its begin marker
+    // waits until decide() has run, so that the GPU, once the owner's
+    // kernels are done, goes to a waiting HP launch first rather than to the
+    // owner's next request (read together, the two markers would keep the
+    // owner mid-request for as long as it has work).
+    if (state == kMarker && e.kind == kRequestBegin && !t.in_request && t.client != hp_client_ &&
+        policy_->exclusive_requests() && exclusive_owner_ == t.client) {
+      break;
+    }
     ++t.tail;
     progress = true;
     if (s.first_ns == 0 || e.post_ns < s.first_ns) s.first_ns = e.post_ns;  // a command's processes post apart
