@@ -398,7 +398,10 @@ class Simulation {
           const bool best_effort = i != view_.hp_client;
           if (!best_effort || view_.hp_client < 0 || options_.max_be_wait_us <= 0) break;
           if (c.head_held_since_us < 0) c.head_held_since_us = now_;
-          if (now_ - c.head_held_since_us + kEps < options_.max_be_wait_us) break;
+          // The deadline as next_event() computes it (held since + wait): the
+          // difference now - since can round below the wait at large times,
+          // and the run would then wake at the deadline forever.
+          if (now_ + kEps < c.head_held_since_us + options_.max_be_wait_us) break;
           ++c.forced;
         }
         c.head_held_since_us = -1;

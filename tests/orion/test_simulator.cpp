@@ -273,6 +273,30 @@ TEST(Simulator, OrionsDurationThresholdTradesTheHpTailForBestEffortWork) {
   EXPECT_LE(relaxed.clients[hp].p99_ms, 1.15 * dedicated.clients[hp].p99_ms);
 }
 
+TEST(Simulator, AHeldBestEffortKernelIsAdmittedAtItsDeadlineAtAnyTime) {
+  // BERT training (BE) beside closed-loop ResNet101 training (HP) under
+  // reef: BE kernels are held and admitted after max_be_wait_us (100 ms).
+  // 16.8 s into the run, (since + wait) - since rounded below the wait, so
+  // the run woke at the deadline forever ("no simulated time passes").
+  fleet::testing::TempDir dir;
+  write_file_atomically(dir / "w.json", R"([
+    {"arch": "bert", "kernel_file": "/x/bert_8_fb1", "num_kernels": 4777, "num_iters": 200,
+     "args": {"batchsize": 8, "rps": 0, "uniform": false, "dummy_data": false, "train": true}},
+    {"arch": "resnet101", "kernel_file": "/x/resnet101_32_fb1", "num_kernels": 1847, "num_iters": 200,
+     "args": {"model_name": "resnet101", "batchsize": 32, "rps": 0, "uniform": false, "dummy_data": true,
+              "train": true}}])");
+  const Workload w = load_workload(dir / "w.json", {kExamples / "profiles"});
+  SimOptions options;
+  options.max_events_without_time = 100000;  // fail fast where it would spin
+  for (const char* policy : {"reef", "orion"}) {
+    for (double wait_ms : {50.0, 100.0}) {
+      options.max_be_wait_us = wait_ms * 1e3;
+      const SimResult r = simulate(w, policy, options);
+      EXPECT_GT(r.clients[1].latencies_ms.size(), 100u) << policy << " " << wait_ms;
+    }
+  }
+}
+
 TEST(Workload, ReadsOrionsConfigs) {
   const Workload w = load_workload(kExamples / "fig7_rnet_rnet.json", {kExamples / "profiles"});
   ASSERT_EQ(w.clients.size(), 2u);
