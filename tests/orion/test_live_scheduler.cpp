@@ -289,8 +289,10 @@ TEST(LiveScheduler, TemporalSharingGivesAWaitingHpTheGpuBetweenBestEffortRequest
     hp_entry = f.hp.before_launch(f.hp.intern_name("hp_gemm"), LaunchGeometry{});
     hp_returned = true;
   });
-  // Wait for the state: the scheduler has seen the HP launch and holds it.
-  for (int i = 0; i < 200000 && f.scheduler->stats()[0].kernels == 0; ++i) {
+  // Wait for the state: the scheduler has seen the HP launch and holds it
+  // (a generous deadline only so that a broken build cannot hang).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (f.scheduler->stats()[0].kernels == 0 && std::chrono::steady_clock::now() < deadline) {
     f.scheduler->poll();
     std::this_thread::yield();
   }
@@ -301,7 +303,7 @@ TEST(LiveScheduler, TemporalSharingGivesAWaitingHpTheGpuBetweenBestEffortRequest
   f.be.marker(kRequestBegin);
   PendingLaunch second(f, "be_small");
   // Whichever goes first, the other must not: poll until one is released.
-  for (int i = 0; i < 200000 && !hp_returned && !second.returned; ++i) {
+  while (!hp_returned && !second.returned && std::chrono::steady_clock::now() < deadline) {
     f.scheduler->poll();
     std::this_thread::yield();
   }
@@ -312,7 +314,7 @@ TEST(LiveScheduler, TemporalSharingGivesAWaitingHpTheGpuBetweenBestEffortRequest
     ASSERT_TRUE(second.released_within(20000));
     f.be.completed(second.entry);
     f.be.marker(kRequestEnd);
-    for (int i = 0; i < 200000 && !hp_returned; ++i) f.scheduler->poll();
+    while (!hp_returned && std::chrono::steady_clock::now() < deadline + std::chrono::seconds(60)) f.scheduler->poll();
   }
   hp_thread.join();
   f.hp.completed(hp_entry);
