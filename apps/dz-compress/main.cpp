@@ -1,5 +1,5 @@
 // dz-compress: compress a fine-tuned model as a sparse, low-bit delta from its base model, and reconstruct it.
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "devices/device_info.h"
 #include "fleet/config.h"
 #if FLEET_WITH_TORCH

@@ -1,6 +1,6 @@
 // dz-serve: serve many compressed fine-tunes of one base model at once over an OpenAI-compatible HTTP API,
 // and load-test such a server.
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "deltazip/serve/serve_command.h"
 #include "devices/device_info.h"
 #include "fleet/config.h"

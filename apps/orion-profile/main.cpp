@@ -1,5 +1,5 @@
 // orion-profile: Profile GPU kernels: duration, SMs needed, compute- or memory-bound.
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "devices/device_info.h"
 #include "orion/commands.h"
 #include "orion/live/capture_command.h"

@@ -1,5 +1,5 @@
 // orion-run: collocate a latency-critical job with best-effort jobs on one GPU under Orion's kernel scheduling.
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "devices/device_info.h"
 #include "orion/commands.h"
 #include "orion/live/exec_command.h"

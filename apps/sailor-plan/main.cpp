@@ -1,5 +1,5 @@
 // sailor-plan: plan distributed training on heterogeneous, multi-zone GPU pools.
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "devices/device_info.h"
 #include "sailor/commands.h"
 

@@ -1,10 +1,11 @@
 // sailor-run: initialise models and train them, in one process or as the ranks of a
 // data/pipeline-parallel job (a sailor-plan plan), launched here, by torchrun or by srun.
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "devices/device_info.h"
 #include "fleet/config.h"
 #if FLEET_WITH_TORCH
 #include "model/commands.h"
+#include "sailor-run/launch_commands.h"
 #include "sailor/runtime/commands.h"
 #include "sailor/runtime/network_profile.h"
 #include "sailor/runtime/profiler.h"
@@ -122,8 +123,8 @@ int main(int argc, char** argv) {
   net_cmd->add_option("-o,--output", net.output, "cluster.json to write (rank 0)")->transform(fleet::output_path())->required();
   fleet::add_json_flag(net_cmd, &net.json);
 
-  rt::LaunchCommands launch;
-  rt::add_launch_commands(tool, launch);
+  fleet::LaunchCommands launch;
+  fleet::add_launch_commands(tool, launch);
 
   m::CorpusCommand corpus;
   CLI::App* corpus_cmd = tool.add_command("make-corpus", "Write a synthetic training corpus (no downloads)",

@@ -56,13 +56,16 @@ open(sys.argv[4], "wb").write(data[:at + 1] + bytes([data[at + 1] ^ 0x40]) + dat
 PY
   cp -r "$work/base" "$work/bad-nan" && mv "$work/bad-nan.safetensors" "$work/bad-nan/model.safetensors"
   head -c 4096 /dev/urandom | tr -d '\000' > "$work/random.dat"
-  # A port that some other program listens on (not a rendezvous store).
-  python3 -c 'import socket, sys, time
-s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16)
-print(s.getsockname()[1], flush=True); time.sleep(600)' > "$tmp/busy-port" &
-  listener=$!
+  # A port that some other program listens on (not a rendezvous store). It
+  # stays up while this script runs, and goes when the script does.
   trap 'kill $listener 2>/dev/null; rm -rf "$tmp"' EXIT
-  while [ ! -s "$tmp/busy-port" ]; do sleep 0.05; done
+  python3 -c 'import os, socket, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16)
+print(s.getsockname()[1], flush=True)
+parent = os.getppid()
+while os.getppid() == parent: time.sleep(0.2)' > "$tmp/busy-port" &
+  listener=$!
+  until [ -s "$tmp/busy-port" ]; do sleep 0.05; done
   busy=$(cat "$tmp/busy-port")
 fi
 # Inputs that are valid JSON or CSV with sizes taken on trust: each must be

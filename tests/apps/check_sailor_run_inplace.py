@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 
 from elastic_jobs import COMMON, Checks, elastic, finishes_on_new_plan, plan_workers, prepare, records, reference, \
-    run, same_losses, stop_between_requests, worker_pids
+    run, same_losses, stop_between_requests, wait_until, worker_pids
 
 BIN = Path(sys.argv[1])
 RUN = str(BIN / "sailor-run")
@@ -193,12 +193,11 @@ def main():
             stop_between_requests(RUN, pids[0], controller2)  # the job cannot finish meanwhile
             for newcomer in (2, 3):
                 run(RUN, "join", "--controller", controller2)
-                deadline = time.time() + 60
-                while time.time() < deadline and newcomer not in worker_pids(tmp / "flapping"):
-                    time.sleep(0.02)
-                if newcomer in worker_pids(tmp / "flapping"):
-                    os.kill(worker_pids(tmp / "flapping")[newcomer], signal.SIGKILL)
-                time.sleep(0.5)
+                pid = wait_until(lambda: worker_pids(tmp / "flapping").get(newcomer))
+                if pid:
+                    os.kill(pid, signal.SIGKILL)
+                    # The next one joins once this one is gone.
+                    wait_until(lambda: worker_pids(tmp / "flapping").get(newcomer) != pid)
             os.kill(pids[0], signal.SIGCONT)
 
         port2 = free_port()

@@ -55,6 +55,14 @@ def records(path):
     return steps, events
 
 
+def wait_until(condition, timeout=60, every=0.02):
+    """Polls `condition` until it holds or `timeout` seconds pass; returns its last value."""
+    deadline = time.time() + timeout
+    while not (held := condition()) and time.time() < deadline:
+        time.sleep(every)
+    return held
+
+
 def worker_pids(output):
     """{worker id: pid} of the `train` workers writing to `output` (the id is
     SAILOR_WORKER_ID under --recovery inplace, RANK otherwise)."""

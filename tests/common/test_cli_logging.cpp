@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "common/error.h"
 #include "common/logging.h"
 

@@ -1,4 +1,4 @@
-// The OBS sweep's checkable identities (DESIGN.md): loss = Hessian-weighted
+// The OBS sweep's checkable identities: loss = Hessian-weighted
 // error / 2, diagonal Hessian = round-to-nearest, n:m zeros, pruned = 0,
 // better than round-to-nearest on correlated Hessians; storage round trip.
 #include <gtest/gtest.h>

@@ -58,7 +58,9 @@ std::unique_ptr<ControlStore> connect_controller(const std::string& address) {
   return ControlStore::connect(host, port, std::chrono::seconds(10));
 }
 
-int run_join(const LaunchCommands& c) {
+}  // namespace
+
+int run_join(const JobAddress& c) {
   auto store = connect_controller(c.address);
   if (store->get(control_keys::kDone)) throw InputError("the job at " + c.address + " has finished");
   const auto total = store->add(control_keys::kJoinRequests, c.join_workers);
@@ -67,7 +69,7 @@ int run_join(const LaunchCommands& c) {
   return 0;
 }
 
-int run_status(const LaunchCommands& c) {
+int run_status(const JobAddress& c) {
   auto store = connect_controller(c.address);
   const auto text = store->get(control_keys::kStatus);
   if (!text) throw InputError("the store at " + c.address + " holds no elastic job");
@@ -91,102 +93,6 @@ int run_status(const LaunchCommands& c) {
                            status.at("training").size(), status.at("training").dump(), status.at("others").dump(),
                            stages, status.at("cause").get<std::string>(), status.at("last_step").get<std::int64_t>());
   return 0;
-}
-
-// What every plan of an elastic job optimises and must meet (the first and
-// each re-plan); a change that leaves no plan within them stops the job.
-void add_plan_bounds(CLI::App* cmd, LaunchCommand& c) {
-  cmd->add_option("--objective", c.objective, "Elastic: what each (re-)plan optimises, throughput, cost or energy")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"throughput", "cost", "energy"}));
-  cmd->add_option("--min-throughput", c.min_throughput,
-                  "Elastic: iterations/s every plan must reach; fewer workers than that needs stop the job (0: none)")
-      ->check(CLI::Range(0.0, 1e9));
-  cmd->add_option("--max-cost-per-iter", c.max_cost_per_iter, "Elastic: $ per iteration no plan may exceed (0: none)")
-      ->check(CLI::Range(0.0, 1e12));
-  cmd->add_option("--max-energy-per-iter", c.max_energy_per_iter,
-                  "Elastic: joules per iteration, all GPUs together, no plan may exceed (0: none)")
-      ->check(CLI::Range(0.0, 1e15));
-}
-
-}  // namespace
-
-void add_launch_commands(Tool& tool, LaunchCommands& c) {
-  auto& launch = c.launch;
-  CLI::App* cmd = tool.add_command(
-      "launch", "Start the workers of a job on this machine: sailor-run launch --nprocs N -- train ...", [&] {
-        return launch.elastic_inputs.empty() ? run_launch(launch) : run_elastic_launch(launch);
-      });
-  cmd->add_option("--nprocs", launch.nprocs, "Workers to start (default: as many as --plan needs)")
-      ->check(in_range(1, 1024));
-  cmd->add_option("--plan", launch.plan, "Plan to hand to every worker as --plan")->check(CLI::ExistingFile);
-  cmd->add_option("--master-port", launch.master_port,
-                  "Rendezvous (elastic: controller) port on 127.0.0.1 (default: a free one)")
-      ->check(in_range(1, 65535));
-  cmd->add_option("--grace", launch.grace_seconds, "Seconds between SIGTERM and SIGKILL when stopping workers")
-      ->capture_default_str()
-      ->check(in_range(0, 3600));
-  cmd->add_option("--elastic", launch.elastic_inputs,
-                  "Planner inputs folder: re-plan and go on when workers are lost, leave or join")
-      ->check(CLI::ExistingDirectory);
-  cmd->add_option("--recovery", launch.recovery,
-                  "Elastic recovery: inplace (survivors hand their state over) or restart (from the last checkpoint)")
-      ->capture_default_str();
-  cmd->add_option("--max-reconfigurations", launch.max_reconfigurations, "Elastic: give up after this many")
-      ->capture_default_str()
-      ->check(in_range(0, 1e6));
-  cmd->add_option("--heartbeat-timeout", launch.heartbeat_timeout_seconds,
-                  "Elastic: seconds without a heartbeat (inplace; 10x this from a worker's start to its first), "
-                  "or stopped (restart: SIGSTOP), after which a worker is taken for lost")
-      ->capture_default_str()
-      ->check(in_range(0.5, 1e6));
-  add_plan_bounds(cmd, launch);
-  cmd->add_option("worker", launch.arguments, "The workers' sailor-run command, after --")->required();
-
-  auto& ctl = c.controller;
-  ctl.external_workers = true;
-  ctl.master_port = 29400;
-  CLI::App* controller = tool.add_command(
-      "controller",
-      "Coordinate an elastic job whose workers start elsewhere (srun steps running `train` with "
-      "SAILOR_CONTROL=HOST:PORT): register them, plan, re-plan when they are lost or join",
-      [&] { return run_elastic_launch(ctl); });
-  controller->add_option("--elastic", ctl.elastic_inputs, "Planner inputs folder to plan and re-plan with")
-      ->required()
-      ->check(CLI::ExistingDirectory);
-  controller->add_option("--workers", ctl.nprocs, "Workers to wait for before the first generation")
-      ->required()
-      ->check(in_range(1, 1024));
-  controller->add_option("--port", ctl.master_port, "Port to serve the job's store on (every interface)")
-      ->capture_default_str()
-      ->check(in_range(1, 65535));
-  controller->add_option("--plan", ctl.plan, "First plan (default: the search's best for --workers)")
-      ->check(CLI::ExistingFile);
-  controller->add_option("--heartbeat-timeout", ctl.heartbeat_timeout_seconds,
-                         "Seconds without a heartbeat after which a worker is taken for lost (1.5 once a peer "
-                         "reported a lost connection; 10x this from a worker's start to its first heartbeat or "
-                         "registration)")
-      ->capture_default_str()
-      ->check(in_range(0.5, 1e6));
-  controller->add_option("--max-reconfigurations", ctl.max_reconfigurations, "Give up after this many")
-      ->capture_default_str()
-      ->check(in_range(0, 1e6));
-  add_plan_bounds(controller, ctl);
-  controller->add_option("--output", ctl.output, "The workers' -o folder (named when the job stops without a plan)")->transform(output_path());
-  controller->add_option("--metrics", ctl.metrics,
-                         "The workers' --metrics file (shared file system): reconfiguration records go there too")->transform(output_path());
-
-  CLI::App* join = tool.add_command("join", "Ask a running elastic job (launch --elastic) for more workers",
-                                    [&] { return run_join(c); });
-  join->add_option("--controller", c.address, "HOST:PORT the elastic launcher printed")->required();
-  join->add_option("--workers", c.join_workers, "Workers to add on the launcher's machine")
-      ->capture_default_str()
-      ->check(in_range(1, 1024));
-
-  CLI::App* status = tool.add_command("status", "Print a running elastic job's generation, plan and members",
-                                      [&] { return run_status(c); });
-  status->add_option("--controller", c.address, "HOST:PORT the elastic launcher printed")->required();
-  add_json_flag(status, &c.json);
 }
 
 }  // namespace fleet::sailor::runtime

@@ -1,10 +1,10 @@
 // Entry points of `sailor-run train` (one rank of a job, or the whole job in
-// one process). Torch-free header: the program includes it.
+// one process), `join` and `status`. Torch-free header: the program includes
+// it; its options are defined in apps/sailor-run.
 #pragma once
 
 #include <string>
 
-#include "common/cli.h"
 #include "sailor/runtime/launcher.h"
 #include "sailor/runtime/trainer.h"
 
@@ -17,16 +17,15 @@ struct TrainCommand {
 };
 int run_train(const TrainCommand& command);
 
-/// `launch` (workers on this machine, elastic or not), `join` (ask a running
-/// elastic job for more workers) and `status` (a running elastic job's
-/// generation, plan and members).
-struct LaunchCommands {
-  LaunchCommand launch;
-  LaunchCommand controller;  ///< `sailor-run controller`: the workers start elsewhere
-  std::string address;       ///< HOST:PORT of an elastic job's controller (join, status)
-  int join_workers = 1;
-  bool json = false;
+/// A running elastic job's controller, as `join` and `status` address it.
+struct JobAddress {
+  std::string address;  ///< HOST:PORT of the controller
+  int join_workers = 1; ///< join: workers to ask for
+  bool json = false;    ///< status: the JSON record instead of words
 };
-void add_launch_commands(Tool& tool, LaunchCommands& commands);
+/// `join`: asks the job for more workers (they start at its next step boundary).
+int run_join(const JobAddress& command);
+/// `status`: prints the job's generation, plan and members.
+int run_status(const JobAddress& command);
 
 }  // namespace fleet::sailor::runtime

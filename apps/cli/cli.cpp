@@ -1,4 +1,4 @@
-#include "common/cli.h"
+#include "cli/cli.h"
 
 #include <cerrno>
 #include <cmath>
