@@ -245,35 +245,20 @@ class Searcher {
   // The GPU kinds a stage's replicas run on: its pool's and, when it spills,
   // the spill pool's; the slowest paces the stage.
   struct StageKinds {
+    using Figure = double (*)(const std::vector<double>&, int, int);  // stage_time or stage_update
     const std::vector<double>* own = nullptr;
     const std::vector<double>* spill = nullptr;
     double own_w = 0, spill_w = 0;  // watts above idle of one replica of each kind while it computes
-    // Joules above idle of one replica computing layers [a, b) (forward and
-    // backward, or the step), at the kind that spends fewer.
-    double busy_joules(int a, int b) const {
-      const double j = own_w * stage_time(*own, a, b);
-      return spill != nullptr ? std::min(j, spill_w * stage_time(*spill, a, b)) : j;
+    // `of` layers [a, b) on each kind (in joules above idle with `joules`),
+    // the larger of the two (`slowest`) or the smaller.
+    double figure(Figure of, int a, int b, bool slowest, bool joules = false) const {
+      const double x = (joules ? own_w : 1.0) * of(*own, a, b);
+      if (spill == nullptr) return x;
+      const double y = (joules ? spill_w : 1.0) * of(*spill, a, b);
+      return slowest ? std::max(x, y) : std::min(x, y);
     }
-    double update_joules(int a, int b) const {
-      const double j = own_w * stage_update(*own, a, b);
-      return spill != nullptr ? std::min(j, spill_w * stage_update(*spill, a, b)) : j;
-    }
-    double time(int a, int b) const {
-      const double t = stage_time(*own, a, b);
-      return spill != nullptr ? std::max(t, stage_time(*spill, a, b)) : t;
-    }
-    double quickest(int a, int b) const {
-      const double t = stage_time(*own, a, b);
-      return spill != nullptr ? std::min(t, stage_time(*spill, a, b)) : t;
-    }
-    double update(int a, int b) const {
-      const double u = stage_update(*own, a, b);
-      return spill != nullptr ? std::max(u, stage_update(*spill, a, b)) : u;
-    }
-    double quickest_update(int a, int b) const {
-      const double u = stage_update(*own, a, b);
-      return spill != nullptr ? std::min(u, stage_update(*spill, a, b)) : u;
-    }
+    // Forward + backward, paced by the slower kind (the split's hot loop asks).
+    double time(int a, int b) const { return figure(stage_time, a, b, true); }
   };
 
   // Prefix sums per layer of pool p, of forward + backward (entries
@@ -818,7 +803,7 @@ class Searcher {
     std::vector<double> slot(stages);
     for (std::size_t i = 0; i < stages; ++i) {
       const int a = bounds[i], z = bounds[i + 1];
-      slot[i] = (optimistic ? prefix[i].quickest(a, z) : prefix[i].time(a, z)) + in_.calibration.microbatch_overhead_s;
+      slot[i] = prefix[i].figure(stage_time, a, z, !optimistic) + in_.calibration.microbatch_overhead_s;
     }
     for (std::size_t i = 0; i + 1 < stages; ++i) {
       if (prefix[i].spill != nullptr || prefix[i + 1].spill != nullptr) continue;
@@ -830,10 +815,10 @@ class Searcher {
     }
     PipelineBound b;
     for (std::size_t i = 0; i < stages; ++i) {
-      b.busy_joules += prefix[i].busy_joules(bounds[i], bounds[i + 1]);
-      b.update_joules += prefix[i].update_joules(bounds[i], bounds[i + 1]);
-      b.update = std::max(b.update, optimistic ? prefix[i].quickest_update(bounds[i], bounds[i + 1])
-                                               : prefix[i].update(bounds[i], bounds[i + 1]));
+      const int a = bounds[i], z = bounds[i + 1];
+      b.busy_joules += prefix[i].figure(stage_time, a, z, false, true);
+      b.update_joules += prefix[i].figure(stage_update, a, z, false, true);
+      b.update = std::max(b.update, prefix[i].figure(stage_update, a, z, !optimistic));
     }
     for (double t : slot) {
       b.slowest = std::max(b.slowest, t);

@@ -93,6 +93,10 @@ TEST(ElasticProtocol, BoundsAreCheckedWhereTheyAreRead) {
   EXPECT_THROW(search_options("cost", -1, 0, 0), UsageError);
   EXPECT_THROW(search_options("cost", 0, std::nan(""), 0), UsageError);
   EXPECT_THROW(search_options("cost", 0, 0, -2), UsageError);
+  const SearchOptions energy = search_options("energy", 0, 0, 0, 5e5);
+  EXPECT_EQ(energy.objective, Objective::kEnergy);
+  EXPECT_EQ(energy.max_energy_per_iteration, 5e5);
+  EXPECT_THROW(search_options("energy", 0, 0, 0, -1), UsageError);
 }
 
 TEST(ElasticProtocol, HostPortIsCheckedAndAMissingControllerIsOneClearError) {

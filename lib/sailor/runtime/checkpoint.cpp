@@ -76,15 +76,23 @@ fs::path real_output(const fs::path& output) {
 
 }  // namespace
 
+namespace {
+
+// A file's size and FNV-1a 64 digest, as trainer_state.json lists them.
+nlohmann::json file_digest(const fs::path& path) {
+  const MappedFile file(path);
+  Fnv1a64 hash;
+  hash.add(file.bytes());
+  return {{"bytes", file.size()}, {"fnv1a64", fmt::format("{:016x}", hash.value)}};
+}
+
+}  // namespace
+
 nlohmann::json checkpoint_file_digests(const fs::path& dir) {
   nlohmann::json files = nlohmann::json::object();
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
-    if (!entry.is_regular_file() || name.find(".safetensors") == std::string::npos) continue;
-    const MappedFile file(entry.path());
-    Fnv1a64 hash;
-    hash.add(file.bytes());
-    files[name] = {{"bytes", file.size()}, {"fnv1a64", fmt::format("{:016x}", hash.value)}};
+    if (entry.is_regular_file() && name.find(".safetensors") != std::string::npos) files[name] = file_digest(entry.path());
   }
   return files;
 }
@@ -97,11 +105,8 @@ void verify_checkpoint_files(const fs::path& dir, const nlohmann::json& state) {
     std::error_code ec;
     if (!fs::is_regular_file(path, ec))
       throw InputError("the checkpoint lists " + name + ", which is missing", {(dir / "trainer_state.json").string(), "files", std::nullopt});
-    const MappedFile file(path);
-    Fnv1a64 hash;
-    hash.add(file.bytes());
-    if (file.size() != expected.at("bytes").get<std::uint64_t>() ||
-        fmt::format("{:016x}", hash.value) != expected.at("fnv1a64").get<std::string>())
+    const nlohmann::json actual = file_digest(path);
+    if (actual.at("bytes") != expected.at("bytes") || actual.at("fnv1a64") != expected.at("fnv1a64"))
       throw InputError("does not match its digest in trainer_state.json: the checkpoint is damaged (resume from a copy, "
                        "or start again with --force)",
                        {path.string(), "", std::nullopt});

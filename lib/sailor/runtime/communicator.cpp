@@ -53,10 +53,6 @@ bool is_transfer(const c10::intrusive_ptr<c10d::Work>& work) {
          dynamic_cast<c10d::ProcessGroupGloo::RecvWork*>(work.get()) != nullptr;
 }
 
-// c10d's TCPStore client waits without a limit for a reply once connected:
-// a port held by another program (not a store) accepts the connection and
-// never answers. Build it on a helper thread and give up at the deadline;
-// the helper, blocked in a read, ends with the process.
 // True when this machine already has something listening on `port`: the
 // server's bind would fail (after libtorch logged three lines about it).
 bool port_in_use(int port) {
@@ -73,11 +69,17 @@ bool port_in_use(int port) {
   return in_use;
 }
 
+// c10d's TCPStore client waits without a limit for a reply once connected:
+// a port held by another program (not a store) accepts the connection and
+// never answers. Build it on a helper thread and give up at the deadline;
+// the helper, blocked in a read, ends with the process.
 c10::intrusive_ptr<c10d::TCPStore> store_within(const std::string& host, const c10d::TCPStoreOptions& options,
                                                 std::chrono::milliseconds timeout, const std::string& failure) {
-  if (options.isServer && options.port != 0 && port_in_use(options.port))
-    throw RuntimeFailure(fmt::format("{}: port {} is in use (another job, or another program); choose a free "
-                                     "MASTER_PORT", failure, options.port));
+  const auto port_taken = [&] {
+    return RuntimeFailure(fmt::format("{}: port {} is in use (another job, or another program); choose a free "
+                                      "MASTER_PORT", failure, options.port));
+  };
+  if (options.isServer && options.port != 0 && port_in_use(options.port)) throw port_taken();
   auto task = std::make_shared<std::packaged_task<c10::intrusive_ptr<c10d::TCPStore>()>>(
       [host, options] { return c10::make_intrusive<c10d::TCPStore>(host, options); });
   auto result = task->get_future();
@@ -92,8 +94,7 @@ c10::intrusive_ptr<c10d::TCPStore> store_within(const std::string& host, const c
     const std::string why = first_line(e);
     // rank 0 could not listen: say so, not "cannot join".
     if (why.find("Address already in use") != std::string::npos || why.find("errno: 98") != std::string::npos)
-      throw RuntimeFailure(fmt::format("{}: port {} is in use (another job, or another program); choose a free "
-                                       "MASTER_PORT", failure, options.port));
+      throw port_taken();
     throw RuntimeFailure(fmt::format("{}: {}", failure, why));
   }
 }

@@ -459,8 +459,10 @@ class InplaceController {
       throw_bad_input(e.describe());
     }
     lost_.insert(e.id);
-    if (lost_cause_.count(e.id)) note(lost_cause_[e.id], lost_since_[e.id]);
-    else note(e.describe());
+    if (const auto stopped = stopped_.find(e.id); stopped != stopped_.end())
+      note(stopped->second.cause, stopped->second.last_beat);
+    else
+      note(e.describe());
   }
 
   // `last_alive`: the lost worker's last sign of life (its last heartbeat);
@@ -534,8 +536,7 @@ class InplaceController {
           lost_.insert(id);  // it may be alive but unreachable: it is out of every later generation
           note(cause, beat.second);
         } else {
-          lost_cause_[id] = cause;
-          lost_since_[id] = beat.second;
+          stopped_[id] = {cause, beat.second};
           spdlog::error("{}; stopping it", cause);
           processes_.signal(id, SIGKILL);
         }
@@ -745,13 +746,17 @@ class InplaceController {
   std::uintmax_t metrics_offset_ = 0;
   std::vector<int> order_, joiners_, boundary_leaving_;
   std::set<int> lost_;
-  std::map<int, std::string> lost_cause_;
+  // Workers the controller stopped for missed heartbeats: why, and their last beat.
+  struct Stopped {
+    std::string cause;
+    Clock::time_point last_beat;
+  };
+  std::map<int, Stopped> stopped_;
   std::map<int, std::pair<std::int64_t, Clock::time_point>> beats_;
   std::string cause_;
   bool boundary_seen_ = false, stop_asked_ = false;
   Clock::time_point detected_, settle_until_, failure_seen_, last_heartbeat_check_, regroup_started_, record_detected_;
   Clock::time_point last_alive_;  // of the first loss of the change being handled
-  std::map<int, Clock::time_point> lost_since_;  // workers stopped for missed heartbeats: their last beat
   std::optional<nlohmann::json> pending_record_;
   nlohmann::json status_;  // what `sailor-run status` prints
 };
