@@ -44,9 +44,14 @@ int main(int argc, char** argv) {
                        "default: the workload's, 5 for Orion's configs)")
       ->check(fleet::in_range(0, 1e6));
   simulate->add_option("--dur-threshold", sim.dur_threshold,
-                       "orion: outstanding best-effort work cap, as a fraction of the HP request latency")
+                       "orion: outstanding best-effort work cap, as a fraction of the HP request latency (and the starting co-run slack)")
       ->capture_default_str()
       ->check(fleet::in_range(1e-9, 1));
+  simulate->add_option("--hp-slowdown", sim.hp_slowdown_limit,
+                       "orion: the HP's mean service time over its time alone that best-effort kernels running beside its "
+                       "requests may cost; their slack (from --dur-threshold) is tuned online to hold it (0: fixed slack)")
+      ->capture_default_str()
+      ->check(fleet::in_range(0, 1e3));
   simulate->add_option("--sm-threshold", sim.sm_threshold,
                        "orion: largest SM need of a best-effort kernel during HP requests (-1: Orion's default)")
       ->capture_default_str()
@@ -84,8 +89,13 @@ int main(int argc, char** argv) {
                    "orion: largest SM need of a best-effort kernel during HP requests (-1: Orion's default)")
       ->capture_default_str()
       ->check(fleet::in_range(-1, 1e6));
+  exec->add_option("--hp-slowdown", ex.hp_slowdown_limit,
+                   "orion: the HP's mean service time over its time alone that best-effort kernels running beside its "
+                   "requests may cost; their slack (from --dur-threshold) is tuned online to hold it (0: fixed slack)")
+      ->capture_default_str()
+      ->check(fleet::in_range(0, 1e3));
   exec->add_option("--dur-threshold", ex.dur_threshold,
-                   "orion: outstanding best-effort work cap, as a fraction of the HP request latency")
+                   "orion: outstanding best-effort work cap, as a fraction of the HP request latency (and the starting co-run slack)")
       ->capture_default_str()
       ->check(fleet::in_range(1e-9, 1));
   exec->add_option("--reef-queue-depth", ex.reef_queue_depth,

@@ -26,7 +26,21 @@ struct SchedulerView {
 
 /// Tunables of the policies (defaults follow Orion's code and paper).
 struct PolicyOptions {
-  double dur_threshold_fraction = 0.025;  ///< orion: outstanding BE work cap, fraction of the HP request latency
+  /// orion: Orion's DUR_THRESHOLD, as a fraction of the HP request's solo
+  /// latency: the cap on outstanding BE work (what an arriving HP request
+  /// may find queued ahead of it), and the starting co-run slack (below).
+  double dur_threshold_fraction = 0.025;
+  /// orion: during an HP request, a BE kernel may run beside it when one
+  /// wave of its blocks (the longest it can keep SMs from the HP kernels)
+  /// is within the slack, a fraction of the HP request's solo latency (half
+  /// that for a kernel of the HP kernel's own class, which contends for the
+  /// same unit). With hp_slowdown_limit above 0 the slack is tuned online:
+  /// every 30 HP requests, their mean service time over the service time
+  /// alone (kernels back to back, launches paced by the launch overhead) is
+  /// compared with the limit; above it the slack shrinks by a fifth, at or
+  /// below it grows by a tenth (up to the whole request). 0: the slack
+  /// stays at dur_threshold_fraction.
+  double hp_slowdown_limit = 1.15;
   int sm_threshold = -1;                  ///< orion: max SM need of a BE kernel during HP requests (-1: auto)
   /// orion, training HP client: its iteration-time target in ms. Above 0,
   /// the SM threshold is searched online as Orion does (a bisection between
@@ -50,8 +64,10 @@ class Policy {
                      const SimKernel& kernel) = 0;
   /// A released kernel finished.
   virtual void on_complete(int client, std::size_t index, std::size_t count) {}
-  /// A request or iteration of `client` finished after `latency_us` (arrival to last kernel).
-  virtual void on_request_done(int client, double latency_us) {}
+  /// A request or iteration of `client` finished after `latency_us`
+  /// (arrival to last kernel), of which `service_us` from when it began
+  /// to be served (its wait behind the client's own earlier requests left out).
+  virtual void on_request_done(int client, double latency_us, double service_us) {}
   /// What the policy settled on, for the report ("" when nothing to say).
   virtual std::string summary() const { return {}; }
   /// True: one request/iteration at a time on the whole GPU (temporal sharing).

@@ -36,6 +36,10 @@ struct ComparisonRow {
   double offered_load = -1;  ///< open loop: arrival rate x mean service time (-1: closed loop or too few)
   std::int64_t forced_admissions = 0;  ///< BE kernels admitted after the bounded wait
   std::int64_t preempted = 0;          ///< BE kernels reset by HP arrivals (reef)
+  /// HP rows of shared runs: the fraction of the time this client had a
+  /// request in progress during which best-effort blocks ran beside it;
+  /// -1 elsewhere (BE rows, dedicated runs).
+  double corun_fraction = -1;
 };
 
 /// Rows for every client of every result, relative to `dedicated`.

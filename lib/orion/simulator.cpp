@@ -57,6 +57,7 @@ struct ClientRun {
   const std::vector<SimKernel>* kernels = nullptr;
   bool active = false;
   double request_arrival_us = 0;
+  double request_start_us = 0;  // when it began to be served (after the client's earlier requests)
   std::size_t launched = 0, released = 0, started = 0, completed = 0;
   double next_launch_us = 0;
   GpuKernel gpu;
@@ -235,6 +236,7 @@ class Simulation {
     if (c.arrivals) c.next_arrival_us = c.arrivals->next() * 1e6;
     c.active = true;
     c.request_arrival_us = arrival;
+    c.request_start_us = now_;
     c.kernels = (c.requests_started == 0 && !c.spec->first_kernels.empty()) ? &c.spec->first_kernels : &c.spec->kernels;
     c.launched = c.released = c.started = c.completed = 0;
     c.next_launch_us = now_ + launch_overhead_us(c);
@@ -540,6 +542,12 @@ class Simulation {
         busy_us_ += dt;
         sm_us_ += dt * static_cast<double>(pool_.busy_sms()) / sms_;
       }
+      if (view_.hp_request_active && dt > 0) {
+        hp_active_us_ += dt;
+        const bool best_effort_resident = std::any_of(cohorts_.begin(), cohorts_.end(),
+                                                      [&](const Cohort& h) { return h.client != view_.hp_client; });
+        if (best_effort_resident) hp_corun_us_ += dt;
+      }
     }
     now_ = t;
   }
@@ -602,7 +610,7 @@ class Simulation {
       c.finished_us = now_;
       window_ended_ = true;
     }
-    policy_.on_request_done(i, now_ - c.request_arrival_us);
+    policy_.on_request_done(i, now_ - c.request_arrival_us, now_ - c.request_start_us);
     if (trace_ != nullptr && kernels_ <= options_.trace_kernel_limit) {
       trace_->add_complete(1, 2 * i + 1, (c.spec->training ? "iteration " : "request ") + std::to_string(c.done),
                            "request", c.request_arrival_us, now_ - c.request_arrival_us);
@@ -618,6 +626,8 @@ class Simulation {
     out.busy_fraction = now_ > 0 ? busy_us_ / now_ : 0;
     out.sm_utilization = now_ > 0 ? sm_us_ / now_ : 0;
     out.kernels = kernels_;
+    out.hp_active_s = hp_active_us_ / 1e6;
+    out.hp_corun_fraction = hp_active_us_ > 0 ? hp_corun_us_ / hp_active_us_ : 0;
     double window_end_us = now_;
     for (const ClientRun& c : clients_) {
       if (c.finished_us >= 0) window_end_us = std::min(window_end_us, c.finished_us);
@@ -687,6 +697,7 @@ class Simulation {
   SmPool pool_;
   double now_ = 0;
   double busy_us_ = 0, sm_us_ = 0;
+  double hp_active_us_ = 0, hp_corun_us_ = 0;  // time an HP request was active; of it, with BE blocks resident
   std::uint64_t kernels_ = 0;
   int last_traced_sms_ = -1;
   std::vector<ClientRun> clients_;

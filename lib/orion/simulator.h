@@ -107,6 +107,11 @@ struct SimResult {
   double busy_fraction = 0;      ///< time with at least one kernel running
   double sm_utilization = 0;     ///< time-average of the fraction of SMs holding blocks
   std::uint64_t kernels = 0;     ///< kernels simulated
+  /// Simulated time with an HP request or iteration in progress, and the
+  /// fraction of it during which best-effort blocks were resident beside
+  /// it (what a policy gains over temporal sharing; 0 without an HP client).
+  double hp_active_s = 0;
+  double hp_corun_fraction = 0;
 };
 
 /// Runs `workload` under `policy` ("dedicated" runs each client alone).

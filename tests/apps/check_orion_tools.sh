@@ -106,7 +106,7 @@ EOF
 expect_rc 0 "$bin/orion-run" simulate -w "$tmp/hp-train.json" -p orion --hp-limit 50
 grep -q "warning: --hp-limit 50 ms is below the iteration time of 'hp-train' alone (75.24 ms)" "$tmp/err" ||
   fail "infeasible --hp-limit: $(cat "$tmp/err")"
-grep -q "^orion: SM threshold 0 after" "$tmp/out" || fail "infeasible --hp-limit search: $(cat "$tmp/out")"
+grep -q "^orion: .*SM threshold 0 after" "$tmp/out" || fail "infeasible --hp-limit search: $(cat "$tmp/out")"
 expect_rc 0 "$bin/orion-run" simulate -w "$tmp/hp-train.json" -p orion --hp-limit 90
 grep -q "warning" "$tmp/err" && fail "a feasible --hp-limit warned: $(cat "$tmp/err")"
 expect_rc 0 "$bin/orion-run" simulate -w "$ex/rnet50_inf_train.json" -p all --requests 100 --json
@@ -163,10 +163,17 @@ cat >"$tmp/server.json" <<EOF
   "arrivals": {"type": "poisson", "rate": 100}}]}
 EOF
 expect_rc 0 "$bin/orion-run" simulate -w "$tmp/server.json" -p mps,streams --csv "$tmp/server.csv"
-head -1 "$tmp/server.csv" | grep -q ",completed_in_window,offered_load,in_flight_at_window_end$" ||
+head -1 "$tmp/server.csv" | grep -q ",completed_in_window,offered_load,in_flight_at_window_end,hp_corun_fraction$" ||
   fail "CSV header: $(head -1 "$tmp/server.csv")"
 awk -F, 'NR > 1 && $20 !~ /^[0-9]+$/ { bad = 1 } END { exit bad }' "$tmp/server.csv" ||
   fail "in_flight_at_window_end is not a count: $(cat "$tmp/server.csv")"
+# The co-run fraction: the HP rows of shared runs only, a fraction; mps runs
+# the server beside every HP request.
+awk -F, 'NR == 1 { next }
+         $3 == "high" && $1 != "dedicated" && ($21 == "" || $21 < 0 || $21 > 1) { bad = 1 }
+         ($3 != "high" || $1 == "dedicated") && $21 != "" { bad = 1 }
+         $1 == "mps" && $3 == "high" && $21 < 0.5 { bad = 1 } END { exit bad }' "$tmp/server.csv" ||
+  fail "hp_corun_fraction: $(cat "$tmp/server.csv")"
 awk -F, '$2 == "server" && $1 != "dedicated" && ($15 != "ok" || $12 > 1.0) { bad = 1 } END { exit bad }' "$tmp/server.csv" ||
   fail "the server beside the HP client above its dedicated throughput: $(cat "$tmp/server.csv")"
 sed 's/"rate": 100/"rate": 1000/; s/"requests": 30}/"requests": 300}/' "$tmp/server.json" > "$tmp/overloaded.json"

@@ -40,7 +40,9 @@ LiveConfig two_clients(const std::string& policy) {
   hp.profile->kernels = {record("hp_gemm", 108, 1000, KernelClass::kCompute),
                          record("hp_copy", 20, 1000, KernelClass::kMemory)};
   LiveClient be{"be", false, true, KernelProfile{}};
-  be.profile->kernels = {record("be_big", 100, 10, KernelClass::kCompute),
+  // be_big: one wave of 100 us, beyond Orion's co-run slack beside the HP
+  // (2.5 % of its 2 ms request, half that beside a kernel of its class).
+  be.profile->kernels = {record("be_big", 100, 100, KernelClass::kCompute),
                          record("be_small", 4, 10, KernelClass::kMemory)};
   c.clients = {hp, be};
   return c;
@@ -184,7 +186,7 @@ TEST(LiveScheduler, OrionHoldsALargeBestEffortKernelDuringAnHpRequest) {
   f.hp.after_launch(h, true);
   f.scheduler->poll();
   {
-    PendingLaunch big(f, "be_big");  // 100 SMs: above the threshold while HP runs
+    PendingLaunch big(f, "be_big");  // a 100 us wave: beyond the co-run slack while HP runs
     EXPECT_FALSE(big.released_within(30));
     f.hp.completed(h);
     f.hp.marker(kRequestEnd);

@@ -31,18 +31,47 @@ struct PolicyFixture : ::testing::Test {
   }
 };
 
-TEST_F(PolicyFixture, OrionAdmitsComplementarySmallKernelsDuringHpRequests) {
+TEST_F(PolicyFixture, OrionAdmitsKernelsWhoseWaveFitsTheSlackDuringHpRequests) {
+  // The slack starts at DUR_THRESHOLD: 160 us of the 6.4 ms HP request,
+  // 80 us beside an HP kernel of the same class.
   auto orion = make_policy("orion", w);
   SchedulerView v = hp_running();
-  EXPECT_TRUE(orion->admit(v, 1, 0, 1, hp_conv));                 // HP always
-  EXPECT_TRUE(orion->admit(v, 0, 0, 1, be_small_memory));         // memory beside compute
-  EXPECT_FALSE(orion->admit(v, 0, 0, 1, be_small_compute));       // same class
-  EXPECT_TRUE(orion->admit(v, 0, 0, 1, be_unknown));              // unknown pairs with anything
-  EXPECT_FALSE(orion->admit(v, 0, 0, 1, be_big_memory));          // 392 SMs > threshold (80 for HP inference)
-  v.hp_current_done = true;                                       // between HP kernels
-  EXPECT_TRUE(orion->admit(v, 0, 0, 1, be_small_compute));
-  v.hp_request_active = false;                                    // no HP request: anything
-  EXPECT_TRUE(orion->admit(v, 0, 0, 1, be_big_memory));
+  EXPECT_TRUE(orion->admit(v, 1, 0, 1, hp_conv));                                   // HP always
+  EXPECT_TRUE(orion->admit(v, 0, 0, 1, kernel(150, 20, KernelClass::kMemory)));     // memory beside compute: 150 <= 160
+  EXPECT_FALSE(orion->admit(v, 0, 0, 1, kernel(170, 20, KernelClass::kMemory)));    // 170 > 160
+  EXPECT_TRUE(orion->admit(v, 0, 0, 1, kernel(80, 20, KernelClass::kCompute)));     // same class: 80 <= 80
+  EXPECT_FALSE(orion->admit(v, 0, 0, 1, kernel(100, 20, KernelClass::kCompute)));   // same class: 100 > 80
+  EXPECT_TRUE(orion->admit(v, 0, 0, 1, kernel(150, 20, KernelClass::kUnknown)));    // unknown pairs with anything
+  // A kernel of several waves keeps SMs from the HP for one wave at a time:
+  // 392 SMs on 80 are 5 waves, of 150 us each here, of 170 us there.
+  EXPECT_TRUE(orion->admit(v, 0, 0, 1, kernel(750, 392, KernelClass::kMemory)));
+  EXPECT_FALSE(orion->admit(v, 0, 0, 1, kernel(850, 392, KernelClass::kMemory)));
+  v.hp_current_done = true;  // between HP kernels: the whole slack for any class
+  EXPECT_TRUE(orion->admit(v, 0, 0, 1, kernel(100, 20, KernelClass::kCompute)));
+  v.hp_request_active = false;  // no HP request: anything
+  EXPECT_TRUE(orion->admit(v, 0, 0, 1, kernel(5000, 392, KernelClass::kCompute)));
+}
+
+TEST_F(PolicyFixture, OrionsCoRunSlackFollowsTheHpSlowdown) {
+  // The HP request alone: one 500 us kernel (no launch overhead).
+  auto orion = make_policy("orion", w);
+  SchedulerView v = hp_running();
+  v.hp_request_solo_us = 500;  // the slack starts at 12.5 us
+  EXPECT_FALSE(orion->admit(v, 0, 0, 1, kernel(15, 20, KernelClass::kMemory)));
+  // 30 HP requests as fast as alone: the slack grows by a tenth, to
+  // 13.75 us; 30 more at the limit (1.15x): 15.1 us. The latency beyond
+  // the service time (a wait behind the client's own requests) is not
+  // the co-running's doing.
+  for (int i = 0; i < 30; ++i) orion->on_request_done(1, 900, 500);
+  for (int i = 0; i < 30; ++i) orion->on_request_done(1, 575, 575);
+  EXPECT_TRUE(orion->admit(v, 0, 0, 1, kernel(15, 20, KernelClass::kMemory)));
+  // 30 requests 1.2x slower than alone (above the 1.15x limit): it shrinks
+  // by a fifth, to 12.1 us. BE clients' requests change nothing.
+  for (int i = 0; i < 30; ++i) orion->on_request_done(0, 1000, 1000);
+  EXPECT_TRUE(orion->admit(v, 0, 0, 1, kernel(15, 20, KernelClass::kMemory)));
+  for (int i = 0; i < 30; ++i) orion->on_request_done(1, 600, 600);
+  EXPECT_FALSE(orion->admit(v, 0, 0, 1, kernel(15, 20, KernelClass::kMemory)));
+  EXPECT_NE(orion->summary().find("co-run slack 2.42 % of the HP request"), std::string::npos) << orion->summary();
 }
 
 TEST_F(PolicyFixture, OrionCapsOutstandingBestEffortWork) {

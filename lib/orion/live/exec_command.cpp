@@ -117,6 +117,9 @@ LiveConfig build_config(const ExecOptions& o) {
   config.policy = o.policy;
   config.policy_options.sm_threshold = o.sm_threshold;
   config.policy_options.dur_threshold_fraction = o.dur_threshold;
+  if (!(o.hp_slowdown_limit == 0 || o.hp_slowdown_limit >= 1))
+    throw UsageError("--hp-slowdown must be 0 (a fixed slack) or at least 1 (the HP's time alone)");
+  config.policy_options.hp_slowdown_limit = o.hp_slowdown_limit;
   config.policy_options.reef_queue_depth = o.reef_queue_depth;
   config.release_ahead_us = o.release_ahead_us;
   std::size_t i = 0;

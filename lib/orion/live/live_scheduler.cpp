@@ -262,6 +262,10 @@ bool LiveScheduler::consume_new(int slot_index) {
         s.requests++;
         s.latencies_ms.push_back((e.post_ns - t.request_begin_ns) / 1e6);
         s.request_end_ns.push_back(e.post_ns);
+        // The client's own clock from its begin marker: its service time
+        // (a request does not begin before the one ahead of it ended).
+        const double latency_us = (e.post_ns - t.request_begin_ns) / 1e3;
+        policy_->on_request_done(t.client, latency_us, latency_us);
         log_event(R"({"t_us":%.1f,"event":"request","client":"%s","latency_ms":%.3f})",
                   (e.post_ns - start_ns_) / 1e3, s.name.c_str(), (e.post_ns - t.request_begin_ns) / 1e6);
       }
