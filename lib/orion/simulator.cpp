@@ -71,6 +71,13 @@ struct ClientRun {
   double finished_us = -1;    // when a bounded client completed its last request (-1: not, or unbounded)
   double ready_us = 0;  // closed loop: when the next request may start (after the host gap)
   double head_held_since_us = -1;  // the BE head kernel the policy refused, since when (-1: none)
+  double kept_off_since_us = -1;   // a BE request kept from the GPU by exclusive requests, since when (-1: none)
+  // A BE client held for max_be_wait_us: its request in progress is then
+  // served to its end without the policy's tests (and not preempted), or
+  // under temporal sharing its next request has the GPU at the next request
+  // boundary. Without it an HP client that always has a request active
+  // (a closed loop) leaves the BE one kernel per wait at best.
+  bool aged = false;
   std::int64_t forced = 0;
   std::int64_t preempted = 0;
   double preempted_work_us = 0;
@@ -203,6 +210,8 @@ class Simulation {
       return;
     }
     start_order_ = dispatch_order_;  // served_best_effort reorders dispatch_order_ (scratch: no allocation once sized)
+    // A BE request kept waiting for max_be_wait_us goes before the HP one.
+    std::stable_partition(start_order_.begin(), start_order_.end(), [&](int i) { return kept_off_too_long(i); });
     for (int i : start_order_) {
       if (try_start_request(i)) served_best_effort(i);
     }
@@ -215,6 +224,12 @@ class Simulation {
     if (policy_.priority_streams() && view_.hp_client >= 0) ++first;
     auto it = std::find(first, dispatch_order_.end(), client);
     if (it != dispatch_order_.end()) std::rotate(first, it + 1, dispatch_order_.end());
+  }
+
+  bool kept_off_too_long(int i) const {
+    const ClientRun& c = clients_[i];
+    return i != view_.hp_client && view_.hp_client >= 0 && options_.max_be_wait_us > 0 && c.kept_off_since_us >= 0 &&
+           now_ + kEps >= c.kept_off_since_us + options_.max_be_wait_us;
   }
 
   bool try_start_request(int i) {
@@ -230,9 +245,13 @@ class Simulation {
       arrival = c.next_arrival_us;
     }
     if (gpu_owned_by_other(i)) {
-      // Temporal sharing: the HP client goes first when the GPU frees up.
+      // Temporal sharing: the HP client goes first when the GPU frees up
+      // (unless a BE request has waited max_be_wait_us: start_requests).
+      if (c.kept_off_since_us < 0) c.kept_off_since_us = arrival;
       return false;
     }
+    if (kept_off_too_long(i)) ++c.forced;
+    c.kept_off_since_us = -1;
     if (c.arrivals) c.next_arrival_us = c.arrivals->next() * 1e6;
     c.active = true;
     c.request_arrival_us = arrival;
@@ -347,7 +366,7 @@ class Simulation {
   void preempt_best_effort() {
     for (std::size_t i = 0; i < clients_.size(); ++i) {
       ClientRun& c = clients_[i];
-      if (static_cast<int>(i) == view_.hp_client || !c.gpu.on) continue;
+      if (static_cast<int>(i) == view_.hp_client || !c.gpu.on || c.aged) continue;
       GpuKernel& g = c.gpu;
       const double units_done = running_units_done(static_cast<int>(i));
       for (std::size_t j = 0; j < cohorts_.size();) {
@@ -395,7 +414,7 @@ class Simulation {
       ClientRun& c = clients_[i];
       while (c.active && c.released < c.launched) {
         const SimKernel& k = (*c.kernels)[c.released];
-        if (!policy_.admit(view_, i, c.released, c.count(), k)) {
+        if (!c.aged && !policy_.admit(view_, i, c.released, c.count(), k)) {
           // A bounded wait: a best-effort kernel is never held forever.
           const bool best_effort = i != view_.hp_client;
           if (!best_effort || view_.hp_client < 0 || options_.max_be_wait_us <= 0) break;
@@ -405,6 +424,7 @@ class Simulation {
           // and the run would then wake at the deadline forever.
           if (now_ + kEps < c.head_held_since_us + options_.max_be_wait_us) break;
           ++c.forced;
+          c.aged = true;
         }
         c.head_held_since_us = -1;
         ++c.released;
@@ -591,6 +611,7 @@ class Simulation {
   void finish_request(int i) {
     ClientRun& c = clients_[i];
     c.active = false;
+    c.aged = false;
     ++c.done;
     if (c.first_done_us < 0) c.first_done_us = now_;
     c.ready_us = now_ + c.spec->gap_us;

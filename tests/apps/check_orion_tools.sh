@@ -77,9 +77,9 @@ if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
   head -c 8 "$tmp/plot.png" | grep -q "PNG" || fail "plot is not a PNG"
   expect_rc 1 "$src/scripts/plot/orion_results.py" --table "$tmp/lat.csv" --latencies "$tmp/lat.csv" -o "$tmp/p2.png"
 fi
-# An HP client in a closed loop without gaps starves the BE job under temporal
-# sharing: no latencies and no ratios in its row (empty in the CSV), which the
-# plot must take as well.
+# Without the bounded wait (--max-be-wait 0), an HP client in a closed loop
+# without gaps starves the BE job under temporal sharing: no latencies and no
+# ratios in its row (empty in the CSV), which the plot must take as well.
 cat >"$tmp/closed.json" <<EOF
 {"format": "gpufleet-orion-workload", "version": 1, "device": "h100", "seed": 3, "clients": [
  {"name": "be", "profile": "$ex/profiles/resnet50_32_fb1.csv", "priority": "best-effort", "kind": "training",
@@ -87,10 +87,15 @@ cat >"$tmp/closed.json" <<EOF
  {"name": "hp", "profile": "$ex/profiles/mobilenetv2_4_fwd.csv", "priority": "high", "kind": "inference",
   "arrivals": {"type": "closed"}, "requests": 150, "warmup": 5}]}
 EOF
-expect_rc 0 "$bin/orion-run" simulate -w "$tmp/closed.json" -p temporal --csv "$tmp/closed.csv" --latencies "$tmp/closed-lat.csv"
+expect_rc 0 "$bin/orion-run" simulate -w "$tmp/closed.json" -p temporal --max-be-wait 0 --csv "$tmp/closed.csv" \
+  --latencies "$tmp/closed-lat.csv"
 grep -q "^temporal,be,best-effort,training,0,,,,,0,,,.*,starved," "$tmp/closed.csv" ||
   fail "a starved client has empty latencies and ratios: $(cat "$tmp/closed.csv")"
 grep -q "^temporal  *be  *BE  *0  *-  *-  *-  *starved" "$tmp/out" || fail "starved row in the table: $(cat "$tmp/out")"
+# With it (default 100 ms), the waiting BE iteration has the GPU at the next boundary.
+expect_rc 0 "$bin/orion-run" simulate -w "$tmp/closed.json" -p temporal --csv "$tmp/fed.csv"
+awk -F, '$1 == "temporal" && $2 == "be" && ($15 == "starved" || $10 < 1) { bad = 1 } END { exit bad }' "$tmp/fed.csv" ||
+  fail "the BE job beside a closed-loop HP client under temporal sharing: $(cat "$tmp/fed.csv")"
 if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
   expect_rc 0 "$src/scripts/plot/orion_results.py" --table "$tmp/closed.csv" --latencies "$tmp/closed-lat.csv" \
     -o "$tmp/closed.png"

@@ -548,6 +548,38 @@ TEST(SimulatorOutcomes, BestEffortNeverStarvesBehindAClosedLoopHpClient) {
   EXPECT_EQ(compare_to_dedicated({fed}, dedicated)[1].outcome, "ok");
 }
 
+TEST(SimulatorOutcomes, NoPolicyStarvesABestEffortJobBesideAnHpJobThatNeverPauses) {
+  using testing::client;
+  using testing::kernel;
+  // HP trains in a closed loop of 150 ms iterations with no gap; the BE
+  // iteration is 40 kernels of 5 ms, each of two 2.5 ms waves: longer than
+  // any co-run slack, so orion and reef hold every one of them, and
+  // temporal sharing gives the GPU to the HP at every boundary. Held a
+  // wait (100 ms), a BE client is served to the end of its iteration (and
+  // under temporal sharing has the next boundary), so each policy gives it
+  // at least an iteration per second of simulated time.
+  std::vector<SimKernel> hp_iteration(30, kernel(5000, 80, KernelClass::kCompute));
+  std::vector<SimKernel> be_iteration(40, kernel(5000, 160, KernelClass::kCompute));
+  Workload w = testing::workload({client("hp", hp_iteration, true, true, 60), client("be", be_iteration, false, true, 0)});
+  w.clients[0].warmup = 0;
+  for (const std::string& policy : {"temporal", "streams", "mps", "reef", "tick-tock", "orion"}) {
+    const SimResult r = simulate(w, policy);
+    EXPECT_FALSE(r.clients[1].starved) << policy;
+    EXPECT_GE(r.clients[1].throughput_per_s, 1.0) << policy;
+    EXPECT_GE(r.clients[0].throughput_per_s, 1.0) << policy;
+  }
+  // Without the wait: temporal sharing and orion leave it nothing.
+  SimOptions never;
+  never.max_be_wait_us = 0;
+  EXPECT_EQ(simulate(w, "temporal", never).clients[1].completed, 0);
+  EXPECT_EQ(simulate(w, "orion", never).clients[1].completed, 0);
+  // Under temporal sharing the aged BE iteration goes at the boundary: the
+  // two jobs take turns, each iteration counted as a forced admission.
+  const SimResult turns = simulate(w, "temporal");
+  EXPECT_GT(turns.clients[1].forced_admissions, 10);
+  EXPECT_NEAR(turns.clients[1].throughput_per_s, turns.clients[0].throughput_per_s, 0.5);
+}
+
 TEST(SimulatorOutcomes, OrionTunesTheSmThresholdOfATrainingHpClientOnline) {
   // MobileNetV2 training as the HP client beside ResNet50 training as BE.
   Workload w = load_workload(kExamples / "rnet50_train_train.json", {kExamples});
