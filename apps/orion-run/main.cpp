@@ -44,12 +44,12 @@ int main(int argc, char** argv) {
                        "default: the workload's, 5 for Orion's configs)")
       ->check(fleet::in_range(0, 1e6));
   simulate->add_option("--dur-threshold", sim.dur_threshold,
-                       "orion: outstanding best-effort work cap, as a fraction of the HP request latency (and the starting co-run slack)")
+                       "orion: outstanding best-effort work cap, as a fraction of the HP request latency (and the co-run slack with --hp-slowdown 0)")
       ->capture_default_str()
       ->check(fleet::in_range(1e-9, 1));
   simulate->add_option("--hp-slowdown", sim.hp_slowdown_limit,
-                       "orion: the HP's mean service time over its time alone that best-effort kernels running beside its "
-                       "requests may cost; their slack (from --dur-threshold) is tuned online to hold it (0: fixed slack)")
+                       "orion: best-effort kernels run beside an HP request while it can still end within this many times "
+                       "its time alone (0: a fixed slack of --dur-threshold)")
       ->capture_default_str()
       ->check(fleet::in_range(0, 1e3));
   simulate->add_option("--sm-threshold", sim.sm_threshold,
@@ -90,12 +90,12 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(fleet::in_range(-1, 1e6));
   exec->add_option("--hp-slowdown", ex.hp_slowdown_limit,
-                   "orion: the HP's mean service time over its time alone that best-effort kernels running beside its "
-                   "requests may cost; their slack (from --dur-threshold) is tuned online to hold it (0: fixed slack)")
+                   "orion: best-effort kernels run beside an HP request while it can still end within this many times "
+                   "its time alone (0: a fixed slack of --dur-threshold)")
       ->capture_default_str()
       ->check(fleet::in_range(0, 1e3));
   exec->add_option("--dur-threshold", ex.dur_threshold,
-                   "orion: outstanding best-effort work cap, as a fraction of the HP request latency (and the starting co-run slack)")
+                   "orion: outstanding best-effort work cap, as a fraction of the HP request latency (and the co-run slack with --hp-slowdown 0)")
       ->capture_default_str()
       ->check(fleet::in_range(1e-9, 1));
   exec->add_option("--reef-queue-depth", ex.reef_queue_depth,

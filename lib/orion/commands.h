@@ -25,7 +25,7 @@ struct SimulateOptions {
   /// field for it.
   std::optional<double> launch_overhead_us;
   double dur_threshold = 0.025;
-  double hp_slowdown_limit = 1.15;                ///< orion: PolicyOptions::hp_slowdown_limit (0: fixed slack)
+  double hp_slowdown_limit = 1.15;                ///< orion: PolicyOptions::hp_slowdown_limit (0: a fixed slack)
   double max_be_wait_ms = 100;                  ///< a held BE kernel is admitted after this long (0: never)
   int sm_threshold = -1;
   double hp_limit_ms = 0;                       ///< orion, training HP: iteration target for the online SM threshold

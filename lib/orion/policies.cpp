@@ -19,11 +19,12 @@ bool complementary(KernelClass a, KernelClass b) {
 
 // Orion: HP kernels at once. A BE kernel goes freely while no HP request is
 // in flight; during one, only when its SM need is under the threshold and
-// one wave of it fits in the co-run slack (half the slack beside an HP
-// kernel of its own class). Outstanding BE work stays under DUR_THRESHOLD.
+// one wave of it fits in what the request can still lose within its bound
+// (twice the wave beside an HP kernel of its own class). Outstanding BE work
+// stays under DUR_THRESHOLD.
 class OrionPolicy : public Policy {
  public:
-  OrionPolicy(const Workload& w, const PolicyOptions& o) : options_(o), slack_fraction_(o.dur_threshold_fraction) {
+  OrionPolicy(const Workload& w, const PolicyOptions& o) : options_(o) {
     sm_threshold_ = o.sm_threshold;
     bool hp_training = false;
     std::int64_t be_max = 0;
@@ -33,14 +34,14 @@ class OrionPolicy : public Policy {
         hp_training = c.training;
         hp_client_ = static_cast<int>(i);
         hp_warmup_ = c.warmup;
-        // Alone, its kernels start when launched and their predecessor is
-        // done: the service time the slowdown is measured against.
+        // Alone, each kernel starts when launched and its predecessor is
+        // done: when each would end, from the request's start.
         const double launch_us = c.launch_overhead_us >= 0 ? c.launch_overhead_us : w.launch_overhead_us;
-        double launched_us = 0;
+        double launched_us = 0, end_us = 0;
         for (const SimKernel& k : c.kernels) {
           launched_us += launch_us;
-          hp_alone_us_ = std::max(hp_alone_us_, launched_us) + k.duration_us;
-          hp_solo_us_ += k.duration_us;
+          end_us = std::max(end_us, launched_us) + k.duration_us;
+          hp_alone_end_us_.push_back(end_us);
         }
       }
       if (!c.high_priority) {
@@ -49,9 +50,9 @@ class OrionPolicy : public Policy {
     }
     if (sm_threshold_ < 0) {
       // Orion's choice beside a training HP client: half the largest BE
-      // kernel's need. Beside an inference one Orion allows the whole GPU;
-      // here the wave test decides instead (a kernel of several waves may
-      // co-run when each wave is short).
+      // kernel's need. Beside an inference one Orion allows the whole GPU,
+      // which holds every kernel of more than one wave; the wave test
+      // decides instead.
       sm_threshold_ = hp_training ? static_cast<int>(std::max<std::int64_t>(1, be_max / 2))
                                   : std::numeric_limits<int>::max();
       // A training HP client with a target: search the threshold online.
@@ -59,14 +60,12 @@ class OrionPolicy : public Policy {
       high_ = static_cast<int>(be_max);
     }
   }
-  void on_request_done(int client, double latency_us, double service_us) override {
-    if (client != hp_client_) return;
+  void on_request_done(int client, double latency_us) override {
+    if (!tuning_ || client != hp_client_) return;
     // Warm-up iterations (the first runs another profile: Orion profiles it
     // apart) say nothing about the steady state, and the bisection cannot
     // undo a step they would mislead.
     if (++seen_ <= hp_warmup_) return;
-    tune_slack(service_us);
-    if (!tuning_) return;
     sum_ms_ += latency_us / 1000.0;
     if (++iterations_ % std::max(1, options_.tune_every) != 0 || low_ == sm_threshold_) return;
     const double mean_ms = sum_ms_ / std::max(1, options_.tune_every);
@@ -78,17 +77,9 @@ class OrionPolicy : public Policy {
     ++steps_;
   }
   std::string summary() const override {
-    std::string out;
-    if (options_.hp_slowdown_limit > 0 && slack_steps_ > 0) {
-      out = fmt::format("co-run slack {:.3g} % of the HP request ({:.0f} us) after {} step(s) against an HP slowdown "
-                        "limit of {:g}x",
-                        100.0 * slack_fraction_, slack_fraction_ * hp_solo_us_, slack_steps_,
-                        options_.hp_slowdown_limit);
-    }
-    if (!tuning_) return out;
-    return out + (out.empty() ? "" : "; ") + "SM threshold " + std::to_string(sm_threshold_) + " after " +
-           std::to_string(steps_) + " tuning step(s) against an HP iteration target of " +
-           fmt::format("{:g}", options_.hp_limit_ms) + " ms";
+    if (!tuning_) return {};
+    return "SM threshold " + std::to_string(sm_threshold_) + " after " + std::to_string(steps_) +
+           " tuning step(s) against an HP iteration target of " + fmt::format("{:g}", options_.hp_limit_ms) + " ms";
   }
   std::string_view name() const override { return "orion"; }
   bool admit(const SchedulerView& v, int client, std::size_t, std::size_t, const SimKernel& k) override {
@@ -100,45 +91,34 @@ class OrionPolicy : public Policy {
     if (v.be_outstanding_kernels > 0 && v.be_outstanding_us + k.duration_us > cap) return false;
     if (!v.hp_request_active) return true;
     if (k.sm_usage > sm_threshold_) return false;
-    // Resident blocks are never taken back: beside an HP request, a BE
-    // kernel can keep SMs from the HP's next kernels for one wave of its
-    // blocks at most (freed SMs go to the HP stream first).
+    // Resident blocks are never taken back, and freed SMs go to the HP
+    // stream first: beside an HP request a BE kernel keeps SMs from the HP
+    // kernels for one wave of its blocks at most.
     const double waves = std::ceil(static_cast<double>(std::max<std::int64_t>(1, k.sm_usage)) /
                                    std::max(1, v.device_sms));
-    const double wave_us = k.duration_us / waves;
-    const bool hp_running = v.hp_current != nullptr && !v.hp_current_done;
-    const double slack_us = slack_fraction_ * v.hp_request_solo_us;
-    return wave_us <= (hp_running && !complementary(v.hp_current->cls, k.cls) ? slack_us / 2 : slack_us);
+    double cost_us = k.duration_us / waves;
+    if (v.hp_current != nullptr && !v.hp_current_done && !complementary(v.hp_current->cls, k.cls)) cost_us *= 2;
+    return cost_us <= spare_us(v);
   }
 
  private:
-  // The co-run slack follows the HP's measured slowdown: a window's mean
-  // above the limit shrinks it, one at or below grows it. One request's
-  // service varies with the BE kernel it meets on arrival (1.02-1.23x
-  // over windows of 10 at one slack), so the window is long and the steps
-  // gentle: the slack then settles where the mean sits at the limit.
-  static constexpr int kSlackWindow = 30;
-  static constexpr double kSlackDown = 0.8, kSlackUp = 1.1;
-  void tune_slack(double service_us) {
-    if (!(options_.hp_slowdown_limit > 0) || !(hp_alone_us_ > 0)) return;
-    slowdown_sum_ += service_us / hp_alone_us_;
-    if (++slowdown_count_ < kSlackWindow) return;
-    const double mean = slowdown_sum_ / slowdown_count_;
-    slowdown_sum_ = 0;
-    slowdown_count_ = 0;
-    slack_fraction_ = mean > options_.hp_slowdown_limit ? slack_fraction_ * kSlackDown : std::min(1.0, slack_fraction_ * kSlackUp);
-    slack_fraction_ = std::max(slack_fraction_, 1e-4);
-    ++slack_steps_;
+  // What the active HP request can still lose within its bound: the limit
+  // times its time alone, less the time gone and what its remaining
+  // kernels take alone. Without a limit, an HP profile or a known start
+  // (a live HP command that marks no requests), a fixed slack.
+  double spare_us(const SchedulerView& v) const {
+    if (!(options_.hp_slowdown_limit > 0) || hp_alone_end_us_.empty() || v.hp_request_start_us < 0) {
+      return options_.dur_threshold_fraction * v.hp_request_solo_us;
+    }
+    const double alone_us = hp_alone_end_us_.back();
+    const std::size_t done = std::min(v.hp_kernels_done, hp_alone_end_us_.size());
+    const double remaining_us = alone_us - (done == 0 ? 0.0 : hp_alone_end_us_[done - 1]);
+    return options_.hp_slowdown_limit * alone_us - (v.now_us - v.hp_request_start_us) - remaining_us;
   }
 
   PolicyOptions options_;
   int sm_threshold_ = 0;
-  double slack_fraction_;     // co-run slack, fraction of the HP request's solo latency
-  double hp_solo_us_ = 0;     // the HP request's solo latency (its kernels' durations summed)
-  double hp_alone_us_ = 0;    // its service time alone, launches paced by the launch overhead
-  double slowdown_sum_ = 0;   // HP service slowdowns in the current tuning window
-  int slowdown_count_ = 0;
-  std::int64_t slack_steps_ = 0;
+  std::vector<double> hp_alone_end_us_;  // when each HP kernel would end alone, from its request's start
   // Online tuning (a bisection over [low_, high_]).
   bool tuning_ = false;
   int hp_client_ = -1;  // index of the high-priority client in the workload

@@ -22,6 +22,9 @@ struct SchedulerView {
   double be_outstanding_us = 0;             ///< solo duration of released, unfinished BE kernels
   int be_outstanding_kernels = 0;
   double hp_request_solo_us = 0;            ///< solo latency of one HP request (sum of its kernels)
+  double now_us = 0;                        ///< the scheduler's clock
+  double hp_request_start_us = -1;          ///< when the active HP request began to be served (-1: unknown)
+  std::size_t hp_kernels_done = 0;          ///< kernels of the active HP request completed
 };
 
 /// Tunables of the policies (defaults follow Orion's code and paper).
@@ -31,15 +34,14 @@ struct PolicyOptions {
   /// may find queued ahead of it), and the starting co-run slack (below).
   double dur_threshold_fraction = 0.025;
   /// orion: during an HP request, a BE kernel may run beside it when one
-  /// wave of its blocks (the longest it can keep SMs from the HP kernels)
-  /// is within the slack, a fraction of the HP request's solo latency (half
-  /// that for a kernel of the HP kernel's own class, which contends for the
-  /// same unit). With hp_slowdown_limit above 0 the slack is tuned online:
-  /// every 30 HP requests, their mean service time over the service time
-  /// alone (kernels back to back, launches paced by the launch overhead) is
-  /// compared with the limit; above it the slack shrinks by a fifth, at or
-  /// below it grows by a tenth (up to the whole request). 0: the slack
-  /// stays at dur_threshold_fraction.
+  /// wave of its blocks (the longest it can keep SMs from the HP kernels;
+  /// twice that for a kernel of the HP kernel's own class, which contends
+  /// for the same unit) fits in the request's spare time: hp_slowdown_limit
+  /// times the request's service time alone (kernels back to back, launches
+  /// paced by the launch overhead), less the time it has taken so far and
+  /// the time its remaining kernels take alone. Each request then ends
+  /// within about the limit of its time alone. 0: a fixed slack of
+  /// dur_threshold_fraction of the HP request's solo latency instead.
   double hp_slowdown_limit = 1.15;
   int sm_threshold = -1;                  ///< orion: max SM need of a BE kernel during HP requests (-1: auto)
   /// orion, training HP client: its iteration-time target in ms. Above 0,
@@ -64,10 +66,8 @@ class Policy {
                      const SimKernel& kernel) = 0;
   /// A released kernel finished.
   virtual void on_complete(int client, std::size_t index, std::size_t count) {}
-  /// A request or iteration of `client` finished after `latency_us`
-  /// (arrival to last kernel), of which `service_us` from when it began
-  /// to be served (its wait behind the client's own earlier requests left out).
-  virtual void on_request_done(int client, double latency_us, double service_us) {}
+  /// A request or iteration of `client` finished after `latency_us` (arrival to last kernel).
+  virtual void on_request_done(int client, double latency_us) {}
   /// What the policy settled on, for the report ("" when nothing to say).
   virtual std::string summary() const { return {}; }
   /// True: one request/iteration at a time on the whole GPU (temporal sharing).

@@ -409,6 +409,12 @@ class Simulation {
       }
     }
     // Policy admission, HP first, best-effort clients in turn.
+    view_.now_us = now_;
+    if (view_.hp_client >= 0) {
+      const ClientRun& hp = clients_[view_.hp_client];
+      view_.hp_request_start_us = hp.request_start_us;
+      view_.hp_kernels_done = hp.completed;
+    }
     int served = -1;
     for (int i : dispatch_order_) {
       ClientRun& c = clients_[i];
@@ -631,7 +637,7 @@ class Simulation {
       c.finished_us = now_;
       window_ended_ = true;
     }
-    policy_.on_request_done(i, now_ - c.request_arrival_us, now_ - c.request_start_us);
+    policy_.on_request_done(i, now_ - c.request_arrival_us);
     if (trace_ != nullptr && kernels_ <= options_.trace_kernel_limit) {
       trace_->add_complete(1, 2 * i + 1, (c.spec->training ? "iteration " : "request ") + std::to_string(c.done),
                            "request", c.request_arrival_us, now_ - c.request_arrival_us);

@@ -77,6 +77,19 @@ if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
   head -c 8 "$tmp/plot.png" | grep -q "PNG" || fail "plot is not a PNG"
   expect_rc 1 "$src/scripts/plot/orion_results.py" --table "$tmp/lat.csv" --latencies "$tmp/lat.csv" -o "$tmp/p2.png"
 fi
+# The trade-off report: one row per policy, orion's verdict line, and its plot.
+expect_rc 0 /usr/bin/python3 "$src/scripts/bench/orion_tradeoff.py" "$bin/orion-run" --requests 300 \
+  --csv "$tmp/tradeoff.csv" "$ex/fig7_rnet_rnet.json"
+grep -q "^  orion: HP p99 [0-9.]*x (bound 1.2x); MPS HP [0-9.]*x; BE +[0-9.]* over temporal" "$tmp/out" ||
+  fail "trade-off report: $(cat "$tmp/out")"
+[ "$(wc -l < "$tmp/tradeoff.csv")" -eq 6 ] || fail "trade-off CSV: $(cat "$tmp/tradeoff.csv")"
+awk -F, '$2 == "temporal" && $7 + 0 != 0 { bad = 1 } $2 == "orion" && !($7 > 0.1) { bad = 1 } END { exit bad }' \
+  "$tmp/tradeoff.csv" || fail "co-run fractions in the trade-off CSV: $(cat "$tmp/tradeoff.csv")"
+if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+  expect_rc 0 "$src/scripts/plot/orion_tradeoff.py" "$tmp/tradeoff.csv" -o "$tmp/tradeoff.png"
+  head -c 8 "$tmp/tradeoff.png" | grep -q "PNG" || fail "trade-off plot is not a PNG"
+  expect_rc 1 "$src/scripts/plot/orion_tradeoff.py" "$tmp/lat.csv" -o "$tmp/t2.png"
+fi
 # Without the bounded wait (--max-be-wait 0), an HP client in a closed loop
 # without gaps starves the BE job under temporal sharing: no latencies and no
 # ratios in its row (empty in the CSV), which the plot must take as well.

@@ -40,9 +40,9 @@ LiveConfig two_clients(const std::string& policy) {
   hp.profile->kernels = {record("hp_gemm", 108, 1000, KernelClass::kCompute),
                          record("hp_copy", 20, 1000, KernelClass::kMemory)};
   LiveClient be{"be", false, true, KernelProfile{}};
-  // be_big: one wave of 100 us, beyond Orion's co-run slack beside the HP
-  // (2.5 % of its 2 ms request, half that beside a kernel of its class).
-  be.profile->kernels = {record("be_big", 100, 100, KernelClass::kCompute),
+  // be_big: one wave of 400 us, more than the HP request (2 ms alone) can
+  // ever spare within orion's default bound (1.15x: 300 us at its start).
+  be.profile->kernels = {record("be_big", 100, 400, KernelClass::kCompute),
                          record("be_small", 4, 10, KernelClass::kMemory)};
   c.clients = {hp, be};
   return c;
@@ -65,6 +65,15 @@ struct Fixture {
     EXPECT_TRUE(hp.connect(segment.header(), 0, kRoleHighPriority));
     EXPECT_TRUE(be.connect(segment.header(), 1, kRoleBestEffort));
     scheduler->poll();
+  }
+  // Begins an HP request, launches the profiled kernel `name` in it and
+  // lets the scheduler see both; returns the launch (not completed).
+  LaunchEntry* hp_request_with(const char* name) {
+    hp.marker(kRequestBegin);
+    LaunchEntry* e = hp.before_launch(hp.intern_name(name), LaunchGeometry{});
+    hp.after_launch(e, true);
+    scheduler->poll();
+    return e;
   }
   Segment segment;
   std::unique_ptr<LiveScheduler> scheduler;
@@ -181,12 +190,9 @@ TEST(ClientGate, DeferredLaunchesStayWellInsideTheRing) {
 
 TEST(LiveScheduler, OrionHoldsALargeBestEffortKernelDuringAnHpRequest) {
   Fixture f("orion");
-  f.hp.marker(kRequestBegin);
-  LaunchEntry* h = f.hp.before_launch(f.hp.intern_name("hp_gemm"), LaunchGeometry{});
-  f.hp.after_launch(h, true);
-  f.scheduler->poll();
+  LaunchEntry* h = f.hp_request_with("hp_gemm");
   {
-    PendingLaunch big(f, "be_big");  // a 100 us wave: beyond the co-run slack while HP runs
+    PendingLaunch big(f, "be_big");  // a 400 us wave: beyond the HP request's spare time
     EXPECT_FALSE(big.released_within(30));
     f.hp.completed(h);
     f.hp.marker(kRequestEnd);
@@ -204,15 +210,45 @@ TEST(LiveScheduler, OrionHoldsALargeBestEffortKernelDuringAnHpRequest) {
 TEST(LiveScheduler, OrionLetsAComplementarySmallKernelRunBesideHp) {
   LiveConfig config = two_clients("orion");
   config.policy_options.sm_threshold = 10;
+  // A fixed slack: the spare time of the default bound shrinks as the
+  // request's kernel takes longer than its profile, which here it does for
+  // as long as the test runs.
+  config.policy_options.hp_slowdown_limit = 0;
   Fixture f("orion", config);
-  f.hp.marker(kRequestBegin);
-  LaunchEntry* h = f.hp.before_launch(f.hp.intern_name("hp_gemm"), LaunchGeometry{});  // compute-bound
-  f.hp.after_launch(h, true);
-  f.scheduler->poll();
+  LaunchEntry* h = f.hp_request_with("hp_gemm");  // compute-bound
   PendingLaunch small(f, "be_small");  // 4 SMs, memory-bound
   EXPECT_TRUE(small.released_within(2000));
   f.be.completed(small.entry);
   f.hp.completed(h);
+}
+
+TEST(LiveScheduler, OrionHoldsBestEffortWorkOnceTheHpRequestHasNoTimeToSpare) {
+  // The HP request takes 2 ms alone; within orion's default bound (1.15x)
+  // it may lose 300 us. Its first kernel is still running 3 ms after the
+  // request began: nothing is spare, so even a 10 us BE kernel waits for
+  // the request to end. With a fixed slack (--hp-slowdown 0) it would go.
+  Fixture f("orion");
+  const auto begun = std::chrono::steady_clock::now();
+  LaunchEntry* h = f.hp_request_with("hp_copy");  // memory-bound
+  while (std::chrono::steady_clock::now() - begun < std::chrono::milliseconds(3)) f.scheduler->poll();
+  {
+    PendingLaunch small(f, "be_small");  // 4 SMs, 10 us
+    EXPECT_FALSE(small.released_within(20));
+    f.hp.completed(h);
+    f.hp.marker(kRequestEnd);
+    EXPECT_TRUE(small.released_within(2000));
+    f.be.after_launch(small.entry, true);
+    f.be.completed(small.entry);
+  }
+  LiveConfig fixed = two_clients("orion");
+  fixed.policy_options.hp_slowdown_limit = 0;
+  Fixture g("orion", fixed);
+  LaunchEntry* k = g.hp_request_with("hp_copy");
+  PendingLaunch small(g, "be_small");
+  EXPECT_TRUE(small.released_within(2000));  // 20 us (same class: twice) within the 50 us slack
+  g.be.after_launch(small.entry, true);
+  g.be.completed(small.entry);
+  g.hp.completed(k);
 }
 
 TEST(LiveScheduler, MpsReleasesEverythingAtOnce) {
@@ -231,10 +267,7 @@ TEST(LiveScheduler, MpsReleasesEverythingAtOnce) {
 
 TEST(LiveScheduler, ReefNeedsAShorterSmallerKernelThanHps) {
   Fixture f("reef");
-  f.hp.marker(kRequestBegin);
-  LaunchEntry* h = f.hp.before_launch(f.hp.intern_name("hp_copy"), LaunchGeometry{});  // 20 SMs, 1 ms
-  f.hp.after_launch(h, true);
-  f.scheduler->poll();
+  LaunchEntry* h = f.hp_request_with("hp_copy");  // 20 SMs, 1 ms
   {
     PendingLaunch small(f, "be_small");  // 4 SMs, 10 us: fits beside
     EXPECT_TRUE(small.released_within(2000));
@@ -338,10 +371,7 @@ TEST(LiveScheduler, UnknownKernelsAreJudgedByTheirLaunchGeometry) {
   LiveConfig config = two_clients("orion");
   config.policy_options.sm_threshold = 10;
   Fixture f("orion", config);
-  f.hp.marker(kRequestBegin);
-  LaunchEntry* h = f.hp.before_launch(f.hp.intern_name("not_profiled"), LaunchGeometry{});
-  f.hp.after_launch(h, true);
-  f.scheduler->poll();
+  LaunchEntry* h = f.hp_request_with("not_profiled");
   // 10000 blocks of 1024 threads need every SM: held during the request.
   const std::uint32_t name = f.be.intern_name("also_not_profiled");
   std::atomic<bool> returned{false};
@@ -397,10 +427,7 @@ TEST(LiveScheduler, ClientsRunUngatedWhenTheSchedulerIsGone) {
 
   // A scheduler that dies while a launch waits: the launch goes ahead.
   Fixture f("orion");
-  f.hp.marker(kRequestBegin);
-  LaunchEntry* h = f.hp.before_launch(f.hp.intern_name("hp_gemm"), LaunchGeometry{});
-  f.hp.after_launch(h, true);
-  f.scheduler->poll();
+  LaunchEntry* h = f.hp_request_with("hp_gemm");
   PendingLaunch big(f, "be_big");
   EXPECT_FALSE(big.released_within(20));
   f.segment.header()->scheduler_pid = dead_pid();
@@ -412,10 +439,7 @@ TEST(LiveScheduler, ClientsRunUngatedWhenTheSchedulerIsGone) {
 
 TEST(LiveScheduler, ADeadClientsSlotIsFreedAndItsWorkForgotten) {
   Fixture f("orion");
-  f.hp.marker(kRequestBegin);
-  LaunchEntry* h = f.hp.before_launch(f.hp.intern_name("hp_gemm"), LaunchGeometry{});
-  f.hp.after_launch(h, true);
-  f.scheduler->poll();
+  LaunchEntry* h = f.hp_request_with("hp_gemm");
   ClientSlot* hp_slot = nullptr;
   for (ClientSlot& s : f.segment.header()->slots) {
     if (s.state.load() == kSlotActive && s.role == kRoleHighPriority) hp_slot = &s;

@@ -31,47 +31,58 @@ struct PolicyFixture : ::testing::Test {
   }
 };
 
-TEST_F(PolicyFixture, OrionAdmitsKernelsWhoseWaveFitsTheSlackDuringHpRequests) {
-  // The slack starts at DUR_THRESHOLD: 160 us of the 6.4 ms HP request,
-  // 80 us beside an HP kernel of the same class.
+TEST_F(PolicyFixture, OrionLetsBestEffortWavesUseTheHpRequestsSpareTime) {
+  // The HP request alone: one 500 us kernel (no launch overhead); within the
+  // default limit (1.15x) it may take 575 us. At its start 75 us are spare.
   auto orion = make_policy("orion", w);
   SchedulerView v = hp_running();
-  EXPECT_TRUE(orion->admit(v, 1, 0, 1, hp_conv));                                   // HP always
-  EXPECT_TRUE(orion->admit(v, 0, 0, 1, kernel(150, 20, KernelClass::kMemory)));     // memory beside compute: 150 <= 160
-  EXPECT_FALSE(orion->admit(v, 0, 0, 1, kernel(170, 20, KernelClass::kMemory)));    // 170 > 160
-  EXPECT_TRUE(orion->admit(v, 0, 0, 1, kernel(80, 20, KernelClass::kCompute)));     // same class: 80 <= 80
-  EXPECT_FALSE(orion->admit(v, 0, 0, 1, kernel(100, 20, KernelClass::kCompute)));   // same class: 100 > 80
-  EXPECT_TRUE(orion->admit(v, 0, 0, 1, kernel(150, 20, KernelClass::kUnknown)));    // unknown pairs with anything
+  v.hp_request_start_us = 0;
+  v.now_us = 0;
+  auto fits = [&](double us, int sms, KernelClass cls) { return orion->admit(v, 0, 0, 1, kernel(us, sms, cls)); };
+  EXPECT_TRUE(orion->admit(v, 1, 0, 1, hp_conv));          // HP always
+  EXPECT_TRUE(fits(70, 20, KernelClass::kMemory));         // memory beside compute: 70 <= 75
+  EXPECT_FALSE(fits(80, 20, KernelClass::kMemory));        // 80 > 75
+  EXPECT_TRUE(fits(37, 20, KernelClass::kCompute));        // same class counts twice: 74 <= 75
+  EXPECT_FALSE(fits(40, 20, KernelClass::kCompute));       // 80 > 75
+  EXPECT_TRUE(fits(70, 20, KernelClass::kUnknown));        // unknown pairs with anything
   // A kernel of several waves keeps SMs from the HP for one wave at a time:
-  // 392 SMs on 80 are 5 waves, of 150 us each here, of 170 us there.
-  EXPECT_TRUE(orion->admit(v, 0, 0, 1, kernel(750, 392, KernelClass::kMemory)));
-  EXPECT_FALSE(orion->admit(v, 0, 0, 1, kernel(850, 392, KernelClass::kMemory)));
-  v.hp_current_done = true;  // between HP kernels: the whole slack for any class
-  EXPECT_TRUE(orion->admit(v, 0, 0, 1, kernel(100, 20, KernelClass::kCompute)));
-  v.hp_request_active = false;  // no HP request: anything
-  EXPECT_TRUE(orion->admit(v, 0, 0, 1, kernel(5000, 392, KernelClass::kCompute)));
+  // 392 SMs on 80 are 5 waves, of 70 us each here, of 80 us there.
+  EXPECT_TRUE(fits(350, 392, KernelClass::kMemory));
+  EXPECT_FALSE(fits(400, 392, KernelClass::kMemory));
+  // 50 us later the HP kernel still runs: the request has lost 50 us.
+  v.now_us = 50;
+  EXPECT_TRUE(fits(25, 20, KernelClass::kMemory));
+  EXPECT_FALSE(fits(30, 20, KernelClass::kMemory));
+  // Its kernel done at 520 us: 55 us left of the bound, for any class.
+  v.now_us = 520;
+  v.hp_kernels_done = 1;
+  v.hp_current_done = true;
+  EXPECT_TRUE(fits(55, 20, KernelClass::kCompute));
+  EXPECT_FALSE(fits(60, 20, KernelClass::kCompute));
+  // Past the bound nothing goes; with no HP request, anything.
+  v.now_us = 600;
+  EXPECT_FALSE(fits(1, 1, KernelClass::kMemory));
+  v.hp_request_active = false;
+  EXPECT_TRUE(fits(5000, 392, KernelClass::kCompute));
 }
 
-TEST_F(PolicyFixture, OrionsCoRunSlackFollowsTheHpSlowdown) {
-  // The HP request alone: one 500 us kernel (no launch overhead).
-  auto orion = make_policy("orion", w);
-  SchedulerView v = hp_running();
-  v.hp_request_solo_us = 500;  // the slack starts at 12.5 us
-  EXPECT_FALSE(orion->admit(v, 0, 0, 1, kernel(15, 20, KernelClass::kMemory)));
-  // 30 HP requests as fast as alone: the slack grows by a tenth, to
-  // 13.75 us; 30 more at the limit (1.15x): 15.1 us. The latency beyond
-  // the service time (a wait behind the client's own requests) is not
-  // the co-running's doing.
-  for (int i = 0; i < 30; ++i) orion->on_request_done(1, 900, 500);
-  for (int i = 0; i < 30; ++i) orion->on_request_done(1, 575, 575);
-  EXPECT_TRUE(orion->admit(v, 0, 0, 1, kernel(15, 20, KernelClass::kMemory)));
-  // 30 requests 1.2x slower than alone (above the 1.15x limit): it shrinks
-  // by a fifth, to 12.1 us. BE clients' requests change nothing.
-  for (int i = 0; i < 30; ++i) orion->on_request_done(0, 1000, 1000);
-  EXPECT_TRUE(orion->admit(v, 0, 0, 1, kernel(15, 20, KernelClass::kMemory)));
-  for (int i = 0; i < 30; ++i) orion->on_request_done(1, 600, 600);
-  EXPECT_FALSE(orion->admit(v, 0, 0, 1, kernel(15, 20, KernelClass::kMemory)));
-  EXPECT_NE(orion->summary().find("co-run slack 2.42 % of the HP request"), std::string::npos) << orion->summary();
+TEST_F(PolicyFixture, OrionFallsBackToAFixedSlackWithoutARequestStartOrALimit) {
+  // No request start known (a live HP command without request markers), or
+  // no limit: a fixed slack of DUR_THRESHOLD, 160 us of the 6.4 ms request.
+  PolicyOptions fixed;
+  fixed.hp_slowdown_limit = 0;
+  for (const PolicyOptions& options : {PolicyOptions{}, fixed}) {
+    auto orion = make_policy("orion", w, options);
+    SchedulerView v = hp_running();
+    if (options.hp_slowdown_limit == 0) {
+      v.hp_request_start_us = 0;
+      v.now_us = 1e6;  // far past any bound: the limit is off
+    }
+    EXPECT_TRUE(orion->admit(v, 0, 0, 1, kernel(150, 20, KernelClass::kMemory)));
+    EXPECT_FALSE(orion->admit(v, 0, 0, 1, kernel(170, 20, KernelClass::kMemory)));
+    EXPECT_TRUE(orion->admit(v, 0, 0, 1, kernel(80, 20, KernelClass::kCompute)));
+    EXPECT_FALSE(orion->admit(v, 0, 0, 1, kernel(90, 20, KernelClass::kCompute)));
+  }
 }
 
 TEST_F(PolicyFixture, OrionCapsOutstandingBestEffortWork) {

@@ -256,10 +256,10 @@ TEST(Simulator, OrionMeetsItsTargetOnTheReferenceWorkload) {
 TEST(Simulator, OrionsSlowdownLimitTradesTheHpTailForBestEffortWork) {
   // ResNet50 inference (HP, 15 requests/s) beside ResNet50 training (BE).
   // A fixed slack of DUR_THRESHOLD (2.5 % of the HP request) lets BE
-  // kernels run beside few HP requests; tuned to the default limit (1.15x
-  // the HP's time alone) they run beside more of them, the BE gains over
-  // temporal sharing and the HP tail stays within 1.2x; a looser limit
-  // moves both further.
+  // kernels run beside few HP requests; with each request's spare time
+  // within the default limit (1.15x its time alone) they run beside more
+  // of them, the BE gains over temporal sharing and the HP tail stays
+  // within 1.2x; a looser limit moves both further.
   Workload w = load_workload(kExamples / "rnet50_inf_train.json");
   for (ClientSpec& c : w.clients) {
     if (c.requests > 0) c.requests = 600;
@@ -278,7 +278,6 @@ TEST(Simulator, OrionsSlowdownLimitTradesTheHpTailForBestEffortWork) {
   EXPECT_GT(relaxed.clients[be].throughput_per_s, tuned.clients[be].throughput_per_s);
   EXPECT_GT(relaxed.clients[hp].p99_ms, tuned.clients[hp].p99_ms);
   EXPECT_EQ(temporal.hp_corun_fraction, 0);  // one request at a time: nothing beside the HP
-  EXPECT_NE(tuned.policy_summary.find("against an HP slowdown limit of 1.15x"), std::string::npos);
 }
 
 TEST(Simulator, AHeldBestEffortKernelIsAdmittedAtItsDeadlineAtAnyTime) {
@@ -588,7 +587,9 @@ TEST(SimulatorOutcomes, OrionTunesTheSmThresholdOfATrainingHpClientOnline) {
   w.clients[1].warmup = 20;
   w.clients[0].requests = 0;  // until the HP client is done
   const double dedicated = simulate(w, "dedicated").clients[1].mean_ms;
-  SimOptions fixed_slack;  // the SM threshold's search alone
+  // The SM threshold's search alone: a fixed co-run slack (with a
+  // slowdown limit the spare-time rule would move the BE work too).
+  SimOptions fixed_slack;
   fixed_slack.policy.hp_slowdown_limit = 0;
   auto run = [&](double limit_ms) {
     SimOptions o = fixed_slack;
@@ -627,7 +628,6 @@ TEST(SimulatorOutcomes, TheThresholdSearchLeavesTheHpClientsWarmUpOut) {
   w.clients[0].warmup = 1;
   SimOptions o;
   o.policy.hp_limit_ms = 9.5;
-  o.policy.hp_slowdown_limit = 0;
   const SimResult r = simulate(w, "orion", o);
   EXPECT_EQ(r.policy_summary, "SM threshold 0 after 7 tuning step(s) against an HP iteration target of 9.5 ms");
 }

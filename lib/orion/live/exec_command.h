@@ -19,7 +19,7 @@ struct ExecOptions {
   std::string device = "h200";                    ///< GPU model for SM counts and occupancy
   int sm_threshold = -1;
   double dur_threshold = 0.025;
-  double hp_slowdown_limit = 1.15;                ///< orion: PolicyOptions::hp_slowdown_limit (0: fixed slack)
+  double hp_slowdown_limit = 1.15;                ///< orion: PolicyOptions::hp_slowdown_limit (0: a fixed slack)
   int reef_queue_depth = 4;                       ///< reef: released, unfinished BE kernels at most
   double release_ahead_us = 0;                    ///< LiveConfig::release_ahead_us
   bool hp_trains = false;                         ///< the HP command trains (Orion's SM threshold rule)

@@ -131,6 +131,15 @@ SchedulerView LiveScheduler::view(std::int64_t now, bool lead) const {
   v.be_outstanding_us = be_outstanding_us_;
   v.be_outstanding_kernels = be_outstanding_kernels_;
   v.hp_request_solo_us = hp_request_solo_us_;
+  v.now_us = static_cast<double>(now) / 1e3;
+  for (const SlotTrack& t : slots_) {
+    if (!t.active || t.client != hp_client_ || !t.in_request) continue;
+    // Its launches so far, less those still held or on the GPU.
+    v.hp_request_start_us = static_cast<double>(t.request_begin_ns) / 1e3;
+    const std::size_t pending = t.in_flight.size() + t.held.size();
+    v.hp_kernels_done = t.index_in_request > pending ? t.index_in_request - pending : 0;
+    break;
+  }
   if (lead && release_ahead_ns_ > 0 && be_outstanding_kernels_ > 0) {
     // Best-effort kernels due to finish within the hand-off count as done,
     // as long as none has overrun its profile by more than that (then the
@@ -262,10 +271,7 @@ bool LiveScheduler::consume_new(int slot_index) {
         s.requests++;
         s.latencies_ms.push_back((e.post_ns - t.request_begin_ns) / 1e6);
         s.request_end_ns.push_back(e.post_ns);
-        // The client's own clock from its begin marker: its service time
-        // (a request does not begin before the one ahead of it ended).
-        const double latency_us = (e.post_ns - t.request_begin_ns) / 1e3;
-        policy_->on_request_done(t.client, latency_us, latency_us);
+        policy_->on_request_done(t.client, (e.post_ns - t.request_begin_ns) / 1e3);
         log_event(R"({"t_us":%.1f,"event":"request","client":"%s","latency_ms":%.3f})",
                   (e.post_ns - start_ns_) / 1e3, s.name.c_str(), (e.post_ns - t.request_begin_ns) / 1e6);
       }
