@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(fleet::in_range(1, 1e6));
   simulate->add_option("--max-be-wait", sim.max_be_wait_ms,
-                       "Milliseconds after which a held best-effort kernel is admitted anyway (0: never)")
+                       "Milliseconds after which a held best-effort kernel is admitted anyway and the rest of its "
+                       "request served unchecked (temporal: its request goes first at the next boundary); 0: never")
       ->capture_default_str()
       ->check(fleet::in_range(0, 1e9));
   fleet::add_json_flag(simulate, &sim.json);
@@ -107,6 +108,11 @@ int main(int argc, char** argv) {
                    "profiled duration), hiding the hand-off between processes; 0: only on completion")
       ->capture_default_str()
       ->check(fleet::in_range(0, 1e6));
+  exec->add_option("--max-be-wait", ex.max_be_wait_ms,
+                   "Milliseconds after which a held best-effort launch is released anyway and the rest of its "
+                   "request goes unchecked (temporal: its request goes first at the next boundary); 0: never")
+      ->capture_default_str()
+      ->check(fleet::in_range(0, 1e9));
   exec->add_flag("--hp-trains", ex.hp_trains, "The HP command trains (Orion's SM threshold for training)");
   exec->add_flag("--wait-be", ex.wait_be, "Wait for best-effort commands instead of stopping them when HP ends");
   exec->add_option("--grace", ex.grace_s, "Seconds from SIGTERM to SIGKILL for stopped best-effort commands")

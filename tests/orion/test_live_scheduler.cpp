@@ -45,6 +45,9 @@ LiveConfig two_clients(const std::string& policy) {
   be.profile->kernels = {record("be_big", 100, 400, KernelClass::kCompute),
                          record("be_small", 4, 10, KernelClass::kMemory)};
   c.clients = {hp, be};
+  // Held launches stay held however long a loaded machine takes to poll;
+  // the tests of the bounded wait set it.
+  c.max_be_wait_us = 0;
   return c;
 }
 
@@ -249,6 +252,100 @@ TEST(LiveScheduler, OrionHoldsBestEffortWorkOnceTheHpRequestHasNoTimeToSpare) {
   g.be.after_launch(small.entry, true);
   g.be.completed(small.entry);
   g.hp.completed(k);
+}
+
+TEST(LiveScheduler, OrionReleasesABestEffortLaunchHeldForTheMaximumWait) {
+  // An HP request that never ends holds a large BE kernel; after the wait
+  // (5 ms here) it goes anyway, counted as forced.
+  LiveConfig config = two_clients("orion");
+  config.max_be_wait_us = 5000;
+  Fixture f("orion", config);
+  LaunchEntry* h = f.hp_request_with("hp_gemm");
+  {
+    PendingLaunch big(f, "be_big");
+    EXPECT_TRUE(big.released_within(20000));
+    EXPECT_GE(big.entry->release_ns - big.entry->post_ns, 5'000'000);
+    f.be.after_launch(big.entry, true);
+    f.be.completed(big.entry);
+  }
+  f.scheduler->poll();
+  EXPECT_EQ(f.scheduler->stats()[1].forced, 1);
+  EXPECT_EQ(f.scheduler->stats()[1].held, 1);
+  f.hp.completed(h);
+}
+
+TEST(LiveScheduler, TemporalSharingGivesABestEffortRequestHeldTooLongTheNextBoundary) {
+  // The HP client runs request after request. A BE request kept waiting for
+  // the wait (5 ms) goes at the next boundary, before the HP's next
+  // request, which waits for it in turn.
+  LiveConfig config = two_clients("temporal");
+  config.max_be_wait_us = 5000;
+  Fixture f("temporal", config);
+  auto hp_launch = [&](std::atomic<bool>& returned, LaunchEntry*& entry) {
+    return std::thread([&] {
+      entry = f.hp.before_launch(f.hp.intern_name("hp_gemm"), LaunchGeometry{});
+      returned = true;
+    });
+  };
+  f.hp.marker(kRequestBegin);
+  std::atomic<bool> first_returned{false};
+  LaunchEntry* first = nullptr;
+  std::thread first_thread = hp_launch(first_returned, first);
+  for (int i = 0; i < 20000 && !first_returned; ++i) {
+    f.scheduler->poll();
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  first_thread.join();
+  ASSERT_TRUE(first_returned);  // the GPU was free: the HP owns it
+  f.be.marker(kRequestBegin);
+  PendingLaunch be_kernel(f, "be_small");
+  const auto posted = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - posted < std::chrono::milliseconds(6)) f.scheduler->poll();
+  EXPECT_FALSE(be_kernel.returned);  // the HP's request is open: temporal sharing holds it
+  // The HP ends its request and at once begins the next one.
+  f.hp.after_launch(first, true);
+  f.hp.completed(first);
+  f.hp.marker(kRequestEnd);
+  f.hp.marker(kRequestBegin);
+  std::atomic<bool> second_returned{false};
+  LaunchEntry* second = nullptr;
+  std::thread second_thread = hp_launch(second_returned, second);
+  const bool be_went_first = be_kernel.released_within(2000);
+  EXPECT_TRUE(be_went_first);
+  if (be_went_first) {
+    for (int i = 0; i < 300; ++i) {
+      f.scheduler->poll();
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    EXPECT_FALSE(second_returned);  // the BE request has the GPU now
+  }
+  // Whoever went first finishes; then the other goes (without the rule the
+  // HP's second request would keep the BE launch waiting: end it too).
+  auto poll_until = [&](const std::atomic<bool>& flag) {
+    for (int i = 0; i < 20000 && !flag; ++i) {
+      f.scheduler->poll();
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  };
+  if (!be_went_first) {
+    poll_until(second_returned);
+    f.hp.after_launch(second, true);
+    f.hp.completed(second);
+    f.hp.marker(kRequestEnd);
+    poll_until(be_kernel.returned);
+  }
+  f.be.after_launch(be_kernel.entry, true);
+  f.be.completed(be_kernel.entry);
+  f.be.marker(kRequestEnd);
+  poll_until(second_returned);
+  second_thread.join();
+  EXPECT_TRUE(second_returned);
+  if (be_went_first) {
+    f.hp.after_launch(second, true);
+    f.hp.completed(second);
+  }
+  f.scheduler->poll();
+  EXPECT_EQ(f.scheduler->stats()[1].forced, 1);
 }
 
 TEST(LiveScheduler, MpsReleasesEverythingAtOnce) {

@@ -122,6 +122,8 @@ LiveConfig build_config(const ExecOptions& o) {
   config.policy_options.hp_slowdown_limit = o.hp_slowdown_limit;
   config.policy_options.reef_queue_depth = o.reef_queue_depth;
   config.release_ahead_us = o.release_ahead_us;
+  if (!(o.max_be_wait_ms >= 0)) throw UsageError("--max-be-wait must be 0 (never) or positive ms");
+  config.max_be_wait_us = o.max_be_wait_ms * 1e3;
   std::size_t i = 0;
   auto add = [&](bool hp) {
     LiveClient c;

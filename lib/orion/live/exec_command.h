@@ -22,6 +22,7 @@ struct ExecOptions {
   double hp_slowdown_limit = 1.15;                ///< orion: PolicyOptions::hp_slowdown_limit (0: a fixed slack)
   int reef_queue_depth = 4;                       ///< reef: released, unfinished BE kernels at most
   double release_ahead_us = 0;                    ///< LiveConfig::release_ahead_us
+  double max_be_wait_ms = 100;                    ///< LiveConfig::max_be_wait_us, in ms (0: never)
   bool hp_trains = false;                         ///< the HP command trains (Orion's SM threshold rule)
   bool wait_be = false;                           ///< wait for BE commands instead of stopping them after HP
   double grace_s = 5;                             ///< SIGTERM to SIGKILL for stopped BE commands

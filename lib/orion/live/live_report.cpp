@@ -112,6 +112,7 @@ nlohmann::json rows_of(const std::vector<LiveClientStats>& stats, const std::str
                     {"kernels_not_in_profile", s.unmatched},
                     {"kernels_held", s.held},
                     {"kernels_released_ahead", s.released_ahead},
+                    {"kernels_forced", s.forced},
                     {"held_ms", s.held_ms}});
   }
   return rows;

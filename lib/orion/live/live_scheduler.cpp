@@ -252,9 +252,10 @@ bool LiveScheduler::consume_new(int slot_index) {
     // waits until decide() has run, so that the GPU, once the owner's
     // kernels are done, goes to a waiting HP launch first rather than to the
     // owner's next request (read together, the two markers would keep the
-    // owner mid-request for as long as it has work).
-    if (state == kMarker && e.kind == kRequestBegin && !t.in_request && t.client != hp_client_ &&
-        policy_->exclusive_requests() && exclusive_owner_ == t.client) {
+    // owner mid-request for as long as it has work); an HP owner waits so
+    // only for a best-effort launch held max_be_wait_us.
+    if (state == kMarker && e.kind == kRequestBegin && !t.in_request && policy_->exclusive_requests() &&
+        exclusive_owner_ == t.client && (t.client != hp_client_ || best_effort_held_too_long(monotonic_ns()))) {
       break;
     }
     ++t.tail;
@@ -268,6 +269,7 @@ bool LiveScheduler::consume_new(int slot_index) {
         t.request_begin_ns = e.post_ns;
       } else if (e.kind == kRequestEnd && t.in_request) {
         t.in_request = false;
+        t.aged = false;
         s.requests++;
         s.latencies_ms.push_back((e.post_ns - t.request_begin_ns) / 1e6);
         s.request_end_ns.push_back(e.post_ns);
@@ -376,6 +378,16 @@ void LiveScheduler::release(int slot_index, Held h, std::int64_t now, bool ahead
   futex_wake(&h.entry->state, 1);
 }
 
+bool LiveScheduler::held_too_long(const SlotTrack& t, std::int64_t now) const {
+  const auto max_wait_ns = static_cast<std::int64_t>(std::llround(std::max(0.0, config_.max_be_wait_us) * 1e3));
+  return max_wait_ns > 0 && hp_client_ >= 0 && t.active && t.client != hp_client_ && !t.held.empty() &&
+         now - t.held.front().entry->post_ns >= max_wait_ns;
+}
+
+bool LiveScheduler::best_effort_held_too_long(std::int64_t now) const {
+  return std::any_of(slots_.begin(), slots_.end(), [&](const SlotTrack& t) { return held_too_long(t, now); });
+}
+
 bool LiveScheduler::decide() {
   bool progress = false;
   if (policy_->exclusive_requests() && exclusive_owner_ >= 0) {
@@ -387,13 +399,24 @@ bool LiveScheduler::decide() {
     if (!busy) exclusive_owner_ = -1;
   }
   const std::int64_t now = monotonic_ns();
-  // The HP client's held launches first (only temporal sharing holds them), then the others.
+  auto waited_too_long = [&](const SlotTrack& t) { return held_too_long(t, now); };
+  // The HP client's held launches first (only temporal sharing holds them),
+  // then the others; a best-effort launch held too long goes first.
+  const bool be_first = best_effort_held_too_long(now);
   for (int pass = 0; pass < 2; ++pass) {
+    const bool hp_pass = (pass == 0) != be_first;
     for (int si = 0; si < kMaxSlots; ++si) {
       SlotTrack& t = slots_[static_cast<std::size_t>(si)];
-      if (!t.active || (t.client == hp_client_) != (pass == 0)) continue;
+      if (!t.active || (t.client == hp_client_) != hp_pass) continue;
       while (!t.held.empty()) {
         Held& h = t.held.front();
+        const bool forced = !t.aged && waited_too_long(t);
+        if (forced) {
+          t.aged = true;
+          stats_[static_cast<std::size_t>(t.client)].forced++;
+        }
+        // Temporal sharing: even a launch held too long waits for the owner's
+        // request to end (then it goes first: be_first).
         if (policy_->exclusive_requests() && exclusive_owner_ >= 0 && exclusive_owner_ != t.client) {
           h.denied = true;
           break;
@@ -401,19 +424,21 @@ bool LiveScheduler::decide() {
         const std::size_t count = request_length(t.client);
         const std::size_t index = count > 0 ? t.index_in_request % count : t.index_in_request;
         const SchedulerView v = view(now);
-        if (!policy_->admit(v, t.client, index, count, h.kernel)) {
+        if (!t.aged && !policy_->admit(v, t.client, index, count, h.kernel)) {
           h.denied = true;
           break;
         }
         // Released ahead: the lead hid running BE work, and the policy would
         // refuse the kernel with that work counted (a policy that admits
         // everything, mps or streams, never releases ahead).
-        const bool ahead = v.be_outstanding_kernels < be_outstanding_kernels_ &&
+        const bool ahead = !t.aged && v.be_outstanding_kernels < be_outstanding_kernels_ &&
                            !policy_->admit(view(now, false), t.client, index, count, h.kernel);
         if (policy_->exclusive_requests()) exclusive_owner_ = t.client;
         Held taken = h;
         t.held.pop_front();
         release(si, taken, now, ahead);
+        // A client that marks no requests is excused one launch at a time.
+        if (!t.in_request) t.aged = false;
         progress = true;
       }
     }

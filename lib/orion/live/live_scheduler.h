@@ -44,6 +44,12 @@ struct LiveConfig {
   /// completion. Never while a kernel runs longer than its profile by more
   /// than this (the decisions then wait for completions again). 0: off.
   double release_ahead_us = 0;
+  /// A best-effort launch held this long is released anyway, and the rest
+  /// of its client's request goes without the policy's tests (under
+  /// temporal sharing the client's request goes before the HP's at the next
+  /// boundary): an HP command that never pauses would otherwise keep it
+  /// forever. 0: never (the simulator's --max-be-wait).
+  double max_be_wait_us = 100'000;
 };
 
 /// Per-command outcome.
@@ -56,6 +62,7 @@ struct LiveClientStats {
   std::int64_t unmatched = 0;         ///< launches whose kernel is not in the profile
   std::int64_t held = 0;              ///< launches the policy did not admit at first
   std::int64_t released_ahead = 0;    ///< released while best-effort work ahead of them was still expected to run
+  std::int64_t forced = 0;            ///< released after max_be_wait_us held
   double held_ms = 0;                 ///< total time launches waited for release
   std::int64_t requests = 0;          ///< completed begin/end marker pairs
   std::vector<double> latencies_ms;   ///< request latencies (marker to marker)
@@ -118,6 +125,7 @@ class LiveScheduler {
     std::vector<InFlight> in_flight;
     std::size_t index_in_request = 0;
     bool in_request = false;
+    bool aged = false;  // a launch of it waited max_be_wait_us: the rest of its request goes unchecked
     std::int64_t request_begin_ns = 0;
     std::unordered_map<std::uint64_t, SimKernel> kernel_cache;
   };
@@ -125,6 +133,9 @@ class LiveScheduler {
   bool consume_new(int slot_index);
   bool collect_completions(int slot_index);
   bool decide();
+  /// A best-effort slot whose oldest held launch has waited max_be_wait_us.
+  bool held_too_long(const SlotTrack& t, std::int64_t now) const;
+  bool best_effort_held_too_long(std::int64_t now) const;
   /// What the policy sees; with `lead`, BE kernels due within the
   /// release-ahead lead count as finished.
   SchedulerView view(std::int64_t now, bool lead = true) const;
