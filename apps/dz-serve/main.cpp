@@ -24,6 +24,12 @@ int main(int argc, char** argv) {
   sc->add_option("--delta", serve.deltas, "A variant: NAME=FILE.h5 (repeatable)");
   sc->add_option("--delta-dir", serve.delta_dir, "Serve every FILE.h5 in this folder, named FILE");
   sc->add_option("--host", serve.http.host, "Address to listen on")->capture_default_str();
+  sc->add_option("--api-key", serve.http.api_key,
+                 "Require 'Authorization: Bearer KEY' on every endpoint but /health and /metrics (prefer the "
+                 "environment variable: a command line is visible to other users)")
+      ->envname("DZ_SERVE_API_KEY");
+  sc->add_flag("--allow-runtime-loading", serve.http.allow_runtime_loading,
+               "Enable POST /v1/load_delta and /v1/unload_delta; loads read only files inside --delta-dir");
   sc->add_option("--port", serve.http.port, "Port (0: any free port; see --port-file)")->capture_default_str()
       ->check(fleet::in_range(0, 65535));
   sc->add_option("--port-file", serve.http.port_file, "Write the bound port into this file once listening")->transform(fleet::output_path());

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -75,6 +76,13 @@ torch::Tensor calibration_tokens(const CompressCommand& c, const model::Tokenize
   return torch::tensor(flat, torch::kInt64).view({c.calib_samples, c.seq_len});
 }
 
+// The layer's output error of a compressed delta q, weighted by the
+// Hessian of its inputs: tr((delta - q) H (delta - q)^T).
+double weighted_error(const torch::Tensor& delta, const torch::Tensor& q, const torch::Tensor& h) {
+  auto e = (delta - q).to(torch::kFloat64);
+  return torch::trace(e.matmul(h.to(torch::kFloat64)).matmul(e.t())).item<double>();
+}
+
 torch::Tensor hessian_of(const torch::Tensor& inputs) {
   auto x = inputs.reshape({-1, inputs.size(-1)}).to(torch::kFloat64);
   return (2.0 / static_cast<double>(x.size(0)) * x.t().matmul(x)).to(torch::kFloat32);
@@ -141,8 +149,10 @@ int run_compress(const CompressCommand& c) {
     if (!base.contains(name)) throw InputError("the base model has no tensor '" + name + "'");
     if (base.info(name).shape != t.sizes().vec()) throw InputError("base and target shapes differ for '" + name + "'");
   }
-  auto tokenizer = model::Tokenizer::load(c.target);
-  auto tokens = calibration_tokens(c, tokenizer).to(device);
+  // Round-to-nearest needs no calibration: no tokens, no forward passes.
+  const bool calibrate = c.method == "obs";
+  torch::Tensor tokens;
+  if (calibrate) tokens = calibration_tokens(c, model::Tokenizer::load(c.target)).to(device);
 
   DeltaHeader header;
   header.settings_json = settings_json(c).dump();
@@ -153,16 +163,19 @@ int run_compress(const CompressCommand& c) {
   torch::NoGradGuard no_grad;
   const auto started = std::chrono::steady_clock::now();
   Progress progress("compress", target.num_layers(), "layers");
-  auto hidden = target.embed(tokens);
+  torch::Tensor hidden = calibrate ? target.embed(tokens) : torch::Tensor();
   double obs_error = 0, rtn_error = 0;
   for (std::size_t l = 0; l < target.num_layers(); ++l) {
     // Hessians from this layer's inputs in the fine-tuned model whose earlier
     // layers already carry their compressed deltas.
-    auto inputs = target.layer_inputs(l, hidden);
-    std::map<std::string, torch::Tensor> hessians{{"attention", hessian_of(inputs.attention_in)},
-                                                  {"projection", hessian_of(inputs.projection_in)},
-                                                  {"mlp", hessian_of(inputs.mlp_in)},
-                                                  {"down", hessian_of(inputs.down_in)}};
+    std::map<std::string, torch::Tensor> hessians;
+    if (calibrate) {
+      auto inputs = target.layer_inputs(l, hidden);
+      hessians = {{"attention", hessian_of(inputs.attention_in)},
+                  {"projection", hessian_of(inputs.projection_in)},
+                  {"mlp", hessian_of(inputs.mlp_in)},
+                  {"down", hessian_of(inputs.down_in)}};
+    }
     auto& w = target.layer(l);
     const std::vector<std::tuple<const char*, torch::Tensor*, const char*>> linears{
         {"self_attn.q_proj.weight", &w.q_proj, "attention"}, {"self_attn.k_proj.weight", &w.k_proj, "attention"},
@@ -173,24 +186,47 @@ int run_compress(const CompressCommand& c) {
       const std::string name = "model.layers." + std::to_string(l) + "." + suffix;
       auto base_w = base_tensor(base, name).to(device);
       auto delta = *weight - base_w;
+      if (!calibrate) {
+        writer.add_packed(name, rtn_compress(delta, options).pack(options));
+        continue;
+      }
       const auto& h = hessians.at(input);
-      auto compressed = c.method == "obs" ? obs_compress(delta, h, options) : rtn_compress(delta, options);
+      auto compressed = obs_compress(delta, h, options);
       writer.add_packed(name, compressed.pack(options));
-      auto error = [&](const torch::Tensor& q) {
-        auto e = (delta - q).to(torch::kFloat64);
-        return torch::trace(e.matmul(h.to(torch::kFloat64)).matmul(e.t())).item<double>();
-      };
-      obs_error += error(compressed.dequantized);
-      if (c.json || spdlog::should_log(spdlog::level::debug)) rtn_error += error(rtn_compress(delta, options).dequantized);
+      obs_error += weighted_error(delta, compressed.dequantized, h);
+      if (c.json || spdlog::should_log(spdlog::level::debug))
+        rtn_error += weighted_error(delta, rtn_compress(delta, options).dequantized, h);
       weight->copy_(base_w + compressed.dequantized);
     }
-    hidden = target.layer_inputs(l, hidden).output;
+    if (calibrate) hidden = target.layer_inputs(l, hidden).output;
     progress.advance();
   }
+  // The LM head is a linear layer too, its input the final norm of the last
+  // layer's output. A tied head is the embedding matrix, which a lookup
+  // also reads: it stays dense below.
+  std::set<std::string> packed{};
+  if (!target.config().tie_word_embeddings) {
+    const std::string name = "lm_head.weight";
+    torch::Tensor head;
+    for (const auto& [param, t] : target.named_parameters())
+      if (param == name) head = t;
+    auto delta = head - base_tensor(base, name).to(device);
+    packed.insert(name);
+    if (!calibrate) {
+      writer.add_packed(name, rtn_compress(delta, options).pack(options));
+    } else {
+      const auto h = hessian_of(target.head_input(hidden));
+      auto compressed = obs_compress(delta, h, options);
+      writer.add_packed(name, compressed.pack(options));
+      obs_error += weighted_error(delta, compressed.dequantized, h);
+      if (c.json || spdlog::should_log(spdlog::level::debug))
+        rtn_error += weighted_error(delta, rtn_compress(delta, options).dequantized, h);
+    }
+  }
   progress.finish();
-  // Embeddings, norms and the LM head.
+  // Embeddings and norms.
   for (const auto& [name, t] : target.named_parameters()) {
-    if (name.find("_proj.weight") != std::string::npos) continue;
+    if (name.find("_proj.weight") != std::string::npos || packed.count(name)) continue;
     add_dense_tensor(writer, name, t, base, c.dense_policy);
   }
   const auto size = writer.commit();
@@ -200,7 +236,8 @@ int run_compress(const CompressCommand& c) {
   if (c.json) {
     nlohmann::json out = {{"output", c.output.string()}, {"bytes", size}, {"seconds", seconds},
                           {"seconds_per_million_parameters", seconds / (params / 1e6)},
-                          {"weighted_error", obs_error}, {"weighted_error_rtn", rtn_error},
+                          {"weighted_error", calibrate ? nlohmann::json(obs_error) : nlohmann::json()},
+                          {"weighted_error_rtn", calibrate ? nlohmann::json(rtn_error) : nlohmann::json()},
                           {"settings", settings_json(c)}};
     report << out.dump(2) << "\n";
   } else {
@@ -279,6 +316,19 @@ int run_decompress(const DecompressCommand& c) {
   return 0;
 }
 
+namespace {
+
+// The class of a model tensor, for inspect's summary.
+const char* tensor_class(const std::string& name) {
+  if (name.find("_proj.weight") != std::string::npos) return "linear layers";
+  if (name == "lm_head.weight") return "LM head";
+  if (name.find("embed_tokens") != std::string::npos) return "embedding";
+  if (name.find("norm") != std::string::npos) return "norms";
+  return "other";
+}
+
+}  // namespace
+
 int run_inspect(const InspectCommand& c) {
   DeltaReader reader(c.delta);
   struct Row {
@@ -286,23 +336,29 @@ int run_inspect(const InspectCommand& c) {
     std::int64_t elements;
     std::uint64_t bytes;
   };
+  struct Total {
+    std::int64_t elements = 0;
+    std::uint64_t bytes = 0;
+  };
   std::vector<Row> rows;
-  std::int64_t linear_elements = 0, all_elements = 0;
-  std::uint64_t linear_bytes = 0, all_bytes = 0;
   for (const auto& n : reader.packed_names()) {
     auto p = reader.packed(n);
     rows.push_back({n, fmt::format("{}-bit {}", p.bits, p.sparsity.to_string()), reader.elements(n), reader.stored_bytes(n)});
-    linear_elements += rows.back().elements;
-    linear_bytes += rows.back().bytes;
   }
   for (const auto& n : reader.dense_names()) {
     auto e = reader.dense(n);
     rows.push_back({n, e.kind == DenseKind::kDelta ? "dense delta" : "full", reader.elements(n), reader.stored_bytes(n)});
   }
+  std::map<std::string, Total> classes;  // by tensor_class
+  Total all;
   for (const auto& r : rows) {
-    all_elements += r.elements;
-    all_bytes += r.bytes;
+    Total& t = classes[tensor_class(r.name)];
+    t.elements += r.elements;
+    t.bytes += r.bytes;
+    all.elements += r.elements;
+    all.bytes += r.bytes;
   }
+  const Total linear = classes["linear layers"];
   const auto file_bytes = reader.file_bytes();
   auto bpw = [](std::uint64_t bytes, std::int64_t n) { return n ? 8.0 * static_cast<double>(bytes) / static_cast<double>(n) : 0.0; };
   nlohmann::json settings = parse_json(reader.header().settings_json, c.delta.string() + ":settings").json();
@@ -311,13 +367,19 @@ int run_inspect(const InspectCommand& c) {
     for (const auto& r : rows)
       tensors.push_back({{"name", r.name}, {"kind", r.kind}, {"elements", r.elements}, {"bytes", r.bytes},
                          {"bits_per_weight", bpw(r.bytes, r.elements)}});
+    nlohmann::json by_class = nlohmann::json::object();
+    for (const auto& [name, t] : classes) {
+      if (t.elements == 0) continue;
+      by_class[name] = {{"elements", t.elements}, {"bytes", t.bytes}, {"bits_per_weight", bpw(t.bytes, t.elements)},
+                        {"share_of_file", static_cast<double>(t.bytes) / static_cast<double>(file_bytes)}};
+    }
     nlohmann::json out = {
         {"file", c.delta.string()}, {"file_bytes", file_bytes}, {"base_identity", reader.header().base_identity},
-        {"settings", settings}, {"tensors", tensors},
-        {"linear", {{"elements", linear_elements}, {"bytes", linear_bytes}, {"bits_per_weight", bpw(linear_bytes, linear_elements)},
-                    {"ratio_vs_fp16_delta", linear_bytes ? 2.0 * static_cast<double>(linear_elements) / static_cast<double>(linear_bytes) : 0.0}}},
-        {"total", {{"elements", all_elements}, {"bytes", all_bytes}, {"bits_per_weight", bpw(all_bytes, all_elements)},
-                   {"ratio_vs_fp16_model", 2.0 * static_cast<double>(all_elements) / static_cast<double>(file_bytes)}}}};
+        {"settings", settings}, {"tensors", tensors}, {"classes", by_class},
+        {"linear", {{"elements", linear.elements}, {"bytes", linear.bytes}, {"bits_per_weight", bpw(linear.bytes, linear.elements)},
+                    {"ratio_vs_fp16_delta", linear.bytes ? 2.0 * static_cast<double>(linear.elements) / static_cast<double>(linear.bytes) : 0.0}}},
+        {"total", {{"elements", all.elements}, {"bytes", all.bytes}, {"bits_per_weight", bpw(all.bytes, all.elements)},
+                   {"ratio_vs_fp16_model", 2.0 * static_cast<double>(all.elements) / static_cast<double>(file_bytes)}}}};
     std::cout << out.dump(2) << "\n";
     return 0;
   }
@@ -326,11 +388,17 @@ int run_inspect(const InspectCommand& c) {
   std::cout << fmt::format("{:<44} {:<16} {:>12} {:>12} {:>8}\n", "tensor", "stored as", "weights", "bytes", "bits/w");
   for (const auto& r : rows)
     std::cout << fmt::format("{:<44} {:<16} {:>12} {:>12} {:>8.3f}\n", r.name, r.kind, r.elements, r.bytes, bpw(r.bytes, r.elements));
+  std::cout << fmt::format("{:<16} {:>12} {:>12} {:>8} {:>8}\n", "class", "weights", "bytes", "bits/w", "of file");
+  for (const auto& [name, t] : classes) {
+    if (t.elements == 0) continue;
+    std::cout << fmt::format("{:<16} {:>12} {:>12} {:>8.3f} {:>7.1f}%\n", name, t.elements, t.bytes, bpw(t.bytes, t.elements),
+                             100.0 * static_cast<double>(t.bytes) / static_cast<double>(file_bytes));
+  }
   std::cout << fmt::format("linear layers: {:.3f} bits/weight, {:.2f}x smaller than their fp16 delta\n",
-                           bpw(linear_bytes, linear_elements),
-                           linear_bytes ? 16.0 / bpw(linear_bytes, linear_elements) : 0.0);
+                           bpw(linear.bytes, linear.elements),
+                           linear.bytes ? 16.0 / bpw(linear.bytes, linear.elements) : 0.0);
   std::cout << fmt::format("whole file: {:.3f} bits/weight, {:.2f}x smaller than the fp16 model\n",
-                           bpw(file_bytes, all_elements), 2.0 * static_cast<double>(all_elements) / static_cast<double>(file_bytes));
+                           bpw(file_bytes, all.elements), 2.0 * static_cast<double>(all.elements) / static_cast<double>(file_bytes));
   return 0;
 }
 

@@ -495,6 +495,11 @@ torch::Tensor LlamaModel::embed(const torch::Tensor& tokens) const {
   return torch::embedding(embed_tokens_, tokens);
 }
 
+torch::Tensor LlamaModel::head_input(const torch::Tensor& hidden) const {
+  torch::NoGradGuard no_grad;
+  return rms_norm(hidden, norm_);
+}
+
 LlamaModel::LayerInputs LlamaModel::layer_inputs(std::size_t i, const torch::Tensor& hidden) const {
   torch::NoGradGuard no_grad;
   const auto& w = layers_.at(i);

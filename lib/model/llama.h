@@ -176,6 +176,9 @@ class LlamaModel {
     torch::Tensor output;         ///< the layer's output hidden states
   };
   LayerInputs layer_inputs(std::size_t i, const torch::Tensor& hidden) const;
+  /// What the LM head sees for `hidden`, the last decoder layer's output:
+  /// its final norm. For calibrating the head's compression.
+  torch::Tensor head_input(const torch::Tensor& hidden) const;
 
   /// The weights of decoder layer `i` (modifiable: compression writes them).
   LlamaLayerWeights& layer(std::size_t i) { return layers_.at(i); }

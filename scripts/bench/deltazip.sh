@@ -26,10 +26,12 @@ for setting in "2 2:4" "2 4:8" "3 2:4" "4 2:4" "4 none" "8 none"; do
 import json, sys
 bits, sparse, method, out, info, acc = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), json.loads(sys.argv[5]), sys.argv[6]
 lin = info["linear"]
+error = out["weighted_error"]  # null for round-to-nearest, which runs no calibration
+error = f"{error:10.2f}" if error is not None else f"{'-':>10s}"
 print(f"{bits:7s} {sparse:6s} {method:7s} {lin['bits_per_weight']:12.3f} {lin['ratio_vs_fp16_delta']:11.2f}x "
-      f"{info['total']['ratio_vs_fp16_model']:13.2f}x {out['weighted_error']:10.2f} {acc:>9s} {out['seconds_per_million_parameters']:10.2f}")
+      f"{info['total']['ratio_vs_fp16_model']:13.2f}x {error} {acc:>9s} {out['seconds_per_million_parameters']:10.2f}")
 PY
   done
 done
 echo "(linear x: fp16 delta of the linear layers / their stored bytes; file x fp16: fp16 model / whole file;"
-echo " H-error: sum over linear layers of tr(E H E^T); one thread)"
+echo " H-error: sum over linear layers of tr(E H E^T), OBS only; one thread)"

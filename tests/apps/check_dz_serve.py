@@ -55,12 +55,12 @@ def run(*args):
 class Server:
     """A dz-serve process on a free port."""
 
-    def __init__(self, tmp, name, *args):
+    def __init__(self, tmp, name, *args, env=None):
         self.port_file = tmp / f"{name}.port"
         self.log = open(tmp / f"{name}.log", "w")
         self.proc = subprocess.Popen(
             [str(BIN / "dz-serve"), "serve", "--port", "0", "--port-file", str(self.port_file), "--threads", "1",
-             *map(str, args)], stdout=self.log, stderr=subprocess.STDOUT)
+             *map(str, args)], stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
         for _ in range(600):
             if self.port_file.exists() or self.proc.poll() is not None:
                 break
@@ -71,14 +71,16 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         self.client = openai.OpenAI(base_url=self.url + "/v1", api_key="none", max_retries=0, timeout=120)
 
-    def request(self, method, path, body=None, raw=None):
+    def request(self, method, path, body=None, raw=None, headers=None, raw_reply=False):
         """(status, parsed JSON or text) of one HTTP request."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
+        conn.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
         resp = conn.getresponse()
         text = resp.read().decode()
         conn.close()
+        if raw_reply:
+            return resp.status, text
         try:
             return resp.status, json.loads(text)
         except ValueError:
@@ -209,6 +211,101 @@ def check_llama3_style(tmp, servers):
     check(r.usage.completion_tokens == k + 1, f"llama3-style base: usage {r.usage}, {k} tokens and the end")
 
 
+def check_access(tmp, servers):
+    """With --api-key (here from DZ_SERVE_API_KEY) every endpoint but /health and
+    /metrics needs the key; runtime loading is off without --allow-runtime-loading,
+    and on, reads only inside --delta-dir, answering alike for every path outside it,
+    whether it exists, is a folder or is a file."""
+    guarded = Server(tmp, "guarded", "--base", tmp / "base", "--delta-dir", tmp / "deltas", "--max-context", 256,
+                     env={"DZ_SERVE_API_KEY": "s3cret"})
+    servers.append(guarded)
+    for path in ("/v1/models", "/v1/models/ft1"):
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+            status, reply = guarded.request("GET", path, headers=headers)
+            check(status == 401 and reply["error"]["type"] == "invalid_request_error",
+                  f"GET {path} with {headers}: {status} {reply}")
+    status, _ = guarded.request("POST", "/v1/completions", {"model": "ft1", "prompt": "x", "max_tokens": 2})
+    check(status == 401, f"completion without the key: {status}")
+    check(guarded.request("GET", "/health")[0] == 200, "/health needs no key")
+    check(guarded.request("GET", "/metrics", raw_reply=True)[0] == 200, "/metrics needs no key")
+    keyed = openai.OpenAI(base_url=f"http://127.0.0.1:{guarded.port}/v1", api_key="s3cret", max_retries=0)
+    check(keyed.completions.create(model="ft1", prompt="Hello", max_tokens=4, temperature=0).usage.completion_tokens
+          >= 1, "a completion with the key")
+    # Runtime loading is off here: 403, whatever the path.
+    auth = {"Authorization": "Bearer s3cret"}
+    for body in ({"name": "x", "path": "ft1.h5"}, {"name": "x", "path": "/etc/passwd"}):
+        status, reply = guarded.request("POST", "/v1/load_delta", body, headers=auth)
+        check(status == 403 and "--allow-runtime-loading" in reply["error"]["message"], f"load_delta off: {status}")
+    check(guarded.request("POST", "/v1/unload_delta", {"name": "ft1"}, headers=auth)[0] == 403, "unload_delta off")
+    # On: paths outside --delta-dir, existing or not, files or folders, get one answer.
+    loader = Server(tmp, "loader", "--base", tmp / "base", "--delta-dir", tmp / "deltas", "--allow-runtime-loading",
+                    "--max-context", 256)
+    servers.append(loader)
+    (tmp / "deltas" / "escape.h5").symlink_to(tmp / "ft1.h5")  # a link out of the folder
+    outside = [str(tmp / "ft1.h5"), "/etc/passwd", "/etc", "/no/such/file.h5", "../ft1.h5", "escape.h5",
+               str(tmp / "deltas" / ".." / "ft1.h5")]
+    for path in outside:
+        status, reply = loader.request("POST", "/v1/load_delta", {"name": "x", "path": path})
+        check(status == 400 and reply["error"]["message"] ==
+              f"no delta container '{path}' in the server's delta folders",
+              f"load_delta {path}: {status} {reply}")
+    (tmp / "deltas" / "escape.h5").unlink()
+    check(loader.request("POST", "/v1/load_delta", {"name": "y", "path": "later/ft1.h5"})[0] == 200,
+          "a container inside --delta-dir")
+
+
+def check_swap_reload(tmp, servers):
+    """Swap mode keys its resident model by the variant loaded, not by its name: a
+    name unloaded and loaded again from another container serves the new weights."""
+    swap = Server(tmp, "swap", "--base", tmp / "base", "--delta-dir", tmp / "deltas", "--mode", "swap",
+                  "--allow-runtime-loading", "--max-context", 256)
+    servers.append(swap)
+
+    def answer(model):
+        r = swap.client.completions.create(model=model, prompt="Hello", max_tokens=12, temperature=0, logprobs=0)
+        return r.choices[0].text, r.choices[0].logprobs.token_logprobs
+
+    ft2 = answer("ft2")
+    old_ft1 = answer("ft1")  # ft1 is the resident model now
+    check(old_ft1[0] != ft2[0], "ft1 and ft2 answer alike: the reload check would prove nothing")
+    check(swap.request("POST", "/v1/unload_delta", {"name": "ft1"})[0] == 200, "swap: unload ft1")
+    status, _ = swap.request("POST", "/v1/load_delta", {"name": "ft1", "path": "ft2.h5"})
+    check(status == 200, f"swap: load ft1 from ft2.h5: {status}")
+    new_ft1 = answer("ft1")
+    check(new_ft1[0] == ft2[0] and all(abs(a - b) <= 1e-5 for a, b in zip(new_ft1[1], ft2[1])),
+          f"swap mode served the old weights under a reloaded name: {new_ft1[0]!r}, ft2's {ft2[0]!r}, "
+          f"the old ft1's {old_ft1[0]!r}")
+
+
+def check_untied_head(tmp, servers):
+    """An untied LM head is compressed like any linear layer (inspect lists it
+    packed, as its own class); served from its delta, the variant answers as its
+    reconstruction served alone."""
+    config = json.loads((tmp / "base" / "config.json").read_text())
+    config["tie_word_embeddings"] = False
+    (tmp / "untied-config.json").write_text(json.dumps(config))
+    run(BIN / "sailor-run", "-q", "init", "--config", tmp / "untied-config.json", "--seed", "5", "-o", tmp / "untied")
+    make_fine_tune(tmp / "untied", tmp / "untied-ft", 13)
+    run(BIN / "dz-compress", "-q", "compress", "--base", tmp / "untied", "--target", tmp / "untied-ft", "-o",
+        tmp / "untied.h5", "--bits", 4, "--sparsity", "2:4", "--calib-samples", 8, "--threads", "1")
+    info = json.loads(subprocess.run([str(BIN / "dz-compress"), "inspect", str(tmp / "untied.h5"), "--json"],
+                                     check=True, capture_output=True, text=True).stdout)
+    head = [t for t in info["tensors"] if t["name"] == "lm_head.weight"]
+    check(len(head) == 1 and head[0]["kind"] == "4-bit 2:4", f"untied head stored as {head}")
+    check(info["classes"]["LM head"]["bits_per_weight"] < 4, f"LM head class {info['classes'].get('LM head')}")
+    run(BIN / "dz-compress", "-q", "decompress", tmp / "untied.h5", "--base", tmp / "untied", "-o", tmp / "untied-rec")
+    delta = Server(tmp, "untied", "--base", tmp / "untied", "--delta", f"uft={tmp / 'untied.h5'}", "--max-context", 256)
+    servers.append(delta)
+    alone = Server(tmp, "untied-rec", "--base", tmp / "untied-rec", "--max-context", 256)
+    servers.append(alone)
+    prompts = ["The weather today", "copy: abc =", "Hello", [1, 60, 61, 62, 63]]
+    served = [greedy(delta, "uft", p)[0] for p in prompts]
+    check(served == [greedy(alone, "untied-rec", p)[0] for p in prompts],
+          "an untied variant served from its delta differs from its reconstruction")
+    check(sum(a != greedy(delta, "untied", p)[0] for a, p in zip(served, prompts)) >= 2,
+          "the untied variant answers like its base: the comparison would prove nothing")
+
+
 def main():
     tmp = Path(tempfile.mkdtemp(prefix="dz-serve-test-"))
     servers = []
@@ -229,9 +326,13 @@ def main():
         run(BIN / "dz-compress", "-q", "decompress", tmp / "ft1.h5", "--base", tmp / "base", "-o", tmp / "ft1-rec")
 
         (tmp / "deltas").mkdir()  # served by folder: variants named after the files
+        (tmp / "deltas" / "later").mkdir()  # not served at start (not recursive); loadable at run time
+        shutil.copy(tmp / "foreign.h5", tmp / "deltas" / "later" / "foreign.h5")
+        shutil.copy(tmp / "ft1.h5", tmp / "deltas" / "later" / "ft1.h5")
         for name in ("ft1", "ft2"):
             shutil.copy(tmp / f"{name}.h5", tmp / "deltas" / f"{name}.h5")
-        main_server = Server(tmp, "delta", "--base", tmp / "base", "--delta-dir", tmp / "deltas", "--max-batch", 8,
+        main_server = Server(tmp, "delta", "--base", tmp / "base", "--delta-dir", tmp / "deltas",
+                             "--allow-runtime-loading", "--max-batch", 8,
                              "--max-tokens-per-step", 32, "--max-context", 256, "--max-body", 65536)
         servers.append(main_server)
         reference = Server(tmp, "reference", "--base", tmp / "ft1-rec", "--max-context", 256)
@@ -403,8 +504,8 @@ def main():
             ("POST", "/v1/completions", {"model": "ft1", "prompt": "y" * 400}, None, 413),
             ("POST", "/v1/completions", {"model": "ft1", "prompt": "y" * 70000}, None, 413),
             ("POST", "/v1/chat/completions", {"model": "ft1", "messages": "hi"}, None, 400),
-            ("POST", "/v1/load_delta", {"name": "x", "path": str(tmp / "foreign.h5")}, None, 400),
-            ("POST", "/v1/load_delta", {"name": "x", "path": str(tmp / "missing.h5")}, None, 400),
+            ("POST", "/v1/load_delta", {"name": "x", "path": "later/foreign.h5"}, None, 400),
+            ("POST", "/v1/load_delta", {"name": "x", "path": "missing.h5"}, None, 400),
             ("POST", "/v1/load_delta", {"name": "x", "path": str(tmp / "base" / "config.json")}, None, 400),
             ("POST", "/v1/unload_delta", {"name": "never"}, None, 404),
             ("GET", "/v1/nothing", None, None, 404),
@@ -431,7 +532,7 @@ def main():
         check(s.sample("dz_requests_rejected", {"status": "413"}, "_total") >= 1, "413 not counted")
 
         # Variants added and removed at run time.
-        status, _ = s.request("POST", "/v1/load_delta", {"name": "ft1-again", "path": str(tmp / "ft1.h5")})
+        status, _ = s.request("POST", "/v1/load_delta", {"name": "ft1-again", "path": "later/ft1.h5"})
         check(status == 200, f"load_delta {status}")
         check(greedy(s, "ft1-again", "Hello")[0] == expected["Hello"], "a variant loaded at run time answers otherwise")
         check(s.request("POST", "/v1/unload_delta", {"name": "ft1-again"})[0] == 200, "unload_delta")
@@ -464,6 +565,9 @@ def main():
               s.sample("dz_batch_size", suffix="_count"), "no step ever batched several sequences")
 
         check_llama3_style(tmp, servers)
+        check_untied_head(tmp, servers)
+        check_swap_reload(tmp, servers)
+        check_access(tmp, servers)
 
         # A small model that decodes slowly enough to interrupt: disconnect, then SIGTERM.
         run(BIN / "sailor-run", "-q", "init", "--preset", "small", "--seed", "3", "-o", tmp / "small")

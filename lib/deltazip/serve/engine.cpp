@@ -160,8 +160,10 @@ struct Engine::State {
   std::uint64_t delta_bytes = 0, full_bytes = 0;
   std::deque<std::shared_ptr<Variant>> load_queue;
   std::condition_variable load_wake;
-  // Swap mode: the fine-tune resident now ("" = the base).
-  std::string swap_current;
+  // Swap mode: the fine-tune resident now (null: the base). Compared as the
+  // variant object, never by name: a name unloaded and loaded again from
+  // another container is another variant, and must be swapped in.
+  std::shared_ptr<Variant> swap_current;
   std::shared_ptr<const LlamaModel> swap_model;
   std::thread scheduler, loader;
 
@@ -343,6 +345,11 @@ void Engine::remove_variant(const std::string& name) {
   if (v->full) s.full_bytes -= s.base_bytes;
   v->delta.reset();
   v->full.reset();
+  if (s.swap_current == v) {  // its swapped-in model goes too (running requests hold their own reference)
+    s.swap_current.reset();
+    s.swap_model.reset();
+    s.full_bytes = 0;
+  }
   s.update_gauges();
 }
 
@@ -351,7 +358,7 @@ std::vector<ModelInfo> Engine::models() const {
   std::lock_guard lock(s.mutex);
   std::vector<ModelInfo> out{{s.options.base_name, true, s.options.base.string(), "resident"}};
   for (const auto& [name, v] : s.variants) {
-    std::string state = v->failed.empty() ? (v->delta || v->full || s.swap_current == name ? "resident"
+    std::string state = v->failed.empty() ? (v->delta || v->full || s.swap_current == v ? "resident"
                                              : v->loading                                  ? "loading"
                                                                                            : "cold")
                                           : "failed";
@@ -488,7 +495,7 @@ void Engine::State::loader_loop() {
 void Engine::State::swap_to(const std::shared_ptr<Variant>& target, std::unique_lock<std::mutex>& lock) {
   swap_model.reset();
   full_bytes = 0;
-  swap_current = target ? target->name : "";
+  swap_current = target;
   if (!target) return;
   lock.unlock();
   std::shared_ptr<const LlamaModel> model;
@@ -504,7 +511,7 @@ void Engine::State::swap_to(const std::shared_ptr<Variant>& target, std::unique_
   metrics.add("dz_model_swaps", 1);
   if (!error.empty()) {
     target->failed = error;
-    swap_current = "";
+    swap_current.reset();
     return;
   }
   swap_model = model;
@@ -527,8 +534,7 @@ void Engine::State::admit(std::unique_lock<std::mutex>& lock) {
   }
   if (options.mode == ServeMode::kSwap && running.empty() && !waiting.empty()) {
     auto& head = waiting.front();
-    const std::string wanted = head->variant ? head->variant->name : "";
-    if (wanted != swap_current) {
+    if (head->variant != swap_current) {
       auto target = head->variant;
       swap_to(target, lock);
       dirty = true;  // look again: the queue may have changed while the lock was released
@@ -569,8 +575,7 @@ void Engine::State::admit(std::unique_lock<std::mutex>& lock) {
         break;
       case ServeMode::kSwap: {
         // First come, first served: stop at the first request for another model.
-        const std::string wanted = v ? v->name : "";
-        if (wanted != swap_current) return;
+        if (v != swap_current) return;
         if (v) seq->weights = swap_model;
         break;
       }

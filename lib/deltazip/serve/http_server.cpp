@@ -39,11 +39,33 @@ void send_error(httplib::Response& res, const ServeError& e) {
 
 std::string sse(const json& body) { return "data: " + to_text(body) + "\n\n"; }
 
+// Compares every byte whatever the first difference, so that the time a
+// refusal takes says nothing about how much of a key was right.
+bool same_secret(const std::string& given, const std::string& key) {
+  unsigned char diff = given.size() == key.size() ? 0 : 1;
+  for (std::size_t i = 0; i < given.size(); ++i) diff |= static_cast<unsigned char>(given[i] ^ key[i % key.size()]);
+  return diff == 0;
+}
+
 class Frontend {
  public:
-  explicit Frontend(Engine& engine) : engine_(engine) {}
+  Frontend(Engine& engine, const HttpOptions& options) : engine_(engine), options_(options) {}
 
   void install(httplib::Server& server) {
+    if (!options_.api_key.empty()) {
+      // Health and metrics stay open to probes and scrapers, as in vLLM.
+      server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+        if (req.path == "/health" || req.path == "/metrics") return httplib::Server::HandlerResponse::Unhandled;
+        const std::string header = req.get_header_value("Authorization");
+        const std::string prefix = "Bearer ";
+        if (header.rfind(prefix, 0) == 0 && same_secret(header.substr(prefix.size()), options_.api_key))
+          return httplib::Server::HandlerResponse::Unhandled;
+        res.set_header("WWW-Authenticate", "Bearer");
+        send_json(res, 401, error_body("invalid or missing API key (send the header Authorization: Bearer KEY)",
+                                       "invalid_request_error", "", 401));
+        return httplib::Server::HandlerResponse::Handled;
+      });
+    }
     server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
       // The engine's own state: once /health says so, new requests get 503 too.
       const bool stopping = engine_.shutting_down();
@@ -128,11 +150,20 @@ class Frontend {
     return it->get<std::string>();
   }
 
+  void require_runtime_loading() const {
+    if (!options_.allow_runtime_loading)
+      throw ServeError(403, "permission_error",
+                       "loading and unloading variants at run time is off (start dz-serve with "
+                       "--allow-runtime-loading)",
+                       "");
+  }
+
   void load_delta(const httplib::Request& req, httplib::Response& res) {
     try {
+      require_runtime_loading();
       auto body = parse_object(req);
       const auto name = string_field(body, "name"), path = string_field(body, "path");
-      engine_.add_variant(name, path);
+      engine_.add_variant(name, resolve_runtime_delta(path, options_.delta_roots));
       send_json(res, 200, {{"name", name}, {"path", path}, {"status", "registered"}});
     } catch (const ServeError& e) {
       send_error(res, e);
@@ -141,6 +172,7 @@ class Frontend {
 
   void unload_delta(const httplib::Request& req, httplib::Response& res) {
     try {
+      require_runtime_loading();
       const auto name = string_field(parse_object(req), "name");
       engine_.remove_variant(name);
       send_json(res, 200, {{"name", name}, {"status", "unloaded"}});
@@ -334,11 +366,27 @@ class Frontend {
   }
 
   Engine& engine_;
+  const HttpOptions& options_;
   std::atomic<std::uint64_t> next_id_{1};
   std::int64_t started_ = static_cast<std::int64_t>(std::time(nullptr));
 };
 
 }  // namespace
+
+std::filesystem::path resolve_runtime_delta(const std::string& path, const std::vector<std::filesystem::path>& roots) {
+  namespace fs = std::filesystem;
+  const fs::path given(path);
+  for (const fs::path& root : roots) {
+    std::error_code ec;
+    const fs::path real = fs::canonical(given.is_absolute() ? given : root / given, ec);
+    if (ec || !fs::is_regular_file(real, ec) || ec) continue;
+    // Inside the root, component by component (links already followed).
+    const auto [end, _] = std::mismatch(root.begin(), root.end(), real.begin(), real.end());
+    if (end == root.end()) return real;
+  }
+  throw ServeError(400, "invalid_request_error", "no delta container '" + path + "' in the server's delta folders",
+                   "path");
+}
 
 int serve_http(Engine& engine, const HttpOptions& options) {
   if (options.port < 0 || options.port > 65535) throw UsageError("--port must be 0 to 65535");
@@ -349,7 +397,7 @@ int serve_http(Engine& engine, const HttpOptions& options) {
   server.set_payload_max_length(options.max_body_bytes);
   server.set_read_timeout(30, 0);
   server.set_write_timeout(30, 0);
-  Frontend frontend(engine);
+  Frontend frontend(engine, options);
   frontend.install(server);
 
   int port = options.port;

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "deltazip/serve/engine.h"
 
@@ -17,7 +18,22 @@ struct HttpOptions {
   std::filesystem::path port_file;         ///< written with the bound port once listening
   std::size_t max_body_bytes = 1 << 20;    ///< larger bodies get 413
   int threads = 128;                       ///< connections served at once (a stream holds one)
+  /// Non-empty: every endpoint but /health and /metrics needs the header
+  /// `Authorization: Bearer <api_key>` (else 401).
+  std::string api_key;
+  /// POST /v1/load_delta and /v1/unload_delta answer 403 unless set.
+  bool allow_runtime_loading = false;
+  /// The folders runtime loads may read from (canonical paths): a path
+  /// given to /v1/load_delta, absolute or relative to one of them, must
+  /// resolve (links followed) to a regular file inside one.
+  std::vector<std::filesystem::path> delta_roots;
 };
+
+/// Where a path given to /v1/load_delta resolves among `roots` (see
+/// HttpOptions::delta_roots); ServeError 400 otherwise, whose message names
+/// only the path as given, the same whether it is outside the roots,
+/// missing, a folder or unreadable.
+std::filesystem::path resolve_runtime_delta(const std::string& path, const std::vector<std::filesystem::path>& roots);
 
 /// Serves until SIGTERM or SIGINT; then stops taking requests (503),
 /// finishes those in flight and returns 0. IoError when the address cannot

@@ -41,6 +41,9 @@ int run_serve(const ServeCommand& c) {
       throw UsageError("--delta expects NAME=FILE.h5, not '" + spec + "'");
     variants.emplace_back(spec.substr(0, eq), spec.substr(eq + 1));
   }
+  HttpOptions http = c.http;
+  if (http.allow_runtime_loading && c.delta_dir.empty())
+    throw UsageError("--allow-runtime-loading needs --delta-dir: the folder variants may be loaded from at run time");
   if (!c.delta_dir.empty()) {
     std::error_code ec;
     if (!std::filesystem::is_directory(c.delta_dir, ec))
@@ -49,8 +52,11 @@ int run_serve(const ServeCommand& c) {
     for (const auto& entry : std::filesystem::directory_iterator(c.delta_dir))
       if (entry.path().extension() == ".h5") files.push_back(entry.path());
     std::sort(files.begin(), files.end());
-    if (files.empty()) throw InputError("--delta-dir " + c.delta_dir.string() + " holds no .h5 file");
+    // An empty folder is a start for a server that loads its variants later.
+    if (files.empty() && !http.allow_runtime_loading)
+      throw InputError("--delta-dir " + c.delta_dir.string() + " holds no .h5 file");
     for (const auto& f : files) variants.emplace_back(f.stem().string(), f);
+    http.delta_roots = {std::filesystem::canonical(c.delta_dir)};
   }
   for (const auto& [name, path] : variants) check_input_file(path);
   Engine engine(options);
@@ -63,7 +69,9 @@ int run_serve(const ServeCommand& c) {
   }
   if (variants.empty())
     spdlog::warn("no --delta or --delta-dir: serving the base model only (add variants with POST /v1/load_delta)");
-  return serve_http(engine, c.http);
+  if (http.api_key.empty() && http.host != "127.0.0.1" && http.host != "localhost" && http.host != "::1")
+    spdlog::warn("listening on {} without --api-key: anyone who can reach the port can use the server", http.host);
+  return serve_http(engine, http);
 }
 
 }  // namespace fleet::deltazip

@@ -98,7 +98,20 @@ std::shared_ptr<const VariantDelta> VariantDelta::load(const std::string& name, 
   }
   v->final_norm = norm("model.norm.weight");
   v->embedding_delta = dense_or_zero("model.embed_tokens.weight");
-  v->head_delta = base.config().tie_word_embeddings ? v->embedding_delta : dense_or_zero("lm_head.weight");
+  // An untied head compressed as a linear layer: decoded once, kept dense
+  // (one matrix per variant, as a dense head delta was).
+  if (!base.config().tie_word_embeddings && contains(reader.packed_names(), "lm_head.weight")) {
+    const auto packed = reader.packed("lm_head.weight");
+    const auto& base_head = base_params.at("lm_head.weight");
+    if (packed.rows != base_head.size(0) || packed.cols != base_head.size(1))
+      throw InputError(reader.path().string() + ": 'lm_head.weight' has another shape than the base's");
+    auto head = torch::empty({packed.rows, packed.cols}, torch::kFloat32);
+    unpack_matrix(packed, {head.data_ptr<float>(), static_cast<std::size_t>(head.numel())});
+    v->bytes += static_cast<std::uint64_t>(head.nbytes());
+    v->head_delta = head.to(device);
+  } else {
+    v->head_delta = base.config().tie_word_embeddings ? v->embedding_delta : dense_or_zero("lm_head.weight");
+  }
   return v;
 }
 
