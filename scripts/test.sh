@@ -77,6 +77,6 @@ if [ "${FLEET_SKIP_SANITIZERS:-0}" != 1 ]; then
   # of the pass); the shorter simulator tests run the same code.
   (cd "$san" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
       ctest --output-on-failure -j "$jobs" -L 'common|orion|apps|interop|tokenizer|deltazip' \
-        -E '^Simulator\.(OrionMeetsItsTargetOnTheReferenceWorkload|OrionsDurationThresholdTradesTheHpTailForBestEffortWork)$|^SimulatorOutcomes\.OrionTunesTheSmThresholdOfATrainingHpClientOnline$')
+        -E '^Simulator\.(OrionMeetsItsTargetOnTheReferenceWorkload|OrionsSlowdownLimitTradesTheHpTailForBestEffortWork)$|^SimulatorOutcomes\.OrionTunesTheSmThresholdOfATrainingHpClientOnline$')
 fi
 phase "all tests passed"

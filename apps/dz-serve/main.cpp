@@ -55,6 +55,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   sc->add_option("--max-body", serve.http.max_body_bytes, "Largest request body in bytes (larger: 413)")
       ->capture_default_str()->check(fleet::in_range(1024, 1e9));
+  sc->add_option("--shutdown-timeout", serve.http.shutdown_timeout_s,
+                 "Seconds after SIGTERM/SIGINT that requests in flight may take; then they end with an error and "
+                 "the server exits (a second signal exits at once)")
+      ->capture_default_str()->check(fleet::in_range(0, 1e6));
   sc->add_option("--http-threads", serve.http.threads, "Connections served at once (each stream holds one)")
       ->capture_default_str()->check(fleet::in_range(1, 4096));
   sc->add_option("--device", serve.engine.device,

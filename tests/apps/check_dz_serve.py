@@ -13,7 +13,8 @@ shape and the server keeps serving; load_delta / unload_delta; a base
 configured like Llama 3.1 with a SentencePiece-style tokenizer answers and
 stops as transformers does; a client that
 disconnects mid-stream frees its slot; SIGTERM refuses new requests, finishes
-the one in flight and exits 0.
+the one in flight and exits 0; --shutdown-timeout ends what is still in flight
+with an error, and a second signal exits at once.
 """
 import concurrent.futures
 import http.client
@@ -275,6 +276,60 @@ def check_swap_reload(tmp, servers):
     check(new_ft1[0] == ft2[0] and all(abs(a - b) <= 1e-5 for a, b in zip(new_ft1[1], ft2[1])),
           f"swap mode served the old weights under a reloaded name: {new_ft1[0]!r}, ft2's {ft2[0]!r}, "
           f"the old ft1's {old_ft1[0]!r}")
+
+
+def start_long_request(server, max_tokens, result):
+    """Starts a greedy completion of `max_tokens` from "go" on a thread, fills
+    `result` (status and body, or the error) when it ends, and waits until the
+    server runs it; returns the thread."""
+    def go():
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=300)
+        try:
+            conn.request("POST", "/v1/completions", json.dumps({"model": "small", "prompt": "go",
+                                                                "max_tokens": max_tokens, "temperature": 0}),
+                         {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            result["status"], result["body"] = resp.status, json.loads(resp.read())
+        except (OSError, http.client.HTTPException, ValueError) as e:
+            result["error"] = repr(e)
+    t = threading.Thread(target=go)
+    t.start()
+    for _ in range(600):
+        if server.sample("dz_running_sequences") >= 1:
+            break
+        time.sleep(0.05)
+    return t
+
+
+def check_shutdown_limits(tmp, servers):
+    """--shutdown-timeout ends the requests still in flight with an error, and the
+    server exits 0; a second signal exits at once (143) whatever is in flight."""
+    # A deadline of 0: the 900-token request is ended as soon as the signal is seen.
+    ended = Server(tmp, "deadline", "--base", tmp / "small", "--max-batch", 1, "--max-context", 1000,
+                   "--shutdown-timeout", 0)
+    servers.append(ended)
+    result = {}
+    t = start_long_request(ended, 900, result)
+    ended.proc.send_signal(signal.SIGTERM)
+    t.join(timeout=300)
+    check(result.get("status") == 500 and "--shutdown-timeout" in result["body"]["error"]["message"],
+          f"a request in flight at the shutdown deadline: {str(result)[:300]}")
+    check(ended.proc.wait(timeout=120) == 0, "server did not exit 0 after its shutdown deadline")
+
+    # A second signal during the drain: exit now, with 128 + SIGTERM.
+    twice = Server(tmp, "twice", "--base", tmp / "small", "--max-batch", 1, "--max-context", 1000)
+    servers.append(twice)
+    result = {}
+    t = start_long_request(twice, 900, result)
+    twice.proc.send_signal(signal.SIGTERM)
+    for _ in range(600):  # draining: /health says so
+        if twice.request("GET", "/health")[0] == 503:
+            break
+        time.sleep(0.02)
+    twice.proc.send_signal(signal.SIGTERM)
+    check(twice.proc.wait(timeout=120) == 128 + signal.SIGTERM, f"second signal: exit {twice.proc.returncode}")
+    t.join(timeout=300)
+    check("status" not in result, f"the request in flight completed after a second signal: {str(result)[:200]}")
 
 
 def check_untied_head(tmp, servers):
@@ -602,20 +657,7 @@ def main():
         check(slow.sample("dz_running_sequences") == 0, "the disconnected stream still holds its slot")
 
         result = {}
-
-        def long_request():
-            conn = http.client.HTTPConnection("127.0.0.1", slow.port, timeout=300)
-            conn.request("POST", "/v1/completions", json.dumps({"model": "small", "prompt": "go", "max_tokens": 200,
-                                                                "temperature": 0}),
-                         {"Content-Type": "application/json"})
-            resp = conn.getresponse()
-            result["status"], result["body"] = resp.status, json.loads(resp.read())
-        t = threading.Thread(target=long_request)
-        t.start()
-        for _ in range(300):
-            if slow.sample("dz_running_sequences") >= 1:
-                break
-            time.sleep(0.05)
+        t = start_long_request(slow, 200, result)
         slow.proc.send_signal(signal.SIGTERM)
         # Once /health says it is shutting down (a state, not a time), new work is refused.
         for _ in range(600):
@@ -634,6 +676,7 @@ def main():
         check(result.get("status") == 200 and result["body"]["usage"]["completion_tokens"] == 200,
               f"in-flight request after SIGTERM: {str(result)[:200]}")
         check(slow.proc.wait(timeout=120) == 0, "server did not exit 0 after SIGTERM")
+        check_shutdown_limits(tmp, servers)
     finally:
         for server in servers:
             server.stop()

@@ -153,6 +153,7 @@ struct Engine::State {
   mutable std::mutex mutex;
   std::condition_variable wake;
   bool dirty = false, stopping = false, shutting_down = false;
+  std::string abort_message;  // set by abort_all: the scheduler ends every request with it
   std::deque<std::shared_ptr<Sequence>> waiting;
   std::vector<std::shared_ptr<Sequence>> running;
   std::vector<std::int64_t> free_slots;
@@ -711,6 +712,14 @@ void Engine::State::scheduler_loop() {
     wake.wait(lock, [&] { return stopping || dirty || !running.empty(); });
     if (stopping) break;
     dirty = false;
+    if (!abort_message.empty()) {
+      for (auto& seq : running) finish(seq, "error", abort_message);
+      for (auto& seq : waiting) finish(seq, "error", abort_message);
+      running.clear();
+      waiting.clear();
+      update_gauges();
+      continue;
+    }
     for (auto it = running.begin(); it != running.end();) {
       if ((*it)->cancelled) {
         finish(*it, "cancelled");
@@ -805,6 +814,15 @@ void Engine::begin_shutdown() {
 bool Engine::shutting_down() const {
   std::lock_guard lock(state_->mutex);
   return state_->shutting_down;
+}
+
+void Engine::abort_all(const std::string& message) {
+  {
+    std::lock_guard lock(state_->mutex);
+    state_->abort_message = message.empty() ? "aborted" : message;
+    state_->dirty = true;
+  }
+  state_->wake.notify_all();
 }
 
 bool Engine::idle() const {

@@ -144,6 +144,9 @@ class Engine {
 
   /// Stops taking requests (503); those queued or running go on.
   void begin_shutdown();
+  /// Ends every queued and running request with `message` as its error (a
+  /// step under way finishes first): the shutdown deadline.
+  void abort_all(const std::string& message);
   /// True when nothing is queued or running.
   bool idle() const;
   /// True once begin_shutdown() ran: new requests are refused with 503.

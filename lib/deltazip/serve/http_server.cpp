@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <ctime>
 #include <random>
 #include <thread>
@@ -20,8 +22,13 @@ namespace {
 
 using nlohmann::json;
 
-std::atomic<int> g_signal{0};
-extern "C" void on_stop_signal(int sig) { g_signal = sig; }
+std::atomic<int> g_signal{0};   // the first stop signal
+std::atomic<int> g_signals{0};  // how many arrived
+extern "C" void on_stop_signal(int sig) {
+  int none = 0;
+  g_signal.compare_exchange_strong(none, sig);
+  g_signals.fetch_add(1);
+}
 
 // Request text can reach a response (a parse error quotes the bytes it read),
 // and a body is not always valid UTF-8: ill-formed bytes become U+FFFD
@@ -411,19 +418,55 @@ int serve_http(Engine& engine, const HttpOptions& options) {
   spdlog::info("listening on http://{}:{}", options.host, port);
 
   g_signal = 0;
+  g_signals = 0;
   std::signal(SIGTERM, on_stop_signal);
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGPIPE, SIG_IGN);
   std::atomic<bool> listening_done{false};
   std::thread watcher([&] {
-    while (!listening_done && g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    using namespace std::chrono;
+    const auto tick = milliseconds(20);
+    while (!listening_done && g_signal == 0) std::this_thread::sleep_for(tick);
     if (listening_done) return;
-    spdlog::info("signal {}: no new requests; finishing those in flight", g_signal.load());
+    const int sig = g_signal.load();
+    spdlog::info("signal {}: no new requests; finishing those in flight (at most {:g} s; a second signal exits now)",
+                 sig, options.shutdown_timeout_s);
     engine.begin_shutdown();
-    while (!engine.idle()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const auto deadline = steady_clock::now() + duration_cast<steady_clock::duration>(
+                                                    duration<double>(std::max(0.0, options.shutdown_timeout_s)));
+    auto exit_on_second_signal = [&] {
+      if (g_signals.load() < 2) return;
+      spdlog::warn("second signal: exiting without finishing the requests in flight");
+      spdlog::default_logger()->flush();
+      std::_Exit(128 + sig);
+    };
+    while (!engine.idle() && steady_clock::now() < deadline) {
+      exit_on_second_signal();
+      std::this_thread::sleep_for(tick);
+    }
+    if (!engine.idle()) {
+      spdlog::warn("--shutdown-timeout reached: ending the requests still in flight");
+      engine.abort_all("the server is shutting down: the request was ended at its --shutdown-timeout");
+      // The scheduler ends them after the step under way.
+      while (!engine.idle()) {
+        exit_on_second_signal();
+        std::this_thread::sleep_for(tick);
+      }
+    }
     // Stops accepting; listen_after_bind() joins the worker threads, so the
-    // responses of finished requests are still written.
+    // responses of finished requests are still written, to clients that read
+    // them within a second.
     server.stop();
+    const auto stopped = steady_clock::now();
+    while (!listening_done && steady_clock::now() - stopped < seconds(1)) {
+      exit_on_second_signal();
+      std::this_thread::sleep_for(tick);
+    }
+    if (!listening_done) {
+      spdlog::warn("connections still open a second after stopping (clients not reading): exiting");
+      spdlog::default_logger()->flush();
+      std::_Exit(0);
+    }
   });
   const bool ok = server.listen_after_bind();
   listening_done = true;

@@ -18,6 +18,10 @@ struct HttpOptions {
   std::filesystem::path port_file;         ///< written with the bound port once listening
   std::size_t max_body_bytes = 1 << 20;    ///< larger bodies get 413
   int threads = 128;                       ///< connections served at once (a stream holds one)
+  /// After SIGTERM or SIGINT: seconds in-flight requests may take before
+  /// they are ended with an error; the process exits within about one
+  /// second more. A second signal exits at once.
+  double shutdown_timeout_s = 30;
   /// Non-empty: every endpoint but /health and /metrics needs the header
   /// `Authorization: Bearer <api_key>` (else 401).
   std::string api_key;
@@ -36,8 +40,9 @@ struct HttpOptions {
 std::filesystem::path resolve_runtime_delta(const std::string& path, const std::vector<std::filesystem::path>& roots);
 
 /// Serves until SIGTERM or SIGINT; then stops taking requests (503),
-/// finishes those in flight and returns 0. IoError when the address cannot
-/// be bound.
+/// finishes those in flight within shutdown_timeout_s (ending the rest with
+/// an error) and returns 0; a second signal exits the process at once with
+/// 128 + the first signal. IoError when the address cannot be bound.
 int serve_http(Engine& engine, const HttpOptions& options);
 
 }  // namespace fleet::deltazip
