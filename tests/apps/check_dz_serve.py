@@ -9,7 +9,8 @@ together from their deltas answer exactly (greedy) what the reconstruction
 answers alone, also under concurrency; completions, chat, streaming and the
 models list through `openai`; /metrics parsed by prometheus_client; 64
 concurrent clients without a failure; bad requests are 4xx in OpenAI's error
-shape and the server keeps serving; load_delta / unload_delta; a base
+shape (a table of requests and the statuses and codes OpenAI and vLLM give
+them) and the server keeps serving; load_delta / unload_delta; a base
 configured like Llama 3.1 with a SentencePiece-style tokenizer answers and
 stops as transformers does; a client that
 disconnects mid-stream frees its slot; SIGTERM refuses new requests, finishes
@@ -312,7 +313,7 @@ def check_shutdown_limits(tmp, servers):
     t = start_long_request(ended, 900, result)
     ended.proc.send_signal(signal.SIGTERM)
     t.join(timeout=300)
-    check(result.get("status") == 500 and "--shutdown-timeout" in result["body"]["error"]["message"],
+    check(result.get("status") == 503 and "--shutdown-timeout" in result["body"]["error"]["message"],
           f"a request in flight at the shutdown deadline: {str(result)[:300]}")
     check(ended.proc.wait(timeout=120) == 0, "server did not exit 0 after its shutdown deadline")
 
@@ -556,7 +557,22 @@ def main():
             ("POST", "/v1/chat/completions", {"model": "ft1", "messages": [{"role": "user", "content": "x"}],
                                               "tools": [{"type": "function", "function": {"name": "f"}}]}, None, 400),
             ("POST", "/v1/completions", {"model": "ft1", "prompt": "x", "max_tokens": 100000}, None, 400),
-            ("POST", "/v1/completions", {"model": "ft1", "prompt": "y" * 400}, None, 413),
+            # Over the context: 400 with code context_length_exceeded (OpenAI's, vLLM's), not 413.
+            ("POST", "/v1/completions", {"model": "ft1", "prompt": "y" * 400}, None, 400),
+            # An unknown model is named first, whatever else is wrong (OpenAI: 404 model_not_found).
+            ("POST", "/v1/completions", {"model": "nope", "prompt": "y" * 400}, None, 404),
+            # stream_options without stream: OpenAI refuses it.
+            ("POST", "/v1/completions", {"model": "ft1", "prompt": "x", "stream_options": {"include_usage": True}},
+             None, 400),
+            # vLLM's sampling extensions this server does not implement: refused, never ignored.
+            ("POST", "/v1/completions", {"model": "ft1", "prompt": "x", "top_k": 5}, None, 400),
+            ("POST", "/v1/completions", {"model": "ft1", "prompt": "x", "min_p": 0.1}, None, 400),
+            ("POST", "/v1/completions", {"model": "ft1", "prompt": "x", "repetition_penalty": 1.2}, None, 400),
+            ("POST", "/v1/chat/completions", {"model": "ft1", "messages": [{"role": "user", "content": "x"}],
+                                              "ignore_eos": True}, None, 400),
+            # The generation endpoints are POST only: 405, as OpenAI's and vLLM's servers answer.
+            ("GET", "/v1/completions", None, None, 405),
+            ("GET", "/v1/chat/completions", None, None, 405),
             ("POST", "/v1/completions", {"model": "ft1", "prompt": "y" * 70000}, None, 413),
             ("POST", "/v1/chat/completions", {"model": "ft1", "messages": "hi"}, None, 400),
             ("POST", "/v1/load_delta", {"name": "x", "path": "later/foreign.h5"}, None, 400),
@@ -568,7 +584,30 @@ def main():
         for method, path, body, raw, want in bad:
             status, reply = s.request(method, path, body, raw)
             shape = isinstance(reply, dict) and isinstance(reply.get("error"), dict) and "message" in reply["error"]
+            # error.code is a string or null, never the status (OpenAI's shape).
+            shape = shape and (reply["error"].get("code") is None or isinstance(reply["error"]["code"], str))
             check(status == want and shape, f"{method} {path} {str(body)[:60]}: {status} {str(reply)[:200]}")
+        codes = {(str(b)[:40], want): s.request(m, pth, b, r)[1]["error"]["code"] for m, pth, b, r, want in bad
+                 if b is not None and want in (400, 404) and "y" * 400 in str(b)}
+        check(sorted(codes.values()) == ["context_length_exceeded", "model_not_found"],
+              f"error codes of an over-long prompt for a known and an unknown model: {codes}")
+        # No silently accepted defaults either: the off values of the vLLM extensions are fine.
+        check(s.request("POST", "/v1/completions", {"model": "ft1", "prompt": "x", "max_tokens": 2, "top_k": -1,
+                                                    "min_p": 0, "repetition_penalty": 1, "ignore_eos": False})[0]
+              == 200, "vLLM extensions at their off values")
+        # /v1/models gives each model's context (vLLM's max_model_len).
+        check(all(m["max_model_len"] == 256 for m in s.request("GET", "/v1/models")[1]["data"]),
+              "max_model_len in /v1/models")
+        # A stream with include_usage: every chunk but the usage one carries "usage": null.
+        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=120)
+        conn.request("POST", "/v1/completions", json.dumps({"model": "ft1", "prompt": "Hello", "max_tokens": 4,
+                                                            "stream": True, "stream_options": {"include_usage": True}}),
+                     {"Content-Type": "application/json"})
+        events = [json.loads(line[6:]) for line in conn.getresponse().read().decode().splitlines()
+                  if line.startswith("data: {")]
+        conn.close()
+        check(len(events) >= 2 and all("usage" in e and e["usage"] is None for e in events[:-1]) and
+              events[-1]["usage"]["completion_tokens"] >= 1, f"usage in stream chunks: {events}")
         with socket.create_connection(("127.0.0.1", s.port)) as sock:  # garbage instead of HTTP
             sock.sendall(b"\x00\x01GARBAGE / HTTP/9\r\n\r\n")
             sock.settimeout(10)
@@ -584,7 +623,7 @@ def main():
             check(answer.startswith(b"HTTP/1.1 400") and b"malformed HTTP request" in answer,
                   f"garbage instead of HTTP: {answer[:300]!r}")
         check(s.request("GET", "/health")[0] == 200, "server unhealthy after bad requests")
-        check(s.sample("dz_requests_rejected", {"status": "413"}, "_total") >= 1, "413 not counted")
+        check(s.sample("dz_requests_rejected", {"status": "400"}, "_total") >= 1, "over-long prompts (400) not counted")
 
         # Variants added and removed at run time.
         status, _ = s.request("POST", "/v1/load_delta", {"name": "ft1-again", "path": "later/ft1.h5"})

@@ -208,12 +208,13 @@ TEST(TextStreams, StopStringsAreFoundInTheTextHeldBackAtTheEnd) {
 }
 
 TEST(OpenAiErrors, HaveOpenAisShape) {
-  auto e = error_body("bad thing", "invalid_request_error", "max_tokens", 400);
+  auto e = error_body("bad thing", "invalid_request_error", "max_tokens", "context_length_exceeded");
   EXPECT_EQ(e["error"]["message"], "bad thing");
   EXPECT_EQ(e["error"]["type"], "invalid_request_error");
   EXPECT_EQ(e["error"]["param"], "max_tokens");
-  EXPECT_EQ(e["error"]["code"], 400);
+  EXPECT_EQ(e["error"]["code"], "context_length_exceeded");  // a string, as OpenAI's
   EXPECT_TRUE(error_body("x", "server_error")["error"]["param"].is_null());
+  EXPECT_TRUE(error_body("x", "server_error")["error"]["code"].is_null());
 }
 
 }  // namespace

@@ -64,6 +64,9 @@ class Sequence final : public RequestStream {
     u.finished = finished_;
     u.finish_reason = reason_;
     u.error = error_;
+    u.error_status = error_status_;
+    u.error_type = error_type_;
+    u.error_code = error_code_;
     return u;
   }
   void cancel() override {
@@ -83,12 +86,17 @@ class Sequence final : public RequestStream {
     for (auto& l : logprobs) pending_prompt_logprobs_.push_back(std::move(l));
     cv_.notify_all();
   }
-  void finish(const std::string& reason, const std::string& error = "") {
+  void finish(const std::string& reason, const std::string& error = "", const ServeError* as = nullptr) {
     std::lock_guard lock(mutex_);
     if (finished_) return;
     finished_ = true;
     reason_ = reason;
     error_ = error;
+    if (as != nullptr) {
+      error_status_ = as->status();
+      error_type_ = as->type();
+      error_code_ = as->code();
+    }
     cv_.notify_all();
   }
 
@@ -112,6 +120,8 @@ class Sequence final : public RequestStream {
   std::vector<model::TokenLogprobs> pending_logprobs_, pending_prompt_logprobs_;
   bool finished_ = false;
   std::string reason_, error_;
+  int error_status_ = 500;
+  std::string error_type_ = "server_error", error_code_;
 };
 
 // One forward call's rows.
@@ -184,7 +194,11 @@ struct Engine::State {
   void admit(std::unique_lock<std::mutex>& lock);
   void swap_to(const std::shared_ptr<Variant>& target, std::unique_lock<std::mutex>& lock);
   void evict_to_budget();
-  void finish(const std::shared_ptr<Sequence>& seq, const std::string& reason, const std::string& error = "");
+  /// Ends a request; with `as`, its error reaches the client with that
+  /// status, type and code (else 500, server_error).
+  void finish(const std::shared_ptr<Sequence>& seq, const std::string& reason, const std::string& error = "",
+              const ServeError* as = nullptr);
+  void fail(const std::shared_ptr<Sequence>& seq, const ServeError& e) { finish(seq, "error", e.what(), &e); }
   void run_rows(StepRows& rows, std::int64_t width, bool decode);
   torch::Tensor forward(const StepRows& rows, const torch::Tensor& tokens, const std::vector<std::int64_t>& slots,
                         const std::vector<std::int64_t>& counts, bool all_positions);
@@ -336,7 +350,7 @@ void Engine::remove_variant(const std::string& name) {
   // Requests already running keep their pinned weights; queued ones fail.
   for (auto q = s.waiting.begin(); q != s.waiting.end();) {
     if ((*q)->variant == v) {
-      s.finish(*q, "error", "model '" + name + "' was unloaded");
+      s.fail(*q, ServeError(404, "not_found_error", "model '" + name + "' was unloaded", "model", "model_not_found"));
       q = s.waiting.erase(q);
     } else {
       ++q;
@@ -370,10 +384,17 @@ std::vector<ModelInfo> Engine::models() const {
 
 std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
   auto& s = *state_;
-  auto reject = [&](int status, const std::string& type, const std::string& message, const std::string& param) {
+  auto reject = [&](int status, const std::string& type, const std::string& message, const std::string& param,
+                    const std::string& code = "") {
     s.metrics.add("dz_requests_rejected", 1, {{"status", std::to_string(status)}});
-    throw ServeError(status, type, message, param);
+    throw ServeError(status, type, message, param, code);
   };
+  // An unknown model first, whatever else is wrong with the request (OpenAI's order).
+  if (request.model != s.options.base_name) {
+    std::lock_guard lock(s.mutex);
+    if (!s.variants.count(request.model))
+      reject(404, "not_found_error", "the model '" + request.model + "' does not exist", "model", "model_not_found");
+  }
   const auto prompt = static_cast<std::int64_t>(request.prompt.size());
   if (prompt == 0) reject(400, "invalid_request_error", "the prompt is empty", "prompt");
   for (auto t : request.prompt)
@@ -384,15 +405,15 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
       reject(400, "invalid_request_error", "logit_bias: token id " + std::to_string(t) + " is outside the vocabulary",
              "logit_bias");
   if (prompt > s.context)
-    reject(413, "invalid_request_error",
+    reject(400, "invalid_request_error",
            "the prompt has " + std::to_string(prompt) + " tokens; this server's context is " + std::to_string(s.context),
-           "prompt");
+           "prompt", "context_length_exceeded");
   if (request.max_tokens <= 0) reject(400, "invalid_request_error", "max_tokens must be at least 1", "max_tokens");
   if (prompt + request.max_tokens > s.context)
     reject(400, "invalid_request_error",
            "prompt (" + std::to_string(prompt) + " tokens) + max_tokens (" + std::to_string(request.max_tokens) +
                ") exceeds the context of " + std::to_string(s.context) + " tokens",
-           "max_tokens");
+           "max_tokens", "context_length_exceeded");
   if (request.logprobs < -1 || request.logprobs > kMaxTopLogprobs)
     reject(400, "invalid_request_error", "logprobs must be 0 to " + std::to_string(kMaxTopLogprobs), "logprobs");
   if (request.prompt_logprobs && request.logprobs < 0)
@@ -408,7 +429,8 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
     if (s.shutting_down || s.stopping) reject(503, "service_unavailable", "the server is shutting down", "");
     if (seq->request.model != s.options.base_name) {
       auto it = s.variants.find(seq->request.model);
-      if (it == s.variants.end()) reject(404, "not_found_error", "the model '" + seq->request.model + "' does not exist", "model");
+      if (it == s.variants.end())
+        reject(404, "not_found_error", "the model '" + seq->request.model + "' does not exist", "model", "model_not_found");
       seq->variant = it->second;
     }
     if (static_cast<std::int64_t>(s.waiting.size()) >= s.options.max_queue)
@@ -423,7 +445,8 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
   return seq;
 }
 
-void Engine::State::finish(const std::shared_ptr<Sequence>& seq, const std::string& reason, const std::string& error) {
+void Engine::State::finish(const std::shared_ptr<Sequence>& seq, const std::string& reason, const std::string& error,
+                           const ServeError* as) {
   if (seq->slot >= 0) {
     cache->reset(seq->slot);
     free_slots.push_back(seq->slot);
@@ -435,7 +458,7 @@ void Engine::State::finish(const std::shared_ptr<Sequence>& seq, const std::stri
   if (error.empty() && reason != "cancelled")
     metrics.observe("dz_request_latency_seconds", seconds_since(seq->arrived));
   metrics.add("dz_requests_finished", 1, {{"reason", reason}});
-  seq->finish(reason, error);
+  seq->finish(reason, error, as);
 }
 
 void Engine::State::evict_to_budget() {
@@ -713,8 +736,9 @@ void Engine::State::scheduler_loop() {
     if (stopping) break;
     dirty = false;
     if (!abort_message.empty()) {
-      for (auto& seq : running) finish(seq, "error", abort_message);
-      for (auto& seq : waiting) finish(seq, "error", abort_message);
+      const ServeError ended(503, "service_unavailable", abort_message);
+      for (auto& seq : running) fail(seq, ended);
+      for (auto& seq : waiting) fail(seq, ended);
       running.clear();
       waiting.clear();
       update_gauges();

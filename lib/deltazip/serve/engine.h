@@ -35,15 +35,18 @@ std::string serve_mode_name(ServeMode mode);
 /// OpenAI error type ("invalid_request_error", "not_found_error", ...).
 class ServeError : public std::runtime_error {
  public:
-  ServeError(int status, std::string type, const std::string& message, std::string param = "")
-      : std::runtime_error(message), status_(status), type_(std::move(type)), param_(std::move(param)) {}
+  ServeError(int status, std::string type, const std::string& message, std::string param = "", std::string code = "")
+      : std::runtime_error(message), status_(status), type_(std::move(type)), param_(std::move(param)),
+        code_(std::move(code)) {}
   int status() const { return status_; }
   const std::string& type() const { return type_; }
   const std::string& param() const { return param_; }
+  /// OpenAI's string code (context_length_exceeded, model_not_found), or "".
+  const std::string& code() const { return code_; }
 
  private:
   int status_;
-  std::string type_, param_;
+  std::string type_, param_, code_;
 };
 
 struct EngineOptions {
@@ -90,6 +93,9 @@ class RequestStream {
     bool finished = false;
     std::string finish_reason;         ///< "stop" (end of sequence), "length" or "cancelled"
     std::string error;                 ///< set when the engine failed the request
+    /// With an error: the HTTP status, OpenAI error type and code it maps to.
+    int error_status = 500;
+    std::string error_type = "server_error", error_code;
   };
   virtual ~RequestStream() = default;
   /// Waits up to `timeout` for new tokens or the end.

@@ -41,7 +41,7 @@ void send_json(httplib::Response& res, int status, const json& body) {
 }
 
 void send_error(httplib::Response& res, const ServeError& e) {
-  send_json(res, e.status(), error_body(e.what(), e.type(), e.param(), e.status()));
+  send_json(res, e.status(), error_body(e.what(), e.type(), e.param(), e.code()));
 }
 
 std::string sse(const json& body) { return "data: " + to_text(body) + "\n\n"; }
@@ -69,7 +69,7 @@ class Frontend {
           return httplib::Server::HandlerResponse::Unhandled;
         res.set_header("WWW-Authenticate", "Bearer");
         send_json(res, 401, error_body("invalid or missing API key (send the header Authorization: Bearer KEY)",
-                                       "invalid_request_error", "", 401));
+                                       "invalid_request_error", "", "invalid_api_key"));
         return httplib::Server::HandlerResponse::Handled;
       });
     }
@@ -85,6 +85,14 @@ class Frontend {
     server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(engine_.metrics_text(), "text/plain; version=0.0.4; charset=utf-8");
     });
+    // The generation endpoints take POST only: another method gets 405, as in OpenAI's and vLLM's servers.
+    for (const char* path : {"/v1/completions", "/v1/chat/completions", "/v1/load_delta", "/v1/unload_delta"}) {
+      server.Get(path, [](const httplib::Request& req, httplib::Response& res) {
+        res.set_header("Allow", "POST");
+        send_json(res, 405, error_body("method " + req.method + " is not allowed on " + req.path + " (POST)",
+                                       "invalid_request_error"));
+      });
+    }
     server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { complete(req, res, false); });
     server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { complete(req, res, true); });
     server.Post("/v1/load_delta", [this](const httplib::Request& req, httplib::Response& res) { load_delta(req, res); });
@@ -98,7 +106,7 @@ class Frontend {
       } catch (...) {
       }
       spdlog::error("request failed: {}", what);
-      send_json(res, 500, error_body(what, "server_error", "", 500));
+      send_json(res, 500, error_body(what, "server_error"));
     });
     // Bodies httplib itself refuses (too large, unknown route) still get the error shape.
     server.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
@@ -116,7 +124,7 @@ class Frontend {
         // Only the HTTP layer answers 400 without a body: our handlers always say why.
         message = "malformed HTTP request (request line, headers, Content-Length or chunked body)";
       }
-      send_json(res, res.status, error_body(message, type, "", res.status));
+      send_json(res, res.status, error_body(message, type));
       return httplib::Server::HandlerResponse::Handled;
     }));
   }
@@ -125,7 +133,7 @@ class Frontend {
   json model_object(const ModelInfo& m) const {
     return {{"id", m.name}, {"object", "model"}, {"created", started_}, {"owned_by", "dz-serve"},
             {"root", engine_.base_name()}, {"parent", m.is_base ? json(nullptr) : json(engine_.base_name())},
-            {"state", m.state}};
+            {"max_model_len", engine_.max_context()}, {"state", m.state}};
   }
 
   void list_models(httplib::Response& res) {
@@ -294,7 +302,7 @@ class Frontend {
         if (text->stopped()) stream->cancel();
       } while (!u.finished);
       if (!u.error.empty()) {
-        send_json(res, 500, error_body(u.error, "server_error", "", 500));
+        send_json(res, u.error_status, error_body(u.error, u.error_type, "", u.error_code));
         return;
       }
       out += text->flush();
@@ -319,8 +327,13 @@ class Frontend {
         "text/event-stream",
         [this, p, id, stream, text, logprobs, taken, first = true](std::size_t, httplib::DataSink& sink) mutable {
           auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+          // With include_usage every chunk but the last carries "usage": null (OpenAI's shape).
+          auto with_usage_slot = [&](json chunk) {
+            if (p.include_usage) chunk["usage"] = nullptr;
+            return chunk;
+          };
           if (first && p.chat) {
-            auto head = envelope(p, id, true);
+            auto head = with_usage_slot(envelope(p, id, true));
             head["choices"] = json::array({{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}},
                                             {"logprobs", nullptr}, {"finish_reason", nullptr}}});
             if (!write(sse(head))) return false;
@@ -336,7 +349,7 @@ class Frontend {
             const bool done = u.finished || text->stopped();
             if (done && u.error.empty()) piece += text->flush();
             if (!piece.empty() || n > 0) {
-              auto chunk = envelope(p, id, true);
+              auto chunk = with_usage_slot(envelope(p, id, true));
               chunk["choices"] = json::array({choice(p, piece, nullptr, true)});
               if (n > 0)
                 chunk["choices"][0]["logprobs"] = logprobs->write(std::span(u.tokens).first(n), std::span(u.logprobs).first(n));
@@ -349,9 +362,9 @@ class Frontend {
             }
             if (!done) continue;
             if (!u.error.empty()) {
-              if (!write(sse(error_body(u.error, "server_error", "", 500)))) return false;
+              if (!write(sse(error_body(u.error, u.error_type, "", u.error_code)))) return false;
             } else {
-              auto last = envelope(p, id, true);
+              auto last = with_usage_slot(envelope(p, id, true));
               const std::string reason = text->stopped() || u.finish_reason == "stop" ? "stop" : "length";
               last["choices"] = json::array({choice(p, "", reason, true)});
               if (!write(sse(last))) return false;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 namespace fleet::deltazip {
 namespace {
@@ -141,6 +142,21 @@ CompletionParams parse_completion_request(std::string_view body_text, bool chat,
     bad("response_format other than {\"type\": \"text\"} is not supported", "response_format");
   if (auto seed = body.find("seed"); seed != body.end() && !seed->is_null())
     p.seed = static_cast<std::uint64_t>(integer_field(*seed, "seed"));
+  // vLLM's sampling extensions: refused unless at their "off" value, never
+  // accepted and ignored (a client relying on one would get other text).
+  auto refuse_unless = [&](const char* key, auto off) {
+    auto it = body.find(key);
+    if (it == body.end() || it->is_null()) return;
+    using Off = decltype(off);
+    const bool same = std::is_same_v<Off, bool> ? (it->is_boolean() && it->get<bool>() == static_cast<bool>(off))
+                                                : (it->is_number() && it->get<double>() == static_cast<double>(off));
+    if (!same) bad(std::string(key) + " is not supported by this server", key);
+  };
+  if (auto k = body.find("top_k"); k != body.end() && !k->is_null() && !(k->is_number_integer() && k->get<std::int64_t>() <= 0))
+    bad("top_k is not supported by this server (0 or -1: off)", "top_k");
+  refuse_unless("min_p", 0.0);
+  refuse_unless("repetition_penalty", 1.0);
+  refuse_unless("ignore_eos", false);
   if (auto n = body.find("n"); n != body.end() && !n->is_null() && integer_field(*n, "n") != 1)
     bad("only n = 1 is supported", "n");
   if (auto best = body.find("best_of"); best != body.end() && !best->is_null() && integer_field(*best, "best_of") != 1)
@@ -198,6 +214,7 @@ CompletionParams parse_completion_request(std::string_view body_text, bool chat,
   p.stream = bool_field(body, "stream");
   if (p.echo && p.stream) bad("echo is supported without stream", "echo");
   if (auto options = body.find("stream_options"); options != body.end() && !options->is_null()) {
+    if (!p.stream) bad("stream_options is only allowed when stream is true", "stream_options");
     if (!options->is_object()) bad("stream_options must be an object", "stream_options");
     p.include_usage = bool_field(*options, "include_usage");
   }
@@ -348,10 +365,11 @@ nlohmann::json LogprobsWriter::write_echo(std::span<const std::int64_t> prompt,
   return out;
 }
 
-nlohmann::json error_body(const std::string& message, const std::string& type, const std::string& param, int code) {
+nlohmann::json error_body(const std::string& message, const std::string& type, const std::string& param,
+                          const std::string& code) {
   nlohmann::json error = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
   if (!param.empty()) error["param"] = param;
-  if (code) error["code"] = code;
+  if (!code.empty()) error["code"] = code;
   return {{"error", error}};
 }
 

@@ -116,8 +116,10 @@ class LogprobsWriter {
   std::int64_t offset_ = 0;
 };
 
-/// {"error": {"message", "type", "param", "code"}}.
+/// {"error": {"message", "type", "param", "code"}}; `code` is OpenAI's
+/// string code (context_length_exceeded, model_not_found, invalid_api_key)
+/// or null when empty, as OpenAI sends it.
 nlohmann::json error_body(const std::string& message, const std::string& type, const std::string& param = "",
-                          int code = 0);
+                          const std::string& code = "");
 
 }  // namespace fleet::deltazip
