@@ -623,7 +623,14 @@ def main():
             check(answer.startswith(b"HTTP/1.1 400") and b"malformed HTTP request" in answer,
                   f"garbage instead of HTTP: {answer[:300]!r}")
         check(s.request("GET", "/health")[0] == 200, "server unhealthy after bad requests")
-        check(s.sample("dz_requests_rejected", {"status": "400"}, "_total") >= 1, "over-long prompts (400) not counted")
+        # Every refused request counts, those refused while parsing too.
+        n400 = sum(1 for _, path, _, _, want in bad if want == 400 and path in ("/v1/completions", "/v1/chat/completions"))
+        check(s.sample("dz_requests_rejected", {"status": "400"}, "_total") >= n400,
+              f"400s counted: {s.sample('dz_requests_rejected', {'status': '400'}, '_total')} of at least {n400}")
+        # Counters that never moved still export their 0.
+        text = s.request("GET", "/metrics", raw_reply=True)[1]
+        for series in ("dz_model_swaps_total 0", "dz_delta_evictions_total 0"):
+            check(series in text.splitlines(), f"{series} not exported")
 
         # Variants added and removed at run time.
         status, _ = s.request("POST", "/v1/load_delta", {"name": "ft1-again", "path": "later/ft1.h5"})

@@ -227,6 +227,12 @@ void Engine::State::declare_metrics() {
   metrics.gauge("dz_resident_bytes", "Bytes held in memory, per part (base, deltas, full_models, kv_cache)");
   metrics.gauge("dz_full_models_equivalent_bytes", "Bytes the registered variants would take as full models");
   metrics.gauge("dz_variants", "Registered variants");
+  // The unlabelled counters export 0 from the start (a Prometheus client's
+  // default): a rate over a series that appears only at its first event
+  // misses that event.
+  for (const char* unlabelled : {"dz_delta_loads", "dz_delta_evictions", "dz_delta_hits", "dz_delta_misses",
+                                 "dz_model_swaps"})
+    metrics.add(unlabelled, 0);
 }
 
 void Engine::State::update_gauges() {
@@ -386,8 +392,7 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
   auto& s = *state_;
   auto reject = [&](int status, const std::string& type, const std::string& message, const std::string& param,
                     const std::string& code = "") {
-    s.metrics.add("dz_requests_rejected", 1, {{"status", std::to_string(status)}});
-    throw ServeError(status, type, message, param, code);
+    throw ServeError(status, type, message, param, code);  // counted by the front end, with the parse errors
   };
   // An unknown model first, whatever else is wrong with the request (OpenAI's order).
   if (request.model != s.options.base_name) {

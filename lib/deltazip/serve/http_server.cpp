@@ -274,6 +274,8 @@ class Frontend {
       g.sampling.seed = p.seed ? *p.seed : std::random_device{}();
       stream = engine_.submit(std::move(g));
     } catch (const ServeError& e) {
+      // Every refusal counts, those of the request's parsing too.
+      engine_.metrics().add("dz_requests_rejected", 1, {{"status", std::to_string(e.status())}});
       send_error(res, e);
       return;
     }
