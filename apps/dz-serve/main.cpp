@@ -59,7 +59,9 @@ int main(int argc, char** argv) {
                  "Seconds after SIGTERM/SIGINT that requests in flight may take; then they end with an error and "
                  "the server exits (a second signal exits at once)")
       ->capture_default_str()->check(fleet::in_range(0, 1e6));
-  sc->add_option("--http-threads", serve.http.threads, "Connections served at once (each stream holds one)")
+  sc->add_option("--http-threads", serve.http.threads,
+                 "Connections served at once (each stream, and each connection still sending its request, holds "
+                 "one; threads start as connections need them)")
       ->capture_default_str()->check(fleet::in_range(1, 4096));
   sc->add_option("--device", serve.engine.device,
                  "cpu, cuda (a GPU, in a build with CUDA libtorch; delta mode runs the CUDA SBMM kernel) or auto")

@@ -256,6 +256,34 @@ def check_access(tmp, servers):
           "a container inside --delta-dir")
 
 
+def check_stalled_clients(tmp, servers):
+    """140 connections that send part of a request and stall (more than the old
+    fixed pool of 128 threads) leave /health and completions answered while they
+    are all still open: the server does not wait for their read timeouts."""
+    server = Server(tmp, "stalled", "--base", tmp / "base", "--max-context", 256)
+    servers.append(server)
+    stalled = []
+    try:
+        for _ in range(140):
+            sock = socket.create_connection(("127.0.0.1", server.port))
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n")
+            stalled.append(sock)
+        check(server.request("GET", "/health")[0] == 200, "/health beside stalled connections")
+        r = server.client.completions.create(model="base", prompt="Hello", max_tokens=3, temperature=0)
+        check(r.usage.completion_tokens >= 1, "a completion beside stalled connections")
+        # All still open: nothing was answered by dropping them.
+        still_open = 0
+        for sock in stalled:
+            try:
+                still_open += sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+            except BlockingIOError:
+                still_open += 1
+        check(still_open == len(stalled), f"{len(stalled) - still_open} stalled connections were dropped first")
+    finally:
+        for sock in stalled:
+            sock.close()
+
+
 def check_swap_reload(tmp, servers):
     """Swap mode keys its resident model by the variant loaded, not by its name: a
     name unloaded and loaded again from another container serves the new weights."""
@@ -669,6 +697,7 @@ def main():
         check_untied_head(tmp, servers)
         check_swap_reload(tmp, servers)
         check_access(tmp, servers)
+        check_stalled_clients(tmp, servers)
 
         # A small model that decodes slowly enough to interrupt: disconnect, then SIGTERM.
         run(BIN / "sailor-run", "-q", "init", "--preset", "small", "--seed", "3", "-o", tmp / "small")

@@ -15,6 +15,7 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/logging.h"
+#include "deltazip/serve/growing_thread_pool.h"
 #include "deltazip/serve/openai_api.h"
 
 namespace fleet::deltazip {
@@ -415,7 +416,12 @@ int serve_http(Engine& engine, const HttpOptions& options) {
   if (options.threads < 1) throw UsageError("--http-threads must be positive");
   httplib::Server server;
   const int threads = options.threads;
-  server.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
+  // Threads on demand, up to --http-threads: a stalled or slow connection
+  // holds one, and the others (and /health) still find one free.
+  server.new_task_queue = [threads] {
+    const auto max = static_cast<std::size_t>(threads);
+    return new GrowingThreadPool(std::min<std::size_t>(8, max), max);
+  };
   server.set_payload_max_length(options.max_body_bytes);
   server.set_read_timeout(30, 0);
   server.set_write_timeout(30, 0);

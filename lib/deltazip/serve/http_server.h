@@ -17,7 +17,7 @@ struct HttpOptions {
   int port = 8000;                         ///< 0: any free port
   std::filesystem::path port_file;         ///< written with the bound port once listening
   std::size_t max_body_bytes = 1 << 20;    ///< larger bodies get 413
-  int threads = 128;                       ///< connections served at once (a stream holds one)
+  int threads = 1024;                      ///< connections served at once (a stream holds one); threads start on demand
   /// After SIGTERM or SIGINT: seconds in-flight requests may take before
   /// they are ended with an error; the process exits within about one
   /// second more. A second signal exits at once.
