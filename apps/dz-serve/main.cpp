@@ -48,8 +48,9 @@ int main(int argc, char** argv) {
   sc->add_option("--max-queue", serve.engine.max_queue, "Waiting requests before 429")->capture_default_str()
       ->check(fleet::in_range(1, 1e7));
   sc->add_option("--max-variants-per-batch", serve.engine.max_variants_per_batch,
-                 "Distinct variants running at once (0: no limit): each costs a delta product per layer and step")
-      ->capture_default_str()->check(fleet::in_range(0, 1e6));
+                 "Distinct variants running at once in delta and full modes (0: no limit; -1: no limit on the CPU, "
+                 "4 on a GPU, where each costs one more kernel launch per layer and step)")
+      ->capture_default_str()->check(fleet::in_range(-1, 1e6));
   sc->add_option("--delta-memory", serve.delta_memory,
                  "Bytes of resident deltas, e.g. 512M or 4G (0: no limit); least recently used ones are dropped")
       ->capture_default_str();

@@ -250,8 +250,10 @@ Engine::Engine(EngineOptions options) {
   if (options.max_batch <= 0 || options.max_batch > 4096) throw UsageError("--max-batch must be 1 to 4096");
   if (options.max_tokens_per_step <= 0) throw UsageError("--max-tokens-per-step must be positive");
   if (options.max_queue <= 0) throw UsageError("--max-queue must be positive");
-  if (options.max_variants_per_batch < 0) throw UsageError("--max-variants-per-batch must be 0 (no limit) or more");
+  if (options.max_variants_per_batch < -1)
+    throw UsageError("--max-variants-per-batch must be -1 (the device's default), 0 (no limit) or more");
   const auto compute = model::resolve_device(options.device);
+  if (options.max_variants_per_batch == -1) options.max_variants_per_batch = compute == model::ComputeDevice::kCuda ? 4 : 0;
   const torch::Device device = compute == model::ComputeDevice::kCuda ? torch::kCUDA : torch::kCPU;
   if (compute == model::ComputeDevice::kCuda && options.mode == ServeMode::kDelta && !FLEET_WITH_CUDA)
     throw UsageError("--device cuda in delta mode needs the CUDA SBMM kernel: this build has no CUDA toolkit "

@@ -58,7 +58,11 @@ struct EngineOptions {
   std::int64_t max_context = 0;            ///< tokens per sequence (0: the model's limit, at most 4096)
   std::uint64_t delta_memory = 0;          ///< bytes of resident deltas (0: no limit)
   std::int64_t max_queue = 1024;           ///< waiting requests before 429
-  std::int64_t max_variants_per_batch = 4; ///< distinct variants running at once (0: no limit); delta and full modes
+  /// Distinct variants running at once in delta and full modes (0: no
+  /// limit; -1: what the device favours: no limit on the CPU, where each
+  /// variant's product costs about what its rows would cost in a later step,
+  /// 4 on a GPU, where each is one more kernel launch per layer).
+  std::int64_t max_variants_per_batch = -1;
   std::string device = "cpu";
   /// Called on the loader thread before each delta is read (instrumentation
   /// and tests: a hook that waits shows loads do not hold up the batch).
