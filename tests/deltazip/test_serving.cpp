@@ -302,7 +302,18 @@ TEST_F(Serving, RefusesWhatItCannotServe) {
     return status_of([&] { engine.submit(copy); });
   };
   EXPECT_EQ(with([](GenerationRequest& g) { g.model = "missing"; }), 404);
-  EXPECT_EQ(with([](GenerationRequest& g) { g.prompt.assign(97, 5); }), 413);
+  // Over the context: 400 context_length_exceeded, as OpenAI and vLLM answer;
+  // an unknown model is named first.
+  EXPECT_EQ(with([](GenerationRequest& g) { g.prompt.assign(97, 5); }), 400);
+  EXPECT_EQ(with([](GenerationRequest& g) { g.prompt.assign(97, 5), g.model = "missing"; }), 404);
+  try {
+    auto copy = r;
+    copy.prompt.assign(97, 5);
+    engine.submit(copy);
+    ADD_FAILURE() << "an over-long prompt was accepted";
+  } catch (const ServeError& e) {
+    EXPECT_EQ(e.code(), "context_length_exceeded");
+  }
   EXPECT_EQ(with([](GenerationRequest& g) { g.max_tokens = 94; }), 400);
   EXPECT_EQ(with([](GenerationRequest& g) { g.max_tokens = 0; }), 400);
   EXPECT_EQ(with([](GenerationRequest& g) { g.prompt = {1, 260}; }), 400);
