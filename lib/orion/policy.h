@@ -31,7 +31,8 @@ struct SchedulerView {
 struct PolicyOptions {
   /// orion: Orion's DUR_THRESHOLD, as a fraction of the HP request's solo
   /// latency: the cap on outstanding BE work (what an arriving HP request
-  /// may find queued ahead of it), and the starting co-run slack (below).
+  /// may find queued ahead of it), and the fixed co-run slack when
+  /// hp_slowdown_limit is 0 (below).
   double dur_threshold_fraction = 0.025;
   /// orion: during an HP request, a BE kernel may run beside it when one
   /// wave of its blocks (the longest it can keep SMs from the HP kernels;

@@ -172,7 +172,10 @@ std::vector<LayerMeasurement> measure_layers(model::LlamaModel& model, int mbs, 
       }
       sync();
       auto t1 = Clock::now();
-      const double held = counter ? static_cast<double>(counter->current() - before) -
+      // Signed: another thread (Gloo's, freeing an earlier step's buffers)
+      // can release memory during the forward, and an unsigned difference
+      // then wrapped to ~1.8e19 bytes (a planner input of 1e18 floats).
+      const double held = counter ? static_cast<double>(counter->current()) - static_cast<double>(before) -
                                         static_cast<double>(output.nbytes())
                                   : 0;
       if (l == layers - 1) output.backward(); else output.backward(torch::ones_like(output));
