@@ -97,6 +97,13 @@ double MetricsRegistry::value(const std::string& name, const MetricLabels& label
   return it == f->values.end() ? 0.0 : it->second;
 }
 
+void MetricsRegistry::clear(const std::string& name) {
+  std::lock_guard lock(mutex_);
+  Family& f = family(name);
+  f.values.clear();
+  f.histograms.clear();
+}
+
 std::string MetricsRegistry::render() const {
   std::lock_guard lock(mutex_);
   std::ostringstream out;

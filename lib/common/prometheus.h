@@ -26,6 +26,9 @@ class MetricsRegistry {
   void add(const std::string& name, double value, const MetricLabels& labels = {});
   void set(const std::string& name, double value, const MetricLabels& labels = {});
   void observe(const std::string& name, double value, const MetricLabels& labels = {});
+  /// Drops every series of a family (a gauge whose labels describe a state
+  /// that has changed).
+  void clear(const std::string& name);
   /// Current value of a counter or gauge series (0 when never touched).
   double value(const std::string& name, const MetricLabels& labels = {}) const;
 

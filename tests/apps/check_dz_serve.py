@@ -688,6 +688,20 @@ def main():
                        "dz_delta_hits", "dz_delta_evictions", "dz_resident_bytes"):
             check(family in m, f"metric {family} missing")
         check(s.sample("dz_requests", {"model": "ft1"}, "_total") >= 10, "requests of ft1 not counted")
+        # vLLM's names and labels for what dashboards and routers read.
+        m = s.metrics()
+        for family in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:request_success",
+                       "vllm:prompt_tokens", "vllm:generation_tokens", "vllm:time_to_first_token_seconds",
+                       "vllm:e2e_request_latency_seconds", "vllm:lora_requests_info"):
+            check(family in m, f"metric {family} missing")
+        check(s.sample("vllm:request_success", {"model_name": "base", "finished_reason": "length"}, "_total") >= 1 and
+              s.sample("vllm:prompt_tokens", {"model_name": "base"}, "_total") > 0 and
+              s.sample("vllm:time_to_first_token_seconds", {"model_name": "base"}, "_count") > 0 and
+              s.sample("vllm:num_requests_running", {"model_name": "base"}) == 0,
+              "vLLM-named samples")
+        lora = [x for x in m["vllm:lora_requests_info"].samples]
+        check(len(lora) == 1 and set(lora[0].labels) == {"running_lora_adapters", "waiting_lora_adapters", "max_lora"}
+              and lora[0].labels["max_lora"] == "0", f"vllm:lora_requests_info: one series, now: {lora}")
         check(s.sample("dz_batch_size", suffix="_count") > 0, "batch size histogram empty")
         check(s.sample("dz_resident_bytes", {"part": "deltas"}) > 0, "resident delta bytes not reported")
         check(max(s.sample("dz_batch_size", {"le": le}, "_bucket") for le in ("1.0",)) <

@@ -1,6 +1,7 @@
 #include "deltazip/serve/engine.h"
 
 #include <algorithm>
+#include <ctime>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -189,6 +190,7 @@ struct Engine::State {
   }
   void declare_metrics();
   void update_gauges();
+  MetricLabels vllm_labels() const;  // {model_name: the base's served name}
   void scheduler_loop();
   void loader_loop();
   void admit(std::unique_lock<std::mutex>& lock);
@@ -233,11 +235,44 @@ void Engine::State::declare_metrics() {
   for (const char* unlabelled : {"dz_delta_loads", "dz_delta_evictions", "dz_delta_hits", "dz_delta_misses",
                                  "dz_model_swaps"})
     metrics.add(unlabelled, 0);
+  // The same under vLLM's names and labels, so that dashboards and routers
+  // written for vLLM (which label by model_name, the served base) read them.
+  metrics.gauge("vllm:num_requests_running", "Requests running (vLLM's name)");
+  metrics.gauge("vllm:num_requests_waiting", "Requests waiting (vLLM's name)");
+  metrics.counter("vllm:request_success", "Requests finished, per finished_reason (stop, length; vLLM's name)");
+  metrics.counter("vllm:prompt_tokens", "Prompt tokens of accepted requests (vLLM's name)");
+  metrics.counter("vllm:generation_tokens", "Tokens generated (vLLM's name)");
+  metrics.histogram("vllm:time_to_first_token_seconds", "Arrival to first generated token (vLLM's name)", latency);
+  metrics.histogram("vllm:e2e_request_latency_seconds", "Arrival to last generated token (vLLM's name)", latency);
+  metrics.gauge("vllm:lora_requests_info",
+                "Variants with running and waiting requests, as vLLM's adapter labels (value: the time, seconds)");
 }
+
+MetricLabels Engine::State::vllm_labels() const { return {{"model_name", options.base_name}}; }
 
 void Engine::State::update_gauges() {
   metrics.set("dz_queue_length", static_cast<double>(waiting.size()));
   metrics.set("dz_running_sequences", static_cast<double>(running.size()));
+  metrics.set("vllm:num_requests_waiting", static_cast<double>(waiting.size()), vllm_labels());
+  metrics.set("vllm:num_requests_running", static_cast<double>(running.size()), vllm_labels());
+  {
+    // vLLM's adapter gauge: one series, its labels the variant lists (comma-separated).
+    std::set<std::string> running_names, waiting_names;
+    for (const auto& r : running)
+      if (r->variant) running_names.insert(r->variant->name);
+    for (const auto& w : waiting)
+      if (w->variant) waiting_names.insert(w->variant->name);
+    auto joined = [](const std::set<std::string>& names) {
+      std::string out;
+      for (const auto& n : names) out += (out.empty() ? "" : ",") + n;
+      return out;
+    };
+    metrics.clear("vllm:lora_requests_info");
+    metrics.set("vllm:lora_requests_info", static_cast<double>(std::time(nullptr)),
+                {{"running_lora_adapters", joined(running_names)},
+                 {"waiting_lora_adapters", joined(waiting_names)},
+                 {"max_lora", std::to_string(options.max_variants_per_batch)}});
+  }
   metrics.set("dz_resident_bytes", static_cast<double>(base_bytes), {{"part", "base"}});
   metrics.set("dz_resident_bytes", static_cast<double>(delta_bytes), {{"part", "deltas"}});
   metrics.set("dz_resident_bytes", static_cast<double>(full_bytes), {{"part", "full_models"}});
@@ -446,6 +481,7 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
     s.dirty = true;
     s.metrics.add("dz_requests", 1, {{"model", seq->request.model}});
     s.metrics.add("dz_prompt_tokens", static_cast<double>(prompt), {{"model", seq->request.model}});
+    s.metrics.add("vllm:prompt_tokens", static_cast<double>(prompt), s.vllm_labels());
     s.update_gauges();
   }
   s.wake.notify_all();
@@ -462,9 +498,16 @@ void Engine::State::finish(const std::shared_ptr<Sequence>& seq, const std::stri
   if (seq->variant && (seq->delta || seq->weights)) seq->variant->active--;
   seq->delta.reset();
   seq->weights.reset();
-  if (error.empty() && reason != "cancelled")
+  if (error.empty() && reason != "cancelled") {
     metrics.observe("dz_request_latency_seconds", seconds_since(seq->arrived));
+    metrics.observe("vllm:e2e_request_latency_seconds", seconds_since(seq->arrived), vllm_labels());
+  }
   metrics.add("dz_requests_finished", 1, {{"reason", reason}});
+  if (reason == "stop" || reason == "length") {
+    auto labels = vllm_labels();
+    labels.emplace_back("finished_reason", reason);
+    metrics.add("vllm:request_success", 1, labels);
+  }
   seq->finish(reason, error, as);
 }
 
@@ -714,7 +757,10 @@ void Engine::State::run_rows(StepRows& rows, std::int64_t width, bool decode) {
     }
     const float* scores = logits[b].data_ptr<float>();
     const auto token = seq->sampler.next({scores, static_cast<std::size_t>(logits.size(1))});
-    if (seq->generated == 0) metrics.observe("dz_time_to_first_token_seconds", seconds_since(seq->arrived));
+    if (seq->generated == 0) {
+      metrics.observe("dz_time_to_first_token_seconds", seconds_since(seq->arrived));
+      metrics.observe("vllm:time_to_first_token_seconds", seconds_since(seq->arrived), vllm_labels());
+    }
     seq->generated++;
     if (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
       seq->done = true;
@@ -722,6 +768,7 @@ void Engine::State::run_rows(StepRows& rows, std::int64_t width, bool decode) {
       continue;
     }
     metrics.add("dz_generated_tokens", 1, {{"model", seq->request.model}});
+    metrics.add("vllm:generation_tokens", 1, vllm_labels());
     std::optional<model::TokenLogprobs> logprobs;
     if (seq->request.logprobs >= 0)
       logprobs = model::token_logprobs({scores, static_cast<std::size_t>(logits.size(1))}, token,
