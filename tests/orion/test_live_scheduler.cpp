@@ -78,6 +78,14 @@ struct Fixture {
     scheduler->poll();
     return e;
   }
+  // Polls about `ms` milliseconds, less once `flag` is set; returns it.
+  bool poll_until(const std::atomic<bool>& flag, int ms) {
+    for (int i = 0; i < ms * 10 && !flag; ++i) {
+      scheduler->poll();
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    return flag;
+  }
   Segment segment;
   std::unique_ptr<LiveScheduler> scheduler;
   ClientGate hp, be;
@@ -85,6 +93,21 @@ struct Fixture {
 
 // Starts a BE launch on its own thread (it may block) and polls the
 // scheduler until the launch is posted.
+// An HP launch on its own thread: temporal sharing may hold it.
+struct HpLaunch {
+  explicit HpLaunch(Fixture& f)
+      : thread([this, &f] {
+          entry = f.hp.before_launch(f.hp.intern_name("hp_gemm"), LaunchGeometry{});
+          returned = true;
+        }) {}
+  ~HpLaunch() {
+    if (thread.joinable()) thread.join();
+  }
+  LaunchEntry* entry = nullptr;
+  std::atomic<bool> returned{false};
+  std::thread thread;  // last: starts once the members above exist
+};
+
 struct PendingLaunch {
   PendingLaunch(Fixture& f, const char* name) : fixture(f) {
     const std::uint32_t index = f.be.intern_name(name);
@@ -281,22 +304,14 @@ TEST(LiveScheduler, TemporalSharingGivesABestEffortRequestHeldTooLongTheNextBoun
   LiveConfig config = two_clients("temporal");
   config.max_be_wait_us = 5000;
   Fixture f("temporal", config);
-  auto hp_launch = [&](std::atomic<bool>& returned, LaunchEntry*& entry) {
-    return std::thread([&] {
-      entry = f.hp.before_launch(f.hp.intern_name("hp_gemm"), LaunchGeometry{});
-      returned = true;
-    });
-  };
   f.hp.marker(kRequestBegin);
-  std::atomic<bool> first_returned{false};
   LaunchEntry* first = nullptr;
-  std::thread first_thread = hp_launch(first_returned, first);
-  for (int i = 0; i < 20000 && !first_returned; ++i) {
-    f.scheduler->poll();
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  {
+    HpLaunch launch(f);
+    ASSERT_TRUE(f.poll_until(launch.returned, 2000));  // the GPU was free: the HP owns it
+    launch.thread.join();
+    first = launch.entry;
   }
-  first_thread.join();
-  ASSERT_TRUE(first_returned);  // the GPU was free: the HP owns it
   f.be.marker(kRequestBegin);
   PendingLaunch be_kernel(f, "be_small");
   const auto posted = std::chrono::steady_clock::now();
@@ -307,42 +322,27 @@ TEST(LiveScheduler, TemporalSharingGivesABestEffortRequestHeldTooLongTheNextBoun
   f.hp.completed(first);
   f.hp.marker(kRequestEnd);
   f.hp.marker(kRequestBegin);
-  std::atomic<bool> second_returned{false};
-  LaunchEntry* second = nullptr;
-  std::thread second_thread = hp_launch(second_returned, second);
+  HpLaunch second(f);
   const bool be_went_first = be_kernel.released_within(2000);
   EXPECT_TRUE(be_went_first);
-  if (be_went_first) {
-    for (int i = 0; i < 300; ++i) {
-      f.scheduler->poll();
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-    EXPECT_FALSE(second_returned);  // the BE request has the GPU now
-  }
+  if (be_went_first) EXPECT_FALSE(f.poll_until(second.returned, 30));  // the BE request has the GPU now
   // Whoever went first finishes; then the other goes (without the rule the
   // HP's second request would keep the BE launch waiting: end it too).
-  auto poll_until = [&](const std::atomic<bool>& flag) {
-    for (int i = 0; i < 20000 && !flag; ++i) {
-      f.scheduler->poll();
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-  };
   if (!be_went_first) {
-    poll_until(second_returned);
-    f.hp.after_launch(second, true);
-    f.hp.completed(second);
+    f.poll_until(second.returned, 2000);
+    f.hp.after_launch(second.entry, true);
+    f.hp.completed(second.entry);
     f.hp.marker(kRequestEnd);
-    poll_until(be_kernel.returned);
+    f.poll_until(be_kernel.returned, 2000);
   }
   f.be.after_launch(be_kernel.entry, true);
   f.be.completed(be_kernel.entry);
   f.be.marker(kRequestEnd);
-  poll_until(second_returned);
-  second_thread.join();
-  EXPECT_TRUE(second_returned);
+  EXPECT_TRUE(f.poll_until(second.returned, 2000));
+  second.thread.join();
   if (be_went_first) {
-    f.hp.after_launch(second, true);
-    f.hp.completed(second);
+    f.hp.after_launch(second.entry, true);
+    f.hp.completed(second.entry);
   }
   f.scheduler->poll();
   EXPECT_EQ(f.scheduler->stats()[1].forced, 1);
@@ -385,26 +385,13 @@ TEST(LiveScheduler, TemporalSharingMakesTheHpClientWaitForTheGpu) {
   PendingLaunch be_kernel(f, "be_small");
   ASSERT_TRUE(be_kernel.released_within(2000));
   // HP now has to wait until the BE request ends.
-  std::atomic<bool> hp_returned{false};
-  LaunchEntry* hp_entry = nullptr;
-  std::thread hp_thread([&] {
-    hp_entry = f.hp.before_launch(f.hp.intern_name("hp_gemm"), LaunchGeometry{});
-    hp_returned = true;
-  });
-  for (int i = 0; i < 300; ++i) {
-    f.scheduler->poll();
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
-  EXPECT_FALSE(hp_returned);
+  HpLaunch hp(f);
+  EXPECT_FALSE(f.poll_until(hp.returned, 30));
   f.be.completed(be_kernel.entry);
   f.be.marker(kRequestEnd);
-  for (int i = 0; i < 20000 && !hp_returned; ++i) {
-    f.scheduler->poll();
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
-  hp_thread.join();
-  EXPECT_TRUE(hp_returned);
-  f.hp.completed(hp_entry);
+  EXPECT_TRUE(f.poll_until(hp.returned, 2000));
+  hp.thread.join();
+  f.hp.completed(hp.entry);
 }
 
 TEST(LiveScheduler, TemporalSharingGivesAWaitingHpTheGpuBetweenBestEffortRequests) {
@@ -415,12 +402,8 @@ TEST(LiveScheduler, TemporalSharingGivesAWaitingHpTheGpuBetweenBestEffortRequest
   f.be.marker(kRequestBegin);
   PendingLaunch first(f, "be_small");
   ASSERT_TRUE(first.released_within(2000));
-  std::atomic<bool> hp_returned{false};
-  LaunchEntry* hp_entry = nullptr;
-  std::thread hp_thread([&] {
-    hp_entry = f.hp.before_launch(f.hp.intern_name("hp_gemm"), LaunchGeometry{});
-    hp_returned = true;
-  });
+  HpLaunch hp(f);
+  std::atomic<bool>& hp_returned = hp.returned;
   // Wait for the state: the scheduler has seen the HP launch and holds it
   // (a generous deadline only so that a broken build cannot hang).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -448,8 +431,8 @@ TEST(LiveScheduler, TemporalSharingGivesAWaitingHpTheGpuBetweenBestEffortRequest
     f.be.marker(kRequestEnd);
     while (!hp_returned && std::chrono::steady_clock::now() < deadline + std::chrono::seconds(60)) f.scheduler->poll();
   }
-  hp_thread.join();
-  f.hp.completed(hp_entry);
+  hp.thread.join();
+  f.hp.completed(hp.entry);
   if (hp_first) {
     EXPECT_TRUE(second.released_within(20000));
     f.be.completed(second.entry);
