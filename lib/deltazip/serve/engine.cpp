@@ -190,6 +190,7 @@ struct Engine::State {
   }
   void declare_metrics();
   void update_gauges();
+  void update_adapter_info();  // vllm:lora_requests_info, for /metrics
   MetricLabels vllm_labels() const;  // {model_name: the base's served name}
   void scheduler_loop();
   void loader_loop();
@@ -250,29 +251,31 @@ void Engine::State::declare_metrics() {
 
 MetricLabels Engine::State::vllm_labels() const { return {{"model_name", options.base_name}}; }
 
+void Engine::State::update_adapter_info() {
+  // vLLM's adapter gauge: one series, its labels the variant lists
+  // (comma-separated). Built when /metrics is read, not at every step.
+  std::set<std::string> running_names, waiting_names;
+  for (const auto& r : running)
+    if (r->variant) running_names.insert(r->variant->name);
+  for (const auto& w : waiting)
+    if (w->variant) waiting_names.insert(w->variant->name);
+  auto joined = [](const std::set<std::string>& names) {
+    std::string out;
+    for (const auto& n : names) out += (out.empty() ? "" : ",") + n;
+    return out;
+  };
+  metrics.clear("vllm:lora_requests_info");
+  metrics.set("vllm:lora_requests_info", static_cast<double>(std::time(nullptr)),
+              {{"running_lora_adapters", joined(running_names)},
+               {"waiting_lora_adapters", joined(waiting_names)},
+               {"max_lora", std::to_string(options.max_variants_per_batch)}});
+}
+
 void Engine::State::update_gauges() {
   metrics.set("dz_queue_length", static_cast<double>(waiting.size()));
   metrics.set("dz_running_sequences", static_cast<double>(running.size()));
   metrics.set("vllm:num_requests_waiting", static_cast<double>(waiting.size()), vllm_labels());
   metrics.set("vllm:num_requests_running", static_cast<double>(running.size()), vllm_labels());
-  {
-    // vLLM's adapter gauge: one series, its labels the variant lists (comma-separated).
-    std::set<std::string> running_names, waiting_names;
-    for (const auto& r : running)
-      if (r->variant) running_names.insert(r->variant->name);
-    for (const auto& w : waiting)
-      if (w->variant) waiting_names.insert(w->variant->name);
-    auto joined = [](const std::set<std::string>& names) {
-      std::string out;
-      for (const auto& n : names) out += (out.empty() ? "" : ",") + n;
-      return out;
-    };
-    metrics.clear("vllm:lora_requests_info");
-    metrics.set("vllm:lora_requests_info", static_cast<double>(std::time(nullptr)),
-                {{"running_lora_adapters", joined(running_names)},
-                 {"waiting_lora_adapters", joined(waiting_names)},
-                 {"max_lora", std::to_string(options.max_variants_per_batch)}});
-  }
   metrics.set("dz_resident_bytes", static_cast<double>(base_bytes), {{"part", "base"}});
   metrics.set("dz_resident_bytes", static_cast<double>(delta_bytes), {{"part", "deltas"}});
   metrics.set("dz_resident_bytes", static_cast<double>(full_bytes), {{"part", "full_models"}});
@@ -880,6 +883,7 @@ std::string Engine::metrics_text() const {
   {
     std::lock_guard lock(state_->mutex);
     state_->update_gauges();
+    state_->update_adapter_info();
   }
   return state_->metrics.render();
 }
