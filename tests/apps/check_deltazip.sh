@@ -40,7 +40,9 @@ grep -q '"weighted_error_rtn"' "$tmp/out" || fail "compress --json"
 obs_error=$(json_number weighted_error "$tmp/out") rtn_error=$(json_number weighted_error_rtn "$tmp/out")
 run "$bin/dz-compress" -q decompress "$tmp/delta.h5" --base "$tmp/base" -o "$tmp/rec"
 run "$bin/dz-compress" -q compress --base "$tmp/base" --target "$tmp/ft" -o "$tmp/rtn.h5" --bits 4 --sparsity 2:4 \
-  --method rtn --threads 1
+  --method rtn --threads 1 --json
+# Round-to-nearest runs no calibration: no Hessians, so no weighted error.
+grep -q '"weighted_error": null' "$tmp/out" || fail "rtn compress --json: $(cat "$tmp/out")"
 run "$bin/dz-compress" -q decompress "$tmp/rtn.h5" --base "$tmp/base" -o "$tmp/rec-rtn"
 for method in obs rtn; do
   run "$bin/dz-compress" -q compress --base "$tmp/base" --target "$tmp/ft" -o "$tmp/2bit-$method.h5" --bits 2 \
