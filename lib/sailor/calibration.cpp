@@ -41,15 +41,15 @@ std::vector<MeasuredRun> load_measured_runs(const std::filesystem::path& path, c
 
 namespace {
 
-// The GPU with the most memory in a plan, split into what each fitted
-// memory constant multiplies: parameter states (x (1 + copy factor)),
+// The GPU with the most memory in a plan, split into its parameter states
+// (bytes, not fitted) and what each fitted memory constant multiplies:
 // activation floats (x bytes per float) and 1 GB (x runtime overhead in GB).
 std::array<double, 3> memory_terms(const Estimate& e, const Calibration& cal) {
   const MemoryBreakdown* peak = nullptr;
   for (const StageEstimate& s : e.stages)
     for (const MemoryBreakdown& m : s.memory)
       if (peak == nullptr || m.total() > peak->total()) peak = &m;
-  // In GB, so that the three columns of the fit are of similar size.
+  // The overhead in GB, so that the columns of the fit are of similar size.
   if (peak == nullptr) return {0, 0, 1e9};
   return {peak->weights + peak->gradients + peak->optimizer, peak->activations / cal.activation_bytes_per_float, 1e9};
 }
@@ -97,25 +97,28 @@ Calibration fit_calibration(const std::vector<MeasuredRun>& runs, const PlannerI
   }
   cal.microbatch_overhead_s = den > 0 ? std::max(0.0, num / den) : inputs.calibration.microbatch_overhead_s;
 
-  // Memory: M = states (1 + f) + floats a + O, linear in (1 + f, a, O). The
-  // GPU with the peak can change with the constants: refit a few times.
-  if (runs.size() >= 3) {
+  // Memory: M - states = floats a + O, linear in (a, O); the states' bytes
+  // per parameter are facts, not fitted (a factor on them, fitted to one
+  // model whose states are a few GB, grew with the next model's parameters
+  // where the measured framework buffers do not). The GPU with the peak can
+  // change with the constants: refit a few times.
+  if (runs.size() >= 2) {
     for (int round = 0; round < 3; ++round) {
-      std::array<std::array<double, 3>, 3> ata{};
-      std::array<double, 3> atb{};
+      std::array<std::array<double, 2>, 2> ata{};
+      std::array<double, 2> atb{};
       for (const MeasuredRun& r : runs) {
-        auto u = memory_terms(estimate_plan(r.plan, in), cal);
-        for (double& v : u) v /= r.peak_memory_bytes;
-        for (std::size_t i = 0; i < 3; ++i) {
-          for (std::size_t j = 0; j < 3; ++j) ata[i][j] += u[i] * u[j];
-          atb[i] += u[i];
+        const auto t = memory_terms(estimate_plan(r.plan, in), cal);
+        const std::array<double, 2> u{t[1] / r.peak_memory_bytes, t[2] / r.peak_memory_bytes};
+        const double y = 1 - t[0] / r.peak_memory_bytes;
+        for (std::size_t i = 0; i < 2; ++i) {
+          for (std::size_t j = 0; j < 2; ++j) ata[i][j] += u[i] * u[j];
+          atb[i] += u[i] * y;
         }
       }
-      std::array<double, 3> x{};
+      std::array<double, 2> x{};
       if (!solve(ata, atb, x)) break;
-      cal.framework_copy_factor = x[0] - 1;
-      cal.activation_bytes_per_float = x[1];
-      cal.runtime_overhead_bytes = x[2] * 1e9;
+      cal.activation_bytes_per_float = x[0];
+      cal.runtime_overhead_bytes = x[1] * 1e9;
     }
   }
   return cal;

@@ -28,10 +28,11 @@ std::vector<MeasuredRun> load_measured_runs(const std::filesystem::path& path, c
 
 /// `inputs.calibration` with its fitted constants refitted to `runs`
 /// (least squares of the relative error): the per-micro-batch overhead from
-/// the times, the framework copy factor, bytes per activation float and the
-/// runtime overhead from the peak memories. Each needs enough runs that
-/// tell it apart (a pipeline for the overhead, three for memory); with
-/// fewer, that constant keeps its value.
+/// the times, bytes per activation float and the runtime overhead from the
+/// peak memories (the parameter states are not fitted: their bytes per
+/// parameter are facts of mixed-precision Adam). Each needs enough runs that
+/// tell it apart (a pipeline for the overhead, two for memory); with fewer,
+/// that constant keeps its value.
 Calibration fit_calibration(const std::vector<MeasuredRun>& runs, const PlannerInputs& inputs);
 
 /// A run predicted, and how far off (predicted / measured - 1).

@@ -289,7 +289,6 @@ int run_calibrate(const CalibrateCommand& c) {
                       {"fitted_bytes", refit[i].peak_memory_bytes}, {"held_out_s", held_out[i].iteration_s},
                       {"held_out_bytes", held_out[i].peak_memory_bytes}});
     report << nlohmann::json{{"fitted", {{"microbatch_overhead_s", f.microbatch_overhead_s},
-                                         {"framework_copy_factor", f.framework_copy_factor},
                                          {"activation_bytes_per_float", f.activation_bytes_per_float},
                                          {"runtime_overhead_bytes", f.runtime_overhead_bytes}}},
                              {"runs", rows},
@@ -305,9 +304,9 @@ int run_calibrate(const CalibrateCommand& c) {
     return 0;
   }
   const double gib = 1024.0 * 1024.0 * 1024.0;
-  report << fmt::format("fitted to {} runs: {:.5f} s per micro-batch per stage, framework copies {:.3f} x the "
-                        "parameter states, {:.3f} B per activation float, runtime overhead {:.2f} GB\n",
-                        runs.size(), f.microbatch_overhead_s, f.framework_copy_factor, f.activation_bytes_per_float,
+  report << fmt::format("fitted to {} runs: {:.5f} s per micro-batch per stage, {:.3f} B per activation float, "
+                        "runtime overhead {:.2f} GB\n",
+                        runs.size(), f.microbatch_overhead_s, f.activation_bytes_per_float,
                         f.runtime_overhead_bytes / 1e9);
   report << fmt::format("{:<28} {:>9} {:>9} {:>8} {:>9} {:>8}   {:>8} {:>8} {:>8} {:>8} {:>8}\n", "run", "meas s",
                         "shipped", "err", "held-out", "err", "meas GiB", "shipped", "err", "held-out", "err");

@@ -15,9 +15,8 @@ Calibration default_calibration() {
   // error) over the eight GH200 runs; leave-one-out errors in docs/sailor-model.md.
   Calibration c;
   c.microbatch_overhead_s = 0.00063;
-  c.framework_copy_factor = 0.284;
-  c.activation_bytes_per_float = 4.47;
-  c.runtime_overhead_bytes = 4.71e9;
+  c.activation_bytes_per_float = 4.49;
+  c.runtime_overhead_bytes = 4.99e9;
   return c;
 }
 
@@ -221,7 +220,6 @@ Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
       m.weights = own_params * weight_b;
       m.gradients = own_params * grad_b;
       m.optimizer = own_params * cal.optimizer_bytes_per_param;
-      m.framework_copies = cal.framework_copy_factor * (m.weights + m.gradients + m.optimizer);
       m.activations = tp == s.tp ? act
                                  : in.model.act_memory(s.first_layer, s.last_layer, tp) * mbs * se.in_flight *
                                        cal.activation_bytes_per_float;
@@ -359,7 +357,7 @@ nlohmann::json estimate_to_json(const Plan& plan, const Estimate& est) {
       const MemoryBreakdown& m = se.memory[r];
       memory.push_back({{"gpu", plan.stages[i].replicas[r].gpu}, {"weights_bytes", m.weights},
                         {"gradients_bytes", m.gradients}, {"optimizer_bytes", m.optimizer},
-                        {"framework_copies_bytes", m.framework_copies}, {"activations_bytes", m.activations},
+                        {"activations_bytes", m.activations},
                         {"overhead_bytes", m.overhead}, {"total_bytes", m.total()}, {"capacity_bytes", se.capacity[r]},
                         {"fits", m.total() <= se.capacity[r]}});
     }

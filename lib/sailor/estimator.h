@@ -15,14 +15,13 @@ namespace fleet::sailor {
 
 /// Constants of the time and memory model (docs/sailor-model.md). The
 /// byte counts per parameter and the bucket size are facts of mixed-precision
-/// Adam and of the runtime; the four marked "fitted" are fitted to measured
+/// Adam and of the runtime; the three marked "fitted" are fitted to measured
 /// runs (`sailor-plan calibrate`).
 struct Calibration {
   double microbatch_overhead_s = 0;      ///< fitted: host work per micro-batch per stage (schedule step, posting sends)
   double weight_bytes_per_param = 6;     ///< fp16 weights + fp32 master copy (mixed precision)
   double gradient_bytes_per_param = 6;   ///< fp16 gradients + fp32 accumulation
   double optimizer_bytes_per_param = 8;  ///< Adam moments in fp32
-  double framework_copy_factor = 0;      ///< fitted: extra copies the framework keeps, x (weights + gradients + optimizer)
   double activation_bytes_per_float = 4;     ///< fitted: bytes per activation float kept for backward
   double runtime_overhead_bytes = 0;         ///< fitted: CUDA context, allocator, communicator buffers
   double allreduce_bucket_bytes = 25e6;      ///< gradient bucket size
@@ -42,8 +41,8 @@ struct PlannerInputs {
 
 /// Peak memory of one GPU of a stage replica.
 struct MemoryBreakdown {
-  double weights = 0, gradients = 0, optimizer = 0, framework_copies = 0, activations = 0, overhead = 0;
-  double total() const { return weights + gradients + optimizer + framework_copies + activations + overhead; }
+  double weights = 0, gradients = 0, optimizer = 0, activations = 0, overhead = 0;
+  double total() const { return weights + gradients + optimizer + activations + overhead; }
 };
 
 /// One stage's share of the iteration.

@@ -731,13 +731,13 @@ class Searcher {
     return true;
   }
 
-  // Parameter states of `params` parameters per GPU, framework copies and
-  // runtime overhead within a GPU of pool p.
+  // Parameter states of `params` parameters per GPU and the runtime
+  // overhead within a GPU of pool p.
   bool states_fit_on(int p, double params) const {
     const Calibration& cal = in_.calibration;
     const bool fp32 = in_.job.precision == "fp32";
     const double per_param = ((fp32 ? 4 : cal.weight_bytes_per_param) + (fp32 ? 4 : cal.gradient_bytes_per_param) +
-                              cal.optimizer_bytes_per_param) * (1 + cal.framework_copy_factor);
+                              cal.optimizer_bytes_per_param);
     const Pool& pool = pools_[static_cast<std::size_t>(p)];
     return params * per_param + cal.runtime_overhead_bytes <= in_.cluster.gpu_types.at(pool.gpu).memory_bytes;
   }

@@ -60,7 +60,7 @@ expect_rc 0 "$bin/sailor-plan" calibrate -i "$ex/opt-350" --runs "$ex/opt-350/me
 import json, sys
 j = json.load(open(sys.argv[1]))
 e = j["mean_abs_error"]
-assert len(j["runs"]) == 8 and e["held_out_time"] < 0.06 and e["held_out_memory"] < 0.02, e
+assert len(j["runs"]) == 8 and e["held_out_time"] < 0.06 and e["held_out_memory"] < 0.03, e
 PY
 # --hold-out: fitted on five runs, the other three predicted with those
 # constants and never fitted to (here a second copy of OPT-350's inputs

@@ -12,7 +12,6 @@ inline PlannerInputs tiny_inputs() {
   PlannerInputs in;
   // Hand-computable: no per-micro-batch overhead, round memory constants.
   in.calibration = Calibration{};
-  in.calibration.framework_copy_factor = 1.05;
   in.calibration.activation_bytes_per_float = 4.32;
   in.calibration.runtime_overhead_bytes = 4.46e9;
   in.model.name = "tiny";

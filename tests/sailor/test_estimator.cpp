@@ -30,14 +30,13 @@ TEST(Estimator, HomogeneousPipelineByHand) {
   EXPECT_NEAR(e.iteration_s, expected, 1e-12);
   EXPECT_NEAR(e.compute_usd, 2 * 3.6 / 3600 * expected, 1e-15);
   EXPECT_EQ(e.egress_usd, 0.0);
-  // Memory of stage 0: 2e6 params x (6 + 6 + 8) B x 2.05, activations 4000 floats x mbs 2 x 2 in flight x 4.32 B.
+  // Memory of stage 0: 2e6 params x (6 + 6 + 8) B, activations 4000 floats x mbs 2 x 2 in flight x 4.32 B.
   const MemoryBreakdown& m = e.stages[0].memory[0];
   EXPECT_DOUBLE_EQ(m.weights, 12e6);
   EXPECT_DOUBLE_EQ(m.gradients, 12e6);
   EXPECT_DOUBLE_EQ(m.optimizer, 16e6);
-  EXPECT_DOUBLE_EQ(m.framework_copies, 1.05 * 40e6);
   EXPECT_DOUBLE_EQ(m.activations, 4000.0 * 2 * 2 * 4.32);
-  EXPECT_DOUBLE_EQ(m.total(), 82e6 + 69120 + 4.46e9);
+  EXPECT_DOUBLE_EQ(m.total(), 40e6 + 69120 + 4.46e9);
   EXPECT_TRUE(e.fits);
 }
 

@@ -78,21 +78,23 @@ TEST(SailorInputs, CalibratedAgainstTheGh200Measurements) {
   // The shipped constants are the fit to these runs, not stale numbers.
   const Calibration fit = fit_calibration(runs, in);
   EXPECT_NEAR(fit.microbatch_overhead_s / in.calibration.microbatch_overhead_s, 1.0, 0.01);
-  EXPECT_NEAR(fit.framework_copy_factor, in.calibration.framework_copy_factor, 0.01);
   EXPECT_NEAR(fit.activation_bytes_per_float / in.calibration.activation_bytes_per_float, 1.0, 0.01);
   EXPECT_NEAR(fit.runtime_overhead_bytes / in.calibration.runtime_overhead_bytes, 1.0, 0.01);
   // Judged on what it was not fitted to: each run predicted with the
   // constants fitted to the other seven (docs/sailor-model.md has the table).
   const auto held_out = leave_one_out(runs, in);
+  // Memory has two fitted constants (bytes per activation float, runtime
+  // overhead); the parameter states are counted, not fitted, which costs a
+  // little here and holds on a larger model (docs/sailor-model.md).
   EXPECT_LT(mean_abs_error(held_out, false), 0.05);
-  EXPECT_LT(mean_abs_error(held_out, true), 0.02);
+  EXPECT_LT(mean_abs_error(held_out, true), 0.03);
   for (const RunPrediction& p : held_out) {
     EXPECT_LT(std::fabs(p.time_error), 0.17) << p.name;
-    EXPECT_LT(std::fabs(p.memory_error), 0.04) << p.name;
+    EXPECT_LT(std::fabs(p.memory_error), 0.065) << p.name;
   }
   for (const RunPrediction& p : predict_runs(runs, in)) {
     EXPECT_LT(std::fabs(p.time_error), 0.15) << p.name;
-    EXPECT_LT(std::fabs(p.memory_error), 0.03) << p.name;
+    EXPECT_LT(std::fabs(p.memory_error), 0.04) << p.name;
   }
 }
 
