@@ -64,6 +64,11 @@ int main(int argc, char** argv) {
   cc->add_option("--dense-policy", compress.dense_policy,
                  "Embeddings, norms, LM head: delta-zstd (float16 delta) or full (fine-tuned tensor)")
       ->capture_default_str();
+  cc->add_option("--embedding-bits", compress.embedding_bits,
+                 "delta-zstd: store the embedding's changed rows only, at this many bits with a scale per row (2-8; "
+                 "0: the whole delta in float16)")
+      ->capture_default_str()
+      ->check(fleet::in_range(0, 8));
   cc->add_option("--zstd-level", compress.zstd_level, "zstd level of the lossless stage (1-22)")->capture_default_str()
       ->check(fleet::in_range(1, 22));
   cc->add_option("--device", compress.device, "cpu, cuda or auto: where the calibration forward and OBS sweeps run")

@@ -19,6 +19,7 @@ namespace {
 
 constexpr const char* kLinear = "linear/";
 constexpr const char* kDense = "dense/";
+constexpr const char* kRows = "rows/";
 
 std::span<const std::byte> bytes_of(const void* data, std::size_t size) {
   return {static_cast<const std::byte*>(data), size};
@@ -54,14 +55,18 @@ model::LlamaConfig container_config(const std::string& config_json, const std::f
   return model::parse_llama_config(doc.root());
 }
 
-// Splits "linear/<tensor>/<part>" into tensor and part; false for other names.
-bool split_linear(const std::string& name, std::string& tensor, std::string& part) {
-  if (name.rfind(kLinear, 0) != 0) return false;
+// Splits "<prefix><tensor>/<part>" into tensor and part; false for other names.
+bool split_parts(const std::string& name, const char* prefix, std::string& tensor, std::string& part) {
+  if (name.rfind(prefix, 0) != 0) return false;
   const auto slash = name.rfind('/');
-  if (slash <= std::strlen(kLinear)) return false;
-  tensor = name.substr(std::strlen(kLinear), slash - std::strlen(kLinear));
+  if (slash <= std::strlen(prefix)) return false;
+  tensor = name.substr(std::strlen(prefix), slash - std::strlen(prefix));
   part = name.substr(slash + 1);
   return true;
+}
+
+bool contains_sorted(const std::vector<std::string>& names, const std::string& name) {
+  return std::binary_search(names.begin(), names.end(), name);
 }
 
 // Checked narrowing of an integer attribute: InputError when out of [lo, hi].
@@ -110,6 +115,21 @@ void DeltaWriter::add_dense(const std::string& name, DenseKind kind, DType dtype
   store_.set_attribute(object, "kind", std::string(kind == DenseKind::kDelta ? "delta" : "full"));
 }
 
+void DeltaWriter::add_row_delta(const std::string& name, const RowDelta& d) {
+  d.validate(name);
+  const std::string prefix = kRows + name + "/";
+  const std::vector<std::int64_t> kept{static_cast<std::int64_t>(d.kept_rows.size())};
+  const std::vector<std::int64_t> code_bytes{static_cast<std::int64_t>(d.codes.size())};
+  store_.write_tensor(prefix + "rows", DType::kI32, kept, bytes_of(d.kept_rows.data(), d.kept_rows.size() * 4),
+                      write_options_);
+  store_.write_tensor(prefix + "codes", DType::kU8, code_bytes,
+                      bytes_of(d.codes.data(), d.codes.size()), write_options_);
+  store_.write_tensor(prefix + "scales", DType::kF16, kept, bytes_of(d.scales.data(), d.scales.size() * 2),
+                      write_options_);
+  store_.set_attribute(prefix + "codes", "shape", std::vector<std::int64_t>{d.rows, d.cols});
+  store_.set_attribute(prefix + "codes", "bits", static_cast<std::int64_t>(d.bits));
+}
+
 std::uint64_t DeltaWriter::commit() { return store_.commit(); }
 
 DeltaReader::DeltaReader(const std::filesystem::path& path) : store_(Hdf5Store::open(path)) {
@@ -136,13 +156,16 @@ void DeltaReader::check_layout(const std::vector<model::ParameterShape>& model_t
   const std::vector<std::string> names = store_.tensor_names();
   std::map<std::string, std::vector<std::int64_t>> expected;
   for (const auto& t : model_tensors) expected.emplace(t.name, t.shape);
-  std::map<std::string, std::set<std::string>> linear_parts;
+  std::map<std::string, std::set<std::string>> linear_parts, row_parts;
   for (const auto& name : names) {
     std::string tensor, part;
-    if (split_linear(name, tensor, part)) {
+    if (split_parts(name, kLinear, tensor, part)) {
       if (part != "codes" && part != "scales" && part != "zeros" && part != "indices")
         fail("unexpected entry '" + name + "'");
       linear_parts[tensor].insert(part);
+    } else if (split_parts(name, kRows, tensor, part)) {
+      if (part != "rows" && part != "codes" && part != "scales") fail("unexpected entry '" + name + "'");
+      row_parts[tensor].insert(part);
     } else if (name.rfind(kDense, 0) == 0) {
       dense_.push_back(name.substr(std::strlen(kDense)));
     } else {
@@ -154,6 +177,10 @@ void DeltaReader::check_layout(const std::vector<model::ParameterShape>& model_t
       if (!parts.count(part)) fail(tensor + ": the packed matrix has no '" + part + "'");
     packed_.push_back(tensor);
   }
+  for (const auto& [tensor, parts] : row_parts) {
+    if (parts.size() != 3) fail(tensor + ": the row delta needs 'rows', 'codes' and 'scales'");
+    row_deltas_.push_back(tensor);
+  }
   std::set<std::string> seen;
   auto known = [&](const std::string& name) -> const std::vector<std::int64_t>& {
     const auto it = expected.find(name);
@@ -161,13 +188,17 @@ void DeltaReader::check_layout(const std::vector<model::ParameterShape>& model_t
     if (!seen.insert(name).second) fail("'" + name + "' is stored twice (packed and dense)");
     return it->second;
   };
-  for (const auto& name : packed_) {
+  // A packed matrix or row delta: its `shape` attribute is the model's, two-dimensional.
+  auto known_matrix = [&](const std::string& name, const std::string& group, const char* what) {
     const auto& shape = known(name);
-    const auto attr = store_.attribute(kLinear + name + "/codes", "shape");
+    const auto attr = store_.attribute(group + name + "/codes", "shape");
     const auto* stored = std::get_if<std::vector<std::int64_t>>(&attr);
     if (shape.size() != 2 || stored == nullptr || *stored != shape)
-      fail(name + ": the packed shape differs from the model's " + shape_to_string(shape));
-  }
+      fail(name + ": the " + what + " shape differs from the model's " + shape_to_string(shape));
+    return shape;
+  };
+  for (const auto& name : packed_) known_matrix(name, kLinear, "packed");
+  for (const auto& name : row_deltas_) dense_shapes_[name] = known_matrix(name, kRows, "row delta's");
   for (const auto& name : dense_) {
     const auto& shape = known(name);
     if (store_.info(kDense + name).shape != shape)
@@ -177,6 +208,9 @@ void DeltaReader::check_layout(const std::vector<model::ParameterShape>& model_t
   }
   for (const auto& t : model_tensors)
     if (!seen.count(t.name)) fail("no entry for the model's tensor '" + t.name + "'");
+  // Row deltas read back as dense deltas: one list for the readers.
+  dense_.insert(dense_.end(), row_deltas_.begin(), row_deltas_.end());
+  std::sort(dense_.begin(), dense_.end());
 }
 
 PackedMatrix DeltaReader::packed(const std::string& name) const {
@@ -208,6 +242,7 @@ PackedMatrix DeltaReader::packed(const std::string& name) const {
 }
 
 DenseEntry DeltaReader::dense(const std::string& name) const {
+  if (contains_sorted(row_deltas_, name)) return row_delta_entry(name);
   DenseEntry e;
   auto kind = string_attr(store_, kDense + name, "kind");
   if (kind != "delta" && kind != "full") throw InputError(path().string() + ": " + name + ": unknown kind '" + kind + "'");
@@ -216,11 +251,41 @@ DenseEntry DeltaReader::dense(const std::string& name) const {
   const auto& shape = dense_shapes_.at(name);
   const auto numel = checked_numel(shape);
   e.tensor = store_.read_tensor(kDense + name, numel ? *numel * 8 : 0);
+  e.form = e.kind == DenseKind::kDelta ? "dense delta" : "full";
+  return e;
+}
+
+DenseEntry DeltaReader::row_delta_entry(const std::string& name) const {
+  const std::string prefix = kRows + name + "/", object = prefix + "codes";
+  const auto& shape = dense_shapes_.at(name);  // the model's, two dimensions (check_layout)
+  RowDelta d;
+  d.rows = shape[0];
+  d.cols = shape[1];
+  d.bits = static_cast<int>(int_attr_in(store_, object, "bits", 2, 8));
+  // No part needs more than one byte per weight (or four per row): a larger dataset is corrupt.
+  const auto max_bytes = static_cast<std::uint64_t>(d.rows * d.cols) + 4 * static_cast<std::uint64_t>(d.rows) + 64;
+  d.kept_rows = read_vector<std::int32_t>(store_, prefix + "rows", DType::kI32, max_bytes);
+  d.codes = read_vector<std::uint8_t>(store_, object, DType::kU8, max_bytes);
+  d.scales = read_vector<std::uint16_t>(store_, prefix + "scales", DType::kF16, max_bytes);
+  d.validate(path().string() + ": " + name);
+  DenseEntry e;
+  e.kind = DenseKind::kDelta;
+  e.form = std::to_string(d.bits) + "-bit rows (" + std::to_string(d.kept_rows.size()) + " of " +
+           std::to_string(d.rows) + ")";
+  e.tensor.dtype = DType::kF32;
+  e.tensor.shape = shape;
+  e.tensor.data.resize(static_cast<std::size_t>(d.rows * d.cols) * sizeof(float));
+  decode_row_delta(d, {reinterpret_cast<float*>(e.tensor.data.data()), static_cast<std::size_t>(d.rows * d.cols)});
   return e;
 }
 
 std::uint64_t DeltaReader::stored_bytes(const std::string& name) const {
-  if (std::binary_search(dense_.begin(), dense_.end(), name)) return store_.info(kDense + name).stored_bytes;
+  if (contains_sorted(row_deltas_, name)) {
+    std::uint64_t total = 0;
+    for (const char* part : {"rows", "codes", "scales"}) total += store_.info(kRows + name + "/" + part).stored_bytes;
+    return total;
+  }
+  if (contains_sorted(dense_, name)) return store_.info(kDense + name).stored_bytes;
   std::uint64_t total = 0;
   for (const char* part : {"codes", "scales", "zeros", "indices"}) {
     auto n = kLinear + name + "/" + part;
@@ -230,9 +295,9 @@ std::uint64_t DeltaReader::stored_bytes(const std::string& name) const {
 }
 
 std::int64_t DeltaReader::elements(const std::string& name) const {
-  if (std::binary_search(dense_.begin(), dense_.end(), name)) {
+  if (const auto it = dense_shapes_.find(name); it != dense_shapes_.end()) {
     std::int64_t n = 1;
-    for (auto d : store_.info(kDense + name).shape) n *= d;
+    for (auto d : it->second) n *= d;
     return n;
   }
   auto shape_attr = store_.attribute(kLinear + name + "/codes", "shape");

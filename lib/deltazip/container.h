@@ -12,6 +12,7 @@
 
 #include "common/hdf5_store.h"
 #include "deltazip/packing.h"
+#include "deltazip/row_delta.h"
 #include "model/llama_config.h"
 
 namespace fleet::deltazip {
@@ -31,10 +32,12 @@ struct DeltaHeader {
 /// How a tensor that is not a compressed linear layer is stored.
 enum class DenseKind { kDelta, kFull };
 
-/// A dense tensor entry.
+/// A dense tensor entry. A row delta (DeltaWriter::add_row_delta) reads
+/// back as a float32 delta of the full shape.
 struct DenseEntry {
   DenseKind kind = DenseKind::kDelta;
   StoredTensor tensor;
+  std::string form;  ///< how it is stored, for people: "dense delta", "full", "8-bit rows (212 of 260)"
 };
 
 /// Writes a container; nothing appears at the path unless commit() runs.
@@ -46,6 +49,9 @@ class DeltaWriter {
   /// A dense tensor (delta or full fine-tuned values).
   void add_dense(const std::string& name, DenseKind kind, DType dtype, const std::vector<std::int64_t>& shape,
                  std::span<const std::byte> data);
+  /// A delta stored as its changed rows, quantized (row_delta.h); reads
+  /// back through DeltaReader::dense.
+  void add_row_delta(const std::string& name, const RowDelta& delta);
   /// Publishes the file; returns its size in bytes.
   std::uint64_t commit();
 
@@ -66,7 +72,7 @@ class DeltaReader {
   const DeltaHeader& header() const { return header_; }
   /// Names of the compressed linear layers, sorted.
   const std::vector<std::string>& packed_names() const { return packed_; }
-  /// Names of the dense tensors, sorted.
+  /// Names of the dense tensors (row deltas included), sorted.
   const std::vector<std::string>& dense_names() const { return dense_; }
   PackedMatrix packed(const std::string& name) const;
   DenseEntry dense(const std::string& name) const;
@@ -80,10 +86,12 @@ class DeltaReader {
 
  private:
   void check_layout(const std::vector<model::ParameterShape>& model_tensors);
+  DenseEntry row_delta_entry(const std::string& name) const;
 
   Hdf5Store store_;
   DeltaHeader header_;
   std::vector<std::string> packed_, dense_;
+  std::vector<std::string> row_deltas_;  ///< the dense_ entries stored as row deltas, sorted
   std::map<std::string, std::vector<std::int64_t>> dense_shapes_;  ///< the model's shape of each dense entry
 };
 

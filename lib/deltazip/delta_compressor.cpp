@@ -93,15 +93,23 @@ nlohmann::json settings_json(const CompressCommand& c) {
           {"symmetric", c.symmetric}, {"act_order", c.act_order}, {"damp", c.damp}, {"block_size", c.block_size},
           {"calibration", c.calib.empty() ? std::string("built-in synthetic corpus") : c.calib.filename().string()},
           {"calib_samples", c.calib_samples}, {"seq_len", c.seq_len}, {"dense_policy", c.dense_policy},
-          {"zstd_level", c.zstd_level}};
+          {"embedding_bits", c.dense_policy == "full" ? 0 : c.embedding_bits}, {"zstd_level", c.zstd_level}};
 }
 
 void add_dense_tensor(DeltaWriter& writer, const std::string& name, const torch::Tensor& target,
-                      const SafetensorsCheckpoint& base, const std::string& policy) {
+                      const SafetensorsCheckpoint& base, const CompressCommand& c) {
   torch::Tensor stored;
   DenseKind kind;
   const auto host = target.to(torch::kCPU);
-  if (policy == "full") {
+  // The embedding is a lookup table: a fine-tune moves the rows of the
+  // tokens it saw. Those rows alone, quantized per row.
+  if (c.dense_policy != "full" && c.embedding_bits > 0 && name == "model.embed_tokens.weight") {
+    const auto delta = (host.to(torch::kFloat32) - base_tensor(base, name)).contiguous();
+    writer.add_row_delta(name, encode_row_delta({delta.data_ptr<float>(), static_cast<std::size_t>(delta.numel())},
+                                                delta.size(0), delta.size(1), c.embedding_bits));
+    return;
+  }
+  if (c.dense_policy == "full") {
     stored = host.contiguous();
     kind = DenseKind::kFull;
   } else {
@@ -130,6 +138,8 @@ int run_compress(const CompressCommand& c) {
   if (c.dense_policy != "delta-zstd" && c.dense_policy != "full") throw UsageError("--dense-policy must be delta-zstd or full");
   if (c.calib_samples <= 0 || c.seq_len < 2) throw UsageError("--calib-samples and --seq-len must be positive");
   if (c.zstd_level < 1 || c.zstd_level > 22) throw UsageError("--zstd-level must be 1 to 22");
+  if (c.embedding_bits != 0 && (c.embedding_bits < 2 || c.embedding_bits > 8))
+    throw UsageError("--embedding-bits must be 0 (dense float16) or 2 to 8");
   OutputCheck outputs;
   outputs.input(c.base, "--base")
       .input(c.target, "--target")
@@ -227,7 +237,7 @@ int run_compress(const CompressCommand& c) {
   // Embeddings and norms.
   for (const auto& [name, t] : target.named_parameters()) {
     if (name.find("_proj.weight") != std::string::npos || packed.count(name)) continue;
-    add_dense_tensor(writer, name, t, base, c.dense_policy);
+    add_dense_tensor(writer, name, t, base, c);
   }
   const auto size = writer.commit();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -347,7 +357,7 @@ int run_inspect(const InspectCommand& c) {
   }
   for (const auto& n : reader.dense_names()) {
     auto e = reader.dense(n);
-    rows.push_back({n, e.kind == DenseKind::kDelta ? "dense delta" : "full", reader.elements(n), reader.stored_bytes(n)});
+    rows.push_back({n, e.form, reader.elements(n), reader.stored_bytes(n)});
   }
   std::map<std::string, Total> classes;  // by tensor_class
   Total all;
@@ -385,9 +395,9 @@ int run_inspect(const InspectCommand& c) {
   }
   std::cout << fmt::format("{}: {} bytes, base identity {}\nsettings: {}\n", c.delta.string(), file_bytes,
                            reader.header().base_identity, settings.dump());
-  std::cout << fmt::format("{:<44} {:<16} {:>12} {:>12} {:>8}\n", "tensor", "stored as", "weights", "bytes", "bits/w");
+  std::cout << fmt::format("{:<44} {:<24} {:>12} {:>12} {:>8}\n", "tensor", "stored as", "weights", "bytes", "bits/w");
   for (const auto& r : rows)
-    std::cout << fmt::format("{:<44} {:<16} {:>12} {:>12} {:>8.3f}\n", r.name, r.kind, r.elements, r.bytes, bpw(r.bytes, r.elements));
+    std::cout << fmt::format("{:<44} {:<24} {:>12} {:>12} {:>8.3f}\n", r.name, r.kind, r.elements, r.bytes, bpw(r.bytes, r.elements));
   std::cout << fmt::format("{:<16} {:>12} {:>12} {:>8} {:>8}\n", "class", "weights", "bytes", "bits/w", "of file");
   for (const auto& [name, t] : classes) {
     if (t.elements == 0) continue;

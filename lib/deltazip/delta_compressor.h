@@ -25,6 +25,7 @@ struct CompressCommand {
   std::int64_t calib_samples = 64;
   std::int64_t seq_len = 128;
   std::string dense_policy = "delta-zstd";  ///< or full
+  int embedding_bits = 8;  ///< delta-zstd: the embedding's changed rows at this many bits (2-8); 0: dense float16
   int zstd_level = 9;
   int threads = 0;
   std::string device = "auto";  ///< cpu, cuda or auto (model forward and OBS sweeps)

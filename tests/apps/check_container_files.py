@@ -8,8 +8,10 @@ Usage: check_container_files.py BIN_DIR [FLIPS]
    crash, no hang, no memory exhaustion: the address space is capped).
 2. Files made by hand with h5py (no seal, as another tool would write them):
    a dense tensor declared far larger than the model, a dataset hard-linked
-   under a second name, a missing and an extra entry, and a `bits` attribute
-   of 2^32 + 4. inspect and decompress refuse each with the same message.
+   under a second name, a missing and an extra entry, a `bits` attribute
+   of 2^32 + 4, an embedding row index past the vocabulary (checksum
+   recomputed) and a row delta without scales. inspect and decompress
+   refuse each with the same message.
 FLIPS (default 40) sets how many flips and cuts; the by-hand check that the
 issue tracker asked for used 700.
 """
@@ -66,6 +68,14 @@ def both_refuse(work, name, what, expect):
         fail(f"{what}: '{a}' does not say '{expect}'")
     if os.path.exists(os.path.join(work, "out")):
         fail(f"{what}: decompress wrote a model")
+
+
+def fnv1a64(data):
+    """FNV-1a 64 of `data` with the store's offset basis (docs/formats.md), as a signed int64."""
+    h = 1469598103934665603
+    for b in data:
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h - (1 << 64) if h >= 1 << 63 else h
 
 
 def copy_unsealed(src, dst, edit):
@@ -148,10 +158,26 @@ def main():
         copy_unsealed(os.path.join(work, "d.h5"), os.path.join(work, "bits.h5"), huge_bits)
         both_refuse(work, "bits.h5", "bits = 2^32 + 4", "bits is 4294967300")
 
+        # The embedding's row delta: a row index past the vocabulary (its
+        # checksum recomputed, so only the reader's own check can catch it)
+        # and a row delta without its scales.
+        def row_past_the_end(f):
+            rows = f["rows/model.embed_tokens.weight/rows"]
+            values = rows[:]
+            values[-1] = 100000
+            del f["rows/model.embed_tokens.weight/rows"]
+            d = f.create_dataset("rows/model.embed_tokens.weight/rows", data=values.astype(np.int32))
+            d.attrs["fnv1a64"] = np.int64(fnv1a64(values.astype("<i4").tobytes()))
+        copy_unsealed(os.path.join(work, "d.h5"), os.path.join(work, "row.h5"), row_past_the_end)
+        both_refuse(work, "row.h5", "a kept row past the vocabulary", "kept row 100000 outside the tensor")
+        copy_unsealed(os.path.join(work, "d.h5"), os.path.join(work, "noscales.h5"),
+                      lambda f: f.__delitem__("rows/model.embed_tokens.weight/scales"))
+        both_refuse(work, "noscales.h5", "a row delta without scales", "needs 'rows', 'codes' and 'scales'")
+
         leftovers = [n for n in os.listdir(work) if n.startswith(".")]
         if leftovers:
             fail(f"left behind: {leftovers}")
-    print(f"container files: {FLIPS} flips and {FLIPS} cuts refused, 5 hand-made files refused alike")
+    print(f"container files: {FLIPS} flips and {FLIPS} cuts refused, 7 hand-made files refused alike")
 
 
 if __name__ == "__main__":

@@ -71,8 +71,11 @@ run "$bin/dz-compress" inspect "$tmp/delta.h5" --json
 grep -q '"ratio_vs_fp16_delta"' "$tmp/out" || fail "inspect --json"
 
 if [ -n "$python" ]; then
-  "$python" - "$tmp/delta.h5" <<'PY' || fail "h5py could not read the container"
+  "$python" - "$tmp/delta.h5" "$tmp/base" "$tmp/ft" "$tmp/rec" <<'PY' || fail "h5py could not read the container"
 import sys, h5py, hdf5plugin  # noqa: F401 (registers the zstd filter)
+import numpy as np
+from safetensors.numpy import load_file
+base, ft, rec = (load_file(d + "/model.safetensors") for d in sys.argv[2:5])
 with h5py.File(sys.argv[1], "r") as f:
     assert f.attrs["format"] == b"gpufleet-deltazip", dict(f.attrs)  # fixed-length strings read as bytes
     assert f.attrs["version"] == 2
@@ -81,8 +84,27 @@ with h5py.File(sys.argv[1], "r") as f:
     assert codes.attrs["bits"] == 4 and codes.attrs["sparsity"] == b"2:4"
     assert list(codes.attrs["shape"]) == [128, 128]
     assert codes[:].size == 128 * 64 * 4 // 8  # half the weights kept, 4 bits each
-    assert f["dense/model.embed_tokens.weight"].shape == (260, 128)
-print("h5py + hdf5plugin read the container")
+    # The embedding: its changed rows at 8 bits (the default), decoded here
+    # from the layout in docs/formats.md alone.
+    g = f["rows/model.embed_tokens.weight"]
+    bits = int(g["codes"].attrs["bits"])
+    assert bits == 8 and list(g["codes"].attrs["shape"]) == [260, 128]
+    rows, scales = g["rows"][:], g["scales"][:].astype(np.float32)
+    codes = np.unpackbits(g["codes"][:], bitorder="little").reshape(-1, bits)
+    levels = (codes * (1 << np.arange(bits))).sum(axis=1)[: len(rows) * 128].reshape(len(rows), 128)
+    decoded = np.zeros((260, 128), np.float32)
+    decoded[rows] = scales[:, None] * (levels - (1 << (bits - 1)))
+    name = "model.embed_tokens.weight"
+    delta = ft[name].astype(np.float32) - base[name].astype(np.float32)
+    kept = np.zeros(260, bool)
+    kept[rows] = True
+    assert np.all(np.diff(rows) > 0) and len(rows) > 0
+    assert np.all(np.abs(decoded - delta)[kept] <= scales[:, None] * 0.51 + 1e-7), "a kept row is off by more than half a step"
+    top = np.abs(delta).max()
+    assert np.all(np.abs(delta[~kept]) < top / 254 + 1e-12), "a row left out had moved"
+    # decompress adds the same decoded rows to the base.
+    assert np.allclose(rec[name].astype(np.float32), base[name].astype(np.float32) + decoded, atol=1e-6)
+print(f"h5py + hdf5plugin read the container; embedding: {len(rows)} of 260 rows kept at {bits} bits")
 PY
 fi
 

@@ -93,7 +93,7 @@ std::string read_everything(const std::filesystem::path& path) {
   }
   for (const auto& name : reader.dense_names()) {
     const DenseEntry e = reader.dense(name);
-    out += "|" + name + (e.kind == DenseKind::kDelta ? ":delta:" : ":full:") + shape_to_string(e.tensor.shape);
+    out += "|" + name + (e.kind == DenseKind::kDelta ? ":delta:" : ":full:") + e.form + shape_to_string(e.tensor.shape);
     out.append(reinterpret_cast<const char*>(e.tensor.data.data()), e.tensor.data.size());
   }
   return out;
@@ -119,7 +119,11 @@ class ContainerFuzz : public ::testing::Test {
       writer.add_packed(std::string("model.layers.0.") + name + ".weight", random_packed(rows, cols, seed++));
     std::vector<std::uint16_t> embed(24 * 16);
     for (std::size_t i = 0; i < embed.size(); ++i) embed[i] = float_to_f16(0.01f * static_cast<float>(i % 97) - 0.4f);
-    writer.add_dense("model.embed_tokens.weight", DenseKind::kDelta, DType::kF16, {24, 16}, testing::bytes_of(embed));
+    // The embedding as a row delta, some rows untouched (not stored).
+    std::vector<float> embed_delta(24 * 16, 0.0f);
+    for (std::size_t i = 0; i < embed_delta.size(); ++i)
+      if ((i / 16) % 3 != 0) embed_delta[i] = 0.01f * static_cast<float>(i % 97) - 0.4f;
+    writer.add_row_delta("model.embed_tokens.weight", encode_row_delta(embed_delta, 24, 16, 4));
     writer.add_dense("lm_head.weight", DenseKind::kDelta, DType::kF16, {24, 16}, testing::bytes_of(embed));
     std::vector<std::uint16_t> zeros(16, 0);  // all zeros: compresses to almost nothing
     for (const char* norm : {"model.norm.weight", "model.layers.0.input_layernorm.weight",
