@@ -57,8 +57,10 @@ int main(int argc, char** argv) {
   cc->add_option("--method", compress.method, "obs (SparseGPT + GPTQ) or rtn (round to nearest, magnitude pruning)")
       ->capture_default_str();
   cc->add_option("--calib", compress.calib, "Calibration text (default: the built-in synthetic corpus)");
-  cc->add_option("--calib-samples", compress.calib_samples, "Calibration sequences")->capture_default_str()
-      ->check(fleet::in_range(1, 1e5));
+  cc->add_option("--calib-samples", compress.calib_samples,
+                 "Calibration sequences (0: two tokens per input of the widest linear layer, 8 to 64 sequences)")
+      ->capture_default_str()
+      ->check(fleet::in_range(0, 1e5));
   cc->add_option("--seq-len", compress.seq_len, "Tokens per calibration sequence")->capture_default_str()
       ->check(fleet::in_range(2, 1e6));
   cc->add_option("--dense-policy", compress.dense_policy,

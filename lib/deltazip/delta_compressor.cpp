@@ -1,5 +1,6 @@
 #include "deltazip/delta_compressor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <iostream>
@@ -123,7 +124,14 @@ void add_dense_tensor(DeltaWriter& writer, const std::string& name, const torch:
 
 }  // namespace
 
-int run_compress(const CompressCommand& c) {
+std::int64_t default_calibration_samples(std::int64_t hidden_size, std::int64_t intermediate_size,
+                                         std::int64_t seq_len) {
+  const std::int64_t widest = std::max(hidden_size, intermediate_size);
+  return std::clamp<std::int64_t>((2 * widest + seq_len - 1) / std::max<std::int64_t>(seq_len, 1), 8, 64);
+}
+
+int run_compress(const CompressCommand& command) {
+  CompressCommand c = command;
   model::set_cpu_threads(c.threads);
   CompressionOptions options;
   options.bits = c.bits;
@@ -136,7 +144,8 @@ int run_compress(const CompressCommand& c) {
   options.validate();
   if (c.method != "obs" && c.method != "rtn") throw UsageError("--method must be obs or rtn");
   if (c.dense_policy != "delta-zstd" && c.dense_policy != "full") throw UsageError("--dense-policy must be delta-zstd or full");
-  if (c.calib_samples <= 0 || c.seq_len < 2) throw UsageError("--calib-samples and --seq-len must be positive");
+  if (c.calib_samples < 0 || c.seq_len < 2)
+    throw UsageError("--calib-samples must be 0 (automatic) or positive, --seq-len at least 2");
   if (c.zstd_level < 1 || c.zstd_level > 22) throw UsageError("--zstd-level must be 1 to 22");
   if (c.embedding_bits != 0 && (c.embedding_bits < 2 || c.embedding_bits > 8))
     throw UsageError("--embedding-bits must be 0 (dense float16) or 2 to 8");
@@ -151,6 +160,8 @@ int run_compress(const CompressCommand& c) {
   // Validate both models before any work.
   const auto device = model::torch_device(model::resolve_device(c.device));
   const auto base_config = model::load_llama_config(c.base);
+  if (c.calib_samples == 0)
+    c.calib_samples = default_calibration_samples(base_config.hidden_size, base_config.intermediate_size, c.seq_len);
   auto target = LlamaModel::load(c.target, torch::kFloat32, device);
   check_same_shape(base_config, target.config());
   SafetensorsCheckpoint base(model::model_weights_path(c.base));

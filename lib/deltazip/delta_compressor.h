@@ -22,7 +22,8 @@ struct CompressCommand {
   std::int64_t block_size = 128;
   std::string method = "obs";            ///< obs or rtn
   std::filesystem::path calib;           ///< calibration text (default: built-in synthetic corpus)
-  std::int64_t calib_samples = 64;
+  std::int64_t calib_samples = 0;        ///< 0: default_calibration_samples
+
   std::int64_t seq_len = 128;
   std::string dense_policy = "delta-zstd";  ///< or full
   int embedding_bits = 8;  ///< delta-zstd: the embedding's changed rows at this many bits (2-8); 0: dense float16
@@ -33,6 +34,14 @@ struct CompressCommand {
   bool json = false;
 };
 int run_compress(const CompressCommand& command);
+
+/// Calibration sequences of `seq_len` tokens when none are asked for: two
+/// tokens per input of the widest linear layer (its Hessian needs about as
+/// many tokens as inputs to be of full rank), at least 8, at most 64
+/// sequences. On the copy fine-tune, accuracy through a 2-bit 2:4 delta did
+/// not improve past 8 sequences (docs/benchmarks.md).
+std::int64_t default_calibration_samples(std::int64_t hidden_size, std::int64_t intermediate_size,
+                                         std::int64_t seq_len);
 
 /// `dz-compress decompress`.
 struct DecompressCommand {

@@ -37,6 +37,9 @@ json_number() { sed -n "s/.*\"$1\": \([0-9.e+-]*\).*/\1/p" "$2" | head -n 1; }
 run "$bin/dz-compress" -q compress --base "$tmp/base" --target "$tmp/ft" -o "$tmp/delta.h5" --bits 4 --sparsity 2:4 \
   --calib "$tmp/copy.txt" --threads 1 --json
 grep -q '"weighted_error_rtn"' "$tmp/out" || fail "compress --json"
+# The default calibration: two tokens per input of the widest layer (tiny:
+# 384 MLP inputs), at least 8 sequences: 8 of 128 tokens, 24 of 32.
+grep -q '"calib_samples": 8,' "$tmp/out" || fail "default calibration at --seq-len 128: $(grep calib_samples "$tmp/out")"
 obs_error=$(json_number weighted_error "$tmp/out") rtn_error=$(json_number weighted_error_rtn "$tmp/out")
 run "$bin/dz-compress" -q decompress "$tmp/delta.h5" --base "$tmp/base" -o "$tmp/rec"
 run "$bin/dz-compress" -q compress --base "$tmp/base" --target "$tmp/ft" -o "$tmp/rtn.h5" --bits 4 --sparsity 2:4 \
@@ -44,6 +47,9 @@ run "$bin/dz-compress" -q compress --base "$tmp/base" --target "$tmp/ft" -o "$tm
 # Round-to-nearest runs no calibration: no Hessians, so no weighted error.
 grep -q '"weighted_error": null' "$tmp/out" || fail "rtn compress --json: $(cat "$tmp/out")"
 run "$bin/dz-compress" -q decompress "$tmp/rtn.h5" --base "$tmp/base" -o "$tmp/rec-rtn"
+run "$bin/dz-compress" -q compress --base "$tmp/base" --target "$tmp/ft" -o "$tmp/short.h5" --bits 4 --seq-len 32 \
+  --calib "$tmp/copy.txt" --threads 1 --json
+grep -q '"calib_samples": 24,' "$tmp/out" || fail "default calibration at --seq-len 32: $(grep calib_samples "$tmp/out")"
 for method in obs rtn; do
   run "$bin/dz-compress" -q compress --base "$tmp/base" --target "$tmp/ft" -o "$tmp/2bit-$method.h5" --bits 2 \
     --sparsity none --method "$method" --calib "$tmp/copy.txt" --threads 1
