@@ -39,6 +39,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   sc->add_option("--max-batch", serve.engine.max_batch, "Sequences running at once (KV-cache slots)")
       ->capture_default_str()->check(fleet::in_range(1, 4096));
+  sc->add_option("--max-connections-per-client", serve.http.max_connections_per_client,
+                 "Connections one client address may hold open at once; one more gets 429 (0: no limit)")
+      ->capture_default_str()->check(fleet::in_range(0, 1e6));
+  sc->add_option("--request-timeout", serve.http.request_timeout_s,
+                 "Seconds a request's headers and body may take to arrive; a connection past it is closed "
+                 "(0: no limit but the 30 s per read)")
+      ->capture_default_str()->check(fleet::in_range(0, 1e6));
   sc->add_option("--max-tokens-per-step", serve.engine.max_tokens_per_step,
                  "Tokens per scheduler step: one per decoding sequence, the rest prompt chunks")
       ->capture_default_str()->check(fleet::in_range(1, 1e6));

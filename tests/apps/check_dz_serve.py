@@ -20,6 +20,7 @@ with an error, and a second signal exits at once.
 import concurrent.futures
 import http.client
 import json
+import select
 import os
 import shutil
 import signal
@@ -260,7 +261,8 @@ def check_stalled_clients(tmp, servers):
     """140 connections that send part of a request and stall (more than the old
     fixed pool of 128 threads) leave /health and completions answered while they
     are all still open: the server does not wait for their read timeouts."""
-    server = Server(tmp, "stalled", "--base", tmp / "base", "--max-context", 256)
+    # No request deadline here: this checks that threads alone keep up, however long the stalls last.
+    server = Server(tmp, "stalled", "--base", tmp / "base", "--max-context", 256, "--request-timeout", 0)
     servers.append(server)
     stalled = []
     try:
@@ -282,6 +284,70 @@ def check_stalled_clients(tmp, servers):
     finally:
         for sock in stalled:
             sock.close()
+
+
+def status_of(sock):
+    """The status code of the first response on `sock`, read to its end ('' if closed without one)."""
+    sock.settimeout(120)
+    data = b""
+    try:
+        while True:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    except (ConnectionResetError, socket.timeout):
+        pass
+    return data.split(b" ", 2)[1].decode() if data.startswith(b"HTTP/1.1 ") else ""
+
+
+def check_client_limits(tmp, servers):
+    """--max-connections-per-client: a client's connection past the cap is
+    answered 429 before anything is read. --request-timeout: a request that
+    has not arrived whole in time ends the connection, whether the client
+    stalls or trickles a byte at a time (each read well within the 30 s
+    per-read timeout)."""
+    server = Server(tmp, "limits", "--base", tmp / "base", "--max-context", 256,
+                    "--max-connections-per-client", 4, "--request-timeout", 2)
+    servers.append(server)
+    socks = []
+    for _ in range(5):
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # the headers never end
+        socks.append(sock)
+    statuses = sorted(status_of(s) for s in socks)
+    for s in socks:
+        s.close()
+    # One over the cap gets 429; the four admitted ones end at their deadline
+    # (httplib answers a request whose headers stop arriving with 400).
+    check(statuses.count("429") == 1 and all(s in ("400", "") for s in statuses if s != "429"),
+          f"5 stalled connections with a cap of 4: {statuses}")
+
+    trickle = socket.create_connection(("127.0.0.1", server.port))
+    trickle.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Pad: ")
+    sent, ended = 0, False
+    for _ in range(400):  # 400 bytes at 10 per second: 40 s if nobody stops it
+        readable, _, _ = select.select([trickle], [], [], 0.1)
+        if readable:
+            ended = True
+            break
+        try:
+            trickle.send(b"a")
+            sent += 1
+        except OSError:
+            ended = True
+            break
+    check(ended and sent < 400, f"a request trickled a byte at a time was not ended ({sent} bytes sent)")
+    trickle.close()
+
+    # The places are free again: requests are answered (a closed connection's
+    # place is freed just after the client sees it close, so ask until then).
+    status = None
+    for _ in range(100):
+        status = server.request("GET", "/health")[0]
+        if status != 429:
+            break
+    check(status == 200, f"/health after the stalled connections ended: {status}")
 
 
 def check_swap_reload(tmp, servers):
@@ -712,6 +778,7 @@ def main():
         check_swap_reload(tmp, servers)
         check_access(tmp, servers)
         check_stalled_clients(tmp, servers)
+        check_client_limits(tmp, servers)
 
         # A small model that decodes slowly enough to interrupt: disconnect, then SIGTERM.
         run(BIN / "sailor-run", "-q", "init", "--preset", "small", "--seed", "3", "-o", tmp / "small")

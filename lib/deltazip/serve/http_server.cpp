@@ -9,12 +9,21 @@
 #include <random>
 #include <thread>
 
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/logging.h"
+#include "deltazip/serve/connection_guard.h"
 #include "deltazip/serve/growing_thread_pool.h"
 #include "deltazip/serve/openai_api.h"
 
@@ -55,9 +64,155 @@ bool same_secret(const std::string& given, const std::string& key) {
   return diff == 0;
 }
 
+// A socket's peer (or local) address and port, numeric, as httplib's
+// Request::remote_addr and remote_port spell them.
+std::pair<std::string, int> socket_address(int sock, bool peer) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  char host[NI_MAXHOST] = "";
+  const int r = peer ? ::getpeername(sock, reinterpret_cast<sockaddr*>(&addr), &len)
+                     : ::getsockname(sock, reinterpret_cast<sockaddr*>(&addr), &len);
+  if (r != 0 || ::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof host, nullptr, 0, NI_NUMERICHOST) != 0)
+    return {"?", -1};
+  const int port = addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                                              : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  return {host, port};
+}
+
+std::string connection_key(const httplib::Request& req) {
+  return req.remote_addr + ":" + std::to_string(req.remote_port);
+}
+
+// A connection's socket for httplib, as its own SocketStream behaves, with
+// one difference: reading stops at the ticket's deadline for the request.
+class GuardedSocketStream final : public httplib::Stream {
+ public:
+  GuardedSocketStream(int sock, const ConnectionGuard::Ticket& ticket, std::chrono::milliseconds read_timeout,
+                      std::chrono::milliseconds write_timeout)
+      : sock_(sock), ticket_(ticket), read_timeout_(read_timeout), write_timeout_(write_timeout) {}
+
+  bool is_readable() const override {
+    using namespace std::chrono;
+    const auto now = ConnectionGuard::Clock::now();
+    const auto deadline = ticket_.deadline();
+    if (deadline <= now) return false;
+    auto wait = read_timeout_;
+    if (deadline != ConnectionGuard::Clock::time_point::max())
+      wait = std::min(wait, duration_cast<milliseconds>(deadline - now) + milliseconds(1));
+    return poll_for(POLLIN, wait) && ConnectionGuard::Clock::now() < ticket_.deadline();
+  }
+  // Writable and not closed by the peer (a streaming response stops when the client goes).
+  bool is_writable() const override {
+    if (!poll_for(POLLOUT, write_timeout_)) return false;
+    if (!poll_for(POLLIN, std::chrono::milliseconds(0))) return true;
+    char c;
+    return ::recv(sock_, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+  }
+  ssize_t read(char* ptr, size_t size) override {
+    if (!is_readable()) return -1;
+    ssize_t n;
+    do n = ::recv(sock_, ptr, size, 0);
+    while (n < 0 && errno == EINTR);
+    return n;
+  }
+  ssize_t write(const char* ptr, size_t size) override {
+    if (!is_writable()) return -1;
+    ssize_t n;
+    do n = ::send(sock_, ptr, size, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    return n;
+  }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override { address_of(true, ip, port); }
+  void get_local_ip_and_port(std::string& ip, int& port) const override { address_of(false, ip, port); }
+  socket_t socket() const override { return sock_; }
+
+ private:
+  bool poll_for(short events, std::chrono::milliseconds wait) const {
+    pollfd p{sock_, events, 0};
+    int r;
+    do r = ::poll(&p, 1, static_cast<int>(wait.count()));
+    while (r < 0 && errno == EINTR);
+    return r > 0;
+  }
+  void address_of(bool peer, std::string& ip, int& port) const {
+    const auto [host, p] = socket_address(sock_, peer);
+    ip = host;
+    port = p;
+  }
+
+  const int sock_;
+  const ConnectionGuard::Ticket& ticket_;
+  const std::chrono::milliseconds read_timeout_, write_timeout_;
+};
+
+// httplib's server with ConnectionGuard at the door: the per-client cap
+// checked before any byte is read, and each request's deadline. The
+// keep-alive loop is httplib's own (0.11), over GuardedSocketStream.
+class GuardedServer : public httplib::Server {
+ public:
+  explicit GuardedServer(ConnectionGuard& guard) : guard_(guard) {}
+
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    const auto [client, port] = socket_address(sock, true);
+    const auto ticket = guard_.admit(client + ":" + std::to_string(port), client);
+    bool ok = true;
+    if (ticket == nullptr) {
+      refuse(sock, client);
+    } else {
+      using std::chrono::milliseconds;
+      const milliseconds read_timeout(read_timeout_sec_ * 1000 + read_timeout_usec_ / 1000);
+      const milliseconds write_timeout(write_timeout_sec_ * 1000 + write_timeout_usec_ / 1000);
+      for (std::size_t left = keep_alive_max_count_; left > 0 && next_request(sock); --left) {
+        ticket->request_started();
+        GuardedSocketStream stream(sock, *ticket, read_timeout, write_timeout);
+        bool closed = false;
+        ok = process_request(stream, left == 1, closed, nullptr);
+        if (!ok || closed) break;
+      }
+    }
+    ::shutdown(sock, SHUT_RDWR);
+    ::close(sock);
+    return ok;
+  }
+
+  // Waits up to the keep-alive timeout for a request's first byte; false
+  // when none comes, the peer closed, or the server is stopping.
+  bool next_request(socket_t sock) const {
+    using namespace std::chrono;
+    const auto end = steady_clock::now() + seconds(keep_alive_timeout_sec_);
+    while (svr_sock_ != INVALID_SOCKET) {
+      pollfd p{sock, POLLIN, 0};
+      const int r = ::poll(&p, 1, 50);
+      if (r > 0) return true;
+      if (r < 0 && errno != EINTR) return false;
+      if (steady_clock::now() >= end) return false;
+    }
+    return false;
+  }
+
+  // 429 in the API's error shape; what the client already sent is read
+  // first, so that closing does not reset the connection before it reads the answer.
+  static void refuse(socket_t sock, const std::string& client) {
+    const std::string body = to_text(error_body("too many connections from " + client, "rate_limit_error"));
+    const std::string reply = "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+    char drain[4096];
+    while (::recv(sock, drain, sizeof drain, MSG_DONTWAIT) > 0) {
+    }
+    ::send(sock, reply.data(), reply.size(), MSG_NOSIGNAL);
+    ::shutdown(sock, SHUT_WR);
+  }
+
+  ConnectionGuard& guard_;
+};
+
 class Frontend {
  public:
   Frontend(Engine& engine, const HttpOptions& options) : engine_(engine), options_(options) {}
+
+  /// Called when a request has arrived whole (headers and body), before its handler runs.
+  std::function<void(const httplib::Request&)> on_arrival;
 
   void install(httplib::Server& server) {
     if (!options_.api_key.empty()) {
@@ -74,30 +229,34 @@ class Frontend {
         return httplib::Server::HandlerResponse::Handled;
       });
     }
-    server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    server.Get("/health", arrived([this](const httplib::Request&, httplib::Response& res) {
       // The engine's own state: once /health says so, new requests get 503 too.
       const bool stopping = engine_.shutting_down();
       send_json(res, stopping ? 503 : 200, {{"status", stopping ? "shutting_down" : "ok"}});
-    });
-    server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { list_models(res); });
-    server.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+    }));
+    server.Get("/v1/models", arrived([this](const httplib::Request&, httplib::Response& res) { list_models(res); }));
+    server.Get(R"(/v1/models/(.+))", arrived([this](const httplib::Request& req, httplib::Response& res) {
       get_model(req.matches[1].str(), res);
-    });
-    server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    }));
+    server.Get("/metrics", arrived([this](const httplib::Request&, httplib::Response& res) {
       res.set_content(engine_.metrics_text(), "text/plain; version=0.0.4; charset=utf-8");
-    });
+    }));
     // The generation endpoints take POST only: another method gets 405, as in OpenAI's and vLLM's servers.
     for (const char* path : {"/v1/completions", "/v1/chat/completions", "/v1/load_delta", "/v1/unload_delta"}) {
-      server.Get(path, [](const httplib::Request& req, httplib::Response& res) {
+      server.Get(path, arrived([](const httplib::Request& req, httplib::Response& res) {
         res.set_header("Allow", "POST");
         send_json(res, 405, error_body("method " + req.method + " is not allowed on " + req.path + " (POST)",
                                        "invalid_request_error"));
-      });
+      }));
     }
-    server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { complete(req, res, false); });
-    server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { complete(req, res, true); });
-    server.Post("/v1/load_delta", [this](const httplib::Request& req, httplib::Response& res) { load_delta(req, res); });
-    server.Post("/v1/unload_delta", [this](const httplib::Request& req, httplib::Response& res) { unload_delta(req, res); });
+    server.Post("/v1/completions",
+                arrived([this](const httplib::Request& req, httplib::Response& res) { complete(req, res, false); }));
+    server.Post("/v1/chat/completions",
+                arrived([this](const httplib::Request& req, httplib::Response& res) { complete(req, res, true); }));
+    server.Post("/v1/load_delta",
+                arrived([this](const httplib::Request& req, httplib::Response& res) { load_delta(req, res); }));
+    server.Post("/v1/unload_delta",
+                arrived([this](const httplib::Request& req, httplib::Response& res) { unload_delta(req, res); }));
     server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
       std::string what = "internal error";
       try {
@@ -131,6 +290,14 @@ class Frontend {
   }
 
  private:
+  // A route's handler, told first that its request has arrived.
+  httplib::Server::Handler arrived(httplib::Server::Handler handler) {
+    return [this, handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
+      if (on_arrival) on_arrival(req);
+      handler(req, res);
+    };
+  }
+
   json model_object(const ModelInfo& m) const {
     return {{"id", m.name}, {"object", "model"}, {"created", started_}, {"owned_by", "dz-serve"},
             {"root", engine_.base_name()}, {"parent", m.is_base ? json(nullptr) : json(engine_.base_name())},
@@ -414,7 +581,10 @@ std::filesystem::path resolve_runtime_delta(const std::string& path, const std::
 int serve_http(Engine& engine, const HttpOptions& options) {
   if (options.port < 0 || options.port > 65535) throw UsageError("--port must be 0 to 65535");
   if (options.threads < 1) throw UsageError("--http-threads must be positive");
-  httplib::Server server;
+  if (options.max_connections_per_client < 0) throw UsageError("--max-connections-per-client must be 0 or positive");
+  if (!(options.request_timeout_s >= 0)) throw UsageError("--request-timeout must be 0 or positive");
+  ConnectionGuard guard(options.max_connections_per_client, options.request_timeout_s);
+  GuardedServer server(guard);
   const int threads = options.threads;
   // Threads on demand, up to --http-threads: a stalled or slow connection
   // holds one, and the others (and /health) still find one free.
@@ -426,6 +596,7 @@ int serve_http(Engine& engine, const HttpOptions& options) {
   server.set_read_timeout(30, 0);
   server.set_write_timeout(30, 0);
   Frontend frontend(engine, options);
+  frontend.on_arrival = [&guard](const httplib::Request& req) { guard.request_arrived(connection_key(req)); };
   frontend.install(server);
 
   int port = options.port;

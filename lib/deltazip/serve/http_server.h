@@ -18,6 +18,14 @@ struct HttpOptions {
   std::filesystem::path port_file;         ///< written with the bound port once listening
   std::size_t max_body_bytes = 1 << 20;    ///< larger bodies get 413
   int threads = 1024;                      ///< connections served at once (a stream holds one); threads start on demand
+  /// Connections one client address may hold open at once (0: no limit);
+  /// one more is answered 429 and closed.
+  int max_connections_per_client = 256;
+  /// Seconds a request's headers and body may take to arrive, from the
+  /// connection's start or (keep-alive) the previous response plus the
+  /// keep-alive wait; a connection past it is closed (0: only the per-read
+  /// timeout).
+  double request_timeout_s = 30;
   /// After SIGTERM or SIGINT: seconds in-flight requests may take before
   /// they are ended with an error; the process exits within about one
   /// second more. A second signal exits at once.
