@@ -350,6 +350,54 @@ def check_client_limits(tmp, servers):
     check(status == 200, f"/health after the stalled connections ended: {status}")
 
 
+def check_choices(s):
+    """n, best_of and batches of prompts as vLLM serves them, each choice
+    checked against the single request it must equal; and echo's text offsets."""
+    one = lambda **kw: s.client.completions.create(**{"model": "ft1", "max_tokens": 8, **kw})  # noqa: E731
+    # n: choice 0 is the request with n = 1 and the same seed; the others have their own seeds.
+    many = one(prompt="Hello", n=3, temperature=1.0, seed=11)
+    single = one(prompt="Hello", temperature=1.0, seed=11)
+    texts = [c.text for c in sorted(many.choices, key=lambda c: c.index)]
+    check([c.index for c in many.choices] == [0, 1, 2] and texts[0] == single.choices[0].text and len(set(texts)) > 1,
+          f"n = 3: {texts} against n = 1: {single.choices[0].text!r}")
+    # The prompt counts once (OpenAI's and vLLM's usage); every choice's tokens count.
+    check(many.usage.prompt_tokens == single.usage.prompt_tokens and 3 <= many.usage.completion_tokens <= 3 * 9,
+          f"n = 3 usage: {many.usage} against n = 1: {single.usage}")
+    # A batch of prompts: choice i answers prompt i, as it would alone.
+    prompts = ["Hello", "The quick", "1 2 3"]
+    batch = one(prompt=prompts, temperature=0)
+    alone = [one(prompt=p, temperature=0) for p in prompts]
+    check([c.text for c in sorted(batch.choices, key=lambda c: c.index)] == [a.choices[0].text for a in alone] and
+          batch.usage.prompt_tokens == sum(a.usage.prompt_tokens for a in alone),
+          f"a batch of prompts: {[c.text for c in batch.choices]} against {[a.choices[0].text for a in alone]}")
+    # best_of: of the sequences n = best_of would return (same seeds), the most likely one.
+    candidates = one(prompt="Hello", n=4, temperature=1.0, seed=5, logprobs=0).choices
+    best = one(prompt="Hello", n=1, best_of=4, temperature=1.0, seed=5)
+    most_likely = max(candidates, key=lambda c: sum(c.logprobs.token_logprobs))
+    check(len(best.choices) == 1 and best.choices[0].text == most_likely.text,
+          f"best_of 4: {best.choices[0].text!r}, the most likely of n = 4: {most_likely.text!r}")
+    # Streaming n = 2: each index's pieces make up the non-streamed choice of that index.
+    streamed = {0: "", 1: ""}
+    finished = set()
+    for chunk in one(prompt="Hello", n=2, temperature=1.0, seed=11, stream=True):
+        for c in chunk.choices:
+            streamed[c.index] += c.text
+            if c.finish_reason:
+                finished.add(c.index)
+    check(streamed == {0: texts[0], 1: texts[1]} and finished == {0, 1},
+          f"streamed n = 2: {streamed}, finished {finished}; not streamed: {texts[:2]}")
+    # logprobs: true on completions is one alternative, as vLLM reads it.
+    lp = one(prompt="Hello", temperature=0, max_tokens=3, extra_body={"logprobs": True}).choices[0].logprobs
+    check(lp is not None and len(lp.tokens) == 3 and all(len(t) >= 1 for t in lp.top_logprobs),
+          f"logprobs: true: {lp}")
+    # Echo of a text prompt: the <s> before it is not in the text, so it takes no characters.
+    echo = s.client.completions.create(model="ft1", prompt="Hello", max_tokens=0, echo=True, logprobs=0).choices[0]
+    off, toks = echo.logprobs.text_offset, echo.logprobs.tokens
+    check(echo.text == "Hello" and off[0] == 0 and off[1] == 0 and
+          all(echo.text[o:].startswith(t) for o, t in zip(off[1:], toks[1:])),
+          f"echo text offsets: {echo.text!r}, {list(zip(toks, off))}")
+
+
 def check_swap_reload(tmp, servers):
     """Swap mode keys its resident model by the variant loaded, not by its name: a
     name unloaded and loaded again from another container serves the new weights."""
@@ -638,6 +686,8 @@ def main():
         check(len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 4 and
               all(max(t.values()) >= v - 1e-6 for t, v in zip(lp.top_logprobs, lp.token_logprobs)),
               f"completion logprobs: {lp}")
+
+        check_choices(s)
 
         # Bad requests: 4xx in OpenAI's shape, and the server keeps serving.
         bad = [

@@ -25,16 +25,35 @@ TEST(OpenAiRequests, CompletionFieldsAreRead) {
   auto p = parse(R"({"model": "ft1", "prompt": "hi", "max_tokens": 7, "temperature": 0, "top_p": 0.5,
                      "seed": 3, "stop": ["\n", "END"], "stream": true, "stream_options": {"include_usage": true}})");
   EXPECT_EQ(p.model, "ft1");
-  EXPECT_EQ(*p.prompt_text, "hi");
+  ASSERT_EQ(p.prompts.size(), 1u);
+  EXPECT_EQ(*p.prompts[0].text, "hi");
+  EXPECT_EQ(p.n, 1);
+  EXPECT_EQ(p.best_of, 1);
   EXPECT_EQ(p.max_tokens, 7);
   EXPECT_EQ(p.temperature, 0);
   EXPECT_EQ(p.top_p, 0.5);
   EXPECT_EQ(*p.seed, 3u);
   EXPECT_EQ(p.stop, (std::vector<std::string>{"\n", "END"}));
   EXPECT_TRUE(p.stream && p.include_usage);
-  EXPECT_EQ(parse(R"({"model": "m", "prompt": [1, 2, 3]})").prompt_tokens, (std::vector<std::int64_t>{1, 2, 3}));
-  EXPECT_EQ(parse(R"({"model": "m", "prompt": [[4, 5]]})").prompt_tokens, (std::vector<std::int64_t>{4, 5}));
-  EXPECT_EQ(*parse(R"({"model": "m", "prompt": ["one"]})").prompt_text, "one");
+  EXPECT_EQ(parse(R"({"model": "m", "prompt": [1, 2, 3]})").prompts.at(0).tokens, (std::vector<std::int64_t>{1, 2, 3}));
+  EXPECT_EQ(parse(R"({"model": "m", "prompt": [[4, 5]]})").prompts.at(0).tokens, (std::vector<std::int64_t>{4, 5}));
+  EXPECT_EQ(*parse(R"({"model": "m", "prompt": ["one"]})").prompts.at(0).text, "one");
+  // Batches, as vLLM takes them: several strings or several token-id lists.
+  const auto texts = parse(R"({"model": "m", "prompt": ["one", "two", ""]})").prompts;
+  ASSERT_EQ(texts.size(), 3u);
+  EXPECT_EQ(*texts[1].text, "two");
+  EXPECT_EQ(*texts[2].text, "");
+  const auto ids = parse(R"({"model": "m", "prompt": [[1], [2, 3]]})").prompts;
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_EQ(ids[1].tokens, (std::vector<std::int64_t>{2, 3}));
+  auto several = parse(R"({"model": "m", "prompt": "x", "n": 3, "best_of": 5})");
+  EXPECT_EQ(several.n, 3);
+  EXPECT_EQ(several.best_of, 5);
+  EXPECT_EQ(parse(R"({"model": "m", "prompt": "x", "n": 2})").best_of, 2);  // best_of defaults to n
+  EXPECT_EQ(parse(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 4})", true).n, 4);
+  // logprobs: true and false on completions, as vLLM reads them: 1 alternative, none.
+  EXPECT_EQ(parse(R"({"model": "m", "prompt": "x", "logprobs": true})").logprobs, 1);
+  EXPECT_EQ(parse(R"({"model": "m", "prompt": "x", "logprobs": false})").logprobs, -1);
   EXPECT_EQ(parse(R"({"model": "m", "prompt": "x"})").max_tokens, 16);  // OpenAI's default
   EXPECT_EQ(parse(R"({"model": "m", "prompt": "x", "stop": "."})").stop, std::vector<std::string>{"."});
   auto q = parse(R"({"model": "m", "prompt": "x", "frequency_penalty": -0.5, "presence_penalty": 1.5,
@@ -78,9 +97,16 @@ TEST(OpenAiRequests, InvalidBodiesAre400sNamingTheParameter) {
       {R"({"model": 3, "prompt": "x"})", "model"},
       {R"({"model": "m"})", "prompt"},
       {R"({"model": "m", "prompt": 5})", "prompt"},
-      {R"({"model": "m", "prompt": ["a", "b"]})", "prompt"},
-      {R"({"model": "m", "prompt": [[1], [2]]})", "prompt"},
       {R"({"model": "m", "prompt": [1, "a"]})", "prompt"},
+      {R"({"model": "m", "prompt": ["a", [1]]})", "prompt"},
+      {R"({"model": "m", "prompt": [[1], []]})", "prompt"},
+      {R"({"model": "m", "prompt": []})", "prompt"},
+      {R"({"model": "m", "prompt": "x", "n": 0})", "n"},
+      {R"({"model": "m", "prompt": "x", "n": 65})", "n"},
+      {R"({"model": "m", "prompt": ["a", "b", "c"], "n": 22})", "n"},
+      {R"({"model": "m", "prompt": "x", "n": 2, "best_of": 1})", "best_of"},
+      {R"({"model": "m", "prompt": "x", "best_of": 65})", "best_of"},
+      {R"({"model": "m", "prompt": "x", "best_of": 2, "stream": true})", "best_of"},
       {R"({"model": "m", "prompt": [1.5]})", "prompt"},
       {R"({"model": "m", "prompt": "x", "max_tokens": 0})", "max_tokens"},
       {R"({"model": "m", "prompt": "x", "max_tokens": -4})", "max_tokens"},
@@ -90,9 +116,7 @@ TEST(OpenAiRequests, InvalidBodiesAre400sNamingTheParameter) {
       {R"({"model": "m", "prompt": "x", "temperature": 3})", "temperature"},
       {R"({"model": "m", "prompt": "x", "top_p": 0})", "top_p"},
       {R"({"model": "m", "prompt": "x", "top_p": 1.5})", "top_p"},
-      {R"({"model": "m", "prompt": "x", "n": 2})", "n"},
       {R"({"model": "m", "prompt": "x", "logprobs": 21})", "logprobs"},
-      {R"({"model": "m", "prompt": "x", "logprobs": true})", "logprobs"},
       {R"({"model": "m", "prompt": "x", "echo": true, "stream": true})", "echo"},
       {R"({"model": "m", "prompt": "x", "max_tokens": 0, "echo": false})", "max_tokens"},
       {R"({"model": "m", "prompt": "x", "stop": ["a", "b", "c", "d", "e"]})", "stop"},
@@ -122,6 +146,8 @@ TEST(OpenAiRequests, InvalidBodiesAre400sNamingTheParameter) {
     EXPECT_EQ(got, param) << body;
   }
   EXPECT_EQ(failure(R"({"model": "m", "messages": []})", true).second, "messages");
+  EXPECT_EQ(failure(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "best_of": 2})", true).second,
+            "best_of");  // a completions parameter
   EXPECT_EQ(failure(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "echo": true})", true).second, "echo");
   EXPECT_EQ(failure(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", true).second,
             "top_logprobs");  // without logprobs: true

@@ -364,9 +364,9 @@ class Frontend {
     }
   }
 
-  std::vector<std::int64_t> prompt_tokens(const CompletionParams& p) const {
-    if (!p.prompt_tokens.empty()) return p.prompt_tokens;
-    std::string text = p.chat ? "" : *p.prompt_text;
+  std::vector<std::int64_t> prompt_tokens(const CompletionParams& p, std::size_t i) const {
+    if (!p.chat && !p.prompts[i].tokens.empty()) return p.prompts[i].tokens;
+    std::string text = p.chat ? "" : *p.prompts[i].text;
     bool special = true;  // the tokenizer's own template adds <s>; a chat template writes its own
     if (p.chat) {
       if (const auto* chat = engine_.chat_template()) {
@@ -380,14 +380,15 @@ class Frontend {
     return {ids.begin(), ids.end()};
   }
 
-  json choice(const CompletionParams& p, const std::string& text, const json& finish, bool delta_form) const {
-    if (!p.chat) return {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}};
+  json choice(const CompletionParams& p, std::size_t index, const std::string& text, const json& finish,
+              bool delta_form) const {
+    if (!p.chat) return {{"index", index}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}};
     if (delta_form) {
       json delta = json::object();
       if (!text.empty()) delta["content"] = text;
-      return {{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish}};
+      return {{"index", index}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish}};
     }
-    return {{"index", 0}, {"message", {{"role", "assistant"}, {"content", text}}}, {"logprobs", nullptr},
+    return {{"index", index}, {"message", {{"role", "assistant"}, {"content", text}}}, {"logprobs", nullptr},
             {"finish_reason", finish}};
   }
 
@@ -405,42 +406,145 @@ class Frontend {
   }
 
   // The prompt as echo returns it: the text as sent, or token ids decoded.
-  std::string echo_text(const CompletionParams& p, const std::vector<std::int64_t>& prompt) const {
-    if (p.prompt_text) return *p.prompt_text;
+  std::string echo_text(const CompletionParams& p, std::size_t i, const std::vector<std::int64_t>& prompt) const {
+    if (p.prompts[i].text) return *p.prompts[i].text;
     std::vector<std::int32_t> ids;
     for (auto t : prompt)
       if (t >= 0 && t < engine_.tokenizer().vocab_size()) ids.push_back(static_cast<std::int32_t>(t));
     return engine_.tokenizer().decode(ids, /*skip_special_tokens=*/false);
   }
 
+  // Whether echo's text shows the prompt's first token: not the <s> the
+  // tokenizer put before a text prompt (so text offsets count what is shown).
+  bool echo_shows_first_token(const CompletionParams& p, std::size_t i, const std::vector<std::int64_t>& prompt) const {
+    return !(p.prompts[i].text && !prompt.empty() && prompt[0] >= 0 && prompt[0] < engine_.tokenizer().vocab_size() &&
+             engine_.tokenizer().is_special(static_cast<std::int32_t>(prompt[0])));
+  }
+
   static json usage(std::int64_t prompt, std::int64_t completion) {
     return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
   }
 
+  // One sequence a request generates: its prompt, the engine's stream of
+  // it, its text and log-probabilities, and (not streaming) what it produced.
+  struct Sequence {
+    std::size_t prompt = 0;  ///< which of the request's prompts (0 for a chat)
+    std::vector<std::int64_t> prompt_ids;
+    std::shared_ptr<RequestStream> stream;
+    std::shared_ptr<TextStream> text;
+    std::shared_ptr<LogprobsWriter> logprobs;  ///< when the request asked for them
+    std::string out;
+    std::vector<std::int64_t> tokens;
+    std::vector<model::TokenLogprobs> token_logprobs, prompt_logprobs;
+    double cumulative_logprob = 0;  ///< of the tokens the text took: best_of's ranking
+    RequestStream::Update last;
+    bool done = false;
+  };
+
+  // Tokens of update `u` the text took (up to a stop string's last).
+  static std::size_t taken(const RequestStream::Update& u, const TextStream& text, std::int64_t before) {
+    return std::min({u.tokens.size(), u.logprobs.size(), static_cast<std::size_t>(text.tokens() - before)});
+  }
+
+  GenerationRequest generation_request(const CompletionParams& p, std::vector<std::int64_t> prompt) const {
+    GenerationRequest g;
+    g.model = p.model;
+    g.prompt = std::move(prompt);
+    // A chat without a limit may fill the context (at least one token, so that a
+    // prompt that fills it alone is refused for that).
+    // Echo with max_tokens 0 scores the prompt: one token is generated and dropped.
+    g.max_tokens = p.max_tokens > 0 ? p.max_tokens
+                   : p.echo       ? 1
+                                  : std::max<std::int64_t>(1, engine_.max_context() - static_cast<std::int64_t>(g.prompt.size()));
+    g.sampling.temperature = p.temperature;
+    g.sampling.top_p = p.top_p;
+    g.sampling.frequency_penalty = p.frequency_penalty;
+    g.sampling.presence_penalty = p.presence_penalty;
+    g.sampling.logit_bias = p.logit_bias;
+    // best_of ranks its sequences by their log-probability, asked for or not.
+    g.logprobs = p.best_of > p.n ? std::max<std::int64_t>(p.logprobs, 0) : p.logprobs;
+    g.prompt_logprobs = p.echo && p.logprobs >= 0;
+    return g;
+  }
+
+  // Every sequence of the request submitted: best_of per prompt, each with
+  // its own seed (the request's seed for the first, so that n = 1 is as before).
+  std::vector<Sequence> start(const CompletionParams& p) {
+    std::vector<Sequence> seqs;
+    const std::size_t prompts = p.chat ? 1 : p.prompts.size();
+    const std::uint64_t seed = p.seed ? *p.seed : std::random_device{}();
+    try {
+      for (std::size_t i = 0; i < prompts; ++i) {
+        const auto ids = prompt_tokens(p, i);
+        for (std::int64_t j = 0; j < p.best_of; ++j) {
+          Sequence s;
+          s.prompt = i;
+          s.prompt_ids = ids;
+          auto g = generation_request(p, ids);
+          g.sampling.seed = seed + i * static_cast<std::uint64_t>(p.best_of) + static_cast<std::uint64_t>(j);
+          s.stream = engine_.submit(std::move(g));
+          s.text = std::make_shared<TextStream>(engine_.tokenizer(), ids, p.stop);
+          if (p.logprobs >= 0) s.logprobs = std::make_shared<LogprobsWriter>(engine_.tokenizer(), p.chat);
+          seqs.push_back(std::move(s));
+        }
+      }
+    } catch (...) {
+      for (auto& s : seqs) s.stream->cancel();
+      throw;
+    }
+    return seqs;
+  }
+
+  // Reads a sequence's next update into it; true when it has ended.
+  static bool advance(Sequence& s, std::chrono::milliseconds wait, std::string* piece = nullptr,
+                      std::size_t* new_logprobs = nullptr) {
+    auto u = s.stream->wait(wait);
+    for (auto& l : u.prompt_logprobs) s.prompt_logprobs.push_back(std::move(l));
+    const auto before = s.text->tokens();
+    std::string text = s.text->push(u.tokens);
+    const auto n = taken(u, *s.text, before);
+    for (std::size_t k = 0; k < n; ++k) s.cumulative_logprob += u.logprobs[k].logprob;
+    if (piece == nullptr && s.logprobs) {
+      s.tokens.insert(s.tokens.end(), u.tokens.begin(), u.tokens.begin() + static_cast<std::ptrdiff_t>(n));
+      s.token_logprobs.insert(s.token_logprobs.end(), u.logprobs.begin(), u.logprobs.begin() + static_cast<std::ptrdiff_t>(n));
+    }
+    if (s.text->stopped()) s.stream->cancel();
+    s.done = u.finished || s.text->stopped();
+    if (s.done && u.error.empty()) text += s.text->flush();
+    if (piece != nullptr) {
+      *piece = std::move(text);
+      *new_logprobs = s.logprobs ? n : 0;
+      if (n > 0 && s.logprobs) {
+        s.tokens.assign(u.tokens.begin(), u.tokens.begin() + static_cast<std::ptrdiff_t>(n));
+        s.token_logprobs.assign(u.logprobs.begin(), u.logprobs.begin() + static_cast<std::ptrdiff_t>(n));
+      }
+    } else {
+      s.out += text;
+    }
+    if (u.finished || s.done) s.last = std::move(u);
+    return s.done;
+  }
+
+  static std::string finish_reason(const Sequence& s, bool score_only = false) {
+    return !score_only && (s.text->stopped() || s.last.finish_reason == "stop") ? "stop" : "length";
+  }
+
+  // Prompt tokens of the request (each prompt once, as OpenAI counts them) and the tokens of `returned`.
+  json request_usage(const CompletionParams& p, const std::vector<Sequence>& seqs,
+                     const std::vector<const Sequence*>& returned, bool score_only) const {
+    std::int64_t prompt = 0, completion = 0;
+    for (std::size_t i = 0; i < seqs.size(); i += static_cast<std::size_t>(p.best_of)) prompt += seqs[i].stream->prompt_tokens();
+    if (!score_only)
+      for (const Sequence* s : returned) completion += completion_tokens(*s->text, s->last);
+    return usage(prompt, completion);
+  }
+
   void complete(const httplib::Request& req, httplib::Response& res, bool chat) {
     CompletionParams p;
-    std::shared_ptr<RequestStream> stream;
-    std::vector<std::int64_t> prompt;
+    std::vector<Sequence> seqs;
     try {
       p = parse_completion_request(req.body, chat);
-      GenerationRequest g;
-      g.model = p.model;
-      g.prompt = prompt = prompt_tokens(p);
-      // A chat without a limit may fill the context (at least one token, so that a
-      // prompt that fills it alone is refused for that).
-      // Echo with max_tokens 0 scores the prompt: one token is generated and dropped.
-      g.max_tokens = p.max_tokens > 0 ? p.max_tokens
-                     : p.echo       ? 1
-                                    : std::max<std::int64_t>(1, engine_.max_context() - static_cast<std::int64_t>(g.prompt.size()));
-      g.sampling.temperature = p.temperature;
-      g.sampling.top_p = p.top_p;
-      g.sampling.frequency_penalty = p.frequency_penalty;
-      g.sampling.presence_penalty = p.presence_penalty;
-      g.sampling.logit_bias = p.logit_bias;
-      g.logprobs = p.logprobs;
-      g.prompt_logprobs = p.echo && p.logprobs >= 0;
-      g.sampling.seed = p.seed ? *p.seed : std::random_device{}();
-      stream = engine_.submit(std::move(g));
+      seqs = start(p);
     } catch (const ServeError& e) {
       // Every refusal counts, those of the request's parsing too.
       engine_.metrics().add("dz_requests_rejected", 1, {{"status", std::to_string(e.status())}});
@@ -448,110 +552,125 @@ class Frontend {
       return;
     }
     const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
-    auto text = std::make_shared<TextStream>(engine_.tokenizer(), prompt, p.stop);
-    // Log-probabilities of the tokens the text took (up to a stop string's last).
-    auto logprobs = p.logprobs >= 0 ? std::make_shared<LogprobsWriter>(engine_.tokenizer(), chat) : nullptr;
-    auto taken = [text](const RequestStream::Update& u, std::int64_t before) {
-      return std::min({u.tokens.size(), u.logprobs.size(), static_cast<std::size_t>(text->tokens() - before)});
-    };
-    if (!p.stream) {
-      std::string out;
-      RequestStream::Update u;
-      std::vector<std::int64_t> tokens;
-      std::vector<model::TokenLogprobs> token_logprobs, prompt_logprobs;
-      do {
-        u = stream->wait(std::chrono::milliseconds(200));
-        for (auto& l : u.prompt_logprobs) prompt_logprobs.push_back(std::move(l));
-        const auto before = text->tokens();
-        out += text->push(u.tokens);
-        if (logprobs) {
-          const auto n = static_cast<std::ptrdiff_t>(taken(u, before));
-          tokens.insert(tokens.end(), u.tokens.begin(), u.tokens.begin() + n);
-          token_logprobs.insert(token_logprobs.end(), u.logprobs.begin(), u.logprobs.begin() + n);
-        }
-        if (text->stopped()) stream->cancel();
-      } while (!u.finished);
-      if (!u.error.empty()) {
-        send_json(res, u.error_status, error_body(u.error, u.error_type, "", u.error_code));
-        return;
-      }
-      out += text->flush();
-      const bool score_only = p.echo && p.max_tokens == 0;
-      const std::string reason = !score_only && (text->stopped() || u.finish_reason == "stop") ? "stop" : "length";
-      if (score_only) {
-        out.clear();
-        tokens.clear();
-        token_logprobs.clear();
-      }
-      auto body = envelope(p, id, false);
-      body["choices"] = json::array({choice(p, p.echo ? echo_text(p, prompt) + out : out, reason, false)});
-      if (logprobs)
-        body["choices"][0]["logprobs"] = p.echo ? logprobs->write_echo(prompt, prompt_logprobs, tokens, token_logprobs)
-                                                : logprobs->write(tokens, token_logprobs);
-      body["usage"] = usage(stream->prompt_tokens(), score_only ? 0 : completion_tokens(*text, u));
-      send_json(res, 200, body);
+    if (p.stream) {
+      stream_reply(p, id, std::move(seqs), res);
       return;
     }
+    for (Sequence& s : seqs)  // the engine runs them all at once; each is read to its end in turn
+      while (!advance(s, std::chrono::milliseconds(200))) {
+      }
+    for (const Sequence& s : seqs) {
+      if (s.last.error.empty()) continue;
+      send_json(res, s.last.error_status, error_body(s.last.error, s.last.error_type, "", s.last.error_code));
+      return;
+    }
+    // Per prompt, the n of its best_of sequences with the highest log-probability, in that order.
+    std::vector<const Sequence*> returned;
+    for (std::size_t first = 0; first < seqs.size(); first += static_cast<std::size_t>(p.best_of)) {
+      std::vector<const Sequence*> group;
+      for (std::int64_t j = 0; j < p.best_of; ++j) group.push_back(&seqs[first + static_cast<std::size_t>(j)]);
+      if (p.best_of > p.n)
+        std::stable_sort(group.begin(), group.end(),
+                         [](const Sequence* a, const Sequence* b) { return a->cumulative_logprob > b->cumulative_logprob; });
+      returned.insert(returned.end(), group.begin(), group.begin() + p.n);
+    }
+    const bool score_only = p.echo && p.max_tokens == 0;
+    auto body = envelope(p, id, false);
+    body["choices"] = json::array();
+    for (std::size_t k = 0; k < returned.size(); ++k) {
+      const Sequence& s = *returned[k];
+      const std::string out = score_only ? "" : s.out;
+      auto c = choice(p, k, p.echo ? echo_text(p, s.prompt, s.prompt_ids) + out : out, finish_reason(s, score_only), false);
+      if (s.logprobs) {
+        const std::span<const std::int64_t> tokens = score_only ? std::span<const std::int64_t>() : s.tokens;
+        const std::span<const model::TokenLogprobs> lps = score_only ? std::span<const model::TokenLogprobs>() : s.token_logprobs;
+        c["logprobs"] = p.echo ? s.logprobs->write_echo(s.prompt_ids, s.prompt_logprobs, tokens, lps,
+                                                        echo_shows_first_token(p, s.prompt, s.prompt_ids))
+                               : s.logprobs->write(tokens, lps);
+      }
+      body["choices"].push_back(std::move(c));
+    }
+    body["usage"] = request_usage(p, seqs, returned, score_only);
+    send_json(res, 200, body);
+  }
+
+  // Server-sent events: each sequence's pieces as they come, under its choice index.
+  void stream_reply(const CompletionParams& p, const std::string& id, std::vector<Sequence> sequences,
+                    httplib::Response& res) {
+    auto seqs = std::make_shared<std::vector<Sequence>>(std::move(sequences));
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, p, id, stream, text, logprobs, taken, first = true](std::size_t, httplib::DataSink& sink) mutable {
+        [this, p, id, seqs, first = true](std::size_t, httplib::DataSink& sink) mutable {
           auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
           // With include_usage every chunk but the last carries "usage": null (OpenAI's shape).
-          auto with_usage_slot = [&](json chunk) {
+          auto chunk_of = [&](json choice_json) {
+            auto chunk = envelope(p, id, true);
             if (p.include_usage) chunk["usage"] = nullptr;
+            chunk["choices"] = json::array({std::move(choice_json)});
             return chunk;
           };
           if (first && p.chat) {
-            auto head = with_usage_slot(envelope(p, id, true));
-            head["choices"] = json::array({{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                            {"logprobs", nullptr}, {"finish_reason", nullptr}}});
-            if (!write(sse(head))) return false;
+            for (std::size_t k = 0; k < seqs->size(); ++k)
+              if (!write(sse(chunk_of({{"index", k}, {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                       {"logprobs", nullptr}, {"finish_reason", nullptr}}))))
+                return false;
           }
           first = false;
+          const auto wait = std::chrono::milliseconds(seqs->size() == 1 ? 100 : 10);
           auto last_write = std::chrono::steady_clock::now();
           while (true) {
-            auto u = stream->wait(std::chrono::milliseconds(100));
-            const auto before = text->tokens();
-            std::string piece = text->push(u.tokens);
-            const auto n = logprobs ? taken(u, before) : 0;
-            if (text->stopped()) stream->cancel();
-            const bool done = u.finished || text->stopped();
-            if (done && u.error.empty()) piece += text->flush();
-            if (!piece.empty() || n > 0) {
-              auto chunk = with_usage_slot(envelope(p, id, true));
-              chunk["choices"] = json::array({choice(p, piece, nullptr, true)});
-              if (n > 0)
-                chunk["choices"][0]["logprobs"] = logprobs->write(std::span(u.tokens).first(n), std::span(u.logprobs).first(n));
-              if (!write(sse(chunk))) return false;
+            bool all_done = true, wrote = false;
+            for (std::size_t k = 0; k < seqs->size(); ++k) {
+              Sequence& s = (*seqs)[k];
+              if (s.done) continue;
+              std::string piece;
+              std::size_t n = 0;
+              const bool done = advance(s, wait, &piece, &n);
+              if (!piece.empty() || n > 0) {
+                auto c = choice(p, k, piece, nullptr, true);
+                if (n > 0) c["logprobs"] = s.logprobs->write(s.tokens, s.token_logprobs);
+                if (!write(sse(chunk_of(std::move(c))))) return false;
+                wrote = true;
+              }
+              if (!done) {
+                all_done = false;
+                continue;
+              }
+              if (!s.last.error.empty()) {
+                for (auto& other : *seqs) other.stream->cancel();
+                const bool sent = write(sse(error_body(s.last.error, s.last.error_type, "", s.last.error_code))) &&
+                                  write("data: [DONE]\n\n");
+                if (sent) sink.done();
+                return sent;
+              }
+              if (!write(sse(chunk_of(choice(p, k, "", finish_reason(s), true))))) return false;
+              wrote = true;
+            }
+            if (wrote) {
               last_write = std::chrono::steady_clock::now();
-            } else if (!done && std::chrono::steady_clock::now() - last_write > std::chrono::seconds(1)) {
+            } else if (!all_done && std::chrono::steady_clock::now() - last_write > std::chrono::seconds(1)) {
               // A comment line: finds clients that went away while the request waits.
               if (!write(": waiting\n\n")) return false;
               last_write = std::chrono::steady_clock::now();
             }
-            if (!done) continue;
-            if (!u.error.empty()) {
-              if (!write(sse(error_body(u.error, u.error_type, "", u.error_code)))) return false;
-            } else {
-              auto last = with_usage_slot(envelope(p, id, true));
-              const std::string reason = text->stopped() || u.finish_reason == "stop" ? "stop" : "length";
-              last["choices"] = json::array({choice(p, "", reason, true)});
-              if (!write(sse(last))) return false;
-              if (p.include_usage) {
-                auto tail = envelope(p, id, true);
-                tail["choices"] = json::array();
-                tail["usage"] = usage(stream->prompt_tokens(), completion_tokens(*text, u));
-                if (!write(sse(tail))) return false;
-              }
+            if (!all_done) continue;
+            if (p.include_usage) {
+              auto tail = envelope(p, id, true);
+              tail["choices"] = json::array();
+              std::vector<const Sequence*> all;
+              for (const auto& s : *seqs) all.push_back(&s);
+              tail["usage"] = request_usage(p, *seqs, all, false);
+              if (!write(sse(tail))) return false;
             }
             if (!write("data: [DONE]\n\n")) return false;
             sink.done();
             return true;
           }
         },
-        [stream](bool success) {
-          if (!success) stream->cancel();  // the client went away: free the slot
+        [seqs](bool success) {
+          if (!success)
+            for (auto& s : *seqs) s.stream->cancel();  // the client went away: free the slots
         });
   }
 

@@ -86,22 +86,27 @@ CompletionParams parse_completion_request(std::string_view body_text, bool chat,
   } else {
     auto prompt = body.find("prompt");
     if (prompt == body.end() || prompt->is_null()) bad("prompt is required", "prompt");
+    auto token_ids = [&](const nlohmann::json& ids) {
+      CompletionPrompt one;
+      for (const auto& t : ids) one.tokens.push_back(integer_field(t, "prompt"));
+      if (one.tokens.empty()) bad("prompt is empty", "prompt");
+      return one;
+    };
+    // A string, a list of token ids, or a batch: a list of strings or of token-id lists.
     if (prompt->is_string()) {
-      p.prompt_text = prompt->get<std::string>();
-    } else if (prompt->is_array() && !prompt->empty() && ((*prompt)[0].is_number() || (*prompt)[0].is_array())) {
-      const nlohmann::json* ids = &*prompt;
-      if ((*prompt)[0].is_array()) {
-        if (prompt->size() != 1) bad("a batch of prompts is not supported: send one request per prompt", "prompt");
-        ids = &(*prompt)[0];
-      }
-      for (const auto& t : *ids) p.prompt_tokens.push_back(integer_field(t, "prompt"));
-      if (p.prompt_tokens.empty()) bad("prompt is empty", "prompt");
-    } else if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) {
-      p.prompt_text = (*prompt)[0].get<std::string>();
-    } else if (prompt->is_array() && prompt->size() > 1) {
-      bad("a batch of prompts is not supported: send one request per prompt", "prompt");
+      p.prompts.push_back({prompt->get<std::string>(), {}});
+    } else if (!prompt->is_array() || prompt->empty()) {
+      bad(prompt->is_array() ? "prompt is empty" : "prompt must be a string, a list of token ids, or a list of those",
+          "prompt");
+    } else if ((*prompt)[0].is_number()) {
+      p.prompts.push_back(token_ids(*prompt));
     } else {
-      bad("prompt must be a string, a list of token ids, or a list of one of those", "prompt");
+      const bool texts = (*prompt)[0].is_string();
+      for (const auto& item : *prompt) {
+        if (texts && item.is_string()) p.prompts.push_back({item.get<std::string>(), {}});
+        else if (!texts && item.is_array()) p.prompts.push_back(token_ids(item));
+        else bad("a batch of prompts must be all strings or all lists of token ids", "prompt");
+      }
     }
   }
 
@@ -157,10 +162,18 @@ CompletionParams parse_completion_request(std::string_view body_text, bool chat,
   refuse_unless("min_p", 0.0);
   refuse_unless("repetition_penalty", 1.0);
   refuse_unless("ignore_eos", false);
-  if (auto n = body.find("n"); n != body.end() && !n->is_null() && integer_field(*n, "n") != 1)
-    bad("only n = 1 is supported", "n");
-  if (auto best = body.find("best_of"); best != body.end() && !best->is_null() && integer_field(*best, "best_of") != 1)
-    bad("best_of is not supported", "best_of");
+  if (auto n = body.find("n"); n != body.end() && !n->is_null()) p.n = integer_field(*n, "n");
+  if (p.n < 1) bad("n must be at least 1", "n");
+  p.best_of = p.n;
+  if (auto best = body.find("best_of"); best != body.end() && !best->is_null()) {
+    if (chat) bad("best_of is a completions parameter", "best_of");
+    p.best_of = integer_field(*best, "best_of");
+    if (p.best_of < p.n) bad("best_of must be at least n", "best_of");
+  }
+  const auto sequences = std::max<std::int64_t>(1, static_cast<std::int64_t>(p.prompts.size())) * p.best_of;
+  if (p.best_of > limits.max_sequences || sequences > limits.max_sequences)
+    bad("at most " + std::to_string(limits.max_sequences) + " sequences per request (prompts x best_of)",
+        p.best_of > p.n ? "best_of" : "n");
   // Log-probabilities: a completion's logprobs is how many alternatives
   // (0-20); a chat's is true or false, with top_logprobs alternatives.
   auto alternatives = [&](const nlohmann::json& v, const char* key) {
@@ -175,7 +188,9 @@ CompletionParams parse_completion_request(std::string_view body_text, bool chat,
     if (bool_field(body, "logprobs")) p.logprobs = top_n;
     else if (top_n > 0) bad("top_logprobs needs logprobs: true", "top_logprobs");
   } else {
-    if (auto lp = body.find("logprobs"); lp != body.end() && !lp->is_null()) p.logprobs = alternatives(*lp, "logprobs");
+    // true and false as vLLM takes them for its integer: 1 alternative, or none.
+    if (auto lp = body.find("logprobs"); lp != body.end() && lp->is_boolean()) p.logprobs = lp->get<bool>() ? 1 : -1;
+    else if (lp != body.end() && !lp->is_null()) p.logprobs = alternatives(*lp, "logprobs");
     if (top_n > 0) bad("top_logprobs is a chat parameter; completions take logprobs: N", "top_logprobs");
   }
   p.echo = bool_field(body, "echo");
@@ -213,6 +228,7 @@ CompletionParams parse_completion_request(std::string_view body_text, bool chat,
   }
   p.stream = bool_field(body, "stream");
   if (p.echo && p.stream) bad("echo is supported without stream", "echo");
+  if (p.stream && p.best_of > p.n) bad("best_of above n needs every sequence finished: not with stream", "best_of");
   if (auto options = body.find("stream_options"); options != body.end() && !options->is_null()) {
     if (!p.stream) bad("stream_options is only allowed when stream is true", "stream_options");
     if (!options->is_object()) bad("stream_options must be an object", "stream_options");
@@ -346,7 +362,7 @@ nlohmann::json LogprobsWriter::write(std::span<const std::int64_t> tokens, std::
 nlohmann::json LogprobsWriter::write_echo(std::span<const std::int64_t> prompt,
                                           std::span<const model::TokenLogprobs> prompt_logprobs,
                                           std::span<const std::int64_t> tokens,
-                                          std::span<const model::TokenLogprobs> logprobs) {
+                                          std::span<const model::TokenLogprobs> logprobs, bool first_shown) {
   nlohmann::json out = {{"tokens", nlohmann::json::array()}, {"token_logprobs", nlohmann::json::array()},
                         {"top_logprobs", nlohmann::json::array()}, {"text_offset", nlohmann::json::array()}};
   if (!prompt.empty()) {
@@ -356,7 +372,7 @@ nlohmann::json LogprobsWriter::write_echo(std::span<const std::int64_t> prompt,
     out["token_logprobs"].push_back(nullptr);
     out["top_logprobs"].push_back(nullptr);
     out["text_offset"].push_back(offset_);
-    offset_ += characters(first);
+    if (first_shown) offset_ += characters(first);
   }
   const auto rest = prompt.empty() ? prompt : prompt.subspan(1);
   for (const auto& part : {write(rest, prompt_logprobs), write(tokens, logprobs)})

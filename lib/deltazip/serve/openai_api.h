@@ -26,19 +26,27 @@ struct ApiLimits {
   std::int64_t max_tokens_default = 16;
   std::int64_t max_stop_strings = 4;
   std::size_t max_stop_length = 256;
+  std::int64_t max_sequences = 64;  ///< prompts x best_of (or n) one request may ask for
 };
 
 struct ChatMessage {
   std::string role, content;
 };
 
+/// One prompt of a completions request: text, or token ids.
+struct CompletionPrompt {
+  std::optional<std::string> text;
+  std::vector<std::int64_t> tokens;
+};
+
 /// A parsed /v1/completions or /v1/chat/completions body.
 struct CompletionParams {
   bool chat = false;
   std::string model;
-  std::optional<std::string> prompt_text;       ///< completions: a string prompt
-  std::vector<std::int64_t> prompt_tokens;      ///< completions: a token-id prompt
+  std::vector<CompletionPrompt> prompts;        ///< completions: one, or a batch
   std::vector<ChatMessage> messages;            ///< chat
+  std::int64_t n = 1;                           ///< choices returned per prompt
+  std::int64_t best_of = 1;                     ///< completions: sequences generated per prompt, the n most likely returned
   std::int64_t max_tokens = 16;                 ///< 0: up to the end of the context (chat without a limit)
   double temperature = 1.0, top_p = 1.0;
   double frequency_penalty = 0.0, presence_penalty = 0.0;        ///< -2 to 2, on generated tokens
@@ -51,10 +59,10 @@ struct CompletionParams {
 };
 
 /// Parses a request body; ServeError 400 naming the parameter for malformed
-/// JSON, a wrong type, an out-of-range value or an unsupported option (n > 1,
-/// best_of, a batch of prompts, tools, a response_format other than text,
-/// echo in a chat or a stream): refused rather than ignored, so that no reply silently differs
-/// from what was asked.
+/// JSON, a wrong type, an out-of-range value or an unsupported option
+/// (tools, a response_format other than text, echo in a chat or a stream,
+/// best_of in a chat or a stream): refused rather than ignored, so that no
+/// reply silently differs from what was asked.
 CompletionParams parse_completion_request(std::string_view body, bool chat, const ApiLimits& limits = {});
 
 /// The documented plain chat template: each message as "<|role|>\n"
@@ -103,9 +111,12 @@ class LogprobsWriter {
   /// The object for these tokens; text offsets continue from the last call.
   nlohmann::json write(std::span<const std::int64_t> tokens, std::span<const model::TokenLogprobs> logprobs);
   /// Completions with echo: the prompt's tokens first (the first without a
-  /// log-probability: null), then the generated ones.
+  /// log-probability: null), then the generated ones. `first_shown` false:
+  /// the echoed text leaves out the first token (the <s> put before a text
+  /// prompt), so it takes no characters of the text offsets.
   nlohmann::json write_echo(std::span<const std::int64_t> prompt, std::span<const model::TokenLogprobs> prompt_logprobs,
-                            std::span<const std::int64_t> tokens, std::span<const model::TokenLogprobs> logprobs);
+                            std::span<const std::int64_t> tokens, std::span<const model::TokenLogprobs> logprobs,
+                            bool first_shown = true);
 
  private:
   std::string text(std::int64_t id) const;
