@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "common/error.h"
+#include "common/helper_library.h"
 #include "common/output_check.h"
 #include "common/temporary_folder.h"
 #include "orion/kernel_profile.h"
@@ -19,15 +20,8 @@ namespace fleet::orion::live {
 namespace {
 
 std::filesystem::path capture_library() {
-  if (const char* env = std::getenv("ORION_CAPTURE_LIBRARY"); env != nullptr && *env != '\0') return env;
-  std::error_code ec;
-  const std::filesystem::path lib = std::filesystem::read_symlink("/proc/self/exe", ec).parent_path() /
-                                    "liborion_capture.so";
-  if (ec || !std::filesystem::exists(lib)) {
-    throw InputError("liborion_capture.so is not next to orion-profile (" + lib.string() +
-                     "); it is built when the CUDA toolkit with CUPTI is found");
-  }
-  return lib;
+  return helper_library("liborion_capture.so", "ORION_CAPTURE_LIBRARY",
+                        "it is built when the CUDA toolkit with CUPTI is found");
 }
 
 int run_program(const std::vector<std::string>& command, const std::filesystem::path& library,

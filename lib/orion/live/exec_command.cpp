@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/helper_library.h"
 #include "common/output_check.h"
 #include "orion/device.h"
 #include "orion/kernel_profile.h"
@@ -43,18 +44,8 @@ struct Child {
 };
 
 std::filesystem::path client_library() {
-  if (const char* env = std::getenv("ORION_CLIENT_LIBRARY"); env != nullptr && *env != '\0') {
-    if (!std::filesystem::exists(env)) throw InputError(std::string("ORION_CLIENT_LIBRARY: no such file ") + env);
-    return env;
-  }
-  std::error_code ec;
-  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  const std::filesystem::path lib = self.parent_path() / "liborion_client.so";
-  if (ec || !std::filesystem::exists(lib)) {
-    throw InputError("the interposer liborion_client.so is not next to orion-run (" + lib.string() +
-                     "); it is built when the CUDA toolkit's headers are found, or set ORION_CLIENT_LIBRARY");
-  }
-  return lib;
+  return helper_library("liborion_client.so", "ORION_CLIENT_LIBRARY",
+                        "it is built when the CUDA toolkit's headers are found");
 }
 
 std::string segment_path() {
