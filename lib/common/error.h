@@ -9,7 +9,7 @@
 
 namespace fleet {
 
-/// Process exit codes used by every program (README, "Exit codes").
+/// Process exit codes used by every program (docs/usage.md, "Exit codes").
 enum class ExitCode : int {
   kSuccess = 0,     ///< the work was done
   kFailure = 1,     ///< a runtime failure (I/O, out of memory, a bug)
