@@ -281,7 +281,7 @@ if [ "$torch" = 1 ]; then
   bad 2 "lies inside the input"   "$dz" compress --base base --target tuned -o base/model.safetensors --force --threads 1
   bad 2 "exists; pass --force"    "$dz" compress --base base --target tuned -o copy.txt --threads 1
   bad 2 "--bits.*between"         "$dz" compress --base base --target tuned -o d.h5 --bits -4 --threads 1
-  bad 2 "--calib-samples.*between" "$dz" compress --base base --target tuned -o d.h5 --calib-samples 0 --threads 1
+  bad 2 "--calib-samples.*between" "$dz" compress --base base --target tuned -o d.h5 --calib-samples -1 --threads 1
   bad 2 "no such file"            "$dz" compress --base base --target tuned -o d.h5 --calib missing.txt --threads 1
   bad 2 "config.json"             "$dz" eval --model missing --task copy --threads 1
   bad 2 "--samples.*between"      "$dz" eval --model base --task copy --samples -5 --threads 1
