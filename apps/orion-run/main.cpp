@@ -4,6 +4,43 @@
 #include "orion/commands.h"
 #include "orion/live/exec_command.h"
 
+namespace {
+
+// The policies' tunables, one set of flags for simulate and exec alike
+// (`online_tuning`: --hp-limit, which only the simulator runs).
+void add_policy_flags(CLI::App* app, fleet::orion::PolicyOptions& o, bool online_tuning) {
+  app->add_option("--dur-threshold", o.dur_threshold_fraction,
+                  "orion: outstanding best-effort work cap, as a fraction of the HP request latency (and the co-run "
+                  "slack with --hp-slowdown 0)")
+      ->capture_default_str()
+      ->check(fleet::in_range(1e-9, 1));
+  app->add_option("--hp-slowdown", o.hp_slowdown_limit,
+                  "orion: best-effort kernels run beside an HP request while it can still end within this many times "
+                  "its time alone (0: a fixed slack of --dur-threshold)")
+      ->capture_default_str()
+      ->check(fleet::in_range(0, 1e3));
+  app->add_option("--sm-threshold", o.sm_threshold,
+                  "orion: largest SM need of a best-effort kernel during HP requests (-1: Orion's default)")
+      ->capture_default_str()
+      ->check(fleet::in_range(-1, 1e6));
+  if (online_tuning)
+    app->add_option("--hp-limit", o.hp_limit_ms,
+                    "orion, training HP client: its iteration-time target in ms; the SM threshold is then "
+                    "searched online (0: off)")
+        ->check(fleet::in_range(0, 1e9));
+  app->add_option("--reef-queue-depth", o.reef_queue_depth,
+                  "reef: best-effort kernels released and unfinished at most (REEF's bounded device queue)")
+      ->capture_default_str()
+      ->check(fleet::in_range(1, 1e6));
+  app->add_option("--max-be-wait", o.max_be_wait_ms,
+                  "Milliseconds after which a held best-effort kernel is admitted anyway and the rest of its "
+                  "request served unchecked (temporal: its request goes first at the next boundary); 0: never")
+      ->capture_default_str()
+      ->check(fleet::in_range(0, 1e9));
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   fleet::Tool tool("orion-run",
                    "Collocate a latency-critical job with best-effort jobs on one GPU under Orion's kernel scheduling.");
@@ -43,32 +80,7 @@ int main(int argc, char** argv) {
                        "Override every client's CPU time per kernel launch in us (PyTorch eager: 10-20; "
                        "default: the workload's, 5 for Orion's configs)")
       ->check(fleet::in_range(0, 1e6));
-  simulate->add_option("--dur-threshold", sim.dur_threshold,
-                       "orion: outstanding best-effort work cap, as a fraction of the HP request latency (and the co-run slack with --hp-slowdown 0)")
-      ->capture_default_str()
-      ->check(fleet::in_range(1e-9, 1));
-  simulate->add_option("--hp-slowdown", sim.hp_slowdown_limit,
-                       "orion: best-effort kernels run beside an HP request while it can still end within this many times "
-                       "its time alone (0: a fixed slack of --dur-threshold)")
-      ->capture_default_str()
-      ->check(fleet::in_range(0, 1e3));
-  simulate->add_option("--sm-threshold", sim.sm_threshold,
-                       "orion: largest SM need of a best-effort kernel during HP requests (-1: Orion's default)")
-      ->capture_default_str()
-      ->check(fleet::in_range(-1, 1e6));
-  simulate->add_option("--hp-limit", sim.hp_limit_ms,
-                       "orion, training HP client: its iteration-time target in ms; the SM threshold is then "
-                       "searched online (0: off)")
-      ->check(fleet::in_range(0, 1e9));
-  simulate->add_option("--reef-queue-depth", sim.reef_queue_depth,
-                       "reef: best-effort kernels released and unfinished at most (REEF's bounded device queue)")
-      ->capture_default_str()
-      ->check(fleet::in_range(1, 1e6));
-  simulate->add_option("--max-be-wait", sim.max_be_wait_ms,
-                       "Milliseconds after which a held best-effort kernel is admitted anyway and the rest of its "
-                       "request served unchecked (temporal: its request goes first at the next boundary); 0: never")
-      ->capture_default_str()
-      ->check(fleet::in_range(0, 1e9));
+  add_policy_flags(simulate, sim.tuning, true);
   fleet::add_json_flag(simulate, &sim.json);
 
   fleet::orion::live::ExecOptions ex;
@@ -86,33 +98,12 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   exec->add_option("--device", ex.device, "GPU model for SM counts and occupancy (v100, a100, h100, h200)")
       ->capture_default_str();
-  exec->add_option("--sm-threshold", ex.sm_threshold,
-                   "orion: largest SM need of a best-effort kernel during HP requests (-1: Orion's default)")
-      ->capture_default_str()
-      ->check(fleet::in_range(-1, 1e6));
-  exec->add_option("--hp-slowdown", ex.hp_slowdown_limit,
-                   "orion: best-effort kernels run beside an HP request while it can still end within this many times "
-                   "its time alone (0: a fixed slack of --dur-threshold)")
-      ->capture_default_str()
-      ->check(fleet::in_range(0, 1e3));
-  exec->add_option("--dur-threshold", ex.dur_threshold,
-                   "orion: outstanding best-effort work cap, as a fraction of the HP request latency (and the co-run slack with --hp-slowdown 0)")
-      ->capture_default_str()
-      ->check(fleet::in_range(1e-9, 1));
-  exec->add_option("--reef-queue-depth", ex.reef_queue_depth,
-                   "reef: best-effort kernels released and unfinished at most (REEF's bounded device queue)")
-      ->capture_default_str()
-      ->check(fleet::in_range(1, 1e6));
+  add_policy_flags(exec, ex.tuning, false);
   exec->add_option("--release-ahead-us", ex.release_ahead_us,
                    "Release a held best-effort kernel this long before the one ahead of it is due to finish (its "
                    "profiled duration), hiding the hand-off between processes; 0: only on completion")
       ->capture_default_str()
       ->check(fleet::in_range(0, 1e6));
-  exec->add_option("--max-be-wait", ex.max_be_wait_ms,
-                   "Milliseconds after which a held best-effort launch is released anyway and the rest of its "
-                   "request goes unchecked (temporal: its request goes first at the next boundary); 0: never")
-      ->capture_default_str()
-      ->check(fleet::in_range(0, 1e9));
   exec->add_flag("--hp-trains", ex.hp_trains, "The HP command trains (Orion's SM threshold for training)");
   exec->add_flag("--wait-be", ex.wait_be, "Wait for best-effort commands instead of stopping them when HP ends");
   exec->add_option("--grace", ex.grace_s, "Seconds from SIGTERM to SIGKILL for stopped best-effort commands")

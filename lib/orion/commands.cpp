@@ -48,9 +48,7 @@ int run_simulate(const SimulateOptions& options) {
     workload.launch_overhead_us = *options.launch_overhead_us;
     for (ClientSpec& c : workload.clients) c.launch_overhead_us = -1;  // the workload's, now the flag's
   }
-  if (!(options.dur_threshold > 0 && options.dur_threshold < 1)) throw UsageError("--dur-threshold must be in (0, 1)");
-  if (!(options.hp_slowdown_limit == 0 || options.hp_slowdown_limit >= 1))
-    throw UsageError("--hp-slowdown must be 0 (a fixed slack) or at least 1 (the HP's time alone)");
+  options.tuning.validate();
   check_simulation_size(workload);  // with the flags applied, before anything starts
 
   const std::vector<std::string> policies = select_policies(options.policy, workload);
@@ -68,15 +66,8 @@ int run_simulate(const SimulateOptions& options) {
 
   SimOptions sim;
   if (options.contention) sim.model = load_contention_model(*options.contention);
-  sim.policy.dur_threshold_fraction = options.dur_threshold;
-  sim.policy.hp_slowdown_limit = options.hp_slowdown_limit;
-  sim.max_be_wait_us = options.max_be_wait_ms * 1e3;
-  sim.policy.sm_threshold = options.sm_threshold;
-  if (!(options.hp_limit_ms >= 0)) throw UsageError("--hp-limit must be 0 (no online tuning) or positive ms");
-  if (options.hp_limit_ms > 0 && options.sm_threshold >= 0)
-    throw UsageError("--hp-limit tunes the SM threshold online; leave --sm-threshold at -1");
-  sim.policy.hp_limit_ms = options.hp_limit_ms;
-  sim.policy.reef_queue_depth = options.reef_queue_depth;
+  sim.policy = options.tuning;
+  sim.max_be_wait_us = options.tuning.max_be_wait_ms * 1e3;
   spdlog::info("simulating {} client(s) on {} from {}", workload.clients.size(), workload.device.name, workload.source);
   SimResult dedicated = simulate(workload, "dedicated", sim);
   if (sim.policy.hp_limit_ms > 0) {

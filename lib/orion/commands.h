@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "orion/policy.h"
+
 namespace fleet::orion {
 
 /// Options of `orion-run simulate`.
@@ -24,12 +26,7 @@ struct SimulateOptions {
   /// launch_overhead_us and each client's own); Orion's config format has no
   /// field for it.
   std::optional<double> launch_overhead_us;
-  double dur_threshold = 0.025;
-  double hp_slowdown_limit = 1.15;                ///< orion: PolicyOptions::hp_slowdown_limit (0: a fixed slack)
-  double max_be_wait_ms = 100;                  ///< a held BE kernel is admitted after this long (0: never)
-  int sm_threshold = -1;
-  double hp_limit_ms = 0;                       ///< orion, training HP: iteration target for the online SM threshold
-  int reef_queue_depth = 4;                     ///< reef: released, unfinished BE kernels at most
+  PolicyOptions tuning;                         ///< the policies' tunables, as exec takes them too
   bool json = false;
 };
 

@@ -11,6 +11,19 @@
 
 namespace fleet::orion {
 
+void PolicyOptions::validate() const {
+  if (!(dur_threshold_fraction > 0 && dur_threshold_fraction < 1)) throw UsageError("--dur-threshold must be in (0, 1)");
+  if (!(hp_slowdown_limit == 0 || hp_slowdown_limit >= 1))
+    throw UsageError("--hp-slowdown must be 0 (a fixed slack) or at least 1 (the HP's time alone)");
+  if (sm_threshold < -1) throw UsageError("--sm-threshold must be -1 (Orion's default) or at least 0");
+  if (!(hp_limit_ms >= 0)) throw UsageError("--hp-limit must be 0 (no online tuning) or positive ms");
+  if (hp_limit_ms > 0 && sm_threshold >= 0)
+    throw UsageError("--hp-limit tunes the SM threshold online; leave --sm-threshold at -1");
+  if (reef_queue_depth < 1) throw UsageError("--reef-queue-depth must be at least 1");
+  if (!(max_be_wait_ms >= 0)) throw UsageError("--max-be-wait must be 0 (never) or positive ms");
+}
+
+
 namespace {
 
 bool complementary(KernelClass a, KernelClass b) {

@@ -54,6 +54,14 @@ struct PolicyOptions {
   /// reef: released, unfinished BE kernels at most (REEF-N's bounded device
   /// queue: what a preemption cannot take back stays this short).
   int reef_queue_depth = 4;
+  /// Every policy, simulated and live: a BE kernel held this long is
+  /// admitted anyway and the rest of its request served unchecked
+  /// (temporal sharing: its request goes first at the next boundary); 0: never.
+  double max_be_wait_ms = 100;
+
+  /// UsageError naming the flag (`orion-run`'s) for a value out of range or
+  /// two that contradict each other.
+  void validate() const;
 };
 
 /// The decision interface.

@@ -106,15 +106,10 @@ LiveConfig build_config(const ExecOptions& o) {
   LiveConfig config;
   config.device = device_by_name(o.device);
   config.policy = o.policy;
-  config.policy_options.sm_threshold = o.sm_threshold;
-  config.policy_options.dur_threshold_fraction = o.dur_threshold;
-  if (!(o.hp_slowdown_limit == 0 || o.hp_slowdown_limit >= 1))
-    throw UsageError("--hp-slowdown must be 0 (a fixed slack) or at least 1 (the HP's time alone)");
-  config.policy_options.hp_slowdown_limit = o.hp_slowdown_limit;
-  config.policy_options.reef_queue_depth = o.reef_queue_depth;
+  o.tuning.validate();
+  config.policy_options = o.tuning;
   config.release_ahead_us = o.release_ahead_us;
-  if (!(o.max_be_wait_ms >= 0)) throw UsageError("--max-be-wait must be 0 (never) or positive ms");
-  config.max_be_wait_us = o.max_be_wait_ms * 1e3;
+  config.max_be_wait_us = o.tuning.max_be_wait_ms * 1e3;
   std::size_t i = 0;
   auto add = [&](bool hp) {
     LiveClient c;

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "orion/policy.h"
+
 namespace fleet::orion::live {
 
 /// Options of `orion-run exec`.
@@ -17,12 +19,8 @@ struct ExecOptions {
   std::vector<std::string> be;                    ///< best-effort commands
   std::vector<std::filesystem::path> profiles;    ///< one per command: HP first, then BE, in order
   std::string device = "h200";                    ///< GPU model for SM counts and occupancy
-  int sm_threshold = -1;
-  double dur_threshold = 0.025;
-  double hp_slowdown_limit = 1.15;                ///< orion: PolicyOptions::hp_slowdown_limit (0: a fixed slack)
-  int reef_queue_depth = 4;                       ///< reef: released, unfinished BE kernels at most
+  PolicyOptions tuning;                           ///< the policies' tunables, as simulate takes them (no online tuning here)
   double release_ahead_us = 0;                    ///< LiveConfig::release_ahead_us
-  double max_be_wait_ms = 100;                    ///< LiveConfig::max_be_wait_us, in ms (0: never)
   bool hp_trains = false;                         ///< the HP command trains (Orion's SM threshold rule)
   bool wait_be = false;                           ///< wait for BE commands instead of stopping them after HP
   double grace_s = 5;                             ///< SIGTERM to SIGKILL for stopped BE commands
