@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/fnv_hash.h"
+#include "sailor/runtime/trainer_state.h"
 #include "common/logging.h"
 #include "common/output_path.h"
 #include "common/signal_cleanup.h"
@@ -104,7 +105,7 @@ void verify_checkpoint_files(const fs::path& dir, const nlohmann::json& state) {
     const fs::path path = dir / name;
     std::error_code ec;
     if (!fs::is_regular_file(path, ec))
-      throw InputError("the checkpoint lists " + name + ", which is missing", {(dir / "trainer_state.json").string(), "files", std::nullopt});
+      throw InputError("the checkpoint lists " + name + ", which is missing", {trainer_state_path(dir).string(), "files", std::nullopt});
     const nlohmann::json actual = file_digest(path);
     if (actual.at("bytes") != expected.at("bytes") || actual.at("fnv1a64") != expected.at("fnv1a64"))
       throw InputError("does not match its digest in trainer_state.json: the checkpoint is damaged (resume from a copy, "
@@ -201,7 +202,7 @@ void CheckpointWriter::write_into(const CheckpointSnapshot& snapshot, const fs::
   model::copy_tokenizer_files(snapshot.tokenizer_source, dir);
   nlohmann::json state = snapshot.trainer_state;
   state["files"] = checkpoint_file_digests(dir);
-  write_file_atomically(dir / "trainer_state.json", state.dump(2) + "\n");
+  write_trainer_state(dir, state);
   commit_directory_atomically(dir, output_);
   last_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   spdlog::debug("checkpoint of step {} written in {:.2f} s", snapshot.step, last_seconds_);

@@ -23,6 +23,7 @@
 #include "common/temporary_folder.h"
 #include "sailor/commands.h"
 #include "sailor/runtime/control_store.h"
+#include "sailor/runtime/trainer_state.h"
 #include "sailor/search.h"
 
 namespace fleet::sailor::runtime {
@@ -65,11 +66,14 @@ std::vector<std::pair<std::int64_t, int>> steps_since(const fs::path& metrics, s
   return steps;
 }
 
+// The last checkpoint's step, or -1; a state the controller cannot read
+// (the workers report it themselves) counts as none.
 std::int64_t checkpoint_step(const fs::path& output) {
-  std::ifstream in(output / "trainer_state.json");
-  if (!in) return -1;
-  const auto j = nlohmann::json::parse(in, nullptr, false);
-  return j.is_object() && j.contains("step") && j["step"].is_number_integer() ? j["step"].get<std::int64_t>() : -1;
+  try {
+    return trainer_state_step(output);
+  } catch (const Error&) {
+    return -1;
+  }
 }
 
 }  // namespace

@@ -36,6 +36,7 @@
 #include "sailor/runtime/elastic_worker.h"
 #include "sailor/runtime/gpu_energy.h"
 #include "sailor/runtime/layout.h"
+#include "sailor/runtime/trainer_state.h"
 #include "sailor/runtime/world.h"
 
 namespace fleet::sailor::runtime {
@@ -50,9 +51,6 @@ using model::TrainOptions;
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kStateFile = "trainer_state.json";
-constexpr const char* kStateFormat = "gpufleet-trainer-state";
-constexpr int kStateVersion = 1;
 constexpr const char* kTiedName = "model.embed_tokens.weight";
 constexpr std::int64_t kBucketBytes = 25ll << 20;  // gradient all-reduce bucket, as DDP's default
 
@@ -105,8 +103,7 @@ RunState read_run_state(const TrainJob& job, bool owner) {
   reports.check(Existing::kReplace);
   if (!job.resume) {
     s.options.validate();
-    std::error_code ec;  // a name too long to examine is reported by the check below
-    if (fs::exists(job.output / kStateFile, ec) && !job.force)
+    if (has_trainer_state(job.output) && !job.force)
       throw UsageError(job.output.string() +
                        " already holds a training run; use --resume, --force or another output folder");
     OutputCheck check;
@@ -117,10 +114,8 @@ RunState read_run_state(const TrainJob& job, bool owner) {
     return s;
   }
   if (owner) OutputCheck().folder(job.output, "--output").check(Existing::kReplace);
-  auto doc = load_json_file(job.output / kStateFile);
+  auto doc = read_trainer_state(job.output);
   auto state = doc.root();
-  if (state.get<std::string>("format") != kStateFormat) state.at("format").fail("not a trainer state");
-  if (state.get<int>("version") != kStateVersion) state.at("version").fail("unsupported version");
   s.options = TrainOptions::from_json(state.at("options"));
   s.start_step = state.get<std::int64_t>("step");
   if (s.start_step < 0 || s.start_step > s.options.steps)
@@ -691,13 +686,6 @@ void check_finite_weights(const model::LlamaModel& model, int first, int last, c
                        {source.string(), "", std::nullopt});
 }
 
-// A checkpoint folder's step, or -1.
-std::int64_t checkpoint_step(const fs::path& output) {
-  std::error_code ec;
-  if (!fs::exists(output / kStateFile, ec)) return -1;
-  auto doc = load_json_file(output / kStateFile);
-  return doc.root().get<std::int64_t>("step");
-}
 
 }  // namespace
 
@@ -713,7 +701,7 @@ TrainResult train(const TrainJob& requested) {
     // A worker that joins a running job takes the run's options from its
     // checkpoint (or accepts the folder of a run not checkpointed yet); its
     // state comes from the hand-over.
-    if (fs::exists(job.output / kStateFile)) job.resume = true;
+    if (has_trainer_state(job.output)) job.resume = true;
     else job.force = true;
   }
   WorldInfo world = world_from_environment();
@@ -864,11 +852,11 @@ TrainResult train(const TrainJob& requested) {
         } else if (members->save_only) {
           start.in_memory = start.checkpoint = false;  // nothing to write: the last checkpoint stays
         } else {
-          const std::int64_t saved = checkpoint_step(job.output);
+          const std::int64_t saved = trainer_state_step(job.output);
           spdlog::warn("generation {}: some layer has no surviving holder; every rank reloads {}", generation,
                        saved >= 0 ? "the checkpoint of step " + std::to_string(saved) : std::string("the initial model"));
           start = saved >= 0 ? StartingPoint{saved, job.output, true, false} : StartingPoint{0, job.model, false, false};
-          run.history = saved >= 0 ? load_json_file(job.output / kStateFile).root().at("history").raw()
+          run.history = saved >= 0 ? read_trainer_state(job.output).root().at("history").raw()
                                    : nlohmann::json::array();
           runner->load_parameters(start.source);
         }
@@ -920,10 +908,9 @@ TrainResult train(const TrainJob& requested) {
           std::vector<std::string> names;
           // "-" stays "-": a resumed run reads standard input again (the fingerprint checks it is the same text).
           for (const auto& f : run.data_files) names.push_back(is_stdio(f) ? f.string() : fs::absolute(f).string());
-          snapshot.trainer_state = {{"format", kStateFormat}, {"version", kStateVersion}, {"step", step_done},
-                                    {"options", options.to_json()}, {"data", names},
-                                    {"data_fingerprint", data.fingerprint}, {"layout", layout.describe()},
-                                    {"history", run.history}};
+          snapshot.trainer_state = make_trainer_state(
+              step_done, {{"options", options.to_json()}, {"data", names}, {"data_fingerprint", data.fingerprint},
+                          {"layout", layout.describe()}, {"history", run.history}});
         }
         checkpoints->write_async(std::move(snapshot));
       };
