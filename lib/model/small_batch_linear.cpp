@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "common/cpu_isa.h"
+#include "common/simd_x86.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -14,9 +15,9 @@ namespace fleet::model::small_batch {
 
 #if defined(__x86_64__)
 
-// Every function that touches vectors carries its target itself, so nothing
-// outside them needs AVX2 or AVX-512.
-#define FLEET_AVX2 __attribute__((target("avx2,fma")))
+// Every function that touches vectors carries its target itself
+// (FLEET_AVX2, common/simd_x86.h), so nothing outside them needs AVX2 or AVX-512.
+using simd::sum_lanes;
 
 namespace {
 
@@ -24,13 +25,6 @@ struct Strides {
   std::int64_t in, x, y;
   bool accumulate;
 };
-
-FLEET_AVX2 inline float sum_lanes(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // AVX2: 3 weight rows x 4 rows of x = 12 accumulators of the 16 registers.
 #define KERNEL_TARGET FLEET_AVX2

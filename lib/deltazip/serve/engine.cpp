@@ -13,6 +13,7 @@
 
 #include <torch/torch.h>
 
+#include "common/elapsed.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "deltazip/container.h"
@@ -28,7 +29,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using model::LlamaModel;
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 std::uint64_t model_bytes(const LlamaModel& m) {
   std::uint64_t total = 0;

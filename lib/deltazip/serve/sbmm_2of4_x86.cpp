@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "common/cpu_isa.h"
+#include "common/simd_x86.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -14,10 +15,10 @@ namespace fleet::deltazip::x86 {
 
 #if defined(__x86_64__)
 
-// Every function that touches vectors carries its target itself (no
-// lambdas: they would not inherit it), so nothing outside them needs AVX2
-// or AVX-512.
-#define FLEET_AVX2 __attribute__((target("avx2,fma")))
+// Every function that touches vectors carries its target itself
+// (FLEET_AVX2, common/simd_x86.h; no lambdas: they would not inherit it), so
+// nothing outside them needs AVX2 or AVX-512.
+using simd::sum_lanes;
 
 namespace {
 
@@ -51,13 +52,6 @@ struct PositionTable {
 const PositionTable& position_table() {
   static const PositionTable table;
   return table;
-}
-
-FLEET_AVX2 inline float sum_lanes(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 // The position table widened to one int32 per lane, so that a chunk's shifts

@@ -15,6 +15,7 @@
 #include <torch/torch.h>
 
 #include "common/chrome_trace.h"
+#include "common/elapsed.h"
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/logging.h"
@@ -54,7 +55,6 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kTiedName = "model.embed_tokens.weight";
 constexpr std::int64_t kBucketBytes = 25ll << 20;  // gradient all-reduce bucket, as DDP's default
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // A content hash of a model folder's config and weight files, 8 bytes at a
 // time: every rank reads the files (mapped, not loaded) to check it trains
