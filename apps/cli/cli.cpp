@@ -20,27 +20,24 @@ namespace fleet {
 
 Tool::Tool(std::string name, std::string description)
     : name_(std::move(name)), app_(std::make_unique<CLI::App>(std::move(description), name_)) {
-  app_->set_version_flag("--version", [this] { return version_text(); },
-                         "Print the version and build configuration, then exit");
-  app_->add_flag("-v,--verbose", log_options_.verbosity,
-                 "More log output (-v debug, -vv trace)");
+  app_->set_version_flag(
+      "--version", [this] { return version_text(); }, "Print the version and build configuration, then exit");
+  app_->add_flag("-v,--verbose", log_options_.verbosity, "More log output (-v debug, -vv trace)");
   app_->add_flag("-q,--quiet", log_options_.quiet, "Only warnings and errors; no progress bars");
   app_->add_option("--log-level", log_options_.level,
                    std::string("Log level: trace, debug, info, warn, error, critical, off "
-                               "(default info, or $") + kLogLevelEnvVar + ")");
+                               "(default info, or $") +
+                       kLogLevelEnvVar + ")");
   app_->fallthrough();  // common flags may follow the subcommand
 }
 
-CLI::App* Tool::add_command(const std::string& name, const std::string& description,
-                            Action action) {
+CLI::App* Tool::add_command(const std::string& name, const std::string& description, Action action) {
   CLI::App* command = app_->add_subcommand(name, description);
   actions_[command] = std::move(action);
   return command;
 }
 
-void Tool::set_version_details(std::function<std::string()> details) {
-  version_details_ = std::move(details);
-}
+void Tool::set_version_details(std::function<std::string()> details) { version_details_ = std::move(details); }
 
 std::string Tool::version_text() const {
   std::string text = name_ + " (gpufleet) " FLEET_VERSION "\n";
@@ -57,8 +54,7 @@ std::string Tool::version_text() const {
 namespace {
 
 // The deepest selected subcommand that has an action, or null.
-const CLI::App* selected_command(const CLI::App& app,
-                                 const std::map<const CLI::App*, Tool::Action>& actions) {
+const CLI::App* selected_command(const CLI::App& app, const std::map<const CLI::App*, Tool::Action>& actions) {
   const CLI::App* found = nullptr;
   for (const CLI::App* sub : app.get_subcommands()) {
     if (actions.count(sub) != 0) found = sub;
@@ -113,8 +109,9 @@ int finish_stdout(const std::string& program, int code) {
   int err = stdout_recorder().first_error();
   if (err == 0) err = errno;
   if (!flush_failed && !std::ferror(stdout) && std::cout.good()) return code;
-  std::cerr << program << ": error: writing standard output: "
-            << (err != 0 ? std::strerror(err) : "an earlier write failed") << "\n";
+  std::cerr << program
+            << ": error: writing standard output: " << (err != 0 ? std::strerror(err) : "an earlier write failed")
+            << "\n";
   std::clearerr(stdout);
   return code == 0 ? static_cast<int>(ExitCode::kFailure) : code;
 }
@@ -194,8 +191,7 @@ CLI::Option* add_threads_option(CLI::App* command, int* threads) {
 }
 
 CLI::Option* add_json_flag(CLI::App* command, bool* json) {
-  return command->add_flag("--json", *json,
-                           "Print the result as JSON on stdout (logs stay on stderr)");
+  return command->add_flag("--json", *json, "Print the result as JSON on stdout (logs stay on stderr)");
 }
 
 }  // namespace fleet

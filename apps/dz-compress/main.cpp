@@ -15,12 +15,17 @@ template <typename Command>
 void add_scoring_options(CLI::App* command, Command& c, std::vector<std::string>& text) {
   command->add_option("--text", text, "Text file(s) to score ('-': standard input)");
   command->add_option("--task", c.tasks, "Synthetic task(s) to measure: copy, reverse, sort, add");
-  command->add_option("--samples", c.samples, "Examples per task")->capture_default_str()->check(fleet::in_range(1, 1e6));
-  command->add_option("--seed", c.seed, "Seed of the task examples")->capture_default_str()
+  command->add_option("--samples", c.samples, "Examples per task")
+      ->capture_default_str()
+      ->check(fleet::in_range(1, 1e6));
+  command->add_option("--seed", c.seed, "Seed of the task examples")
+      ->capture_default_str()
       ->check(fleet::in_range(0, 9.2e18));
-  command->add_option("--window", c.window, "Tokens per scoring window")->capture_default_str()
+  command->add_option("--window", c.window, "Tokens per scoring window")
+      ->capture_default_str()
       ->check(fleet::in_range(2, 1e6));
-  command->add_option("--device", c.device, "cpu, cuda or auto (the GPU when libtorch sees one)")->capture_default_str();
+  command->add_option("--device", c.device, "cpu, cuda or auto (the GPU when libtorch sees one)")
+      ->capture_default_str();
   fleet::add_threads_option(command, &c.threads);
   fleet::add_json_flag(command, &c.json);
 }
@@ -40,8 +45,11 @@ int main(int argc, char** argv) {
                                   [&] { return dz::run_compress(compress); });
   cc->add_option("--base", compress.base, "Base model folder")->required();
   cc->add_option("--target", compress.target, "Fine-tuned model folder (same architecture and shapes)")->required();
-  cc->add_option("-o,--output", compress.output, "Delta container to write (.h5)")->transform(fleet::output_path())->required();
-  cc->add_option("--bits", compress.bits, "Bits per kept weight: 2, 3, 4 or 8")->capture_default_str()
+  cc->add_option("-o,--output", compress.output, "Delta container to write (.h5)")
+      ->transform(fleet::output_path())
+      ->required();
+  cc->add_option("--bits", compress.bits, "Bits per kept weight: 2, 3, 4 or 8")
+      ->capture_default_str()
       ->check(fleet::in_range(2, 8));
   cc->add_option("--sparsity", compress.sparsity, "none, N:M (N of every M pruned, e.g. 2:4) or a pruned fraction")
       ->capture_default_str();
@@ -50,9 +58,11 @@ int main(int argc, char** argv) {
       ->check(fleet::in_range(-1, 1e6));
   cc->add_flag("--sym,!--asym", compress.symmetric, "Symmetric (default) or asymmetric quantization grid");
   cc->add_flag("--act-order", compress.act_order, "Process columns by descending Hessian diagonal");
-  cc->add_option("--damp", compress.damp, "Diagonal damping, fraction of the mean diagonal")->capture_default_str()
+  cc->add_option("--damp", compress.damp, "Diagonal damping, fraction of the mean diagonal")
+      ->capture_default_str()
       ->check(fleet::in_range(0, 1));
-  cc->add_option("--block-size", compress.block_size, "Columns per OBS block")->capture_default_str()
+  cc->add_option("--block-size", compress.block_size, "Columns per OBS block")
+      ->capture_default_str()
       ->check(fleet::in_range(1, 65536));
   cc->add_option("--method", compress.method, "obs (SparseGPT + GPTQ) or rtn (round to nearest, magnitude pruning)")
       ->capture_default_str();
@@ -61,7 +71,8 @@ int main(int argc, char** argv) {
                  "Calibration sequences (0: two tokens per input of the widest linear layer, 8 to 64 sequences)")
       ->capture_default_str()
       ->check(fleet::in_range(0, 1e5));
-  cc->add_option("--seq-len", compress.seq_len, "Tokens per calibration sequence")->capture_default_str()
+  cc->add_option("--seq-len", compress.seq_len, "Tokens per calibration sequence")
+      ->capture_default_str()
       ->check(fleet::in_range(2, 1e6));
   cc->add_option("--dense-policy", compress.dense_policy,
                  "Embeddings, norms, LM head: delta-zstd (float16 delta) or full (fine-tuned tensor)")
@@ -71,7 +82,8 @@ int main(int argc, char** argv) {
                  "0: the whole delta in float16)")
       ->capture_default_str()
       ->check(fleet::in_range(0, 8));
-  cc->add_option("--zstd-level", compress.zstd_level, "zstd level of the lossless stage (1-22)")->capture_default_str()
+  cc->add_option("--zstd-level", compress.zstd_level, "zstd level of the lossless stage (1-22)")
+      ->capture_default_str()
       ->check(fleet::in_range(1, 22));
   cc->add_option("--device", compress.device, "cpu, cuda or auto: where the calibration forward and OBS sweeps run")
       ->capture_default_str();
@@ -84,7 +96,9 @@ int main(int argc, char** argv) {
                                   [&] { return dz::run_decompress(decompress); });
   dc->add_option("delta", decompress.delta, "Delta container")->required();
   dc->add_option("--base", decompress.base, "Base model folder (must be the one the delta was made from)")->required();
-  dc->add_option("-o,--output", decompress.output, "Model folder to write")->transform(fleet::output_path())->required();
+  dc->add_option("-o,--output", decompress.output, "Model folder to write")
+      ->transform(fleet::output_path())
+      ->required();
   dc->add_flag("--force", decompress.force, "Replace a non-empty output folder");
 
   dz::InspectCommand inspect;
@@ -96,11 +110,12 @@ int main(int argc, char** argv) {
   fleet::model::CompareCommand compare;
   std::string base_dir, target_dir, reconstructed_dir;
   std::vector<std::string> compare_text;
-  CLI::App* cmp = tool.add_command("compare", "Perplexity and task accuracy of base, fine-tune and reconstruction", [&] {
-    compare.models = {{"base", base_dir}, {"target", target_dir}, {"reconstructed", reconstructed_dir}};
-    for (const auto& t : compare_text) compare.text.emplace_back(t);
-    return fleet::model::run_compare(compare);
-  });
+  CLI::App* cmp =
+      tool.add_command("compare", "Perplexity and task accuracy of base, fine-tune and reconstruction", [&] {
+        compare.models = {{"base", base_dir}, {"target", target_dir}, {"reconstructed", reconstructed_dir}};
+        for (const auto& t : compare_text) compare.text.emplace_back(t);
+        return fleet::model::run_compare(compare);
+      });
   cmp->add_option("--base", base_dir, "Base model folder")->required();
   cmp->add_option("--target", target_dir, "Fine-tuned model folder")->required();
   cmp->add_option("--reconstructed", reconstructed_dir, "Folder written by decompress")->required();
@@ -113,8 +128,9 @@ int main(int argc, char** argv) {
     return fleet::model::run_eval(eval);
   });
   eval_cmd->add_option("--model", eval.model, "Model folder (Hugging Face layout)")->required();
-  eval_cmd->add_option("--dtype", eval.dtype, "Compute dtype: float32 or bfloat16 (default: float32 on the CPU, "
-                                              "bfloat16 on a GPU)");
+  eval_cmd->add_option("--dtype", eval.dtype,
+                       "Compute dtype: float32 or bfloat16 (default: float32 on the CPU, "
+                       "bfloat16 on a GPU)");
   add_scoring_options(eval_cmd, eval, text);
 #endif
   return tool.run(argc, argv);

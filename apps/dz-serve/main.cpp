@@ -14,13 +14,14 @@ int main(int argc, char** argv) {
 #if FLEET_WITH_TORCH
   dz::ServeCommand serve;
   std::string base;
-  CLI::App* sc = tool.add_command("serve", "Start the server (SIGTERM or Ctrl-C: finish requests in flight, then stop)",
-                                  [&] {
-                                    serve.engine.base = base;
-                                    return dz::run_serve(serve);
-                                  });
+  CLI::App* sc =
+      tool.add_command("serve", "Start the server (SIGTERM or Ctrl-C: finish requests in flight, then stop)", [&] {
+        serve.engine.base = base;
+        return dz::run_serve(serve);
+      });
   sc->add_option("--base", base, "Base model folder (Hugging Face layout, with tokenizer.json)")->required();
-  sc->add_option("--base-name", serve.engine.base_name, "Model name of the base in the API (default: the folder's name)");
+  sc->add_option("--base-name", serve.engine.base_name,
+                 "Model name of the base in the API (default: the folder's name)");
   sc->add_option("--delta", serve.deltas, "A variant: NAME=FILE.h5 (repeatable)");
   sc->add_option("--delta-dir", serve.delta_dir, "Serve every FILE.h5 in this folder, named FILE");
   sc->add_option("--host", serve.http.host, "Address to listen on")->capture_default_str();
@@ -30,47 +31,59 @@ int main(int argc, char** argv) {
       ->envname("DZ_SERVE_API_KEY");
   sc->add_flag("--allow-runtime-loading", serve.http.allow_runtime_loading,
                "Enable POST /v1/load_delta and /v1/unload_delta; loads read only files inside --delta-dir");
-  sc->add_option("--port", serve.http.port, "Port (0: any free port; see --port-file)")->capture_default_str()
+  sc->add_option("--port", serve.http.port, "Port (0: any free port; see --port-file)")
+      ->capture_default_str()
       ->check(fleet::in_range(0, 65535));
-  sc->add_option("--port-file", serve.http.port_file, "Write the bound port into this file once listening")->transform(fleet::output_path());
+  sc->add_option("--port-file", serve.http.port_file, "Write the bound port into this file once listening")
+      ->transform(fleet::output_path());
   sc->add_option("--mode", serve.mode,
                  "delta (base + packed deltas, mixed batches), swap (one reconstructed fine-tune resident at a "
                  "time) or full (every variant resident as a full model)")
       ->capture_default_str();
   sc->add_option("--max-batch", serve.engine.max_batch, "Sequences running at once (KV-cache slots)")
-      ->capture_default_str()->check(fleet::in_range(1, 4096));
+      ->capture_default_str()
+      ->check(fleet::in_range(1, 4096));
   sc->add_option("--max-connections-per-client", serve.http.max_connections_per_client,
                  "Connections one client address may hold open at once; one more gets 429 (0: no limit)")
-      ->capture_default_str()->check(fleet::in_range(0, 1e6));
+      ->capture_default_str()
+      ->check(fleet::in_range(0, 1e6));
   sc->add_option("--request-timeout", serve.http.request_timeout_s,
                  "Seconds a request's headers and body may take to arrive; a connection past it is closed "
                  "(0: no limit but the 30 s per read)")
-      ->capture_default_str()->check(fleet::in_range(0, 1e6));
+      ->capture_default_str()
+      ->check(fleet::in_range(0, 1e6));
   sc->add_option("--max-tokens-per-step", serve.engine.max_tokens_per_step,
                  "Tokens per scheduler step: one per decoding sequence, the rest prompt chunks")
-      ->capture_default_str()->check(fleet::in_range(1, 1e6));
+      ->capture_default_str()
+      ->check(fleet::in_range(1, 1e6));
   sc->add_option("--max-context", serve.engine.max_context,
                  "Tokens per sequence, prompt included (0: the model's limit, at most 4096)")
-      ->capture_default_str()->check(fleet::in_range(0, 1e6));
-  sc->add_option("--max-queue", serve.engine.max_queue, "Waiting requests before 429")->capture_default_str()
+      ->capture_default_str()
+      ->check(fleet::in_range(0, 1e6));
+  sc->add_option("--max-queue", serve.engine.max_queue, "Waiting requests before 429")
+      ->capture_default_str()
       ->check(fleet::in_range(1, 1e7));
   sc->add_option("--max-variants-per-batch", serve.engine.max_variants_per_batch,
                  "Distinct variants running at once in delta and full modes (0: no limit; -1: no limit on the CPU, "
                  "4 on a GPU, where each costs one more kernel launch per layer and step)")
-      ->capture_default_str()->check(fleet::in_range(-1, 1e6));
+      ->capture_default_str()
+      ->check(fleet::in_range(-1, 1e6));
   sc->add_option("--delta-memory", serve.delta_memory,
                  "Bytes of resident deltas, e.g. 512M or 4G (0: no limit); least recently used ones are dropped")
       ->capture_default_str();
   sc->add_option("--max-body", serve.http.max_body_bytes, "Largest request body in bytes (larger: 413)")
-      ->capture_default_str()->check(fleet::in_range(1024, 1e9));
+      ->capture_default_str()
+      ->check(fleet::in_range(1024, 1e9));
   sc->add_option("--shutdown-timeout", serve.http.shutdown_timeout_s,
                  "Seconds after SIGTERM/SIGINT that requests in flight may take; then they end with an error and "
                  "the server exits (a second signal exits at once)")
-      ->capture_default_str()->check(fleet::in_range(0, 1e6));
+      ->capture_default_str()
+      ->check(fleet::in_range(0, 1e6));
   sc->add_option("--http-threads", serve.http.threads,
                  "Connections served at once (each stream, and each connection still sending its request, holds "
                  "one; threads start as connections need them)")
-      ->capture_default_str()->check(fleet::in_range(1, 4096));
+      ->capture_default_str()
+      ->check(fleet::in_range(1, 4096));
   sc->add_option("--device", serve.engine.device,
                  "cpu, cuda (a GPU, in a build with CUDA libtorch; delta mode runs the CUDA SBMM kernel) or auto")
       ->capture_default_str();
@@ -78,26 +91,34 @@ int main(int argc, char** argv) {
 #endif
 
   dz::BenchCommand bench;
-  CLI::App* bc = tool.add_command("bench", "Open-loop load test of a running server: Poisson arrivals, streamed "
-                                           "completions; throughput, TTFT and latency percentiles",
+  CLI::App* bc = tool.add_command("bench",
+                                  "Open-loop load test of a running server: Poisson arrivals, streamed "
+                                  "completions; throughput, TTFT and latency percentiles",
                                   [&] { return dz::run_bench(bench); });
   bc->add_option("--url", bench.url, "Server address, http://HOST:PORT")->capture_default_str();
   bc->add_option("--variants", bench.variants, "Model names to request; popularity rank is the order given")
-      ->required()->delimiter(',');
-  bc->add_option("--rate", bench.rate, "Requests per second (Poisson arrivals)")->capture_default_str()
+      ->required()
+      ->delimiter(',');
+  bc->add_option("--rate", bench.rate, "Requests per second (Poisson arrivals)")
+      ->capture_default_str()
       ->check(fleet::in_range(1e-6, 1e5));
-  bc->add_option("--duration", bench.duration, "Seconds of arrivals")->capture_default_str()
+  bc->add_option("--duration", bench.duration, "Seconds of arrivals")
+      ->capture_default_str()
       ->check(fleet::in_range(1e-3, 86400));
   bc->add_option("--popularity", bench.popularity, "uniform or zipf:A (A > 0)")->capture_default_str();
   bc->add_option("--prompts", bench.prompts, "Text file, one prompt per line (default: built-in sentences)");
-  bc->add_option("--max-tokens", bench.max_tokens, "Tokens to generate per request")->capture_default_str()
+  bc->add_option("--max-tokens", bench.max_tokens, "Tokens to generate per request")
+      ->capture_default_str()
       ->check(fleet::in_range(1, 1e6));
-  bc->add_option("--seed", bench.seed, "Seed of arrivals, variants and prompts")->capture_default_str()
+  bc->add_option("--seed", bench.seed, "Seed of arrivals, variants and prompts")
+      ->capture_default_str()
       ->check(fleet::in_range(0, 9.2e18));
-  bc->add_option("--timeout", bench.timeout, "Seconds one request may take")->capture_default_str()
+  bc->add_option("--timeout", bench.timeout, "Seconds one request may take")
+      ->capture_default_str()
       ->check(fleet::in_range(1, 86400));
   bc->add_option("--max-in-flight", bench.max_in_flight, "Outstanding requests before arrivals count as errors")
-      ->capture_default_str()->check(fleet::in_range(1, 1e5));
+      ->capture_default_str()
+      ->check(fleet::in_range(1, 1e5));
   fleet::add_json_flag(bc, &bench.json);
   return tool.run(argc, argv);
 }

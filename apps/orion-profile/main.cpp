@@ -14,7 +14,9 @@ int main(int argc, char** argv) {
   import_ncu->add_option("input", import.input, "ncu CSV export (--page raw or --page details)")->required();
   import_ncu->add_option("--device", import.device, "GPU the kernels ran on: v100-16, a100-40, a100-80, h100, h200")
       ->capture_default_str();
-  import_ncu->add_option("-o,--output", import.output, "Profile CSV to write")->transform(fleet::output_path())->required();
+  import_ncu->add_option("-o,--output", import.output, "Profile CSV to write")
+      ->transform(fleet::output_path())
+      ->required();
 
   fleet::orion::SummarizeOptions summary;
   CLI::App* summarize = tool.add_command("summarize", "Kernel count, total time, time per class, SM-need distribution",
@@ -24,8 +26,8 @@ int main(int argc, char** argv) {
 
   fleet::orion::live::CaptureCommandOptions cap;
   std::string from_records, keep_records, ncu;
-  CLI::App* capture = tool.add_command(
-      "capture", "Run a CUDA program under CUPTI and write the kernel profile of one iteration", [&] {
+  CLI::App* capture =
+      tool.add_command("capture", "Run a CUDA program under CUPTI and write the kernel profile of one iteration", [&] {
         if (!from_records.empty()) cap.from_records = from_records;
         if (!keep_records.empty()) cap.keep_records = keep_records;
         if (!ncu.empty()) cap.conversion.ncu = ncu;
@@ -35,8 +37,9 @@ int main(int argc, char** argv) {
   capture->add_option("--device", cap.conversion.device, "GPU for occupancy: auto (from CUPTI), or a known name")
       ->capture_default_str();
   capture->add_option("--ncu", ncu, "ncu CSV export of the same program: compute/memory class by kernel name");
-  capture->add_option("--skip", cap.conversion.skip,
-                      "Marked iterations to leave out at the start (warm-up; default 1 when there are several)")
+  capture
+      ->add_option("--skip", cap.conversion.skip,
+                   "Marked iterations to leave out at the start (warm-up; default 1 when there are several)")
       ->check(fleet::in_range(0, 1e6));
   capture->add_option("--from-records", from_records, "Convert a records file from an earlier capture instead");
   capture->add_option("--keep-records", keep_records, "Also keep the raw kernel records (JSON lines) here");

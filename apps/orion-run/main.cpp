@@ -42,8 +42,9 @@ void add_policy_flags(CLI::App* app, fleet::orion::PolicyOptions& o, bool online
 }  // namespace
 
 int main(int argc, char** argv) {
-  fleet::Tool tool("orion-run",
-                   "Collocate a latency-critical job with best-effort jobs on one GPU under Orion's kernel scheduling.");
+  fleet::Tool tool(
+      "orion-run",
+      "Collocate a latency-critical job with best-effort jobs on one GPU under Orion's kernel scheduling.");
   tool.set_version_details(fleet::devices::version_details);
 
   fleet::orion::SimulateOptions sim;
@@ -63,22 +64,27 @@ int main(int argc, char** argv) {
         return fleet::orion::run_simulate(sim);
       });
   simulate->add_option("-w,--workload", sim.workload, "Workload JSON (ours, or Orion's config list)")->required();
-  simulate->add_option("-p,--policy", sim.policy,
-                       "orion, temporal, streams, mps, reef, tick-tock, dedicated, all, or a comma-separated list (one table)")
+  simulate
+      ->add_option(
+          "-p,--policy", sim.policy,
+          "orion, temporal, streams, mps, reef, tick-tock, dedicated, all, or a comma-separated list (one table)")
       ->capture_default_str();
   simulate->add_option("--profiles", sim.profile_dirs, "Folders to look for kernel profiles in (repeatable)");
-  simulate->add_option("--trace", trace, "Write a Chrome/Perfetto timeline of the (first) policy's run")->transform(fleet::output_path());
+  simulate->add_option("--trace", trace, "Write a Chrome/Perfetto timeline of the (first) policy's run")
+      ->transform(fleet::output_path());
   simulate->add_option("--csv", csv, "Write the comparison table as CSV")->transform(fleet::output_path());
-  simulate->add_option("--latencies", latencies, "Write every measured latency as CSV (for CDF plots)")->transform(fleet::output_path());
+  simulate->add_option("--latencies", latencies, "Write every measured latency as CSV (for CDF plots)")
+      ->transform(fleet::output_path());
   simulate->add_option("--contention", contention,
                        "Contention model JSON (docs/formats.md; default: calibrated on Orion's V100 kernel pairs)");
   simulate->add_option("--seed", seed, "Override the workload's random seed (arrivals)")
       ->check(fleet::in_range(0, 9.2e18));
   simulate->add_option("--requests", requests, "Override the request count of bounded clients")
       ->check(fleet::in_range(1, 1e7));
-  simulate->add_option("--launch-overhead-us", launch_overhead_us,
-                       "Override every client's CPU time per kernel launch in us (PyTorch eager: 10-20; "
-                       "default: the workload's, 5 for Orion's configs)")
+  simulate
+      ->add_option("--launch-overhead-us", launch_overhead_us,
+                   "Override every client's CPU time per kernel launch in us (PyTorch eager: 10-20; "
+                   "default: the workload's, 5 for Orion's configs)")
       ->check(fleet::in_range(0, 1e6));
   add_policy_flags(simulate, sim.tuning, true);
   fleet::add_json_flag(simulate, &sim.json);

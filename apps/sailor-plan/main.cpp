@@ -28,8 +28,11 @@ int main(int argc, char** argv) {
   imp->add_option("source", import.source, "SAILOR data folder (profiles/, providers/, configs/, llm_info.json)")
       ->required();
   imp->add_option("-m,--model-name", import.model, "Model to convert, e.g. OPT-350, GPT-Neo-2.7")->required();
-  imp->add_option("-o,--output", import.output_dir, "Folder to write model/profile/cluster/job.json into")->transform(fleet::output_path())->required();
-  imp->add_option("--price", import.prices, "GPU=USD per GPU-hour (repeatable; defaults: A100-40 3.67, V100-16 2.80, GH-96 11.06)");
+  imp->add_option("-o,--output", import.output_dir, "Folder to write model/profile/cluster/job.json into")
+      ->transform(fleet::output_path())
+      ->required();
+  imp->add_option("--price", import.prices,
+                  "GPU=USD per GPU-hour (repeatable; defaults: A100-40 3.67, V100-16 2.80, GH-96 11.06)");
   imp->add_option("--quota", import.quotas, "GPU@ZONE=N extra GPUs available (repeatable)");
   imp->add_option("--global-batch", import.global_batch, "Global batch (default: the model's training config)")
       ->check(fleet::in_range(1, 1e7));
@@ -39,11 +42,13 @@ int main(int argc, char** argv) {
   fleet::sailor::ImportHfCommand import_hf;
   CLI::App* hf = tool.add_command("import-hf", "Derive the planner's model.json from a Hugging Face config.json",
                                   [&] { return fleet::sailor::run_import_hf(import_hf); });
-  hf->add_option("config", import_hf.config, "config.json (or a model folder holding it): Llama, Mistral, OPT, "
-                                             "GPT-NeoX or GPT-Neo")
+  hf->add_option("config", import_hf.config,
+                 "config.json (or a model folder holding it): Llama, Mistral, OPT, "
+                 "GPT-NeoX or GPT-Neo")
       ->required();
   hf->add_option("-o,--output", import_hf.output, "model.json to write")->transform(fleet::output_path())->required();
-  hf->add_option("--seq-len", import_hf.sequence_length, "Training sequence length")->capture_default_str()
+  hf->add_option("--seq-len", import_hf.sequence_length, "Training sequence length")
+      ->capture_default_str()
       ->check(fleet::in_range(1, 1e7));
   hf->add_option("--name", import_hf.name, "Model name (default: the config's folder name)");
 
@@ -55,13 +60,14 @@ int main(int argc, char** argv) {
   });
   add_input_options(simulate, sim.paths);
   simulate->add_option("-p,--plan", sim.plan, "Plan JSON (ours, or SAILOR's pipeline_list layout)")->required();
-  simulate->add_option("--trace", trace, "Write a Chrome/Perfetto timeline of one simulated iteration")->transform(fleet::output_path());
+  simulate->add_option("--trace", trace, "Write a Chrome/Perfetto timeline of one simulated iteration")
+      ->transform(fleet::output_path());
   fleet::add_json_flag(simulate, &sim.json);
 
   fleet::sailor::CalibrateCommand calibrate;
-  CLI::App* calibrate_cmd = tool.add_command(
-      "calibrate", "Fit the simulator's constants to measured runs and report its leave-one-out error",
-      [&] { return fleet::sailor::run_calibrate(calibrate); });
+  CLI::App* calibrate_cmd =
+      tool.add_command("calibrate", "Fit the simulator's constants to measured runs and report its leave-one-out error",
+                       [&] { return fleet::sailor::run_calibrate(calibrate); });
   add_input_options(calibrate_cmd, calibrate.paths);
   calibrate_cmd->add_option("--runs", calibrate.runs, "Measured runs JSON (docs/sailor-model.md)")->required();
   calibrate_cmd->add_option("--hold-out", calibrate.hold_out,
@@ -78,25 +84,31 @@ int main(int argc, char** argv) {
     return fleet::sailor::run_search(search);
   });
   add_input_options(search_cmd, search.paths);
-  search_cmd->add_option("--objective", search.objective, "throughput (iterations/s), cost ($/iteration) or energy (J/iteration)")
+  search_cmd
+      ->add_option("--objective", search.objective,
+                   "throughput (iterations/s), cost ($/iteration) or energy (J/iteration)")
       ->capture_default_str();
   search_cmd->add_option("--max-cost-per-iter", search.max_cost_per_iter, "Upper bound on $ per iteration (0: none)")
       ->check(fleet::in_range(0, 1e12));
   search_cmd->add_option("--min-throughput", search.min_throughput, "Lower bound on iterations/s (0: none)")
       ->check(fleet::in_range(0, 1e9));
-  search_cmd->add_option("--max-energy-per-iter", search.max_energy_per_iter,
-                         "Upper bound on joules per iteration, all GPUs together (0: none)")
+  search_cmd
+      ->add_option("--max-energy-per-iter", search.max_energy_per_iter,
+                   "Upper bound on joules per iteration, all GPUs together (0: none)")
       ->check(fleet::in_range(0, 1e15));
   search_cmd->add_option("--max-gpus", search.max_gpus, "Use at most this many GPUs (0: no limit)")
       ->check(fleet::in_range(0, 1e7));
-  search_cmd->add_option("--top", search.top, "List the K best plans")->capture_default_str()
+  search_cmd->add_option("--top", search.top, "List the K best plans")
+      ->capture_default_str()
       ->check(fleet::in_range(1, 1000));
-  search_cmd->add_option("--max-stages", search.max_stages, "Largest pipeline degree tried")->capture_default_str()
+  search_cmd->add_option("--max-stages", search.max_stages, "Largest pipeline degree tried")
+      ->capture_default_str()
       ->check(fleet::in_range(1, 1024));
   search_cmd->add_flag("--exhaustive", search.exhaustive,
                        "Every stage-to-GPU-pool sequence, spill pool, TP degree per pool, layer split and DP degree "
                        "(small clusters only)");
-  search_cmd->add_option("-o,--output", search_output, "Write the best plan (with predictions) to this file")->transform(fleet::output_path());
+  search_cmd->add_option("-o,--output", search_output, "Write the best plan (with predictions) to this file")
+      ->transform(fleet::output_path());
   fleet::add_json_flag(search_cmd, &search.json);
 
   fleet::sailor::ExportCommand exp;

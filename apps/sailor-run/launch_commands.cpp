@@ -28,9 +28,8 @@ void add_launch_commands(Tool& tool, LaunchCommands& c) {
   using namespace fleet::sailor::runtime;
   auto& launch = c.launch;
   CLI::App* cmd = tool.add_command(
-      "launch", "Start the workers of a job on this machine: sailor-run launch --nprocs N -- train ...", [&] {
-        return launch.elastic_inputs.empty() ? run_launch(launch) : run_elastic_launch(launch);
-      });
+      "launch", "Start the workers of a job on this machine: sailor-run launch --nprocs N -- train ...",
+      [&] { return launch.elastic_inputs.empty() ? run_launch(launch) : run_elastic_launch(launch); });
   cmd->add_option("--nprocs", launch.nprocs, "Workers to start (default: as many as --plan needs)")
       ->check(in_range(1, 1024));
   cmd->add_option("--plan", launch.plan, "Plan to hand to every worker as --plan")->check(CLI::ExistingFile);
@@ -60,11 +59,11 @@ void add_launch_commands(Tool& tool, LaunchCommands& c) {
   auto& ctl = c.controller;
   ctl.external_workers = true;
   ctl.master_port = 29400;
-  CLI::App* controller = tool.add_command(
-      "controller",
-      "Coordinate an elastic job whose workers start elsewhere (srun steps running `train` with "
-      "SAILOR_CONTROL=HOST:PORT): register them, plan, re-plan when they are lost or join",
-      [&] { return run_elastic_launch(ctl); });
+  CLI::App* controller =
+      tool.add_command("controller",
+                       "Coordinate an elastic job whose workers start elsewhere (srun steps running `train` with "
+                       "SAILOR_CONTROL=HOST:PORT): register them, plan, re-plan when they are lost or join",
+                       [&] { return run_elastic_launch(ctl); });
   controller->add_option("--elastic", ctl.elastic_inputs, "Planner inputs folder to plan and re-plan with")
       ->required()
       ->check(CLI::ExistingDirectory);
@@ -76,19 +75,23 @@ void add_launch_commands(Tool& tool, LaunchCommands& c) {
       ->check(in_range(1, 65535));
   controller->add_option("--plan", ctl.plan, "First plan (default: the search's best for --workers)")
       ->check(CLI::ExistingFile);
-  controller->add_option("--heartbeat-timeout", ctl.heartbeat_timeout_seconds,
-                         "Seconds without a heartbeat after which a worker is taken for lost (1.5 once a peer "
-                         "reported a lost connection; 10x this from a worker's start to its first heartbeat or "
-                         "registration)")
+  controller
+      ->add_option("--heartbeat-timeout", ctl.heartbeat_timeout_seconds,
+                   "Seconds without a heartbeat after which a worker is taken for lost (1.5 once a peer "
+                   "reported a lost connection; 10x this from a worker's start to its first heartbeat or "
+                   "registration)")
       ->capture_default_str()
       ->check(in_range(0.5, 1e6));
   controller->add_option("--max-reconfigurations", ctl.max_reconfigurations, "Give up after this many")
       ->capture_default_str()
       ->check(in_range(0, 1e6));
   add_plan_bounds(controller, ctl);
-  controller->add_option("--output", ctl.output, "The workers' -o folder (named when the job stops without a plan)")->transform(output_path());
-  controller->add_option("--metrics", ctl.metrics,
-                         "The workers' --metrics file (shared file system): reconfiguration records go there too")->transform(output_path());
+  controller->add_option("--output", ctl.output, "The workers' -o folder (named when the job stops without a plan)")
+      ->transform(output_path());
+  controller
+      ->add_option("--metrics", ctl.metrics,
+                   "The workers' --metrics file (shared file system): reconfiguration records go there too")
+      ->transform(output_path());
 
   CLI::App* join = tool.add_command("join", "Ask a running elastic job (launch --elastic) for more workers",
                                     [&] { return run_join(c.job); });

@@ -12,8 +12,9 @@
 #endif
 
 int main(int argc, char** argv) {
-  fleet::Tool tool("sailor-run", "Train models: initialise a model folder, make synthetic corpora, train with AdamW "
-                                 "and resumable checkpoints, on one process or with a plan's parallelism over several.");
+  fleet::Tool tool("sailor-run",
+                   "Train models: initialise a model folder, make synthetic corpora, train with AdamW "
+                   "and resumable checkpoints, on one process or with a plan's parallelism over several.");
   tool.set_version_details(fleet::devices::version_details);
 #if FLEET_WITH_TORCH
   // A numeric option with its default shown and its range checked.
@@ -28,7 +29,9 @@ int main(int argc, char** argv) {
   init_cmd->add_option("--preset", init.preset, "Built-in config: tiny (0.8 M parameters), small (10 M), 100m (101 M)");
   init_cmd->add_option("--config", init.config, "A config.json of LlamaForCausalLM instead of a preset");
   init_cmd->add_option("--tokenizer", init.tokenizer, "tokenizer.json to use (default: the 260-token byte tokenizer)");
-  init_cmd->add_option("-o,--output", init.output, "Model folder to write")->transform(fleet::output_path())->required();
+  init_cmd->add_option("-o,--output", init.output, "Model folder to write")
+      ->transform(fleet::output_path())
+      ->required();
   number(init_cmd, "--seed", init.seed, "Seed of the initial weights", 0, 9.2e18);
   init_cmd->add_option("--dtype", init.dtype, "Stored dtype: float32, float16, bfloat16")->capture_default_str();
   init_cmd->add_flag("--force", init.force, "Replace a non-empty output folder");
@@ -45,15 +48,18 @@ int main(int argc, char** argv) {
       });
   train_cmd->add_option("--model", job.model, "Model folder to start from");
   train_cmd->add_option("--data", data, "Training text files (repeatable)");
-  train_cmd->add_option("-o,--output", job.output, "Checkpoint folder (model + optimizer + step), rewritten atomically")->transform(fleet::output_path())
+  train_cmd->add_option("-o,--output", job.output, "Checkpoint folder (model + optimizer + step), rewritten atomically")
+      ->transform(fleet::output_path())
       ->required();
   train_cmd->add_flag("--resume", job.resume, "Continue the run checkpointed in --output (its options and data)");
   train_cmd->add_flag("--force", job.force, "Replace a non-empty output folder (a finished run included)");
   number(train_cmd, "--steps", o.steps, "Optimizer steps of the whole run", 1, 1e9);
   train_cmd->add_option("--plan", job.plan, "A sailor-plan plan (stages, replicas, mbs, global batch) to train with")
       ->check(CLI::ExistingFile);
-  train_cmd->add_option("--metrics", job.metrics, "Append one JSON object per step to this file (rank 0)")->transform(fleet::output_path());
-  train_cmd->add_option("--trace", job.trace, "Write a Perfetto trace of the last step, one row per rank")->transform(fleet::output_path());
+  train_cmd->add_option("--metrics", job.metrics, "Append one JSON object per step to this file (rank 0)")
+      ->transform(fleet::output_path());
+  train_cmd->add_option("--trace", job.trace, "Write a Perfetto trace of the last step, one row per rank")
+      ->transform(fleet::output_path());
   number(train_cmd, "--timeout", job.timeout_seconds, "Seconds to wait for the rendezvous and for a peer", 1, 1e6);
   number(train_cmd, "--batch-size", o.batch_size, "Sequences per micro-batch (a plan's mbs replaces it)", 1, 65536);
   number(train_cmd, "--seq-len", o.seq_len, "Tokens per sequence", 2, 1e6);
@@ -88,9 +94,10 @@ int main(int argc, char** argv) {
   profile_cmd->add_option("--model", profile.model, "Model folder to profile")->required();
   profile_cmd->add_option("--gpu-type", profile.gpu_type, "Name of this device in the cluster description")->required();
   profile_cmd->add_option("--mbs", profile.mbs, "Micro-batch sizes (comma-separated)")->delimiter(',');
-  profile_cmd->add_option("--tp", profile.tp,
-                          "Tensor-parallel degrees (comma-separated); above 1, run under sailor-run launch --nprocs "
-                          "(the largest degree)")
+  profile_cmd
+      ->add_option("--tp", profile.tp,
+                   "Tensor-parallel degrees (comma-separated); above 1, run under sailor-run launch --nprocs "
+                   "(the largest degree)")
       ->delimiter(',')
       ->capture_default_str();
   profile_cmd->add_option("--seq-len", profile.seq_len, "Tokens per sequence (default: min(max positions, 1024))")
@@ -99,9 +106,13 @@ int main(int argc, char** argv) {
       ->check(fleet::in_range(1, 1e3));
   profile_cmd->add_option("--warmup", profile.warmup, "Untimed runs per layer first")->check(fleet::in_range(0, 1e3));
   profile_cmd->add_option("--device", profile.device, "cpu, cuda or auto")->capture_default_str();
-  number(profile_cmd, "--timeout", profile.timeout_seconds, "Under launch: seconds to wait for the rendezvous and peers", 1, 1e6);
-  profile_cmd->add_option("-o,--output", profile.output, "profile.json to write")->transform(fleet::output_path())->required();
-  profile_cmd->add_option("--model-out", profile.model_output, "model.json to write (default: beside -o)")->transform(fleet::output_path());
+  number(profile_cmd, "--timeout", profile.timeout_seconds,
+         "Under launch: seconds to wait for the rendezvous and peers", 1, 1e6);
+  profile_cmd->add_option("-o,--output", profile.output, "profile.json to write")
+      ->transform(fleet::output_path())
+      ->required();
+  profile_cmd->add_option("--model-out", profile.model_output, "model.json to write (default: beside -o)")
+      ->transform(fleet::output_path());
   fleet::add_threads_option(profile_cmd, &profile.threads);
   fleet::add_json_flag(profile_cmd, &profile.json);
 
@@ -120,7 +131,9 @@ int main(int argc, char** argv) {
   net_cmd->add_option("--price", net.price_per_hour, "$ per device-hour for cluster.json")
       ->check(fleet::in_range(0, 1e6));
   net_cmd->add_option("--timeout", net.timeout_seconds, "Rendezvous timeout, seconds")->check(fleet::in_range(1, 1e6));
-  net_cmd->add_option("-o,--output", net.output, "cluster.json to write (rank 0)")->transform(fleet::output_path())->required();
+  net_cmd->add_option("-o,--output", net.output, "cluster.json to write (rank 0)")
+      ->transform(fleet::output_path())
+      ->required();
   fleet::add_json_flag(net_cmd, &net.json);
 
   fleet::LaunchCommands launch;
@@ -132,7 +145,9 @@ int main(int argc, char** argv) {
   corpus_cmd->add_option("--task", corpus.task, "base (sentences), copy, reverse, sort or add")->required();
   number(corpus_cmd, "--lines", corpus.lines, "Lines to write", 1, 5e6);
   number(corpus_cmd, "--seed", corpus.seed, "Seed", 0, 9.2e18);
-  corpus_cmd->add_option("-o,--output", corpus.output, "Text file to write")->transform(fleet::output_path())->required();
+  corpus_cmd->add_option("-o,--output", corpus.output, "Text file to write")
+      ->transform(fleet::output_path())
+      ->required();
 #endif
   return tool.run(argc, argv);
 }

@@ -216,8 +216,7 @@ void write_files_atomically(const std::vector<std::pair<std::filesystem::path, s
   for (auto& writer : writers) writer->commit();
 }
 
-void write_file_atomically(const std::filesystem::path& path,
-                           const std::function<void(AtomicFileWriter&)>& fill) {
+void write_file_atomically(const std::filesystem::path& path, const std::function<void(AtomicFileWriter&)>& fill) {
   AtomicFileWriter writer(path);
   fill(writer);
   writer.commit();

@@ -72,8 +72,7 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view c
 void write_files_atomically(const std::vector<std::pair<std::filesystem::path, std::string>>& files);
 /// Lets `fill` write through the writer, then commits; any exception from
 /// `fill` discards the temporary file and leaves `path` untouched.
-void write_file_atomically(const std::filesystem::path& path,
-                           const std::function<void(AtomicFileWriter&)>& fill);
+void write_file_atomically(const std::filesystem::path& path, const std::function<void(AtomicFileWriter&)>& fill);
 
 /// Builds a whole folder atomically: `fill` writes into a fresh temporary
 /// folder beside `target`, which then takes the target's place in one atomic

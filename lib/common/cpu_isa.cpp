@@ -12,9 +12,12 @@ namespace fleet {
 
 const char* cpu_isa_name(CpuIsa isa) {
   switch (isa) {
-    case CpuIsa::kAvx512: return "avx512";
-    case CpuIsa::kAvx2: return "avx2";
-    default: return "portable";
+    case CpuIsa::kAvx512:
+      return "avx512";
+    case CpuIsa::kAvx2:
+      return "avx2";
+    default:
+      return "portable";
   }
 }
 
@@ -27,8 +30,8 @@ CpuIsa parse_cpu_isa(const std::string& name) {
 CpuIsa detected_cpu_isa() {
 #if defined(__x86_64__)
   static const CpuIsa isa = !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ? CpuIsa::kPortable
-                            : __builtin_cpu_supports("avx512f")                                  ? CpuIsa::kAvx512
-                                                                                                 : CpuIsa::kAvx2;
+                            : __builtin_cpu_supports("avx512f")                                ? CpuIsa::kAvx512
+                                                                                               : CpuIsa::kAvx2;
   return isa;
 #else
   return CpuIsa::kPortable;

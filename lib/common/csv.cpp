@@ -72,7 +72,8 @@ CsvTable CsvTable::parse(std::string_view text, const std::string& name, std::si
       any = true;
     }
   }
-  if (in_quotes) throw InputError("unterminated quoted field", {name, "line " + std::to_string(record_line), std::nullopt});
+  if (in_quotes)
+    throw InputError("unterminated quoted field", {name, "line " + std::to_string(record_line), std::nullopt});
   if (any || !field.empty()) end_record();
   if (table.header_.empty()) throw InputError("empty CSV file (no header)", {name, "", std::nullopt});
   return table;
@@ -116,7 +117,8 @@ double CsvTable::number(std::size_t row, std::size_t column) const {
 
 long long CsvTable::integer(std::size_t row, std::size_t column) const {
   const double v = number(row, column);
-  if (v != std::floor(v) || std::fabs(v) > 9.0e15) fail(row, column, "expected an integer, got '" + rows_[row][column] + "'");
+  if (v != std::floor(v) || std::fabs(v) > 9.0e15)
+    fail(row, column, "expected an integer, got '" + rows_[row][column] + "'");
   return static_cast<long long>(v);
 }
 

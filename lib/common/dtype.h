@@ -13,17 +13,27 @@ namespace fleet {
 
 /// Element type of a tensor in a file.
 enum class DType : std::uint8_t {
-  kF64, kF32, kF16, kBF16, kF8E4M3, kF8E5M2,
-  kI64, kI32, kI16, kI8,
-  kU64, kU32, kU16, kU8,
+  kF64,
+  kF32,
+  kF16,
+  kBF16,
+  kF8E4M3,
+  kF8E5M2,
+  kI64,
+  kI32,
+  kI16,
+  kI8,
+  kU64,
+  kU32,
+  kU16,
+  kU8,
   kBool,
 };
 
 /// Every dtype, for loops in tests and tools.
-inline constexpr DType kAllDTypes[] = {
-    DType::kF64, DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3, DType::kF8E5M2,
-    DType::kI64, DType::kI32, DType::kI16, DType::kI8,
-    DType::kU64, DType::kU32, DType::kU16, DType::kU8, DType::kBool};
+inline constexpr DType kAllDTypes[] = {DType::kF64,    DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3,
+                                       DType::kF8E5M2, DType::kI64, DType::kI32, DType::kI16,  DType::kI8,
+                                       DType::kU64,    DType::kU32, DType::kU16, DType::kU8,   DType::kBool};
 
 /// Bytes per element.
 std::size_t dtype_size(DType dtype);

@@ -58,8 +58,6 @@ ExitCode exit_code_for(const std::exception& e) noexcept {
   return ExitCode::kFailure;
 }
 
-std::string errno_message(const std::string& what, int err) {
-  return what + ": " + std::strerror(err);
-}
+std::string errno_message(const std::string& what, int err) { return what + ": " + std::strerror(err); }
 
 }  // namespace fleet

@@ -19,9 +19,9 @@ enum class ExitCode : int {
 
 /// Where in the input an error was found; every part is optional.
 struct ErrorContext {
-  std::string file;                    ///< file the problem is in
-  std::string field;                   ///< field, JSON path or tensor name
-  std::optional<std::uint64_t> offset; ///< byte offset inside the file
+  std::string file;                     ///< file the problem is in
+  std::string field;                    ///< field, JSON path or tensor name
+  std::optional<std::uint64_t> offset;  ///< byte offset inside the file
 };
 
 /// Base of every error the toolkit throws on purpose. what() is one line:

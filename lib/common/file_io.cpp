@@ -54,8 +54,9 @@ int open_regular_file(const std::filesystem::path& path, struct stat* st) {
 [[noreturn]] void refuse_size(const std::filesystem::path& path, std::optional<std::uintmax_t> known_size,
                               std::uintmax_t max_bytes) {
   const std::uintmax_t cap_mib = max_bytes >> 20;
-  const std::string size = known_size && (*known_size >> 20) > cap_mib ? std::to_string(*known_size >> 20) + " MiB"
-                                                                       : "more than " + std::to_string(cap_mib) + " MiB";
+  const std::string size = known_size && (*known_size >> 20) > cap_mib
+                               ? std::to_string(*known_size >> 20) + " MiB"
+                               : "more than " + std::to_string(cap_mib) + " MiB";
   const std::string name = is_stdio(path) ? std::string("standard input") : path.string();
   throw InputError(name + " is " + size + "; at most " + std::to_string(cap_mib) + " MiB is accepted for this input");
 }
@@ -127,9 +128,7 @@ MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
 MappedFile::~MappedFile() { release(); }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
-    : path_(std::move(other.path_)),
-      data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)) {}
+    : path_(std::move(other.path_)), data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {

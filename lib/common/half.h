@@ -7,9 +7,7 @@
 namespace fleet {
 
 /// bfloat16 bits to float (exact).
-inline float bf16_to_float(std::uint16_t bits) {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
-}
+inline float bf16_to_float(std::uint16_t bits) { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
 
 /// float to bfloat16 bits, rounding to nearest even; NaN stays NaN.
 inline std::uint16_t float_to_bf16(float value) {

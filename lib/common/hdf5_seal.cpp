@@ -69,9 +69,10 @@ Hdf5Seal check_block(std::span<const std::byte> block, std::uint64_t size, const
     // Not ours: either not HDF5 at all, or HDF5 with someone else's user block.
     bool hdf5_after = size >= kHdf5SealBytes + sizeof kHdf5Signature;
     if (!hdf5_after) throw InputError("not an HDF5 file", ErrorContext{name.string(), "", std::nullopt});
-    throw InputError("its first 512 bytes carry no seal: the file is damaged, or another program wrote it "
-                     "with a user block",
-                     ErrorContext{name.string(), "", std::nullopt});
+    throw InputError(
+        "its first 512 bytes carry no seal: the file is damaged, or another program wrote it "
+        "with a user block",
+        ErrorContext{name.string(), "", std::nullopt});
   }
   std::size_t pos = kMagic.size();
   const auto bytes = read_line(text, pos, "bytes", 10);
@@ -114,7 +115,8 @@ void seal_hdf5_file(const std::filesystem::path& path) {
   struct stat st {};
   if (::fstat(file.fd, &st) != 0) throw IoError(errno_message("cannot stat", errno), {path.string(), "", std::nullopt});
   const auto size = static_cast<std::uint64_t>(st.st_size);
-  if (size < kHdf5SealBytes) throw IoError("internal: HDF5 file without a user block", {path.string(), "", std::nullopt});
+  if (size < kHdf5SealBytes)
+    throw IoError("internal: HDF5 file without a user block", {path.string(), "", std::nullopt});
   std::string block = seal_text({size, digest_of_file(file.fd, kHdf5SealBytes, size, path)});
   block.resize(kHdf5SealBytes, '\0');
   if (::pwrite(file.fd, block.data(), block.size(), 0) != static_cast<ssize_t>(block.size()))
@@ -135,7 +137,8 @@ Hdf5Seal verify_hdf5_file(const std::filesystem::path& path) {
   Fd file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (file.fd < 0) throw InputError(errno_message("cannot open", errno), {path.string(), "", std::nullopt});
   struct stat st {};
-  if (::fstat(file.fd, &st) != 0) throw InputError(errno_message("cannot stat", errno), {path.string(), "", std::nullopt});
+  if (::fstat(file.fd, &st) != 0)
+    throw InputError(errno_message("cannot stat", errno), {path.string(), "", std::nullopt});
   const auto size = static_cast<std::uint64_t>(st.st_size);
   std::vector<std::byte> block(kHdf5SealBytes, std::byte{0});
   const ssize_t n = ::pread(file.fd, block.data(), block.size(), 0);

@@ -108,18 +108,32 @@ Handle float16_like(unsigned exponent_bits, unsigned mantissa_bits, size_t ebias
 Handle hdf5_type_for(DType dtype) {
   auto copy = [](hid_t base) { return Handle(H5Tcopy(base), H5Tclose); };
   switch (dtype) {
-    case DType::kF64: return copy(H5T_IEEE_F64LE);
-    case DType::kF32: return copy(H5T_IEEE_F32LE);
-    case DType::kF16: return float16_like(5, 10, 15);
-    case DType::kBF16: return float16_like(8, 7, 127);
-    case DType::kI64: return copy(H5T_STD_I64LE);
-    case DType::kI32: return copy(H5T_STD_I32LE);
-    case DType::kI16: return copy(H5T_STD_I16LE);
-    case DType::kI8: return copy(H5T_STD_I8LE);
-    case DType::kU64: return copy(H5T_STD_U64LE);
-    case DType::kU32: return copy(H5T_STD_U32LE);
-    case DType::kU16: return copy(H5T_STD_U16LE);
-    case DType::kU8: case DType::kF8E4M3: case DType::kF8E5M2: return copy(H5T_STD_U8LE);
+    case DType::kF64:
+      return copy(H5T_IEEE_F64LE);
+    case DType::kF32:
+      return copy(H5T_IEEE_F32LE);
+    case DType::kF16:
+      return float16_like(5, 10, 15);
+    case DType::kBF16:
+      return float16_like(8, 7, 127);
+    case DType::kI64:
+      return copy(H5T_STD_I64LE);
+    case DType::kI32:
+      return copy(H5T_STD_I32LE);
+    case DType::kI16:
+      return copy(H5T_STD_I16LE);
+    case DType::kI8:
+      return copy(H5T_STD_I8LE);
+    case DType::kU64:
+      return copy(H5T_STD_U64LE);
+    case DType::kU32:
+      return copy(H5T_STD_U32LE);
+    case DType::kU16:
+      return copy(H5T_STD_U16LE);
+    case DType::kU8:
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+      return copy(H5T_STD_U8LE);
     case DType::kBool: {
       Handle t(H5Tenum_create(H5T_NATIVE_INT8), H5Tclose);
       const std::int8_t f = 0, tr = 1;
@@ -147,11 +161,16 @@ std::optional<DType> dtype_of_hdf5_type(hid_t type) {
     case H5T_INTEGER: {
       const bool is_signed = H5Tget_sign(type) == H5T_SGN_2;
       switch (size) {
-        case 8: return is_signed ? DType::kI64 : DType::kU64;
-        case 4: return is_signed ? DType::kI32 : DType::kU32;
-        case 2: return is_signed ? DType::kI16 : DType::kU16;
-        case 1: return is_signed ? DType::kI8 : DType::kU8;
-        default: return std::nullopt;
+        case 8:
+          return is_signed ? DType::kI64 : DType::kU64;
+        case 4:
+          return is_signed ? DType::kI32 : DType::kU32;
+        case 2:
+          return is_signed ? DType::kI16 : DType::kU16;
+        case 1:
+          return is_signed ? DType::kI8 : DType::kU8;
+        default:
+          return std::nullopt;
       }
     }
     case H5T_ENUM:
@@ -254,9 +273,8 @@ Hdf5Store Hdf5Store::open(const std::filesystem::path& path) {
     Handle fapl = file_access(true);
     if (H5Pset_file_image(fapl.get(), const_cast<char*>(bytes.data()), bytes.size()) < 0)
       fail_input(path, "", "cannot read standard input as HDF5: " + hdf5_error_text());
-    state->file = Handle(check(H5Fopen("gpufleet-stdin.h5", H5F_ACC_RDONLY, fapl.get()), path, "",
-                               "cannot open HDF5 data"),
-                         H5Fclose);
+    state->file = Handle(
+        check(H5Fopen("gpufleet-stdin.h5", H5F_ACC_RDONLY, fapl.get()), path, "", "cannot open HDF5 data"), H5Fclose);
     return Hdf5Store(std::move(state));
   }
   check_input_file(path);  // missing, unreadable or a folder: say so, not "not HDF5"
@@ -265,8 +283,8 @@ Hdf5Store Hdf5Store::open(const std::filesystem::path& path) {
     H5Eclear2(H5E_DEFAULT);
     fail_input(path, "", "not an HDF5 file");
   }
-  state->file = Handle(check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), path, "", "cannot open HDF5 file"),
-                       H5Fclose);
+  state->file =
+      Handle(check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), path, "", "cannot open HDF5 file"), H5Fclose);
   return Hdf5Store(std::move(state));
 }
 
@@ -278,8 +296,9 @@ void Hdf5Store::write_tensor(const std::string& name, DType dtype, std::span<con
   if (contains(name)) fail_input(path, name, "tensor already exists");
   const auto numel = checked_numel(shape);
   if (!numel || *numel * dtype_size(dtype) != data.size()) {
-    fail_input(path, name, "shape " + shape_to_string(shape) + " of " + std::string(dtype_name(dtype)) +
-                               " does not match " + std::to_string(data.size()) + " bytes");
+    fail_input(path, name,
+               "shape " + shape_to_string(shape) + " of " + std::string(dtype_name(dtype)) + " does not match " +
+                   std::to_string(data.size()) + " bytes");
   }
   std::vector<hsize_t> dims(shape.begin(), shape.end());
   Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
@@ -290,7 +309,8 @@ void Hdf5Store::write_tensor(const std::string& name, DType dtype, std::span<con
   const bool chunked = options.zstd_level.has_value() && !dims.empty() && *numel > 0;
   if (chunked) {
     auto chunk = chunk_dims(dims, dtype_size(dtype), options.target_chunk_bytes);
-    check_status(H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()), path, name, "cannot set chunking");
+    check_status(H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()), path, name,
+                 "cannot set chunking");
     const unsigned level = static_cast<unsigned>(*options.zstd_level);
     check_status(H5Pset_filter(dcpl.get(), kHdf5ZstdFilterId, H5Z_FLAG_MANDATORY, 1, &level), path, name,
                  "cannot enable zstd");
@@ -298,15 +318,18 @@ void Hdf5Store::write_tensor(const std::string& name, DType dtype, std::span<con
   Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
   H5Pset_create_intermediate_group(lcpl.get(), 1);
   Handle type = hdf5_type_for(dtype);
-  Handle dataset(H5Dcreate2(state_->file.get(), name.c_str(), type.get(), space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
-                 H5Dclose);
-  if (!dataset.valid()) throw IoError("cannot create dataset: " + hdf5_error_text(), {path.string(), name, std::nullopt});
+  Handle dataset(
+      H5Dcreate2(state_->file.get(), name.c_str(), type.get(), space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
+      H5Dclose);
+  if (!dataset.valid())
+    throw IoError("cannot create dataset: " + hdf5_error_text(), {path.string(), name, std::nullopt});
   if (*numel > 0) {
     check_status(H5Dwrite(dataset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()), path, name,
                  "cannot write dataset");
   }
   dataset.reset();
-  if (dtype == DType::kF8E4M3 || dtype == DType::kF8E5M2) set_attribute(name, kDTypeAttr, std::string(dtype_name(dtype)));
+  if (dtype == DType::kF8E4M3 || dtype == DType::kF8E5M2)
+    set_attribute(name, kDTypeAttr, std::string(dtype_name(dtype)));
   set_attribute(name, kChecksumAttr, std::bit_cast<std::int64_t>(content_checksum(data)));
 }
 
@@ -357,7 +380,8 @@ StoredTensorInfo Hdf5Store::info(const std::string& name) const {
     unsigned flags = 0;
     size_t nelmts = 0;
     unsigned config = 0;
-    const H5Z_filter_t id = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &nelmts, nullptr, 0, nullptr, &config);
+    const H5Z_filter_t id =
+        H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &nelmts, nullptr, 0, nullptr, &config);
     if (id == kHdf5ZstdFilterId) info.compressed = true;
   }
   return info;
@@ -371,8 +395,9 @@ StoredTensor Hdf5Store::read_tensor(const std::string& name, std::uint64_t max_b
   out.shape = meta.shape;
   const auto numel = checked_numel(out.shape);
   if (!numel || *numel > max_bytes / dtype_size(out.dtype)) {
-    fail_input(path, name, "dataset of shape " + shape_to_string(out.shape) + " is larger than the " +
-                               std::to_string(max_bytes) + " bytes it may hold here");
+    fail_input(path, name,
+               "dataset of shape " + shape_to_string(out.shape) + " is larger than the " + std::to_string(max_bytes) +
+                   " bytes it may hold here");
   }
   std::optional<std::int64_t> checksum;
   if (auto stored = find_attribute(name, kChecksumAttr)) {
@@ -399,9 +424,9 @@ StoredTensor Hdf5Store::read_tensor(const std::string& name, std::uint64_t max_b
 std::vector<std::string> Hdf5Store::tensor_names() const {
   struct Visit {
     std::vector<std::string> names;
-    std::string unreadable;  // first object that could not be opened
+    std::string unreadable;                         // first object that could not be opened
     std::map<std::string, std::string> by_address;  // a dataset's address in the file -> its first name
-    std::string duplicate;   // "a and b": two names of one dataset (a hard link)
+    std::string duplicate;                          // "a and b": two names of one dataset (a hard link)
   } visit;
   // Every object must open: a damaged group would otherwise just vanish from the list.
   const herr_t status = H5Lvisit(
@@ -415,8 +440,8 @@ std::vector<std::string> Hdf5Store::tensor_names() const {
           return -1;
         }
         if (H5Iget_type(obj.get()) == H5I_DATASET) {
-          // Two names for one dataset (a hard link) would make two tensors
-          // read the same bytes: each name must be its own data.
+      // Two names for one dataset (a hard link) would make two tensors
+      // read the same bytes: each name must be its own data.
 #if H5_VERSION_GE(1, 12, 0)
           const std::string address(reinterpret_cast<const char*>(&info->u.token), sizeof info->u.token);
 #else
@@ -435,7 +460,8 @@ std::vector<std::string> Hdf5Store::tensor_names() const {
   if (!visit.duplicate.empty())
     fail_input(state_->path, "", "'" + visit.duplicate + "' are two names of the same data (a hard link)");
   if (status < 0) {
-    fail_input(state_->path, visit.unreadable, "cannot list the file's objects (corrupt metadata): " + hdf5_error_text());
+    fail_input(state_->path, visit.unreadable,
+               "cannot list the file's objects (corrupt metadata): " + hdf5_error_text());
   }
   std::sort(visit.names.begin(), visit.names.end());
   return visit.names;
@@ -477,7 +503,8 @@ void Hdf5Store::set_attribute(const std::string& object, const std::string& key,
       },
       value);
   Handle attr(H5Acreate2(obj.get(), key.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  if (!attr.valid()) throw IoError("cannot create attribute: " + hdf5_error_text(), {path.string(), object + "@" + key, std::nullopt});
+  if (!attr.valid())
+    throw IoError("cannot create attribute: " + hdf5_error_text(), {path.string(), object + "@" + key, std::nullopt});
   check_status(H5Awrite(attr.get(), type.get(), buffer), path, object + "@" + key, "cannot write attribute");
 }
 
@@ -569,7 +596,8 @@ std::map<std::string, AttrValue> Hdf5Store::attributes(const std::string& object
 
 std::uint64_t Hdf5Store::commit() {
   if (!state_->writer) throw UsageError("store was opened read-only", {state_->path.string(), "", std::nullopt});
-  if (!state_->file.valid()) throw IoError("internal: commit after a failed commit", {state_->path.string(), "", std::nullopt});
+  if (!state_->file.valid())
+    throw IoError("internal: commit after a failed commit", {state_->path.string(), "", std::nullopt});
   const auto& path = state_->path;
   check_status(H5Fflush(state_->file.get(), H5F_SCOPE_GLOBAL), path, "", "cannot write");
   // Closing writes what is left; a failure here (a full disk) is an error,

@@ -28,8 +28,8 @@ using AttrValue = std::variant<std::int64_t, double, std::string, std::vector<st
 
 /// How write_tensor stores a tensor.
 struct TensorWriteOptions {
-  std::optional<int> zstd_level = 3;         ///< nullopt: no compression
-  std::uint64_t target_chunk_bytes = 1 << 20; ///< chunks of about this size
+  std::optional<int> zstd_level = 3;           ///< nullopt: no compression
+  std::uint64_t target_chunk_bytes = 1 << 20;  ///< chunks of about this size
 };
 
 /// A tensor read back into memory.
@@ -43,8 +43,8 @@ struct StoredTensor {
 struct StoredTensorInfo {
   DType dtype = DType::kF32;
   std::vector<std::int64_t> shape;
-  std::uint64_t stored_bytes = 0;   ///< bytes on disk after compression
-  bool compressed = false;          ///< zstd filter in the pipeline
+  std::uint64_t stored_bytes = 0;  ///< bytes on disk after compression
+  bool compressed = false;         ///< zstd filter in the pipeline
 };
 
 /// One HDF5 file of tensors. Created stores write to a temporary file that

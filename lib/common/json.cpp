@@ -40,9 +40,7 @@ void JsonValue::require_array() const {
   if (!node_->is_array()) fail("expected an array, got " + type_name());
 }
 
-bool JsonValue::has(std::string_view key) const {
-  return node_->is_object() && node_->find(key) != node_->end();
-}
+bool JsonValue::has(std::string_view key) const { return node_->is_object() && node_->find(key) != node_->end(); }
 
 JsonValue JsonValue::at(std::string_view key) const {
   require_object();
@@ -61,8 +59,7 @@ std::optional<JsonValue> JsonValue::find(std::string_view key) const {
 JsonValue JsonValue::at(std::size_t index) const {
   require_array();
   if (index >= node_->size()) {
-    fail("index " + std::to_string(index) + " is past the end (" +
-         std::to_string(node_->size()) + " elements)");
+    fail("index " + std::to_string(index) + " is past the end (" + std::to_string(node_->size()) + " elements)");
   }
   return JsonValue((*node_)[index], file_, path_ + "/" + std::to_string(index));
 }
@@ -109,8 +106,7 @@ void JsonValue::reject_unknown_keys(std::initializer_list<std::string_view> know
 
 std::int64_t JsonValue::as_int64() const {
   if (node_->is_number_integer()) {
-    if (node_->is_number_unsigned() &&
-        node_->get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) {
+    if (node_->is_number_unsigned() && node_->get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) {
       fail("integer is out of range");
     }
     return node_->get<std::int64_t>();

@@ -20,8 +20,7 @@ spdlog::level::level_enum parse_log_level(const std::string& name) {
   if (lower == "error") return spdlog::level::err;
   if (lower == "critical") return spdlog::level::critical;
   if (lower == "off") return spdlog::level::off;
-  throw UsageError("unknown log level '" + name +
-                   "' (use trace, debug, info, warn, error, critical or off)");
+  throw UsageError("unknown log level '" + name + "' (use trace, debug, info, warn, error, critical or off)");
 }
 
 spdlog::level::level_enum resolve_log_level(const LogOptions& options, const char* env_value) {

@@ -12,9 +12,9 @@ inline constexpr const char* kLogLevelEnvVar = "GPUFLEET_LOG_LEVEL";
 
 /// The logging flags every program shares.
 struct LogOptions {
-  int verbosity = 0;      ///< number of -v: 1 = debug, 2+ = trace
-  bool quiet = false;     ///< -q: warnings and errors only
-  std::string level;      ///< --log-level NAME, wins over -v/-q
+  int verbosity = 0;   ///< number of -v: 1 = debug, 2+ = trace
+  bool quiet = false;  ///< -q: warnings and errors only
+  std::string level;   ///< --log-level NAME, wins over -v/-q
 };
 
 /// Resolves the effective level: --log-level, then -q / -v, then the

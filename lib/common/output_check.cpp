@@ -69,27 +69,31 @@ void OutputCheck::check(Existing existing, bool force) const {
     if (target.kind != OutputKind::kReplace) {
       // Written into, never replaced: nothing to force, nothing to claim.
       if (out.folder)
-        refuse(out.option, out.path, target.is_stdout() ? "a folder cannot be standard output"
-                                                        : "is not a folder (a folder output cannot be a stream)");
+        refuse(out.option, out.path,
+               target.is_stdout() ? "a folder cannot be standard output"
+                                  : "is not a folder (a folder output cannot be a stream)");
       if (target.is_stdout() && ++stdout_writers > 1) throw UsageError("only one output can be '-' (standard output)");
       continue;
     }
     std::error_code ec;
     const fs::path parent = target.path.parent_path().empty() ? fs::path(".") : target.path.parent_path();
-    if (!fs::is_directory(parent, ec)) refuse(out.option, out.path, "the folder " + parent.string() + " does not exist");
-    if (::access(parent.c_str(), W_OK | X_OK) != 0) refuse(out.option, out.path, "the folder " + parent.string() + " is not writable");
+    if (!fs::is_directory(parent, ec))
+      refuse(out.option, out.path, "the folder " + parent.string() + " does not exist");
+    if (::access(parent.c_str(), W_OK | X_OK) != 0)
+      refuse(out.option, out.path, "the folder " + parent.string() + " is not writable");
     const std::size_t name_max = max_name_length(parent);
     const std::size_t name_length = target.path.filename().string().size();
     if (name_length > name_max)
-      refuse(out.option, out.path, "the name is " + std::to_string(name_length) + " bytes long; the folder accepts at most " +
-                                       std::to_string(name_max));
+      refuse(out.option, out.path,
+             "the name is " + std::to_string(name_length) + " bytes long; the folder accepts at most " +
+                 std::to_string(name_max));
     if (target.exists) {
       if (out.folder && !target.is_folder) refuse(out.option, out.path, "exists and is not a folder");
       if (!out.folder && target.is_folder) refuse(out.option, out.path, "is a folder; give a file name");
       const bool has_content = !out.folder || !fs::is_empty(target.path, ec);
       if (existing == Existing::kNeedsForce && !force && has_content) {
-        refuse(out.option, out.path, std::string(out.folder ? "exists and is not empty" : "exists") +
-                                         "; pass --force to replace it");
+        refuse(out.option, out.path,
+               std::string(out.folder ? "exists and is not empty" : "exists") + "; pass --force to replace it");
       }
     }
     const fs::path real = resolved(target.path);
@@ -98,7 +102,8 @@ void OutputCheck::check(Existing existing, bool force) const {
       const fs::path source = resolved(in.path);
       if (real == source) refuse(out.option, out.path, "is also the input " + in.option + "; write elsewhere");
       if (fs::is_directory(source, ec) && is_within(real, source)) {
-        refuse(out.option, out.path, "lies inside the input " + in.option + " " + in.path.string() + "; write elsewhere");
+        refuse(out.option, out.path,
+               "lies inside the input " + in.option + " " + in.path.string() + "; write elsewhere");
       }
       if (out.folder && is_within(source, real)) {
         refuse(out.option, out.path, "replacing it would remove the input " + in.option + " " + in.path.string());

@@ -16,8 +16,8 @@ namespace fleet {
 
 /// What happens to an output that already exists.
 enum class Existing {
-  kReplace,    ///< replaced atomically (files a command regenerates, like plans and reports)
-  kNeedsForce, ///< kept unless --force (models and deltas that took long to make)
+  kReplace,     ///< replaced atomically (files a command regenerates, like plans and reports)
+  kNeedsForce,  ///< kept unless --force (models and deltas that took long to make)
 };
 
 /// The paths of one invocation, checked as a whole by check().

@@ -80,14 +80,16 @@ void claim_output(const fs::path& target) {
   const fs::path lock_file = parent / (helper_stem(target) + ".lock");
   for (int attempt = 0; attempt < 100; ++attempt) {
     const int fd = ::open(lock_file.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
-    if (fd < 0) throw IoError(errno_message("cannot create the lock file " + lock_file.string(), errno),
-                              ErrorContext{target.string(), "", std::nullopt});
+    if (fd < 0)
+      throw IoError(errno_message("cannot create the lock file " + lock_file.string(), errno),
+                    ErrorContext{target.string(), "", std::nullopt});
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
       if (err == EWOULDBLOCK) {
         const std::string pid = holder_of(fd);
         ::close(fd);
-        throw UsageError("is being written by another command" + (pid.empty() ? std::string() : " (process " + pid + ")") +
+        throw UsageError("is being written by another command" +
+                             (pid.empty() ? std::string() : " (process " + pid + ")") +
                              "; wait for it to finish or choose another output",
                          ErrorContext{target.string(), "", std::nullopt});
       }
@@ -98,7 +100,8 @@ void claim_output(const fs::path& target) {
     }
     // The last holder may have removed the file between our open and our
     // lock: then we hold a lock on a name nobody sees. Try again.
-    struct stat opened {}, named {};
+    struct stat opened {
+    }, named{};
     if (::fstat(fd, &opened) != 0 || ::stat(lock_file.c_str(), &named) != 0 || opened.st_ino != named.st_ino ||
         opened.st_dev != named.st_dev) {
       ::close(fd);
@@ -111,7 +114,8 @@ void claim_output(const fs::path& target) {
     remove_stale_temporaries(target);
     return;
   }
-  throw IoError("cannot lock " + lock_file.string() + ": it keeps being replaced", ErrorContext{target.string(), "", std::nullopt});
+  throw IoError("cannot lock " + lock_file.string() + ": it keeps being replaced",
+                ErrorContext{target.string(), "", std::nullopt});
 }
 
 void release_output_claims() noexcept { claims().release(); }

@@ -78,7 +78,8 @@ OutputTarget resolve_output(const fs::path& path) {
   fs::path current = out.given;
   for (int hop = 0; hop <= kMaxLinks; ++hop) {
     if (auto fd = descriptor_named(current)) {
-      if (::fcntl(*fd, F_GETFD) < 0) refuse(out.given, "names descriptor " + std::to_string(*fd) + ", which is not open");
+      if (::fcntl(*fd, F_GETFD) < 0)
+        refuse(out.given, "names descriptor " + std::to_string(*fd) + ", which is not open");
       out.kind = OutputKind::kDescriptor;
       out.descriptor = *fd;
       return out;
@@ -90,7 +91,8 @@ OutputTarget resolve_output(const fs::path& path) {
                               " bytes long; the folder accepts at most " +
                               std::to_string(max_name_length(current.parent_path())));
       if (errno != ENOENT) refuse(out.given, errno_message("cannot examine", errno));
-      if (current != out.given) refuse(out.given, "is a symbolic link to " + current.string() + ", which does not exist");
+      if (current != out.given)
+        refuse(out.given, "is a symbolic link to " + current.string() + ", which does not exist");
       out.path = current;
       return out;  // a new name
     }

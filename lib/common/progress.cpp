@@ -62,7 +62,9 @@ std::string render_progress_line(const ProgressState& s) {
 }
 
 Progress::Progress(std::string label, std::uint64_t total, std::string unit, ProgressStyle style)
-    : label_(std::move(label)), unit_(std::move(unit)), total_(total), style_(style), clock_([] { return Clock::now(); }) {
+    : label_(std::move(label)), unit_(std::move(unit)), total_(total), style_(style), clock_([] {
+        return Clock::now();
+      }) {
   if (style_ == ProgressStyle::kAuto) {
     if (logging_is_quiet()) {
       style_ = ProgressStyle::kSilent;
@@ -83,8 +85,7 @@ void Progress::set_clock(std::function<Clock::time_point()> clock) {
 }
 
 ProgressState Progress::state() const {
-  return ProgressState{label_, unit_, done_, total_,
-                       std::chrono::duration<double>(clock_() - start_).count()};
+  return ProgressState{label_, unit_, done_, total_, std::chrono::duration<double>(clock_() - start_).count()};
 }
 
 void Progress::advance(std::uint64_t n) {

@@ -11,10 +11,10 @@ namespace fleet {
 
 /// How progress is shown.
 enum class ProgressStyle {
-  kAuto,     ///< bar when stderr is a terminal and logging is not quiet, else log lines
-  kBar,      ///< always a bar on stderr
-  kLogLines, ///< an info log line every `log_interval`
-  kSilent,   ///< nothing
+  kAuto,      ///< bar when stderr is a terminal and logging is not quiet, else log lines
+  kBar,       ///< always a bar on stderr
+  kLogLines,  ///< an info log line every `log_interval`
+  kSilent,    ///< nothing
 };
 
 /// Snapshot used to render one line; exposed for tests.
@@ -22,7 +22,7 @@ struct ProgressState {
   std::string label;
   std::string unit;
   std::uint64_t done = 0;
-  std::uint64_t total = 0;   ///< 0 when unknown
+  std::uint64_t total = 0;  ///< 0 when unknown
   double elapsed_s = 0;
 };
 

@@ -13,10 +13,14 @@ namespace {
 std::string escape_label(const std::string& value) {
   std::string out;
   for (char c : value) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -47,7 +51,9 @@ void MetricsRegistry::declare(const std::string& name, const std::string& help, 
   families_.push_back(Family{name, help, kind, std::move(bounds), {}, {}});
 }
 
-void MetricsRegistry::counter(const std::string& name, const std::string& help) { declare(name, help, Kind::kCounter, {}); }
+void MetricsRegistry::counter(const std::string& name, const std::string& help) {
+  declare(name, help, Kind::kCounter, {});
+}
 void MetricsRegistry::gauge(const std::string& name, const std::string& help) { declare(name, help, Kind::kGauge, {}); }
 void MetricsRegistry::histogram(const std::string& name, const std::string& help, std::vector<double> bounds) {
   for (std::size_t i = 1; i < bounds.size(); ++i)
@@ -126,7 +132,8 @@ std::string MetricsRegistry::render() const {
       }
     } else {
       const std::string suffix = f.kind == Kind::kCounter ? "_total" : "";
-      for (const auto& [labels, v] : f.values) out << f.name << suffix << label_text(labels) << " " << number(v) << "\n";
+      for (const auto& [labels, v] : f.values)
+        out << f.name << suffix << label_text(labels) << " " << number(v) << "\n";
     }
   }
   return out.str();

@@ -36,8 +36,7 @@ std::uint64_t header_uint(const nlohmann::json& v, const std::string& file, cons
   return v.get<std::uint64_t>();
 }
 
-TensorInfo parse_tensor_entry(const std::string& name, const nlohmann::json& entry,
-                              const std::string& file) {
+TensorInfo parse_tensor_entry(const std::string& name, const nlohmann::json& entry, const std::string& file) {
   if (!entry.is_object()) fail(file, name, "tensor entry must be an object, got " + std::string(entry.type_name()));
   TensorInfo info;
   info.name = name;
@@ -71,7 +70,8 @@ TensorInfo parse_tensor_entry(const std::string& name, const nlohmann::json& ent
   }
   const auto numel = checked_numel(info.shape);
   const std::uint64_t elem = dtype_size(info.dtype);
-  if (!numel || (*numel != 0 && *numel > UINT64_MAX / elem)) fail(file, name, "shape " + shape_to_string(info.shape) + " overflows");
+  if (!numel || (*numel != 0 && *numel > UINT64_MAX / elem))
+    fail(file, name, "shape " + shape_to_string(info.shape) + " overflows");
   if (*numel * elem != info.nbytes()) {
     fail(file, name,
          "shape " + shape_to_string(info.shape) + " of " + std::string(dtype_name(info.dtype)) + " needs " +
@@ -107,19 +107,45 @@ std::vector<double> TensorView::to_double() const {
   };
   for (std::uint64_t i = 0; i < n; ++i) {
     switch (dtype) {
-      case DType::kF64: out[i] = load(double{}, i); break;
-      case DType::kF32: out[i] = load(float{}, i); break;
-      case DType::kF16: out[i] = f16_to_float(load(std::uint16_t{}, i)); break;
-      case DType::kBF16: out[i] = bf16_to_float(load(std::uint16_t{}, i)); break;
-      case DType::kI64: out[i] = static_cast<double>(load(std::int64_t{}, i)); break;
-      case DType::kI32: out[i] = load(std::int32_t{}, i); break;
-      case DType::kI16: out[i] = load(std::int16_t{}, i); break;
-      case DType::kI8: out[i] = load(std::int8_t{}, i); break;
-      case DType::kU64: out[i] = static_cast<double>(load(std::uint64_t{}, i)); break;
-      case DType::kU32: out[i] = load(std::uint32_t{}, i); break;
-      case DType::kU16: out[i] = load(std::uint16_t{}, i); break;
-      case DType::kU8: out[i] = load(std::uint8_t{}, i); break;
-      case DType::kBool: out[i] = load(std::uint8_t{}, i) != 0 ? 1.0 : 0.0; break;
+      case DType::kF64:
+        out[i] = load(double{}, i);
+        break;
+      case DType::kF32:
+        out[i] = load(float{}, i);
+        break;
+      case DType::kF16:
+        out[i] = f16_to_float(load(std::uint16_t{}, i));
+        break;
+      case DType::kBF16:
+        out[i] = bf16_to_float(load(std::uint16_t{}, i));
+        break;
+      case DType::kI64:
+        out[i] = static_cast<double>(load(std::int64_t{}, i));
+        break;
+      case DType::kI32:
+        out[i] = load(std::int32_t{}, i);
+        break;
+      case DType::kI16:
+        out[i] = load(std::int16_t{}, i);
+        break;
+      case DType::kI8:
+        out[i] = load(std::int8_t{}, i);
+        break;
+      case DType::kU64:
+        out[i] = static_cast<double>(load(std::uint64_t{}, i));
+        break;
+      case DType::kU32:
+        out[i] = load(std::uint32_t{}, i);
+        break;
+      case DType::kU16:
+        out[i] = load(std::uint16_t{}, i);
+        break;
+      case DType::kU8:
+        out[i] = load(std::uint8_t{}, i);
+        break;
+      case DType::kBool:
+        out[i] = load(std::uint8_t{}, i) != 0 ? 1.0 : 0.0;
+        break;
       case DType::kF8E4M3:
       case DType::kF8E5M2:
         throw InputError("conversion of " + std::string(dtype_name(dtype)) + " to double is not supported");
@@ -134,14 +160,19 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::byte> file, cons
   }
   const std::uint64_t header_len = read_u64_le(file.data());
   if (header_len > kSafetensorsMaxHeaderBytes) {
-    fail(file_name, "", "header length " + std::to_string(header_len) + " exceeds the " +
-                            std::to_string(kSafetensorsMaxHeaderBytes) + "-byte limit", 0);
+    fail(file_name, "",
+         "header length " + std::to_string(header_len) + " exceeds the " + std::to_string(kSafetensorsMaxHeaderBytes) +
+             "-byte limit",
+         0);
   }
   if (header_len > file.size() - 8) {
-    fail(file_name, "", "header length " + std::to_string(header_len) + " runs past the end of the " +
-                            std::to_string(file.size()) + "-byte file", 0);
+    fail(file_name, "",
+         "header length " + std::to_string(header_len) + " runs past the end of the " + std::to_string(file.size()) +
+             "-byte file",
+         0);
   }
-  if (header_len < 2) fail(file_name, "", "header of " + std::to_string(header_len) + " bytes cannot be a JSON object", 0);
+  if (header_len < 2)
+    fail(file_name, "", "header of " + std::to_string(header_len) + " bytes cannot be a JSON object", 0);
   const char* text = reinterpret_cast<const char*>(file.data() + 8);
 
   // Duplicate top-level keys would silently shadow each other in a map; reject them.
@@ -170,7 +201,8 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::byte> file, cons
     if (it.key() == kMetadataKey) {
       if (!it->is_object()) fail(file_name, kMetadataKey, "must be an object of strings");
       for (auto m = it->begin(); m != it->end(); ++m) {
-        if (!m->is_string()) fail(file_name, std::string(kMetadataKey) + "." + m.key(), "metadata values must be strings");
+        if (!m->is_string())
+          fail(file_name, std::string(kMetadataKey) + "." + m.key(), "metadata values must be strings");
         out.metadata[m.key()] = m->get<std::string>();
       }
       continue;
@@ -277,13 +309,13 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::filesystem::path& path) 
     for (const auto& t : shard->tensors()) {
       auto it = owner_.find(t.name);
       if (it == owner_.end()) {
-        throw InputError("tensor '" + t.name + "' of shard '" + shard->path().filename().string() +
-                             "' is missing from the index",
-                         {target.string(), "/weight_map", std::nullopt});
+        throw InputError(
+            "tensor '" + t.name + "' of shard '" + shard->path().filename().string() + "' is missing from the index",
+            {target.string(), "/weight_map", std::nullopt});
       }
       if (it->second != shard.get()) {
-        throw InputError("tensor '" + t.name + "' appears in shards '" + shard->path().filename().string() +
-                             "' and '" + it->second->path().filename().string() + "'",
+        throw InputError("tensor '" + t.name + "' appears in shards '" + shard->path().filename().string() + "' and '" +
+                             it->second->path().filename().string() + "'",
                          {target.string(), "/weight_map", std::nullopt});
       }
     }
@@ -300,8 +332,9 @@ std::vector<std::string> SafetensorsCheckpoint::names() const {
 const TensorInfo& SafetensorsCheckpoint::info(const std::string& name) const {
   auto it = owner_.find(name);
   if (it == owner_.end()) {
-    throw InputError("no such tensor in checkpoint",
-                     {shards_.empty() ? std::string() : shards_.front()->path().parent_path().string(), name, std::nullopt});
+    throw InputError(
+        "no such tensor in checkpoint",
+        {shards_.empty() ? std::string() : shards_.front()->path().parent_path().string(), name, std::nullopt});
   }
   return it->second->info(name);
 }
@@ -367,9 +400,8 @@ void SafetensorsWriter::write_entries(const std::filesystem::path& path,
   if (!metadata_.empty()) header[kMetadataKey] = metadata_;
   std::uint64_t offset = 0;
   for (const Entry* e : entries) {
-    header[e->name] = {{"dtype", dtype_name(e->dtype)},
-                       {"shape", e->shape},
-                       {"data_offsets", {offset, offset + e->data.size()}}};
+    header[e->name] = {
+        {"dtype", dtype_name(e->dtype)}, {"shape", e->shape}, {"data_offsets", {offset, offset + e->data.size()}}};
     offset += e->data.size();
   }
   std::string text = header.dump();

@@ -27,11 +27,11 @@ inline constexpr std::uint64_t kSafetensorsMaxHeaderBytes = 100u << 20;
 
 /// Where one tensor lives in a safetensors file.
 struct TensorInfo {
-  std::string name;                ///< tensor name
-  DType dtype = DType::kF32;       ///< element type
-  std::vector<std::int64_t> shape; ///< dimensions, outermost first
-  std::uint64_t begin = 0;         ///< first byte, relative to the data buffer
-  std::uint64_t end = 0;           ///< one past the last byte
+  std::string name;                 ///< tensor name
+  DType dtype = DType::kF32;        ///< element type
+  std::vector<std::int64_t> shape;  ///< dimensions, outermost first
+  std::uint64_t begin = 0;          ///< first byte, relative to the data buffer
+  std::uint64_t end = 0;            ///< one past the last byte
 
   /// Number of elements.
   std::uint64_t numel() const;
@@ -63,9 +63,9 @@ struct TensorView {
 
 /// The parsed and validated header of one file.
 struct SafetensorsHeader {
-  std::vector<TensorInfo> tensors;               ///< sorted by name
-  std::map<std::string, std::string> metadata;   ///< "__metadata__", if any
-  std::uint64_t data_start = 0;                  ///< 8 + header length
+  std::vector<TensorInfo> tensors;              ///< sorted by name
+  std::map<std::string, std::string> metadata;  ///< "__metadata__", if any
+  std::uint64_t data_start = 0;                 ///< 8 + header length
 };
 
 /// Parses and validates a header against the whole file's bytes: length
@@ -142,11 +142,9 @@ class SafetensorsWriter {
  public:
   /// Adds a tensor; InputError on a duplicate name or a byte length that does
   /// not match dtype x shape.
-  void add(const std::string& name, DType dtype, std::vector<std::int64_t> shape,
-           std::span<const std::byte> data);
+  void add(const std::string& name, DType dtype, std::vector<std::int64_t> shape, std::span<const std::byte> data);
   /// Adds a tensor whose bytes the writer keeps.
-  void add_owned(const std::string& name, DType dtype, std::vector<std::int64_t> shape,
-                 std::vector<std::byte> data);
+  void add_owned(const std::string& name, DType dtype, std::vector<std::int64_t> shape, std::vector<std::byte> data);
   /// Sets one "__metadata__" entry.
   void set_metadata(const std::string& key, const std::string& value);
   /// Total bytes of tensor data added so far.
@@ -158,8 +156,7 @@ class SafetensorsWriter {
   /// Writes `<stem>.safetensors` when everything fits in `max_shard_bytes`,
   /// else `<stem>-0000i-of-0000n.safetensors` plus `<stem>.safetensors.index.json`.
   /// Returns the files written.
-  std::vector<std::filesystem::path> write_sharded(const std::filesystem::path& dir,
-                                                   std::uint64_t max_shard_bytes,
+  std::vector<std::filesystem::path> write_sharded(const std::filesystem::path& dir, std::uint64_t max_shard_bytes,
                                                    const std::string& stem = "model") const;
 
  private:

@@ -65,8 +65,10 @@ void remove_folder_contents(int dir, int depth) {
       if (::unlinkat(dir, name, is_dir ? AT_REMOVEDIR : 0) == 0) removed_any = true;
     }
     // Removing entries while reading can skip some: read again from the start.
-    if (removed_any) ::lseek(dir, 0, SEEK_SET);
-    else break;
+    if (removed_any)
+      ::lseek(dir, 0, SEEK_SET);
+    else
+      break;
   }
   ::close(dir);
 }

@@ -29,8 +29,8 @@ template <typename T>
 std::vector<T> read_vector(const Hdf5Store& store, const std::string& name, DType expected, std::uint64_t max_bytes) {
   auto t = store.read_tensor(name, max_bytes);
   if (t.dtype != expected)
-    throw InputError(store.path().string() + ": " + name + " has dtype " + std::string(dtype_name(t.dtype)) + ", expected " +
-                     std::string(dtype_name(expected)));
+    throw InputError(store.path().string() + ": " + name + " has dtype " + std::string(dtype_name(t.dtype)) +
+                     ", expected " + std::string(dtype_name(expected)));
   std::vector<T> out(t.data.size() / sizeof(T));
   std::memcpy(out.data(), t.data.data(), out.size() * sizeof(T));
   return out;
@@ -108,8 +108,8 @@ void DeltaWriter::add_packed(const std::string& name, const PackedMatrix& m) {
   store_.set_attribute(object, "sparsity", m.sparsity.to_string());
 }
 
-void DeltaWriter::add_dense(const std::string& name, DenseKind kind, DType dtype, const std::vector<std::int64_t>& shape,
-                            std::span<const std::byte> data) {
+void DeltaWriter::add_dense(const std::string& name, DenseKind kind, DType dtype,
+                            const std::vector<std::int64_t>& shape, std::span<const std::byte> data) {
   const std::string object = kDense + name;
   store_.write_tensor(object, dtype, shape, data, write_options_);
   store_.set_attribute(object, "kind", std::string(kind == DenseKind::kDelta ? "delta" : "full"));
@@ -122,8 +122,8 @@ void DeltaWriter::add_row_delta(const std::string& name, const RowDelta& d) {
   const std::vector<std::int64_t> code_bytes{static_cast<std::int64_t>(d.codes.size())};
   store_.write_tensor(prefix + "rows", DType::kI32, kept, bytes_of(d.kept_rows.data(), d.kept_rows.size() * 4),
                       write_options_);
-  store_.write_tensor(prefix + "codes", DType::kU8, code_bytes,
-                      bytes_of(d.codes.data(), d.codes.size()), write_options_);
+  store_.write_tensor(prefix + "codes", DType::kU8, code_bytes, bytes_of(d.codes.data(), d.codes.size()),
+                      write_options_);
   store_.write_tensor(prefix + "scales", DType::kF16, kept, bytes_of(d.scales.data(), d.scales.size() * 2),
                       write_options_);
   store_.set_attribute(prefix + "codes", "shape", std::vector<std::int64_t>{d.rows, d.cols});
@@ -136,8 +136,8 @@ DeltaReader::DeltaReader(const std::filesystem::path& path) : store_(Hdf5Store::
   if (string_attr(store_, "", "format") != kContainerFormat)
     throw InputError(path.string() + ": not a " + std::string(kContainerFormat) + " container");
   if (const auto version = int_attr(store_, "", "version"); version != kContainerVersion) {
-    throw InputError(path.string() + ": unsupported container version " + std::to_string(version) + " (this build reads " +
-                     std::to_string(kContainerVersion) + "; compress the model again)");
+    throw InputError(path.string() + ": unsupported container version " + std::to_string(version) +
+                     " (this build reads " + std::to_string(kContainerVersion) + "; compress the model again)");
   }
   store_.require_checksums(true);
   header_.settings_json = string_attr(store_, "", "settings");
@@ -245,7 +245,8 @@ DenseEntry DeltaReader::dense(const std::string& name) const {
   if (contains_sorted(row_deltas_, name)) return row_delta_entry(name);
   DenseEntry e;
   auto kind = string_attr(store_, kDense + name, "kind");
-  if (kind != "delta" && kind != "full") throw InputError(path().string() + ": " + name + ": unknown kind '" + kind + "'");
+  if (kind != "delta" && kind != "full")
+    throw InputError(path().string() + ": " + name + ": unknown kind '" + kind + "'");
   e.kind = kind == "delta" ? DenseKind::kDelta : DenseKind::kFull;
   // Exactly the model's shape (check_layout), of at most 8-byte values.
   const auto& shape = dense_shapes_.at(name);

@@ -24,9 +24,9 @@ inline constexpr std::int64_t kContainerVersion = 2;
 
 /// What the file says about itself.
 struct DeltaHeader {
-  std::string settings_json;   ///< the compression settings, as JSON text
-  std::string base_identity;   ///< hash of the base model (base_identity())
-  std::string config_json;     ///< the fine-tuned model's config.json text
+  std::string settings_json;  ///< the compression settings, as JSON text
+  std::string base_identity;  ///< hash of the base model (base_identity())
+  std::string config_json;    ///< the fine-tuned model's config.json text
 };
 
 /// How a tensor that is not a compressed linear layer is stored.
@@ -91,7 +91,7 @@ class DeltaReader {
   Hdf5Store store_;
   DeltaHeader header_;
   std::vector<std::string> packed_, dense_;
-  std::vector<std::string> row_deltas_;  ///< the dense_ entries stored as row deltas, sorted
+  std::vector<std::string> row_deltas_;                            ///< the dense_ entries stored as row deltas, sorted
   std::map<std::string, std::vector<std::int64_t>> dense_shapes_;  ///< the model's shape of each dense entry
 };
 

@@ -90,11 +90,20 @@ torch::Tensor hessian_of(const torch::Tensor& inputs) {
 }
 
 nlohmann::json settings_json(const CompressCommand& c) {
-  return {{"method", c.method}, {"bits", c.bits}, {"sparsity", c.sparsity}, {"group_size", c.group_size},
-          {"symmetric", c.symmetric}, {"act_order", c.act_order}, {"damp", c.damp}, {"block_size", c.block_size},
+  return {{"method", c.method},
+          {"bits", c.bits},
+          {"sparsity", c.sparsity},
+          {"group_size", c.group_size},
+          {"symmetric", c.symmetric},
+          {"act_order", c.act_order},
+          {"damp", c.damp},
+          {"block_size", c.block_size},
           {"calibration", c.calib.empty() ? std::string("built-in synthetic corpus") : c.calib.filename().string()},
-          {"calib_samples", c.calib_samples}, {"seq_len", c.seq_len}, {"dense_policy", c.dense_policy},
-          {"embedding_bits", c.dense_policy == "full" ? 0 : c.embedding_bits}, {"zstd_level", c.zstd_level}};
+          {"calib_samples", c.calib_samples},
+          {"seq_len", c.seq_len},
+          {"dense_policy", c.dense_policy},
+          {"embedding_bits", c.dense_policy == "full" ? 0 : c.embedding_bits},
+          {"zstd_level", c.zstd_level}};
 }
 
 void add_dense_tensor(DeltaWriter& writer, const std::string& name, const torch::Tensor& target,
@@ -143,7 +152,8 @@ int run_compress(const CompressCommand& command) {
   options.block_size = c.block_size;
   options.validate();
   if (c.method != "obs" && c.method != "rtn") throw UsageError("--method must be obs or rtn");
-  if (c.dense_policy != "delta-zstd" && c.dense_policy != "full") throw UsageError("--dense-policy must be delta-zstd or full");
+  if (c.dense_policy != "delta-zstd" && c.dense_policy != "full")
+    throw UsageError("--dense-policy must be delta-zstd or full");
   if (c.calib_samples < 0 || c.seq_len < 2)
     throw UsageError("--calib-samples must be 0 (automatic) or positive, --seq-len at least 2");
   if (c.zstd_level < 1 || c.zstd_level > 22) throw UsageError("--zstd-level must be 1 to 22");
@@ -255,7 +265,9 @@ int run_compress(const CompressCommand& command) {
   double params = static_cast<double>(target.config().parameter_count());
   std::ostream& report = report_stream(outputs);  // "-o -": stdout carries the container
   if (c.json) {
-    nlohmann::json out = {{"output", c.output.string()}, {"bytes", size}, {"seconds", seconds},
+    nlohmann::json out = {{"output", c.output.string()},
+                          {"bytes", size},
+                          {"seconds", seconds},
                           {"seconds_per_million_parameters", seconds / (params / 1e6)},
                           {"weighted_error", calibrate ? nlohmann::json(obs_error) : nlohmann::json()},
                           {"weighted_error_rtn", calibrate ? nlohmann::json(rtn_error) : nlohmann::json()},
@@ -263,13 +275,14 @@ int run_compress(const CompressCommand& command) {
     report << out.dump(2) << "\n";
   } else {
     report << fmt::format("wrote {}: {} bytes ({:.2f}x smaller than the fp16 model), {:.1f} s\n", c.output.string(),
-                             size, 2 * params / static_cast<double>(size), seconds);
+                          size, 2 * params / static_cast<double>(size), seconds);
   }
   return 0;
 }
 
 torch::Tensor dense_tensor(const DenseEntry& entry) {
-  auto stored = torch::empty(entry.tensor.shape, torch::TensorOptions().dtype(model::torch_scalar_type(entry.tensor.dtype)));
+  auto stored =
+      torch::empty(entry.tensor.shape, torch::TensorOptions().dtype(model::torch_scalar_type(entry.tensor.dtype)));
   std::memcpy(stored.data_ptr(), entry.tensor.data.data(), entry.tensor.data.size());
   return stored;
 }
@@ -305,8 +318,8 @@ LlamaModel reconstruct_model(const DeltaReader& reader, const LlamaModel& base, 
     } else if (std::binary_search(reader.dense_names().begin(), reader.dense_names().end(), name)) {
       auto entry = reader.dense(name);
       auto stored = dense_tensor(entry);
-      values.emplace_back(name, entry.kind == DenseKind::kFull ? stored.to(torch::kFloat32)
-                                                               : base_value + stored.to(torch::kFloat32));
+      values.emplace_back(
+          name, entry.kind == DenseKind::kFull ? stored.to(torch::kFloat32) : base_value + stored.to(torch::kFloat32));
     } else {
       throw InputError(reader.path().string() + ": no entry for tensor '" + name + "'");
     }
@@ -364,7 +377,8 @@ int run_inspect(const InspectCommand& c) {
   std::vector<Row> rows;
   for (const auto& n : reader.packed_names()) {
     auto p = reader.packed(n);
-    rows.push_back({n, fmt::format("{}-bit {}", p.bits, p.sparsity.to_string()), reader.elements(n), reader.stored_bytes(n)});
+    rows.push_back(
+        {n, fmt::format("{}-bit {}", p.bits, p.sparsity.to_string()), reader.elements(n), reader.stored_bytes(n)});
   }
   for (const auto& n : reader.dense_names()) {
     auto e = reader.dense(n);
@@ -381,26 +395,44 @@ int run_inspect(const InspectCommand& c) {
   }
   const Total linear = classes["linear layers"];
   const auto file_bytes = reader.file_bytes();
-  auto bpw = [](std::uint64_t bytes, std::int64_t n) { return n ? 8.0 * static_cast<double>(bytes) / static_cast<double>(n) : 0.0; };
+  auto bpw = [](std::uint64_t bytes, std::int64_t n) {
+    return n ? 8.0 * static_cast<double>(bytes) / static_cast<double>(n) : 0.0;
+  };
   nlohmann::json settings = parse_json(reader.header().settings_json, c.delta.string() + ":settings").json();
   if (c.json) {
     nlohmann::json tensors = nlohmann::json::array();
     for (const auto& r : rows)
-      tensors.push_back({{"name", r.name}, {"kind", r.kind}, {"elements", r.elements}, {"bytes", r.bytes},
+      tensors.push_back({{"name", r.name},
+                         {"kind", r.kind},
+                         {"elements", r.elements},
+                         {"bytes", r.bytes},
                          {"bits_per_weight", bpw(r.bytes, r.elements)}});
     nlohmann::json by_class = nlohmann::json::object();
     for (const auto& [name, t] : classes) {
       if (t.elements == 0) continue;
-      by_class[name] = {{"elements", t.elements}, {"bytes", t.bytes}, {"bits_per_weight", bpw(t.bytes, t.elements)},
+      by_class[name] = {{"elements", t.elements},
+                        {"bytes", t.bytes},
+                        {"bits_per_weight", bpw(t.bytes, t.elements)},
                         {"share_of_file", static_cast<double>(t.bytes) / static_cast<double>(file_bytes)}};
     }
     nlohmann::json out = {
-        {"file", c.delta.string()}, {"file_bytes", file_bytes}, {"base_identity", reader.header().base_identity},
-        {"settings", settings}, {"tensors", tensors}, {"classes", by_class},
-        {"linear", {{"elements", linear.elements}, {"bytes", linear.bytes}, {"bits_per_weight", bpw(linear.bytes, linear.elements)},
-                    {"ratio_vs_fp16_delta", linear.bytes ? 2.0 * static_cast<double>(linear.elements) / static_cast<double>(linear.bytes) : 0.0}}},
-        {"total", {{"elements", all.elements}, {"bytes", all.bytes}, {"bits_per_weight", bpw(all.bytes, all.elements)},
-                   {"ratio_vs_fp16_model", 2.0 * static_cast<double>(all.elements) / static_cast<double>(file_bytes)}}}};
+        {"file", c.delta.string()},
+        {"file_bytes", file_bytes},
+        {"base_identity", reader.header().base_identity},
+        {"settings", settings},
+        {"tensors", tensors},
+        {"classes", by_class},
+        {"linear",
+         {{"elements", linear.elements},
+          {"bytes", linear.bytes},
+          {"bits_per_weight", bpw(linear.bytes, linear.elements)},
+          {"ratio_vs_fp16_delta",
+           linear.bytes ? 2.0 * static_cast<double>(linear.elements) / static_cast<double>(linear.bytes) : 0.0}}},
+        {"total",
+         {{"elements", all.elements},
+          {"bytes", all.bytes},
+          {"bits_per_weight", bpw(all.bytes, all.elements)},
+          {"ratio_vs_fp16_model", 2.0 * static_cast<double>(all.elements) / static_cast<double>(file_bytes)}}}};
     std::cout << out.dump(2) << "\n";
     return 0;
   }
@@ -408,18 +440,21 @@ int run_inspect(const InspectCommand& c) {
                            reader.header().base_identity, settings.dump());
   std::cout << fmt::format("{:<44} {:<24} {:>12} {:>12} {:>8}\n", "tensor", "stored as", "weights", "bytes", "bits/w");
   for (const auto& r : rows)
-    std::cout << fmt::format("{:<44} {:<24} {:>12} {:>12} {:>8.3f}\n", r.name, r.kind, r.elements, r.bytes, bpw(r.bytes, r.elements));
+    std::cout << fmt::format("{:<44} {:<24} {:>12} {:>12} {:>8.3f}\n", r.name, r.kind, r.elements, r.bytes,
+                             bpw(r.bytes, r.elements));
   std::cout << fmt::format("{:<16} {:>12} {:>12} {:>8} {:>8}\n", "class", "weights", "bytes", "bits/w", "of file");
   for (const auto& [name, t] : classes) {
     if (t.elements == 0) continue;
-    std::cout << fmt::format("{:<16} {:>12} {:>12} {:>8.3f} {:>7.1f}%\n", name, t.elements, t.bytes, bpw(t.bytes, t.elements),
+    std::cout << fmt::format("{:<16} {:>12} {:>12} {:>8.3f} {:>7.1f}%\n", name, t.elements, t.bytes,
+                             bpw(t.bytes, t.elements),
                              100.0 * static_cast<double>(t.bytes) / static_cast<double>(file_bytes));
   }
   std::cout << fmt::format("linear layers: {:.3f} bits/weight, {:.2f}x smaller than their fp16 delta\n",
                            bpw(linear.bytes, linear.elements),
                            linear.bytes ? 16.0 / bpw(linear.bytes, linear.elements) : 0.0);
   std::cout << fmt::format("whole file: {:.3f} bits/weight, {:.2f}x smaller than the fp16 model\n",
-                           bpw(file_bytes, all.elements), 2.0 * static_cast<double>(all.elements) / static_cast<double>(file_bytes));
+                           bpw(file_bytes, all.elements),
+                           2.0 * static_cast<double>(all.elements) / static_cast<double>(file_bytes));
   return 0;
 }
 

@@ -20,9 +20,9 @@ struct CompressCommand {
   bool act_order = false;
   double damp = 0.01;
   std::int64_t block_size = 128;
-  std::string method = "obs";            ///< obs or rtn
-  std::filesystem::path calib;           ///< calibration text (default: built-in synthetic corpus)
-  std::int64_t calib_samples = 0;        ///< 0: default_calibration_samples
+  std::string method = "obs";      ///< obs or rtn
+  std::filesystem::path calib;     ///< calibration text (default: built-in synthetic corpus)
+  std::int64_t calib_samples = 0;  ///< 0: default_calibration_samples
 
   std::int64_t seq_len = 128;
   std::string dense_policy = "delta-zstd";  ///< or full

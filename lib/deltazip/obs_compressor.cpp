@@ -32,8 +32,8 @@ Grid find_grid(const torch::Tensor& w, int bits, bool symmetric) {
   auto scale = ((xmax - xmin) / maxq).to(torch::kHalf).to(torch::kFloat32);
   // Float16 has no smaller step; a zero scale would divide by zero.
   scale = scale.clamp_min(f16_to_float(1));
-  torch::Tensor zero = symmetric ? torch::full_like(scale, std::floor((maxq + 1) / 2))
-                                 : torch::round(-xmin / scale).clamp(0, maxq);
+  torch::Tensor zero =
+      symmetric ? torch::full_like(scale, std::floor((maxq + 1) / 2)) : torch::round(-xmin / scale).clamp(0, maxq);
   return {scale.unsqueeze(1), zero.unsqueeze(1)};
 }
 
@@ -53,8 +53,7 @@ void CompressionOptions::validate() const {
     throw UsageError("--block-size must be a multiple of the n:m group (" + std::to_string(sparsity.m) + ")");
 }
 
-CompressedMatrix obs_compress(const torch::Tensor& weight, const torch::Tensor& hessian,
-                              const CompressionOptions& o) {
+CompressedMatrix obs_compress(const torch::Tensor& weight, const torch::Tensor& hessian, const CompressionOptions& o) {
   o.validate();
   torch::NoGradGuard no_grad;
   auto W = weight.to(torch::kFloat32).clone();
@@ -106,7 +105,8 @@ CompressedMatrix obs_compress(const torch::Tensor& weight, const torch::Tensor& 
   std::vector<Grid> static_grids;
   if (o.act_order || group == cols) {
     for (std::int64_t g = 0; g < groups; ++g) {
-      auto grid = find_grid(original_weight.narrow(1, g * group, std::min(group, cols - g * group)), o.bits, o.symmetric);
+      auto grid =
+          find_grid(original_weight.narrow(1, g * group, std::min(group, cols - g * group)), o.bits, o.symmetric);
       static_grids.push_back(grid);
       scales.narrow(1, g, 1).copy_(grid.scale);
       zeros.narrow(1, g, 1).copy_(grid.zero);
@@ -176,7 +176,8 @@ CompressedMatrix obs_compress(const torch::Tensor& weight, const torch::Tensor& 
       Err1.select(1, i).copy_(err);
     }
     if (i1 + count < cols)
-      W.narrow(1, i1 + count, cols - i1 - count).sub_(Err1.matmul(U.narrow(0, i1, count).narrow(1, i1 + count, cols - i1 - count)));
+      W.narrow(1, i1 + count, cols - i1 - count)
+          .sub_(Err1.matmul(U.narrow(0, i1, count).narrow(1, i1 + count, cols - i1 - count)));
   }
   if (o.act_order) {
     Q = Q.index_select(1, inverse_perm);

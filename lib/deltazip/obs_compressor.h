@@ -12,12 +12,12 @@
 namespace fleet::deltazip {
 
 struct CompressionOptions {
-  int bits = 4;                 ///< 2, 3, 4 or 8
+  int bits = 4;  ///< 2, 3, 4 or 8
   bool symmetric = true;
-  std::int64_t group_size = -1; ///< input columns per scale; -1: one per row
+  std::int64_t group_size = -1;  ///< input columns per scale; -1: one per row
   SparsityPattern sparsity;
-  bool act_order = false;       ///< process columns by descending Hessian diagonal
-  double damp = 0.01;           ///< added to the diagonal, as a fraction of its mean
+  bool act_order = false;  ///< process columns by descending Hessian diagonal
+  double damp = 0.01;      ///< added to the diagonal, as a fraction of its mean
   std::int64_t block_size = 128;
 
   /// UsageError for unsupported values (bits, group size, block size vs n:m).

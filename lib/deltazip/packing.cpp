@@ -64,8 +64,10 @@ SparsityPattern SparsityPattern::parse(const std::string& text) {
 
 std::string SparsityPattern::to_string() const {
   switch (kind) {
-    case Kind::kDense: return "none";
-    case Kind::kNOfM: return std::to_string(n) + ":" + std::to_string(m);
+    case Kind::kDense:
+      return "none";
+    case Kind::kNOfM:
+      return std::to_string(n) + ":" + std::to_string(m);
     case Kind::kUnstructured: {
       std::string s = std::to_string(fraction);
       while (s.size() > 3 && s.back() == '0') s.pop_back();
@@ -87,7 +89,8 @@ namespace {
 
 std::size_t kept_count(const PackedMatrix& p, std::span<const std::uint8_t> mask) {
   switch (p.sparsity.kind) {
-    case SparsityPattern::Kind::kDense: return static_cast<std::size_t>(p.rows * p.cols);
+    case SparsityPattern::Kind::kDense:
+      return static_cast<std::size_t>(p.rows * p.cols);
     case SparsityPattern::Kind::kNOfM:
       return static_cast<std::size_t>(p.rows * (p.cols / p.sparsity.m) * p.sparsity.kept_per_group());
     case SparsityPattern::Kind::kUnstructured: {
@@ -157,7 +160,9 @@ PackedMatrix pack_matrix(std::int64_t rows, std::int64_t cols, int bits, std::in
       break;
     case SparsityPattern::Kind::kNOfM: {
       const int m = sparsity.m;
-      if (cols % m != 0) throw InputError("n:m sparsity needs the columns (" + std::to_string(cols) + ") to be a multiple of " + std::to_string(m));
+      if (cols % m != 0)
+        throw InputError("n:m sparsity needs the columns (" + std::to_string(cols) + ") to be a multiple of " +
+                         std::to_string(m));
       for (std::size_t g = 0; g < total; g += static_cast<std::size_t>(m)) {
         int n_kept = 0;
         for (int k = 0; k < m; ++k) {
@@ -204,7 +209,8 @@ void unpack_matrix(const PackedMatrix& p, std::span<float> out) {
         if (mask[i]) out[i] = value(i, codes[next++]);
       break;
     case SparsityPattern::Kind::kNOfM: {
-      const auto m = static_cast<std::size_t>(p.sparsity.m), keep = static_cast<std::size_t>(p.sparsity.kept_per_group());
+      const auto m = static_cast<std::size_t>(p.sparsity.m),
+                 keep = static_cast<std::size_t>(p.sparsity.kept_per_group());
       const auto positions = unpack_bits(p.indices, index_bits(p.sparsity.m), codes.size());
       for (std::size_t g = 0; g < total; g += m)
         for (std::size_t k = 0; k < keep; ++k, ++next) {

@@ -18,8 +18,8 @@ std::vector<std::uint8_t> unpack_bits(std::span<const std::uint8_t> packed, int 
 /// Which weights a matrix keeps.
 struct SparsityPattern {
   enum class Kind { kDense, kNOfM, kUnstructured } kind = Kind::kDense;
-  int n = 0, m = 0;       ///< n:m: n of every m weights pruned
-  double fraction = 0;    ///< unstructured: share of weights pruned
+  int n = 0, m = 0;     ///< n:m: n of every m weights pruned
+  double fraction = 0;  ///< unstructured: share of weights pruned
 
   /// "none", "2:4", "4:8" (N:M prunes N of every M along the input dimension,
   /// as in 2:4 sparsity: 2 of 4 zero), or a fraction in (0, 1) pruned
@@ -34,10 +34,11 @@ struct SparsityPattern {
 struct PackedMatrix {
   std::int64_t rows = 0, cols = 0;
   int bits = 4;
-  std::int64_t group_size = 0;        ///< input columns per scale (cols: one per row)
+  std::int64_t group_size = 0;  ///< input columns per scale (cols: one per row)
   SparsityPattern sparsity;
-  std::vector<std::uint8_t> codes;    ///< codes of the kept weights, row-major, packed to `bits`
-  std::vector<std::uint8_t> indices;  ///< n:m: position of each kept weight in its group, packed to log2(m) bits; unstructured: 1 bit per weight
+  std::vector<std::uint8_t> codes;  ///< codes of the kept weights, row-major, packed to `bits`
+  std::vector<std::uint8_t>
+      indices;  ///< n:m: position of each kept weight in its group, packed to log2(m) bits; unstructured: 1 bit per weight
   std::vector<std::uint16_t> scales;  ///< float16 bits, [rows, groups]
   std::vector<std::uint8_t> zeros;    ///< integer zero points, [rows, groups]
 

@@ -12,7 +12,8 @@ namespace fleet::deltazip {
 
 /// Throws InputError naming `source` when the delta's model differs from
 /// the base in any shape (vocabulary, widths, layers, heads, tied head).
-void check_same_architecture(const model::LlamaConfig& base, const model::LlamaConfig& delta, const std::string& source);
+void check_same_architecture(const model::LlamaConfig& base, const model::LlamaConfig& delta,
+                             const std::string& source);
 
 /// A dense entry's stored values as a tensor of its stored dtype (a delta or
 /// the full fine-tuned tensor, as `entry.kind` says).

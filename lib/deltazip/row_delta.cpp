@@ -24,7 +24,8 @@ void RowDelta::validate(const std::string& name) const {
   if (rows <= 0 || cols <= 0) fail("row delta shape must be positive");
   if (static_cast<std::int64_t>(kept_rows.size()) > rows) fail("more kept rows than the tensor has");
   for (std::size_t i = 0; i < kept_rows.size(); ++i) {
-    if (kept_rows[i] < 0 || kept_rows[i] >= rows) fail("kept row " + std::to_string(kept_rows[i]) + " outside the tensor");
+    if (kept_rows[i] < 0 || kept_rows[i] >= rows)
+      fail("kept row " + std::to_string(kept_rows[i]) + " outside the tensor");
     if (i > 0 && kept_rows[i] <= kept_rows[i - 1]) fail("kept rows are not strictly increasing");
   }
   if (scales.size() != kept_rows.size()) fail("one scale per kept row expected");

@@ -14,10 +14,10 @@ namespace fleet::deltazip {
 /// A [rows, cols] delta, row-sparse and quantized.
 struct RowDelta {
   std::int64_t rows = 0, cols = 0;
-  int bits = 8;                           ///< 2..8: levels -(2^(bits-1)-1) .. 2^(bits-1)-1
-  std::vector<std::int32_t> kept_rows;    ///< strictly increasing row indices
-  std::vector<std::uint8_t> codes;        ///< [kept, cols] level + 2^(bits-1), packed LSB-first to `bits`
-  std::vector<std::uint16_t> scales;      ///< float16 bits, one per kept row
+  int bits = 8;                         ///< 2..8: levels -(2^(bits-1)-1) .. 2^(bits-1)-1
+  std::vector<std::int32_t> kept_rows;  ///< strictly increasing row indices
+  std::vector<std::uint8_t> codes;      ///< [kept, cols] level + 2^(bits-1), packed LSB-first to `bits`
+  std::vector<std::uint16_t> scales;    ///< float16 bits, one per kept row
 
   /// Bytes of rows, codes and scales together.
   std::uint64_t stored_bytes() const;

@@ -9,11 +9,11 @@ namespace fleet::devices {
 
 /// One visible GPU.
 struct GpuDevice {
-  int index = 0;                  ///< CUDA device ordinal
-  std::string name;               ///< e.g. "NVIDIA H200"
-  int sm_count = 0;               ///< streaming multiprocessors
-  std::uint64_t memory_bytes = 0; ///< total device memory
-  int compute_major = 0;          ///< compute capability
+  int index = 0;                   ///< CUDA device ordinal
+  std::string name;                ///< e.g. "NVIDIA H200"
+  int sm_count = 0;                ///< streaming multiprocessors
+  std::uint64_t memory_bytes = 0;  ///< total device memory
+  int compute_major = 0;           ///< compute capability
   int compute_minor = 0;
 };
 

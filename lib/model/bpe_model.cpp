@@ -26,9 +26,9 @@ BpeModel::BpeModel(std::unordered_map<std::string, std::int32_t> vocab,
       throw InputError("BPE merge " + std::to_string(rank) + " ('" + left + " " + right +
                        "') names a token that is not in the vocabulary");
     // With a continuing-subword prefix the right piece loses its prefix in the merged token.
-    std::string merged = left + (prefix && right.compare(0, prefix, options_.continuing_subword_prefix) == 0
-                                     ? right.substr(prefix)
-                                     : right);
+    std::string merged =
+        left +
+        (prefix && right.compare(0, prefix, options_.continuing_subword_prefix) == 0 ? right.substr(prefix) : right);
     auto result = id_of(merged);
     if (!result)
       throw InputError("BPE merge " + std::to_string(rank) + " ('" + left + " " + right + "') makes '" + merged +

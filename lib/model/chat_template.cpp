@@ -50,7 +50,7 @@ std::string python_repr(const json& v) {
 
 // How Jinja (Python) prints a value.
 std::string to_text(const json& v) {
-  if (v.is_discarded() ) return "";
+  if (v.is_discarded()) return "";
   if (v.is_string()) return v.get<std::string>();
   if (v.is_null()) return "None";
   if (v.is_boolean()) return v.get<bool>() ? "True" : "False";
@@ -67,7 +67,8 @@ std::string to_text(const json& v) {
   if (v.is_object()) {
     std::string out = "{";
     bool first = true;
-    for (auto it = v.begin(); it != v.end(); ++it, first = false) out += (first ? "" : ", ") + python_repr(it.key()) + ": " + python_repr(it.value());
+    for (auto it = v.begin(); it != v.end(); ++it, first = false)
+      out += (first ? "" : ", ") + python_repr(it.key()) + ": " + python_repr(it.value());
     return out + "}";
   }
   return v.dump();
@@ -142,8 +143,8 @@ std::vector<Token> lex_expression(std::string_view s, const std::string& where) 
       out.push_back({Token::kString, text});
       i = j + 1;
     } else {
-      static const char* kOps[] = {"==", "!=", "<=", ">=", "//", "**", "<", ">", "+", "-", "*", "/", "%", "~",
-                                   "(",  ")",  "[",  "]",  "{",  "}",  ".", ",", ":", "|", "="};
+      static const char* kOps[] = {"==", "!=", "<=", ">=", "//", "**", "<", ">", "+", "-", "*", "/", "%",
+                                   "~",  "(",  ")",  "[",  "]",  "{",  "}", ".", ",", ":", "|", "="};
       bool found = false;
       for (const char* op : kOps) {
         const std::size_t n = std::char_traits<char>::length(op);
@@ -168,14 +169,28 @@ using ExprPtr = std::shared_ptr<Expr>;
 
 struct Expr {
   enum Kind {
-    kLiteral, kName, kList, kDict, kAttr, kIndex, kSlice, kCall, kFilter, kTest, kUnary, kBinary, kAnd, kOr,
-    kNot, kConditional
+    kLiteral,
+    kName,
+    kList,
+    kDict,
+    kAttr,
+    kIndex,
+    kSlice,
+    kCall,
+    kFilter,
+    kTest,
+    kUnary,
+    kBinary,
+    kAnd,
+    kOr,
+    kNot,
+    kConditional
   } kind;
   json value;                 ///< literal
   std::string name;           ///< name, attribute, filter, test, operator
   std::vector<ExprPtr> args;  ///< operands, call arguments (positional)
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
-  bool negated = false;       ///< `is not`, `not in`
+  bool negated = false;  ///< `is not`, `not in`
 };
 
 ExprPtr make(Expr::Kind kind, std::string name = "", std::vector<ExprPtr> args = {}) {
@@ -248,9 +263,8 @@ class ExpressionParser {
   ExprPtr comparison() {
     auto left = concatenation();
     while (true) {
-      if (peek().kind == Token::kOp &&
-          (peek().text == "==" || peek().text == "!=" || peek().text == "<" || peek().text == ">" ||
-           peek().text == "<=" || peek().text == ">=")) {
+      if (peek().kind == Token::kOp && (peek().text == "==" || peek().text == "!=" || peek().text == "<" ||
+                                        peek().text == ">" || peek().text == "<=" || peek().text == ">=")) {
         const auto op = t_[pos_++].text;
         left = make(Expr::kBinary, op, {left, concatenation()});
       } else if (peek().kind == Token::kName && peek().text == "in") {
@@ -290,7 +304,8 @@ class ExpressionParser {
   }
   ExprPtr multiplicative() {
     auto left = unary();
-    while (peek().kind == Token::kOp && (peek().text == "*" || peek().text == "/" || peek().text == "//" || peek().text == "%")) {
+    while (peek().kind == Token::kOp &&
+           (peek().text == "*" || peek().text == "/" || peek().text == "//" || peek().text == "%")) {
       const auto op = t_[pos_++].text;
       left = make(Expr::kBinary, op, {left, unary()});
     }
@@ -409,12 +424,12 @@ class ExpressionParser {
 
 struct Node {
   enum Kind { kText, kOutput, kFor, kIf, kSet } kind;
-  std::string text;                      ///< text
-  ExprPtr expr;                          ///< output, for iterable, set value
-  std::vector<std::string> targets;      ///< for variables; set: name or namespace + attribute
-  ExprPtr filter;                        ///< for ... if filter
+  std::string text;                                             ///< text
+  ExprPtr expr;                                                 ///< output, for iterable, set value
+  std::vector<std::string> targets;                             ///< for variables; set: name or namespace + attribute
+  ExprPtr filter;                                               ///< for ... if filter
   std::vector<std::pair<ExprPtr, std::vector<Node>>> branches;  ///< if: (condition or null for else, body)
-  std::vector<Node> body, otherwise;     ///< for body and else
+  std::vector<Node> body, otherwise;                            ///< for body and else
 };
 
 struct Tag {
@@ -467,19 +482,24 @@ std::vector<Tag> split_tags(std::string_view s, const std::string& source) {
     char quote = 0;
     for (; j + 1 < s.size(); ++j) {
       if (quote) {
-        if (s[j] == '\\') ++j;
-        else if (s[j] == quote) quote = 0;
+        if (s[j] == '\\')
+          ++j;
+        else if (s[j] == quote)
+          quote = 0;
       } else if (kind != '#' && (s[j] == '\'' || s[j] == '"')) {
         quote = s[j];
       } else if (s.substr(j, 2) == close) {
         break;
       }
     }
-    if (j + 1 >= s.size()) throw InputError(source + ": a tag opened at byte " + std::to_string(tag) + " is never closed");
+    if (j + 1 >= s.size())
+      throw InputError(source + ": a tag opened at byte " + std::to_string(tag) + " is never closed");
     std::size_t content_begin = tag + 2 + ((strip_before || keep_before) ? 1 : 0), content_end = j;
     strip_next = content_end > content_begin && s[content_end - 1] == '-';
     if (strip_next) --content_end;
-    if (kind != '#') out.push_back({kind == '{' ? Tag::kExpr : Tag::kStmt, std::string(s.substr(content_begin, content_end - content_begin)), tag});
+    if (kind != '#')
+      out.push_back({kind == '{' ? Tag::kExpr : Tag::kStmt,
+                     std::string(s.substr(content_begin, content_end - content_begin)), tag});
     trim_newline = kind != '{';  // trim_blocks
     i = j + 2;
   }
@@ -497,7 +517,9 @@ class TemplateParser {
   }
 
  private:
-  std::string where(const Tag& t) const { return source_ + ": tag at byte " + std::to_string(t.offset) + " ('" + t.content + "')"; }
+  std::string where(const Tag& t) const {
+    return source_ + ": tag at byte " + std::to_string(t.offset) + " ('" + t.content + "')";
+  }
 
   // Nodes until a statement whose keyword is in `stops` (returned in `stop`).
   std::vector<Node> block(const std::vector<std::string>& stops, std::string& stop) {
@@ -593,8 +615,12 @@ class Renderer {
   void run(const std::vector<Node>& nodes, std::string& out) {
     for (const auto& n : nodes) {
       switch (n.kind) {
-        case Node::kText: out += n.text; break;
-        case Node::kOutput: out += to_text(eval(*n.expr)); break;
+        case Node::kText:
+          out += n.text;
+          break;
+        case Node::kOutput:
+          out += to_text(eval(*n.expr));
+          break;
         case Node::kIf:
           for (const auto& [condition, body] : n.branches)
             if (!condition || truthy(eval(*condition))) {
@@ -611,7 +637,9 @@ class Renderer {
             (*ns)[n.targets[1]] = eval(*n.expr);
           }
           break;
-        case Node::kFor: run_for(n, out); break;
+        case Node::kFor:
+          run_for(n, out);
+          break;
       }
     }
   }
@@ -666,8 +694,13 @@ class Renderer {
     for (std::size_t i = 0; i < list.size(); ++i) {
       json scope = bind(list[i]);
       const auto count = static_cast<std::int64_t>(list.size()), index = static_cast<std::int64_t>(i);
-      scope["loop"] = {{"index", index + 1}, {"index0", index}, {"first", i == 0}, {"last", i + 1 == list.size()},
-                       {"length", count}, {"revindex", count - index}, {"revindex0", count - index - 1},
+      scope["loop"] = {{"index", index + 1},
+                       {"index0", index},
+                       {"first", i == 0},
+                       {"last", i + 1 == list.size()},
+                       {"length", count},
+                       {"revindex", count - index},
+                       {"revindex0", count - index - 1},
                        {"previtem", i > 0 ? list[i - 1] : undefined()},
                        {"nextitem", i + 1 < list.size() ? list[i + 1] : undefined()}};
       scopes_.push_back(std::move(scope));
@@ -717,7 +750,9 @@ class Renderer {
       if (name == "rstrip") return right(s);
       if (name == "upper" || name == "lower") {
         std::string t = s;
-        for (auto& c : t) c = static_cast<char>(name == "upper" ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
+        for (auto& c : t)
+          c = static_cast<char>(name == "upper" ? std::toupper(static_cast<unsigned char>(c))
+                                                : std::tolower(static_cast<unsigned char>(c)));
         return t;
       }
       if ((name == "startswith" || name == "endswith") && !args.empty() && args[0].is_string()) {
@@ -757,7 +792,8 @@ class Renderer {
       }
       if (name == "keys" || name == "values") {
         json out = json::array();
-        for (auto it = self.begin(); it != self.end(); ++it) out.push_back(name == "keys" ? json(it.key()) : it.value());
+        for (auto it = self.begin(); it != self.end(); ++it)
+          out.push_back(name == "keys" ? json(it.key()) : it.value());
         return out;
       }
     }
@@ -778,7 +814,8 @@ class Renderer {
       append_json_text(out, v, indent.is_number_integer() ? static_cast<int>(indent.get<std::int64_t>()) : -1, 0);
       return out;
     }
-    if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") return select(name, v, args);
+    if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr")
+      return select(name, v, args);
     if (name == "map") {
       json out = json::array();
       const bool by_attribute = kwargs.contains("attribute");
@@ -795,7 +832,8 @@ class Renderer {
       }
       return out;
     }
-    if (name == "int") return v.is_string() ? json(std::strtoll(v.get<std::string>().c_str(), nullptr, 10)) : json(as_int(v));
+    if (name == "int")
+      return v.is_string() ? json(std::strtoll(v.get<std::string>().c_str(), nullptr, 10)) : json(as_int(v));
     if (name == "list") return v.is_array() ? v : json::array();
     if (name == "first") return v.is_array() && !v.empty() ? v.front() : undefined();
     if (name == "last") return v.is_array() && !v.empty() ? v.back() : undefined();
@@ -830,7 +868,8 @@ class Renderer {
     for (const json& item : v) {
       const json subject = by_attribute ? index(item, args[0]) : item;
       const bool passes = args.size() > test_at
-                              ? test(args[test_at].get<std::string>(), subject, {args.begin() + static_cast<std::ptrdiff_t>(test_at) + 1, args.end()})
+                              ? test(args[test_at].get<std::string>(), subject,
+                                     {args.begin() + static_cast<std::ptrdiff_t>(test_at) + 1, args.end()})
                               : truthy(subject);
       if (passes == keep) out.push_back(item);
     }
@@ -850,7 +889,8 @@ class Renderer {
     if (name == "false") return v.is_boolean() && !v.get<bool>();
     if (name == "mapping") return v.is_object();
     if (name == "sequence" || name == "iterable") return v.is_array() || v.is_string() || v.is_object();
-    if (name == "odd" || name == "even") return v.is_number_integer() && (v.get<std::int64_t>() % 2 != 0) == (name == "odd");
+    if (name == "odd" || name == "even")
+      return v.is_number_integer() && (v.get<std::int64_t>() % 2 != 0) == (name == "odd");
     if (name == "divisibleby" && !args.empty()) return as_int(args[0]) != 0 && as_int(v) % as_int(args[0]) == 0;
     if (name == "equalto" || name == "eq" || name == "==") return !args.empty() && v == args[0];
     if (name == "ne" || name == "!=") return !args.empty() && v != args[0];
@@ -861,7 +901,8 @@ class Renderer {
   json binary(const std::string& op, const json& a, const json& b) {
     if (op == "~") return to_text(a) + to_text(b);
     if (op == "in") {
-      if (b.is_string()) return a.is_string() && b.get_ref<const std::string&>().find(a.get<std::string>()) != std::string::npos;
+      if (b.is_string())
+        return a.is_string() && b.get_ref<const std::string&>().find(a.get<std::string>()) != std::string::npos;
       if (b.is_array()) return std::find(b.begin(), b.end(), a) != b.end();
       if (b.is_object()) return a.is_string() && b.contains(a.get<std::string>());
       return false;
@@ -882,7 +923,8 @@ class Renderer {
       fail("cannot apply '" + op + "' to " + std::string(a.type_name()) + " and " + b.type_name());
     }
     const bool ints = (a.is_number_integer() || a.is_boolean()) && (b.is_number_integer() || b.is_boolean());
-    const double x = a.is_boolean() ? a.get<bool>() : a.get<double>(), y = b.is_boolean() ? b.get<bool>() : b.get<double>();
+    const double x = a.is_boolean() ? a.get<bool>() : a.get<double>(),
+                 y = b.is_boolean() ? b.get<bool>() : b.get<double>();
     if (op == "<") return x < y;
     if (op == ">") return x > y;
     if (op == "<=") return x <= y;
@@ -915,7 +957,8 @@ class Renderer {
 
   json eval(const Expr& e) {
     switch (e.kind) {
-      case Expr::kLiteral: return e.value;
+      case Expr::kLiteral:
+        return e.value;
       case Expr::kName: {
         if (const json* v = find(e.name)) return *v;
         // The global functions are defined (templates test `strftime_now is defined`).
@@ -933,8 +976,10 @@ class Renderer {
         for (std::size_t i = 0; i + 1 < e.args.size(); i += 2) out[to_text(eval(*e.args[i]))] = eval(*e.args[i + 1]);
         return out;
       }
-      case Expr::kAttr: return index(eval(*e.args[0]), json(e.name));
-      case Expr::kIndex: return index(eval(*e.args[0]), eval(*e.args[1]));
+      case Expr::kAttr:
+        return index(eval(*e.args[0]), json(e.name));
+      case Expr::kIndex:
+        return index(eval(*e.args[0]), eval(*e.args[1]));
       case Expr::kSlice: {
         const json v = eval(*e.args[0]);
         const auto size = static_cast<std::int64_t>(v.is_string() ? v.get_ref<const std::string&>().size() : v.size());
@@ -945,7 +990,8 @@ class Renderer {
           return std::clamp<std::int64_t>(i, 0, size);
         };
         const auto from = bound(e.args[1], 0), to = std::max(from, bound(e.args[2], size));
-        if (v.is_string()) return v.get<std::string>().substr(static_cast<std::size_t>(from), static_cast<std::size_t>(to - from));
+        if (v.is_string())
+          return v.get<std::string>().substr(static_cast<std::size_t>(from), static_cast<std::size_t>(to - from));
         if (!v.is_array()) return undefined();
         return json(std::vector<json>(v.begin() + from, v.begin() + to));
       }
@@ -954,7 +1000,8 @@ class Renderer {
         const Expr& callee = *e.args[0];
         if (callee.kind == Expr::kAttr) return method(eval(*callee.args[0]), callee.name, args);
         if (callee.kind == Expr::kName) {
-          if (callee.name == "raise_exception") throw InputError(source_ + ": the template refused: " + (args.empty() ? "" : to_text(args[0])));
+          if (callee.name == "raise_exception")
+            throw InputError(source_ + ": the template refused: " + (args.empty() ? "" : to_text(args[0])));
           if (callee.name == "namespace") {
             json ns = json::object();
             for (const auto& [k, v] : e.kwargs) ns[k] = eval(*v);
@@ -991,7 +1038,8 @@ class Renderer {
         for (const auto& [k, v] : e.kwargs) kwargs[k] = eval(*v);
         return filter(e.name, eval(*e.args[0]), operands(e), kwargs);
       }
-      case Expr::kTest: return test(e.name, eval(*e.args[0]), operands(e)) != e.negated;
+      case Expr::kTest:
+        return test(e.name, eval(*e.args[0]), operands(e)) != e.negated;
       case Expr::kUnary: {
         const json v = eval(*e.args[0]);
         return v.is_number_integer() ? json(-v.get<std::int64_t>()) : json(-v.get<double>());
@@ -1008,8 +1056,10 @@ class Renderer {
         json a = eval(*e.args[0]);
         return truthy(a) ? a : eval(*e.args[1]);
       }
-      case Expr::kNot: return !truthy(eval(*e.args[0]));
-      case Expr::kConditional: return truthy(eval(*e.args[0])) ? eval(*e.args[1]) : eval(*e.args[2]);
+      case Expr::kNot:
+        return !truthy(eval(*e.args[0]));
+      case Expr::kConditional:
+        return truthy(eval(*e.args[0])) ? eval(*e.args[1]) : eval(*e.args[2]);
     }
     return undefined();
   }
@@ -1060,7 +1110,8 @@ std::optional<ModelChatTemplate> load_chat_template(const std::filesystem::path&
     text = chat.get<std::string>();
   } else if (chat.is_array()) {
     for (const auto& entry : chat)
-      if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") && entry["template"].is_string())
+      if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") &&
+          entry["template"].is_string())
         text = entry["template"].get<std::string>();
   }
   if (text.empty()) return std::nullopt;
@@ -1071,7 +1122,8 @@ std::optional<ModelChatTemplate> load_chat_template(const std::filesystem::path&
     if (t.is_object() && t.contains("content") && t["content"].is_string()) return t["content"].get<std::string>();
     return "";
   };
-  return ModelChatTemplate{ChatTemplate::parse(text, path.string() + ":chat_template"), token("bos_token"), token("eos_token")};
+  return ModelChatTemplate{ChatTemplate::parse(text, path.string() + ":chat_template"), token("bos_token"),
+                           token("eos_token")};
 }
 
 }  // namespace fleet::model

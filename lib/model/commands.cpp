@@ -28,9 +28,12 @@ std::string tokenizer_config_json(const Tokenizer& tokenizer, const LlamaConfig&
                               {"model_max_length", config.max_position_embeddings},
                               {"clean_up_tokenization_spaces", false}};
   auto name = [&](std::int64_t id) { return tokenizer.token(static_cast<std::int32_t>(id)); };
-  if (config.bos_token_id >= 0 && config.bos_token_id < tokenizer.vocab_size()) j["bos_token"] = name(config.bos_token_id);
-  if (config.eos_token_id >= 0 && config.eos_token_id < tokenizer.vocab_size()) j["eos_token"] = name(config.eos_token_id);
-  if (config.pad_token_id >= 0 && config.pad_token_id < tokenizer.vocab_size()) j["pad_token"] = name(config.pad_token_id);
+  if (config.bos_token_id >= 0 && config.bos_token_id < tokenizer.vocab_size())
+    j["bos_token"] = name(config.bos_token_id);
+  if (config.eos_token_id >= 0 && config.eos_token_id < tokenizer.vocab_size())
+    j["eos_token"] = name(config.eos_token_id);
+  if (config.pad_token_id >= 0 && config.pad_token_id < tokenizer.vocab_size())
+    j["pad_token"] = name(config.pad_token_id);
   return j.dump(2) + "\n";
 }
 
@@ -154,8 +157,9 @@ int run_eval(const EvalCommand& c) {
                              out["text"]["tokens"].get<std::int64_t>(), out["text"]["mean_nll"].get<double>(),
                              out["text"]["perplexity"].get<double>());
   for (const auto& t : out["tasks"])
-    std::cout << fmt::format("{}: {}/{} exact ({:.1f}%)\n", t["task"].get<std::string>(), t["correct"].get<std::size_t>(),
-                             t["total"].get<std::size_t>(), 100 * t["accuracy"].get<double>());
+    std::cout << fmt::format("{}: {}/{} exact ({:.1f}%)\n", t["task"].get<std::string>(),
+                             t["correct"].get<std::size_t>(), t["total"].get<std::size_t>(),
+                             100 * t["accuracy"].get<double>());
   return 0;
 }
 

@@ -19,13 +19,13 @@ void set_cpu_threads(int threads);
 
 /// `sailor-run init`: a randomly initialised model folder.
 struct InitCommand {
-  std::string preset;                  ///< built-in config name, or
-  std::filesystem::path config;        ///< a config.json
-  std::filesystem::path tokenizer;     ///< tokenizer.json (default: the byte tokenizer)
+  std::string preset;               ///< built-in config name, or
+  std::filesystem::path config;     ///< a config.json
+  std::filesystem::path tokenizer;  ///< tokenizer.json (default: the byte tokenizer)
   std::filesystem::path output;
   std::uint64_t seed = 0;
   std::string dtype = "float32";
-  bool force = false;                  ///< replace an existing folder
+  bool force = false;  ///< replace an existing folder
 };
 int run_init(const InitCommand& command);
 
@@ -46,8 +46,8 @@ struct EvalCommand {
   std::size_t samples = 100;
   std::uint64_t seed = 1;
   std::int64_t window = 256;
-  std::string dtype;              ///< empty: float32 on the CPU, bfloat16 on a GPU
-  std::string device = "auto";    ///< cpu, cuda or auto
+  std::string dtype;            ///< empty: float32 on the CPU, bfloat16 on a GPU
+  std::string device = "auto";  ///< cpu, cuda or auto
   int threads = 0;
   bool json = false;
 };
@@ -61,7 +61,7 @@ struct CompareCommand {
   std::size_t samples = 100;
   std::uint64_t seed = 1;
   std::int64_t window = 256;
-  std::string device = "auto";    ///< cpu, cuda or auto (float32 on both: the three models are compared exactly)
+  std::string device = "auto";  ///< cpu, cuda or auto (float32 on both: the three models are compared exactly)
   int threads = 0;
   bool json = false;
 };

@@ -13,9 +13,10 @@ ComputeDevice resolve_device(const std::string& choice) {
   if (choice == "auto") return gpu ? ComputeDevice::kCuda : ComputeDevice::kCpu;
   if (choice == "cuda") {
     if (gpu) return ComputeDevice::kCuda;
-    throw UsageError(FLEET_TORCH_CUDA ? "--device cuda: libtorch sees no GPU (check the driver and CUDA_VISIBLE_DEVICES)"
-                                      : "--device cuda: this build's libtorch has no CUDA (build against a CUDA "
-                                        "libtorch: scripts/build-torch2.sh, docs/gpu.md)");
+    throw UsageError(FLEET_TORCH_CUDA
+                         ? "--device cuda: libtorch sees no GPU (check the driver and CUDA_VISIBLE_DEVICES)"
+                         : "--device cuda: this build's libtorch has no CUDA (build against a CUDA "
+                           "libtorch: scripts/build-torch2.sh, docs/gpu.md)");
   }
   throw UsageError("--device must be cpu, cuda or auto, got '" + choice + "'");
 }

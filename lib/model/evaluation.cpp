@@ -30,9 +30,9 @@ PerplexityResult evaluate_perplexity(const LlamaModel& model, const std::vector<
     auto mask = torch::zeros({static_cast<std::int64_t>(rows), width}, torch::kFloat32);
     for (std::size_t r = 0; r < rows; ++r) {
       const auto len = std::min(window, n - starts[first + r]);
-      auto row = torch::tensor(std::vector<std::int64_t>(tokens.begin() + starts[first + r],
-                                                         tokens.begin() + starts[first + r] + len),
-                               torch::kInt64);
+      auto row = torch::tensor(
+          std::vector<std::int64_t>(tokens.begin() + starts[first + r], tokens.begin() + starts[first + r] + len),
+          torch::kInt64);
       input[static_cast<std::int64_t>(r)].narrow(0, 0, len).copy_(row);
       mask[static_cast<std::int64_t>(r)].narrow(0, 1, len - 1).fill_(1.0);
       predicted += len - 1;

@@ -24,7 +24,8 @@ std::vector<std::vector<std::int64_t>> generate(const LlamaModel& model,
       if (prompts[first + i].empty()) throw InputError("prompt " + std::to_string(first + i) + " is empty");
       longest = std::max<std::int64_t>(longest, static_cast<std::int64_t>(prompts[first + i].size()));
     }
-    KvCache cache(model.config(), static_cast<std::int64_t>(n), longest + options.max_new_tokens, model.dtype(), device);
+    KvCache cache(model.config(), static_cast<std::int64_t>(n), longest + options.max_new_tokens, model.dtype(),
+                  device);
     std::vector<TokenSampler> samplers;
     std::vector<std::int64_t> slots, counts;
     auto padded = torch::zeros({static_cast<std::int64_t>(n), longest}, torch::kInt64);
@@ -44,7 +45,8 @@ std::vector<std::vector<std::int64_t>> generate(const LlamaModel& model,
         const auto row = static_cast<std::size_t>(active[r]);
         const float* scores = logits[static_cast<std::int64_t>(r)].data_ptr<float>();
         auto token = samplers[row].next({scores, static_cast<std::size_t>(logits.size(1))});
-        bool stop = std::find(options.stop_tokens.begin(), options.stop_tokens.end(), token) != options.stop_tokens.end();
+        bool stop =
+            std::find(options.stop_tokens.begin(), options.stop_tokens.end(), token) != options.stop_tokens.end();
         if (!stop) outputs[first + row].push_back(token);
         if (!stop && step + 1 < options.max_new_tokens) {
           still.push_back(active[r]);

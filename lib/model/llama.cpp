@@ -22,9 +22,7 @@ namespace {
 
 constexpr std::uint64_t kMaxShardBytes = 4ull << 30;
 
-std::string layer_name(std::size_t i, const char* what) {
-  return "model.layers." + std::to_string(i) + "." + what;
-}
+std::string layer_name(std::size_t i, const char* what) { return "model.layers." + std::to_string(i) + "." + what; }
 
 // Every weight of a layer with its Hugging Face suffix.
 template <typename Layer, typename F>
@@ -99,8 +97,8 @@ struct LlamaModel::CacheStep {
   KvCache* cache;
   const std::vector<std::int64_t>* slots;
   const std::vector<std::int64_t>* counts;
-  std::vector<std::int64_t> starts;  ///< cache length of each row before this step
-  std::int64_t key_length;           ///< keys attended to: max over rows of start + T
+  std::vector<std::int64_t> starts;         ///< cache length of each row before this step
+  std::int64_t key_length;                  ///< keys attended to: max over rows of start + T
   std::optional<torch::Tensor> slot_index;  ///< set when the slots are not one contiguous run
   const WeightOverlay* overlay = nullptr;
   // A prefill pads its rows to the longest: then the flat indices (b · T + t)
@@ -119,10 +117,14 @@ torch::ScalarType parse_torch_dtype(const std::string& name) {
 
 std::string torch_dtype_name(torch::ScalarType type) {
   switch (type) {
-    case torch::kFloat32: return "float32";
-    case torch::kFloat16: return "float16";
-    case torch::kBFloat16: return "bfloat16";
-    default: throw UsageError(std::string("unsupported model dtype ") + c10::toString(type));
+    case torch::kFloat32:
+      return "float32";
+    case torch::kFloat16:
+      return "float16";
+    case torch::kBFloat16:
+      return "bfloat16";
+    default:
+      throw UsageError(std::string("unsupported model dtype ") + c10::toString(type));
   }
 }
 
@@ -245,8 +247,8 @@ LlamaModel LlamaModel::load_layers(const std::filesystem::path& dir, int first, 
       throw InputError("missing tensor '" + name + "'", ErrorContext{weights.string(), "", std::nullopt});
     const auto& info = checkpoint.info(name);
     if (info.shape != shape)
-      throw InputError("tensor '" + name + "' of " + weights.filename().string() + " has shape " + shape_text(info.shape) +
-                           ", but " + fields + " make it " + shape_text(shape),
+      throw InputError("tensor '" + name + "' of " + weights.filename().string() + " has shape " +
+                           shape_text(info.shape) + ", but " + fields + " make it " + shape_text(shape),
                        ErrorContext{config_file, "", std::nullopt});
     if (info.dtype != DType::kF32 && info.dtype != DType::kF16 && info.dtype != DType::kBF16)
       throw InputError(weights.string() + ": tensor '" + name + "' is " + std::string(dtype_name(info.dtype)) +
@@ -270,8 +272,7 @@ LlamaModel LlamaModel::load_layers(const std::filesystem::path& dir, int first, 
   m.embed_tokens_ = first == 0 ? take("model.embed_tokens.weight") : torch::Tensor();
   m.layers_.resize(static_cast<std::size_t>(config.num_hidden_layers));
   for (std::size_t i = 0; i < m.layers_.size(); ++i)
-    for_each_layer_tensor(m.layers_[i],
-                          [&](const char* suffix, torch::Tensor& t) { t = take(layer_name(i, suffix)); });
+    for_each_layer_tensor(m.layers_[i], [&](const char* suffix, torch::Tensor& t) { t = take(layer_name(i, suffix)); });
   m.norm_ = take("model.norm.weight");
   if (head) m.lm_head_ = config.tie_word_embeddings ? take("model.embed_tokens.weight") : take("lm_head.weight");
   m.inv_freq_ = m.inv_freq_.to(device);
@@ -295,9 +296,8 @@ std::vector<std::pair<std::string, torch::Tensor>> LlamaModel::named_parameters(
   std::vector<std::pair<std::string, torch::Tensor>> out;
   out.emplace_back("model.embed_tokens.weight", embed_tokens_);
   for (std::size_t i = 0; i < layers_.size(); ++i)
-    for_each_layer_tensor(layers_[i], [&](const char* suffix, const torch::Tensor& t) {
-      out.emplace_back(layer_name(i, suffix), t);
-    });
+    for_each_layer_tensor(
+        layers_[i], [&](const char* suffix, const torch::Tensor& t) { out.emplace_back(layer_name(i, suffix), t); });
   out.emplace_back("model.norm.weight", norm_);
   if (!config_.tie_word_embeddings) out.emplace_back("lm_head.weight", lm_head_);
   return out;
@@ -320,8 +320,10 @@ std::vector<std::pair<std::string, torch::Tensor>> LlamaModel::named_parameters(
     });
   if (last == blocks + 2) {
     out.emplace_back("model.norm.weight", norm_);
-    if (!config_.tie_word_embeddings) out.emplace_back("lm_head.weight", lm_head_);
-    else if (first > 0) out.emplace_back("model.embed_tokens.weight", lm_head_);
+    if (!config_.tie_word_embeddings)
+      out.emplace_back("lm_head.weight", lm_head_);
+    else if (first > 0)
+      out.emplace_back("model.embed_tokens.weight", lm_head_);
   }
   return out;
 }
@@ -347,9 +349,7 @@ void LlamaModel::shard_for_tensor_parallel(TensorParallelGroup& group) {
   tp_ = &group;
 }
 
-std::int64_t LlamaModel::vocab_start() const {
-  return tp_ ? config_.vocab_size / tp_->size() * tp_->rank() : 0;
-}
+std::int64_t LlamaModel::vocab_start() const { return tp_ ? config_.vocab_size / tp_->size() * tp_->rank() : 0; }
 
 torch::Tensor LlamaModel::separate_tied_head() {
   if (!config_.tie_word_embeddings) return {};
@@ -396,8 +396,8 @@ torch::Tensor LlamaModel::project(std::size_t layer, Projection which, const tor
   if (step && step->real_positions && x.dim() == 3) {
     const auto& index = *step->real_positions;
     const std::int64_t B = x.size(0), T = x.size(1);
-    auto y = project_rows(layer, which, x.reshape({B * T, x.size(2)}).index_select(0, index),
-                          step->position_overlay.get());
+    auto y =
+        project_rows(layer, which, x.reshape({B * T, x.size(2)}).index_select(0, index), step->position_overlay.get());
     auto out = torch::zeros({B * T, y.size(1)}, y.options());
     out.index_copy_(0, index, y);
     return out.view({B, T, y.size(1)});
@@ -410,13 +410,27 @@ torch::Tensor LlamaModel::project_rows(std::size_t layer, Projection which, cons
   const auto& w = layers_[layer];
   const torch::Tensor* weight = nullptr;
   switch (which) {
-    case Projection::kQ: weight = &w.q_proj; break;
-    case Projection::kK: weight = &w.k_proj; break;
-    case Projection::kV: weight = &w.v_proj; break;
-    case Projection::kO: weight = &w.o_proj; break;
-    case Projection::kGate: weight = &w.gate_proj; break;
-    case Projection::kUp: weight = &w.up_proj; break;
-    case Projection::kDown: weight = &w.down_proj; break;
+    case Projection::kQ:
+      weight = &w.q_proj;
+      break;
+    case Projection::kK:
+      weight = &w.k_proj;
+      break;
+    case Projection::kV:
+      weight = &w.v_proj;
+      break;
+    case Projection::kO:
+      weight = &w.o_proj;
+      break;
+    case Projection::kGate:
+      weight = &w.gate_proj;
+      break;
+    case Projection::kUp:
+      weight = &w.up_proj;
+      break;
+    case Projection::kDown:
+      weight = &w.down_proj;
+      break;
   }
   if (overlay) {
     auto merged = overlay->linear(layer, which, x, *weight);
@@ -428,20 +442,18 @@ torch::Tensor LlamaModel::project_rows(std::size_t layer, Projection which, cons
 }
 
 torch::Tensor LlamaModel::norm(std::size_t layer, NormSlot which, const torch::Tensor& x, const CacheStep* step) const {
-  const torch::Tensor& base = which == NormSlot::kFinal       ? norm_
-                              : which == NormSlot::kInput     ? layers_[layer].input_layernorm
-                                                              : layers_[layer].post_attention_layernorm;
+  const torch::Tensor& base = which == NormSlot::kFinal   ? norm_
+                              : which == NormSlot::kInput ? layers_[layer].input_layernorm
+                                                          : layers_[layer].post_attention_layernorm;
   return rms_norm(x, step && step->overlay ? step->overlay->norm_weight(layer, which, base) : base);
 }
 
 torch::Tensor LlamaModel::attention(std::size_t layer, const torch::Tensor& x, const torch::Tensor& cos,
-                                    const torch::Tensor& sin, const torch::Tensor& positions,
-                                    CacheStep* step) const {
+                                    const torch::Tensor& sin, const torch::Tensor& positions, CacheStep* step) const {
   // This rank's heads under tensor parallelism, all of them otherwise.
   const std::int64_t parts = tp_ ? tp_->size() : 1;
   const std::int64_t B = x.size(0), T = x.size(1), H = config_.num_attention_heads / parts,
-                     KV = config_.num_key_value_heads / parts,
-                     D = config_.head_dim, rep = H / KV;
+                     KV = config_.num_key_value_heads / parts, D = config_.head_dim, rep = H / KV;
   auto q = project(layer, Projection::kQ, x, step).view({B, T, H, D}).transpose(1, 2);
   auto k = project(layer, Projection::kK, x, step).view({B, T, KV, D}).transpose(1, 2);
   auto v = project(layer, Projection::kV, x, step).view({B, T, KV, D}).transpose(1, 2);
@@ -560,8 +572,7 @@ torch::Tensor LlamaModel::forward_layers(const torch::Tensor& input, int first, 
       const auto rows = embed_tokens_.size(0), start = vocab_start();
       auto local = input - start;
       auto outside = (local < 0) | (local >= rows);
-      hidden = torch::embedding(embed_tokens_, local.clamp(0, rows - 1))
-                   .masked_fill(outside.unsqueeze(-1), 0.0);
+      hidden = torch::embedding(embed_tokens_, local.clamp(0, rows - 1)).masked_fill(outside.unsqueeze(-1), 0.0);
       hidden = reduce_from_tensor_parallel(hidden, *tp_);
     }
   } else if (input.dim() != 3 || input.size(2) != config_.hidden_size) {
@@ -613,10 +624,12 @@ torch::Tensor LlamaModel::forward_cached(KvCache& cache, const std::vector<std::
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t c = b + 1; c < B; ++c)
       if (slots[static_cast<std::size_t>(b)] == slots[static_cast<std::size_t>(c)])
-        throw InputError("cache slot " + std::to_string(slots[static_cast<std::size_t>(b)]) + " appears twice in a batch");
+        throw InputError("cache slot " + std::to_string(slots[static_cast<std::size_t>(b)]) +
+                         " appears twice in a batch");
   if (!contiguous)
     step.slot_index = torch::tensor(slots, torch::TensorOptions().dtype(torch::kInt64)).to(tokens.device());
-  auto positions = torch::tensor(position_rows, torch::TensorOptions().dtype(torch::kInt64)).view({B, T}).to(tokens.device());
+  auto positions =
+      torch::tensor(position_rows, torch::TensorOptions().dtype(torch::kInt64)).view({B, T}).to(tokens.device());
   std::vector<std::int64_t> real;  // flat indices of the real positions, when some row is padded
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t t = 0; t < counts[static_cast<std::size_t>(b)]; ++t) real.push_back(b * T + t);
@@ -630,7 +643,8 @@ torch::Tensor LlamaModel::forward_cached(KvCache& cache, const std::vector<std::
   auto embedded = torch::embedding(embed_tokens_, tokens);
   if (overlay) overlay->add_embedding(tokens, embedded);
   auto hidden = run_layers(embedded, positions, &step);
-  for (std::int64_t b = 0; b < B; ++b) cache.lengths_[static_cast<std::size_t>(slots[static_cast<std::size_t>(b)])] += counts[static_cast<std::size_t>(b)];
+  for (std::int64_t b = 0; b < B; ++b)
+    cache.lengths_[static_cast<std::size_t>(slots[static_cast<std::size_t>(b)])] += counts[static_cast<std::size_t>(b)];
   auto head = [&](const torch::Tensor& h) {
     auto logits = torch::linear(h, lm_head_);
     if (overlay) overlay->add_head(h, logits);
@@ -638,7 +652,8 @@ torch::Tensor LlamaModel::forward_cached(KvCache& cache, const std::vector<std::
   };
   if (all_positions) return head(hidden);
   std::vector<std::int64_t> last(static_cast<std::size_t>(B));
-  for (std::int64_t b = 0; b < B; ++b) last[static_cast<std::size_t>(b)] = std::max<std::int64_t>(counts[static_cast<std::size_t>(b)] - 1, 0);
+  for (std::int64_t b = 0; b < B; ++b)
+    last[static_cast<std::size_t>(b)] = std::max<std::int64_t>(counts[static_cast<std::size_t>(b)] - 1, 0);
   auto index = torch::tensor(last, torch::TensorOptions().dtype(torch::kInt64)).to(tokens.device());
   auto rows = hidden.gather(1, index.view({B, 1, 1}).expand({B, 1, hidden.size(2)})).squeeze(1);
   return head(rows);
@@ -648,8 +663,8 @@ torch::Tensor next_token_losses(const torch::Tensor& logits, const torch::Tensor
   const auto V = logits.size(-1);
   auto predictions = logits.narrow(1, 0, logits.size(1) - 1).reshape({-1, V});
   auto targets = tokens.narrow(1, 1, tokens.size(1) - 1).reshape({-1}).to(logits.device());
-  return torch::nn::functional::cross_entropy(
-      predictions, targets, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+  return torch::nn::functional::cross_entropy(predictions, targets,
+                                              torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
 }
 
 torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& tokens,

@@ -201,8 +201,8 @@ class LlamaModel {
   torch::Tensor run_blocks(torch::Tensor hidden, const torch::Tensor& positions, std::size_t first, std::size_t last,
                            CacheStep* cache_step) const;
   // Attention output before o_proj, [B, T, heads * head_dim].
-  torch::Tensor attention(std::size_t layer, const torch::Tensor& x, const torch::Tensor& cos,
-                          const torch::Tensor& sin, const torch::Tensor& positions, CacheStep* cache_step) const;
+  torch::Tensor attention(std::size_t layer, const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                          const torch::Tensor& positions, CacheStep* cache_step) const;
   std::pair<torch::Tensor, torch::Tensor> rotary(const torch::Tensor& positions) const;
   torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight) const;
   // torch::linear, plus the overlay's term when the step has one; a padded
@@ -218,8 +218,8 @@ class LlamaModel {
   torch::ScalarType dtype_;
   torch::Tensor embed_tokens_, norm_, lm_head_;  ///< lm_head_ aliases embed_tokens_ when tied
   std::vector<LlamaLayerWeights> layers_;
-  torch::Tensor inv_freq_;                       ///< rotary frequencies, float32
-  TensorParallelGroup* tp_ = nullptr;            ///< set once the weights are sharded
+  torch::Tensor inv_freq_;             ///< rotary frequencies, float32
+  TensorParallelGroup* tp_ = nullptr;  ///< set once the weights are sharded
 };
 
 /// Cross-entropy of predicting tokens[:, t+1] from logits[:, t] at every

@@ -63,7 +63,8 @@ void LlamaConfig::validate(const std::string& source) const {
   positive("head_dim", head_dim);
   positive("max_position_embeddings", max_position_embeddings);
   auto at_most = [&](const char* field, std::int64_t v, std::int64_t cap) {
-    if (v > cap) fail(field, std::to_string(v) + " is above " + std::to_string(cap) + ", the largest this build accepts");
+    if (v > cap)
+      fail(field, std::to_string(v) + " is above " + std::to_string(cap) + ", the largest this build accepts");
   };
   at_most("vocab_size", vocab_size, LlamaLimits::kVocabulary);
   at_most("hidden_size", hidden_size, LlamaLimits::kHidden);
@@ -82,7 +83,8 @@ void LlamaConfig::validate(const std::string& source) const {
     fail("torch_dtype", "must be float32, float16 or bfloat16, got '" + torch_dtype + "'");
   if (bos_token_id >= vocab_size) fail("bos_token_id", "token ids must be below vocab_size");
   for (auto id : eos_token_ids())
-    if (id < 0 || id >= vocab_size) fail("eos_token_id", "token ids must be 0 to vocab_size - 1, got " + std::to_string(id));
+    if (id < 0 || id >= vocab_size)
+      fail("eos_token_id", "token ids must be 0 to vocab_size - 1, got " + std::to_string(id));
 }
 
 namespace {
@@ -141,7 +143,8 @@ LlamaConfig parse_llama_config(const JsonValue& root) {
   c.num_hidden_layers = root.get<std::int64_t>("num_hidden_layers");
   c.num_attention_heads = root.get<std::int64_t>("num_attention_heads");
   c.num_key_value_heads = root.get_or<std::int64_t>("num_key_value_heads", c.num_attention_heads);
-  c.head_dim = root.get_or<std::int64_t>("head_dim", c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
+  c.head_dim =
+      root.get_or<std::int64_t>("head_dim", c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
   if (!root.has("head_dim") && c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads != 0)
     root.at("num_attention_heads").fail("must divide hidden_size");
   c.rms_norm_eps = root.get_or<double>("rms_norm_eps", c.rms_norm_eps);
@@ -201,7 +204,8 @@ std::vector<std::int64_t> end_of_sequence_ids(const std::filesystem::path& model
   if (auto eos = doc.root().find("eos_token_id")) {
     for (auto id : token_ids(*eos)) {
       if (id < 0 || id >= config.vocab_size)
-        eos->fail("token id " + std::to_string(id) + " is outside the vocabulary (" + std::to_string(config.vocab_size) + ")");
+        eos->fail("token id " + std::to_string(id) + " is outside the vocabulary (" +
+                  std::to_string(config.vocab_size) + ")");
       if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
     }
   }

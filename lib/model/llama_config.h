@@ -37,14 +37,14 @@ struct LlamaConfig {
   RopeScaling rope_scaling;
   std::int64_t max_position_embeddings = 2048;
   bool tie_word_embeddings = false;
-  std::string torch_dtype = "float32";   ///< float32, float16 or bfloat16: the stored weights
+  std::string torch_dtype = "float32";  ///< float32, float16 or bfloat16: the stored weights
   double initializer_range = 0.02;
   std::int64_t bos_token_id = 1;
-  std::int64_t eos_token_id = 2;         ///< end of sequence (what training appends)
+  std::int64_t eos_token_id = 2;  ///< end of sequence (what training appends)
   /// Further ids that end a sequence: config.json may list several, as
   /// Llama 3 does (end of text, end of turn); the first is eos_token_id.
   std::vector<std::int64_t> more_eos_token_ids;
-  std::int64_t pad_token_id = -1;        ///< -1: none
+  std::int64_t pad_token_id = -1;  ///< -1: none
 
   /// eos_token_id, then more_eos_token_ids.
   std::vector<std::int64_t> eos_token_ids() const;

@@ -40,7 +40,8 @@ void SamplingOptions::validate() const {
   if (!(std::abs(frequency_penalty) <= 2) || !(std::abs(presence_penalty) <= 2))
     throw UsageError("frequency and presence penalties must be between -2 and 2");
   for (const auto& [id, bias] : logit_bias)
-    if (id < 0 || !(std::abs(bias) <= 100)) throw UsageError("logit bias needs a token id >= 0 and a bias between -100 and 100");
+    if (id < 0 || !(std::abs(bias) <= 100))
+      throw UsageError("logit bias needs a token id >= 0 and a bias between -100 and 100");
 }
 
 TokenSampler::TokenSampler(const SamplingOptions& options, std::uint64_t stream)
@@ -61,7 +62,8 @@ std::int64_t TokenSampler::next(std::span<const float> logits) {
       if (id < vocab) adjusted_[static_cast<std::size_t>(id)] += bias;
     for (const auto& [id, count] : produced_)
       if (id < vocab)
-        adjusted_[static_cast<std::size_t>(id)] -= static_cast<float>(options_.frequency_penalty * count + options_.presence_penalty);
+        adjusted_[static_cast<std::size_t>(id)] -=
+            static_cast<float>(options_.frequency_penalty * count + options_.presence_penalty);
     token = choose(adjusted_);
   }
   if (penalised) ++produced_[token];
@@ -152,7 +154,9 @@ TokenLogprobs token_logprobs(std::span<const float> logits, std::int64_t token, 
   // One pass with a heap of the best `top` so far, the worst of them on top
   // (no copy or sort of the vocabulary: this runs in the batch step).
   using Entry = std::pair<float, std::int64_t>;
-  auto better = [](const Entry& a, const Entry& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; };
+  auto better = [](const Entry& a, const Entry& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  };
   std::vector<Entry> best;
   best.reserve(top + 1);
   for (std::size_t i = 0; i < logits.size(); ++i) {

@@ -82,8 +82,10 @@ std::int64_t max_rows() {
 void linear(const float* x, std::int64_t rows, std::int64_t in, std::int64_t x_stride, const float* w,
             std::int64_t count, float* y, std::int64_t y_stride, bool accumulate) {
   const Strides s{in, x_stride, y_stride, accumulate};
-  if (avx512_in_use()) avx512::linear(x, rows, w, count, y, s);
-  else avx2::linear(x, rows, w, count, y, s);
+  if (avx512_in_use())
+    avx512::linear(x, rows, w, count, y, s);
+  else
+    avx2::linear(x, rows, w, count, y, s);
 }
 
 #undef FLEET_AVX2

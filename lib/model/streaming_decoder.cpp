@@ -17,7 +17,8 @@ constexpr std::size_t kMaxCharacterTokens = 4;
 const std::string kReplacement = "\xEF\xBF\xBD";
 
 bool ends_with_replacement(const std::string& s) {
-  return s.size() >= kReplacement.size() && s.compare(s.size() - kReplacement.size(), kReplacement.size(), kReplacement) == 0;
+  return s.size() >= kReplacement.size() &&
+         s.compare(s.size() - kReplacement.size(), kReplacement.size(), kReplacement) == 0;
 }
 
 }  // namespace

@@ -45,11 +45,16 @@ SyntheticTask parse_synthetic_task(const std::string& name) {
 
 const char* synthetic_task_name(SyntheticTask task) {
   switch (task) {
-    case SyntheticTask::kBase: return "base";
-    case SyntheticTask::kCopy: return "copy";
-    case SyntheticTask::kReverse: return "reverse";
-    case SyntheticTask::kSort: return "sort";
-    case SyntheticTask::kAdd: return "add";
+    case SyntheticTask::kBase:
+      return "base";
+    case SyntheticTask::kCopy:
+      return "copy";
+    case SyntheticTask::kReverse:
+      return "reverse";
+    case SyntheticTask::kSort:
+      return "sort";
+    case SyntheticTask::kAdd:
+      return "add";
   }
   return "?";
 }
@@ -59,10 +64,17 @@ std::vector<std::string> synthetic_task_names() { return {"base", "copy", "rever
 std::string make_base_sentence(std::mt19937_64& rng) {
   std::string s = noun_phrase(rng) + " " + pick(kVerbs, rng) + " " + noun_phrase(rng);
   switch (uniform(rng, 0, 3)) {
-    case 0: s += std::string(" ") + pick(kPlaces, rng); break;
-    case 1: s += " and " + noun_phrase(rng); break;
-    case 2: s += " " + std::to_string(uniform(rng, 2, 99)) + " times"; break;
-    default: break;
+    case 0:
+      s += std::string(" ") + pick(kPlaces, rng);
+      break;
+    case 1:
+      s += " and " + noun_phrase(rng);
+      break;
+    case 2:
+      s += " " + std::to_string(uniform(rng, 2, 99)) + " times";
+      break;
+    default:
+      break;
   }
   // Letter strings like the tasks' inputs appear in the base language too, as
   // names that recur later in the line: a base model learns to look back and

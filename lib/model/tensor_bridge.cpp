@@ -9,16 +9,26 @@ namespace fleet::model {
 
 torch::ScalarType torch_scalar_type(DType dtype) {
   switch (dtype) {
-    case DType::kF64: return torch::kFloat64;
-    case DType::kF32: return torch::kFloat32;
-    case DType::kF16: return torch::kFloat16;
-    case DType::kBF16: return torch::kBFloat16;
-    case DType::kI64: return torch::kInt64;
-    case DType::kI32: return torch::kInt32;
-    case DType::kI16: return torch::kInt16;
-    case DType::kI8: return torch::kInt8;
-    case DType::kU8: return torch::kUInt8;
-    case DType::kBool: return torch::kBool;
+    case DType::kF64:
+      return torch::kFloat64;
+    case DType::kF32:
+      return torch::kFloat32;
+    case DType::kF16:
+      return torch::kFloat16;
+    case DType::kBF16:
+      return torch::kBFloat16;
+    case DType::kI64:
+      return torch::kInt64;
+    case DType::kI32:
+      return torch::kInt32;
+    case DType::kI16:
+      return torch::kInt16;
+    case DType::kI8:
+      return torch::kInt8;
+    case DType::kU8:
+      return torch::kUInt8;
+    case DType::kBool:
+      return torch::kBool;
     default:
       throw InputError("dtype " + std::string(dtype_name(dtype)) + " has no libtorch equivalent in this build");
   }

@@ -54,8 +54,8 @@ torch::Tensor reduce_from_tensor_parallel(const torch::Tensor& x, TensorParallel
 void check_tensor_parallel(const LlamaConfig& c, int size) {
   auto divides = [&](const char* field, std::int64_t value) {
     if (value % size != 0)
-      throw InputError("tensor parallelism " + std::to_string(size) + " needs " + field + " (" +
-                       std::to_string(value) + ") to be a multiple of it");
+      throw InputError("tensor parallelism " + std::to_string(size) + " needs " + field + " (" + std::to_string(value) +
+                       ") to be a multiple of it");
   };
   divides("num_attention_heads", c.num_attention_heads);
   divides("num_key_value_heads", c.num_key_value_heads);
@@ -71,9 +71,7 @@ ShardSpec shard_spec(const LlamaConfig& c, const std::string& full_name, int ran
     const std::string s(suffix);
     return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
   };
-  auto split = [&](int dim, std::int64_t full) {
-    return ShardSpec{dim, full / size * rank, full / size, full};
-  };
+  auto split = [&](int dim, std::int64_t full) { return ShardSpec{dim, full / size * rank, full / size, full}; };
   if (size == 1) return {};
   if (ends_with("q_proj.weight")) return split(0, c.num_attention_heads * c.head_dim);
   if (ends_with("k_proj.weight") || ends_with("v_proj.weight")) return split(0, c.num_key_value_heads * c.head_dim);

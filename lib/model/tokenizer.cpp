@@ -95,7 +95,8 @@ void parse_post_processor(const JsonValue& spec, std::vector<std::int32_t>& pref
   } else if (type == "TemplateProcessing") {
     parse_template(spec, prefix, suffix);
   } else if (type != "ByteLevel") {  // ByteLevel only adjusts offsets
-    spec.at("type").fail("unsupported post-processor '" + type + "' (supported: TemplateProcessing, ByteLevel, Sequence)");
+    spec.at("type").fail("unsupported post-processor '" + type +
+                         "' (supported: TemplateProcessing, ByteLevel, Sequence)");
   }
 }
 
@@ -127,7 +128,8 @@ Tokenizer Tokenizer::parse(std::string_view json_text, const std::string& source
   // tokens (a typo, a corrupt file) would allocate without bound.
   std::size_t entries = t.model_->vocab().size();
   if (auto added = root.find("added_tokens")) entries += added->elements().size();
-  const std::int64_t max_allowed = std::min<std::int64_t>(kMaxTokenId, static_cast<std::int64_t>(entries) + kMaxUnusedIds);
+  const std::int64_t max_allowed =
+      std::min<std::int64_t>(kMaxTokenId, static_cast<std::int64_t>(entries) + kMaxUnusedIds);
   auto check_id = [&](std::int64_t id, const std::function<void(const std::string&)>& fail) {
     if (id > max_allowed)
       fail("token id " + std::to_string(id) + " is far above the " + std::to_string(entries) +
@@ -246,8 +248,13 @@ std::string byte_tokenizer_json() {
   nlohmann::ordered_json added = nlohmann::ordered_json::array();
   for (int i = 0; i < 4; ++i) {
     vocab[specials[i]] = i;
-    added.push_back({{"id", i}, {"content", specials[i]}, {"single_word", false}, {"lstrip", false},
-                     {"rstrip", false}, {"normalized", false}, {"special", true}});
+    added.push_back({{"id", i},
+                     {"content", specials[i]},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
   }
   for (int b = 0; b < 256; ++b) vocab[byte_to_char(static_cast<unsigned char>(b))] = 4 + b;
   nlohmann::ordered_json doc = {
@@ -256,10 +263,12 @@ std::string byte_tokenizer_json() {
       {"padding", nullptr},
       {"added_tokens", added},
       {"normalizer", nullptr},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}},
+      {"pre_tokenizer",
+       {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}},
       {"post_processor",
        {{"type", "TemplateProcessing"},
-        {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"single",
+         {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
         {"pair",
          {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
           {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},

@@ -72,7 +72,7 @@ class Tokenizer {
   std::unique_ptr<Normalizer> normalizer_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;
   std::unique_ptr<Decoder> decoder_;
-  std::vector<AddedToken> added_;                       ///< longest content first
+  std::vector<AddedToken> added_;                                  ///< longest content first
   std::array<std::vector<std::size_t>, 256> added_by_first_byte_;  ///< indices into added_
   std::vector<std::string> id_to_token_;
   std::vector<bool> special_;

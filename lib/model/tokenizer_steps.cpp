@@ -12,8 +12,7 @@ namespace fleet::model {
 namespace {
 
 // GPT-2's pre-tokenization pattern, which ByteLevel applies when use_regex is set.
-constexpr const char* kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 struct ByteTable {
   std::array<std::string, 256> to_char;
@@ -56,7 +55,8 @@ class Pattern {
   std::vector<std::pair<std::size_t, std::size_t>> find_all(std::string_view text) const {
     if (regex_) return regex_->find_all(text);
     std::vector<std::pair<std::size_t, std::size_t>> out;
-    for (std::size_t at = text.find(literal_); at != std::string_view::npos; at = text.find(literal_, at + literal_.size()))
+    for (std::size_t at = text.find(literal_); at != std::string_view::npos;
+         at = text.find(literal_, at + literal_.size()))
       out.emplace_back(at, at + literal_.size());
     return out;
   }
@@ -285,7 +285,10 @@ std::string metaspace_replacement(const JsonValue& spec) {
 class MetaspacePreTokenizer : public PreTokenizer {
  public:
   MetaspacePreTokenizer(std::string replacement, PrependScheme scheme, bool split)
-      : replacement_(std::move(replacement)), scheme_(scheme), split_(split), pattern_(Pattern::literal(replacement_)) {}
+      : replacement_(std::move(replacement)),
+        scheme_(scheme),
+        split_(split),
+        pattern_(Pattern::literal(replacement_)) {}
   void pre_tokenize(std::vector<TextPiece>& pieces) const override {
     std::vector<TextPiece> out;
     for (auto& p : pieces) {
@@ -463,9 +466,8 @@ class StripDecoder : public Decoder {
       std::size_t b = 0, e = t.size();
       for (std::size_t k = 0; k < start_ && t.compare(b, content_.size(), content_) == 0 && b < e; ++k)
         b += content_.size();
-      for (std::size_t k = 0; k < stop_ && e >= b + content_.size() &&
-                              t.compare(e - content_.size(), content_.size(), content_) == 0;
-           ++k)
+      for (std::size_t k = 0;
+           k < stop_ && e >= b + content_.size() && t.compare(e - content_.size(), content_.size(), content_) == 0; ++k)
         e -= content_.size();
       t = t.substr(b, e - b);
     }
@@ -498,9 +500,11 @@ std::unique_ptr<Normalizer> make_normalizer(const JsonValue& spec) {
     return std::make_unique<NormalizerSequence>(std::move(steps));
   }
   if (type == "Prepend") return std::make_unique<PrependNormalizer>(spec.get<std::string>("prepend"));
-  if (type == "Replace") return std::make_unique<ReplaceNormalizer>(spec.at("pattern"), spec.get<std::string>("content"));
+  if (type == "Replace")
+    return std::make_unique<ReplaceNormalizer>(spec.at("pattern"), spec.get<std::string>("content"));
   if (type == "Strip")
-    return std::make_unique<StripNormalizer>(spec.get_or<bool>("strip_left", true), spec.get_or<bool>("strip_right", true));
+    return std::make_unique<StripNormalizer>(spec.get_or<bool>("strip_left", true),
+                                             spec.get_or<bool>("strip_right", true));
   spec.at("type").fail("unsupported normalizer '" + type + "' (supported: Sequence, Prepend, Replace, Strip)");
 }
 
@@ -537,7 +541,8 @@ std::unique_ptr<Decoder> make_decoder(const JsonValue& spec) {
     return std::make_unique<DecoderSequence>(std::move(steps));
   }
   if (type == "ByteLevel") return std::make_unique<ByteLevelDecoder>();
-  if (type == "Metaspace") return std::make_unique<MetaspaceDecoder>(metaspace_replacement(spec), parse_prepend_scheme(spec));
+  if (type == "Metaspace")
+    return std::make_unique<MetaspaceDecoder>(metaspace_replacement(spec), parse_prepend_scheme(spec));
   if (type == "Replace") return std::make_unique<ReplaceDecoder>(spec.at("pattern"), spec.get<std::string>("content"));
   if (type == "ByteFallback") return std::make_unique<ByteFallbackDecoder>();
   if (type == "Fuse") return std::make_unique<FuseDecoder>();

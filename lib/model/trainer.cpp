@@ -26,7 +26,8 @@ void TrainOptions::validate() const {
   // The command line's ranges, for options read back from a checkpoint too:
   // products of them (tokens per step) must not overflow.
   auto at_most = [](const char* flag, double v, double cap) {
-    if (!(v <= cap)) throw UsageError(std::string(flag) + " must be at most " + std::to_string(static_cast<long long>(cap)));
+    if (!(v <= cap))
+      throw UsageError(std::string(flag) + " must be at most " + std::to_string(static_cast<long long>(cap)));
   };
   positive("--steps", static_cast<double>(steps));
   positive("--batch-size", static_cast<double>(batch_size));
@@ -52,10 +53,22 @@ void TrainOptions::validate() const {
 }
 
 nlohmann::json TrainOptions::to_json() const {
-  return {{"steps", steps}, {"batch_size", batch_size}, {"seq_len", seq_len}, {"grad_accumulation", grad_accumulation},
-          {"lr", lr}, {"min_lr_ratio", min_lr_ratio}, {"warmup_steps", warmup_steps}, {"weight_decay", weight_decay},
-          {"beta1", beta1}, {"beta2", beta2}, {"eps", eps}, {"clip_norm", clip_norm}, {"seed", seed},
-          {"data_mode", data_mode}, {"loss_after", loss_after}, {"global_batch", global_batch}};
+  return {{"steps", steps},
+          {"batch_size", batch_size},
+          {"seq_len", seq_len},
+          {"grad_accumulation", grad_accumulation},
+          {"lr", lr},
+          {"min_lr_ratio", min_lr_ratio},
+          {"warmup_steps", warmup_steps},
+          {"weight_decay", weight_decay},
+          {"beta1", beta1},
+          {"beta2", beta2},
+          {"eps", eps},
+          {"clip_norm", clip_norm},
+          {"seed", seed},
+          {"data_mode", data_mode},
+          {"loss_after", loss_after},
+          {"global_batch", global_batch}};
 }
 
 TrainOptions TrainOptions::from_json(const JsonValue& v) {

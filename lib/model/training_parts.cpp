@@ -100,7 +100,8 @@ TrainingData load_training_data(const std::vector<std::filesystem::path>& files,
       auto tail = tokenizer.encode(rest, false);
       ids.insert(ids.end(), tail.begin(), tail.end());
       ids.push_back(config.eos_token_id);
-      if (static_cast<std::int64_t>(ids.size()) > options.seq_len) ids.resize(static_cast<std::size_t>(options.seq_len));
+      if (static_cast<std::int64_t>(ids.size()) > options.seq_len)
+        ids.resize(static_cast<std::size_t>(options.seq_len));
       data.lines.push_back(std::move(ids));
       data.prompt_lengths.push_back(prompt);
     }
@@ -116,8 +117,8 @@ TrainingData load_training_data(const std::vector<std::filesystem::path>& files,
     data.hash(static_cast<std::uint64_t>(data.prompt_lengths[i]));
   }
   if (options.data_mode == "stream" && static_cast<std::int64_t>(data.stream.size()) < options.seq_len + 1)
-    throw InputError("the training text has " + std::to_string(data.stream.size()) + " tokens, fewer than one sequence (" +
-                     std::to_string(options.seq_len) + ")");
+    throw InputError("the training text has " + std::to_string(data.stream.size()) +
+                     " tokens, fewer than one sequence (" + std::to_string(options.seq_len) + ")");
   if (options.data_mode == "lines" && data.lines.empty()) throw InputError("the training files hold no lines");
   return data;
 }

@@ -71,11 +71,13 @@ CaptureRecords read_capture_records(const std::filesystem::path& path) {
       r.device_sms = static_cast<int>(non_negative(o, "sms", line_no, file));
     } else if (kind == "marker") {
       const std::string what = o.value("what", "");
-      if (what != "begin" && what != "end") throw InputError(fmt::format("{}:{}: marker 'what' must be begin or end", file, line_no));
+      if (what != "begin" && what != "end")
+        throw InputError(fmt::format("{}:{}: marker 'what' must be begin or end", file, line_no));
       r.markers.emplace_back(static_cast<std::uint64_t>(non_negative(o, "t", line_no, file)), what == "begin");
     } else if (kind == "kernel") {
       CapturedKernel k;
-      if (!o.contains("name") || !o["name"].is_string()) throw InputError(fmt::format("{}:{}: kernel without a name", file, line_no));
+      if (!o.contains("name") || !o["name"].is_string())
+        throw InputError(fmt::format("{}:{}: kernel without a name", file, line_no));
       k.name = o["name"];
       k.grid_blocks = product3(o.value("grid", nlohmann::json()), "grid", line_no, file);
       k.threads_per_block = static_cast<int>(product3(o.value("block", nlohmann::json()), "block", line_no, file));
@@ -101,9 +103,10 @@ const DeviceSpec& device_for_name(const std::string& cupti_name, int sms) {
   for (const char* model : {"H200", "H100", "V100"}) {
     if (upper.find(model) != std::string::npos) return device_by_name(model);
   }
-  if (upper.find("A100") != std::string::npos) return device_by_name(upper.find("80GB") != std::string::npos ? "a100-80" : "a100-40");
-  throw InputError(fmt::format("no device table for '{}' ({} SMs); pass --device with one of the known ones",
-                               cupti_name, sms));
+  if (upper.find("A100") != std::string::npos)
+    return device_by_name(upper.find("80GB") != std::string::npos ? "a100-80" : "a100-40");
+  throw InputError(
+      fmt::format("no device table for '{}' ({} SMs); pass --device with one of the known ones", cupti_name, sms));
 }
 
 namespace {
@@ -191,7 +194,9 @@ KernelProfile profile_from_capture(const CaptureRecords& records, const CaptureO
       used_walls_ns.push_back(static_cast<double>(walls_ns[i]));
     }
   }
-  if (used.empty()) throw InputError("the capture has no kernels" + std::string(records.markers.empty() ? "" : " inside its marked iterations"));
+  if (used.empty())
+    throw InputError("the capture has no kernels" +
+                     std::string(records.markers.empty() ? "" : " inside its marked iterations"));
 
   std::map<std::string, KernelClass> classes;
   if (options.ncu) {
@@ -229,9 +234,9 @@ KernelProfile profile_from_capture(const CaptureRecords& records, const CaptureO
   if (summary != nullptr) {
     *summary = fmt::format("{} kernels per iteration on {}; {} ({} kernels recorded); {} of them classified{}",
                            profile.kernels.size(), device.name,
-                           iterations.empty() ? std::string("no cuProfilerStart/Stop markers: every kernel once")
-                                              : fmt::format("median over {} of {} marked iterations", used.size(),
-                                                            iterations.size()),
+                           iterations.empty()
+                               ? std::string("no cuProfilerStart/Stop markers: every kernel once")
+                               : fmt::format("median over {} of {} marked iterations", used.size(), iterations.size()),
                            records.kernels.size(), classified, options.ncu ? " from the ncu export" : " (no --ncu)");
     if (const auto launch_us = launch_bound_overhead_us(profile, used_walls_ns)) {
       *summary += fmt::format(

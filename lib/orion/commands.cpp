@@ -75,19 +75,21 @@ int run_simulate(const SimulateOptions& options) {
       const ClientResult& alone = dedicated.clients[i];
       if (workload.clients[i].high_priority && workload.clients[i].training && alone.completed > 0 &&
           sim.policy.hp_limit_ms < alone.mean_ms) {
-        spdlog::warn("--hp-limit {:g} ms is below the iteration time of '{}' alone ({:.2f} ms): no SM threshold "
-                     "meets it, so orion's search ends at 0 (best-effort kernels then run outside HP iterations, "
-                     "or after --max-be-wait)",
-                     sim.policy.hp_limit_ms, alone.name, alone.mean_ms);
+        spdlog::warn(
+            "--hp-limit {:g} ms is below the iteration time of '{}' alone ({:.2f} ms): no SM threshold "
+            "meets it, so orion's search ends at 0 (best-effort kernels then run outside HP iterations, "
+            "or after --max-be-wait)",
+            sim.policy.hp_limit_ms, alone.name, alone.mean_ms);
       }
     }
   }
   for (const ClientResult& alone : dedicated.clients) {
     if (alone.overloaded) {
-      spdlog::warn("'{}' is overloaded even alone: its requests arrive faster than they are served (offered load "
-                   "{:.2f}: arrival rate x service time), so its queue and latencies grow with the run's length; "
-                   "its latencies are not compared (outcome 'overloaded'); lower its rate to measure the sharing",
-                   alone.name, alone.offered_load);
+      spdlog::warn(
+          "'{}' is overloaded even alone: its requests arrive faster than they are served (offered load "
+          "{:.2f}: arrival rate x service time), so its queue and latencies grow with the run's length; "
+          "its latencies are not compared (outcome 'overloaded'); lower its rate to measure the sharing",
+          alone.name, alone.offered_load);
     }
   }
   std::vector<SimResult> results;
@@ -162,12 +164,15 @@ int run_summarize(const SummarizeOptions& options) {
   if (options.json) {
     nlohmann::json out = {{"profile", options.profile.string()},
                           {"device", profile.device.empty() ? nlohmann::json() : nlohmann::json(profile.device)},
-                          {"kernels", profile.kernels.size()}, {"total_ms", total_ns / 1e6}};
+                          {"kernels", profile.kernels.size()},
+                          {"total_ms", total_ns / 1e6}};
     for (int c = 0; c < 3; ++c) {
-      out["classes"][names[c]] = {{"kernels", count_by_class[c]}, {"ms", by_class[c] / 1e6},
+      out["classes"][names[c]] = {{"kernels", count_by_class[c]},
+                                  {"ms", by_class[c] / 1e6},
                                   {"fraction", total_ns > 0 ? by_class[c] / total_ns : 0}};
     }
-    out["sm_usage"] = {{"min", sm.min}, {"p50", sm.p50}, {"p90", sm.p90}, {"p99", sm.p99}, {"max", sm.max}, {"mean", sm.mean}};
+    out["sm_usage"] = {{"min", sm.min}, {"p50", sm.p50}, {"p90", sm.p90},
+                       {"p99", sm.p99}, {"max", sm.max}, {"mean", sm.mean}};
     std::cout << out.dump(2) << "\n";
     return 0;
   }
@@ -179,8 +184,8 @@ int run_summarize(const SummarizeOptions& options) {
     std::cout << fmt::format("  {:<8} {:>6} kernels {:>10.3f} ms {:>6.1f}%\n", names[c], count_by_class[c],
                              by_class[c] / 1e6, total_ns > 0 ? 100.0 * by_class[c] / total_ns : 0.0);
   }
-  std::cout << fmt::format("SMs needed:  min {:.0f}, p50 {:.0f}, p90 {:.0f}, p99 {:.0f}, max {:.0f}, mean {:.1f}\n", sm.min,
-                           sm.p50, sm.p90, sm.p99, sm.max, sm.mean);
+  std::cout << fmt::format("SMs needed:  min {:.0f}, p50 {:.0f}, p90 {:.0f}, p99 {:.0f}, max {:.0f}, mean {:.1f}\n",
+                           sm.min, sm.p50, sm.p90, sm.p99, sm.max, sm.mean);
   return 0;
 }
 

@@ -38,8 +38,8 @@ ContentionModel load_contention_model(const std::filesystem::path& path) {
   const JsonDocument doc = parse_json(read_file(path, 1u << 20), path.string());
   const JsonValue& root = doc.root();
   if (!root.is_object()) root.fail("expected a JSON object");
-  root.reject_unknown_keys({"format", "version", "device", "source", "compute_use", "memory_use",
-                            "same_class_penalty", "unit_share"});
+  root.reject_unknown_keys(
+      {"format", "version", "device", "source", "compute_use", "memory_use", "same_class_penalty", "unit_share"});
   if (root.get<std::string>("format") != "gpufleet-orion-contention") {
     root.at("format").fail("expected format 'gpufleet-orion-contention'");
   }

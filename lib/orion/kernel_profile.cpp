@@ -14,9 +14,12 @@ namespace fleet::orion {
 
 const char* kernel_class_name(KernelClass c) {
   switch (c) {
-    case KernelClass::kCompute: return "compute";
-    case KernelClass::kMemory: return "memory";
-    case KernelClass::kUnknown: return "unknown";
+    case KernelClass::kCompute:
+      return "compute";
+    case KernelClass::kMemory:
+      return "memory";
+    case KernelClass::kUnknown:
+      return "unknown";
   }
   return "?";
 }
@@ -51,7 +54,8 @@ KernelProfile read_kernel_profile(const std::filesystem::path& path) {
   KernelProfile out;
   out.source = path.string();
   // One rule for every reader (simulate, exec, summarize): a profile lists kernels.
-  if (table.rows() == 0) throw InputError("the profile lists no kernels (only its header)", {path.string(), "", std::nullopt});
+  if (table.rows() == 0)
+    throw InputError("the profile lists no kernels (only its header)", {path.string(), "", std::nullopt});
   out.kernels.reserve(table.rows());
   for (std::size_t r = 0; r < table.rows(); ++r) {
     KernelRecord k;
@@ -93,7 +97,8 @@ KernelProfile read_kernel_profile(const std::filesystem::path& path) {
           table.fail(r, *device, e.message());
         }
       }
-      if (r == 0) out.device = canonical;
+      if (r == 0)
+        out.device = canonical;
       else if (canonical != out.device)
         table.fail(r, *device, "every kernel of a profile must come from one GPU ('" + out.device + "' above)");
     }

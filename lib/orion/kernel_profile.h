@@ -44,8 +44,8 @@ struct KernelRecord {
 
 /// The kernels of one request or iteration, in launch order.
 struct KernelProfile {
-  std::string source;                  ///< file it came from
-  std::string device;                  ///< canonical name of the GPU it was measured on; "" when not recorded
+  std::string source;  ///< file it came from
+  std::string device;  ///< canonical name of the GPU it was measured on; "" when not recorded
   std::vector<KernelRecord> kernels;
 
   /// Sum of durations in ns.

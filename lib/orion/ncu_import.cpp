@@ -15,29 +15,52 @@ namespace fleet::orion {
 namespace {
 
 // Metrics we use, in a release-independent form.
-enum class Field { kDuration, kRegisters, kStaticShared, kDynamicShared, kGrid, kBlock, kSmPct, kDramPct, kMemPct,
-                   kDramBytes, kDramRead, kDramWrite, kFlopsAddMul, kFlopsFma };
+enum class Field {
+  kDuration,
+  kRegisters,
+  kStaticShared,
+  kDynamicShared,
+  kGrid,
+  kBlock,
+  kSmPct,
+  kDramPct,
+  kMemPct,
+  kDramBytes,
+  kDramRead,
+  kDramWrite,
+  kFlopsAddMul,
+  kFlopsFma
+};
 
 // Raw-page metric names (several releases) and details-page display names.
 const std::vector<std::pair<std::string_view, Field>>& metric_names() {
   static const std::vector<std::pair<std::string_view, Field>> names = {
-      {"gpu__time_duration.sum", Field::kDuration}, {"gpu__time_duration.avg", Field::kDuration},
+      {"gpu__time_duration.sum", Field::kDuration},
+      {"gpu__time_duration.avg", Field::kDuration},
       {"Duration", Field::kDuration},
-      {"launch__registers_per_thread", Field::kRegisters}, {"Registers Per Thread", Field::kRegisters},
+      {"launch__registers_per_thread", Field::kRegisters},
+      {"Registers Per Thread", Field::kRegisters},
       {"launch__shared_mem_per_block_static", Field::kStaticShared},
       {"Static Shared Memory Per Block", Field::kStaticShared},
       {"launch__shared_mem_per_block_dynamic", Field::kDynamicShared},
       {"Dynamic Shared Memory Per Block", Field::kDynamicShared},
-      {"launch__grid_size", Field::kGrid}, {"Grid Size", Field::kGrid},
-      {"launch__block_size", Field::kBlock}, {"Block Size", Field::kBlock},
+      {"launch__grid_size", Field::kGrid},
+      {"Grid Size", Field::kGrid},
+      {"launch__block_size", Field::kBlock},
+      {"Block Size", Field::kBlock},
       {"sm__throughput.avg.pct_of_peak_sustained_elapsed", Field::kSmPct},
-      {"Compute (SM) Throughput", Field::kSmPct}, {"Compute (SM) [%]", Field::kSmPct}, {"SM [%]", Field::kSmPct},
+      {"Compute (SM) Throughput", Field::kSmPct},
+      {"Compute (SM) [%]", Field::kSmPct},
+      {"SM [%]", Field::kSmPct},
       {"dram__throughput.avg.pct_of_peak_sustained_elapsed", Field::kDramPct},
       {"gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", Field::kDramPct},
-      {"DRAM Throughput", Field::kDramPct}, {"DRAM [%]", Field::kDramPct},
+      {"DRAM Throughput", Field::kDramPct},
+      {"DRAM [%]", Field::kDramPct},
       {"gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed", Field::kMemPct},
-      {"Memory Throughput", Field::kMemPct}, {"Memory [%]", Field::kMemPct},
-      {"dram__bytes.sum", Field::kDramBytes}, {"dram__bytes_read.sum", Field::kDramRead},
+      {"Memory Throughput", Field::kMemPct},
+      {"Memory [%]", Field::kMemPct},
+      {"dram__bytes.sum", Field::kDramBytes},
+      {"dram__bytes_read.sum", Field::kDramRead},
       {"dram__bytes_write.sum", Field::kDramWrite},
   };
   return names;
@@ -62,7 +85,8 @@ std::optional<Field> field_of(std::string_view metric) {
 
 std::string lower(std::string_view s) {
   std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return out;
 }
 
@@ -122,8 +146,9 @@ std::optional<std::int64_t> dim3_product(std::string_view text) {
 std::int64_t checked_count(double value, double limit, const char* what, const std::string& kernel,
                            const std::string& file, std::size_t line) {
   if (!std::isfinite(value) || value < 0 || value > limit || value != std::floor(value)) {
-    throw InputError(std::string(what) + " of kernel '" + kernel + "' is not a plausible count: " + std::to_string(value),
-                     {file, "line " + std::to_string(line), std::nullopt});
+    throw InputError(
+        std::string(what) + " of kernel '" + kernel + "' is not a plausible count: " + std::to_string(value),
+        {file, "line " + std::to_string(line), std::nullopt});
   }
   return static_cast<std::int64_t>(value);
 }
@@ -152,13 +177,14 @@ KernelRecord finish(const KernelAccumulator& k, const DeviceSpec& device, const 
     return checked_count(get(f).value_or(fallback), limit, what, k.name, file, k.line);
   };
   r.grid_blocks = count(Field::kGrid, static_cast<double>(dim3_product(k.grid_text).value_or(0)), 9.0e15, "grid size");
-  r.threads_per_block =
-      static_cast<int>(count(Field::kBlock, static_cast<double>(dim3_product(k.block_text).value_or(0)), 1 << 20, "block size"));
+  r.threads_per_block = static_cast<int>(
+      count(Field::kBlock, static_cast<double>(dim3_product(k.block_text).value_or(0)), 1 << 20, "block size"));
   r.registers_per_thread = static_cast<int>(count(Field::kRegisters, 0, 1 << 16, "registers per thread"));
   r.static_shared_bytes = count(Field::kStaticShared, 0, 1 << 30, "static shared memory");
   r.dynamic_shared_bytes = count(Field::kDynamicShared, 0, 1 << 30, "dynamic shared memory");
   if (!std::isfinite(r.duration_ns) || r.duration_ns < 0) {
-    throw InputError("kernel '" + k.name + "' has an invalid duration", {file, "line " + std::to_string(k.line), std::nullopt});
+    throw InputError("kernel '" + k.name + "' has an invalid duration",
+                     {file, "line " + std::to_string(k.line), std::nullopt});
   }
   if (r.grid_blocks > 0 && r.threads_per_block > 0) {
     LaunchConfig launch{r.grid_blocks, r.threads_per_block, r.registers_per_thread, r.static_shared_bytes,
@@ -166,7 +192,8 @@ KernelRecord finish(const KernelAccumulator& k, const DeviceSpec& device, const 
     try {
       r.sm_usage = compute_occupancy(launch, device).sms_needed;
     } catch (const InputError& e) {
-      throw InputError("kernel '" + k.name + "': " + e.message(), {file, "line " + std::to_string(k.line), std::nullopt});
+      throw InputError("kernel '" + k.name + "': " + e.message(),
+                       {file, "line " + std::to_string(k.line), std::nullopt});
     }
   }
   // Byte and instruction counts and throughput shares: finite and non-negative,
@@ -174,14 +201,16 @@ KernelRecord finish(const KernelAccumulator& k, const DeviceSpec& device, const 
   auto amount = [&](Field f, const char* what) -> std::optional<double> {
     const auto v = get(f);
     if (v && !(std::isfinite(*v) && *v >= 0)) {
-      throw InputError(std::string(what) + " of kernel '" + k.name + "' is not a plausible value: " + std::to_string(*v),
-                       {file, "line " + std::to_string(k.line), std::nullopt});
+      throw InputError(
+          std::string(what) + " of kernel '" + k.name + "' is not a plausible value: " + std::to_string(*v),
+          {file, "line " + std::to_string(k.line), std::nullopt});
     }
     return v;
   };
   const auto dram = amount(Field::kDramBytes, "DRAM bytes"), dram_read = amount(Field::kDramRead, "DRAM bytes read"),
              dram_write = amount(Field::kDramWrite, "DRAM bytes written");
-  const auto add_mul = amount(Field::kFlopsAddMul, "add/mul instructions"), fma = amount(Field::kFlopsFma, "FMA instructions");
+  const auto add_mul = amount(Field::kFlopsAddMul, "add/mul instructions"),
+             fma = amount(Field::kFlopsFma, "FMA instructions");
   if (dram) {
     r.dram_bytes = *dram;
   } else if (dram_read || dram_write) {
@@ -259,8 +288,9 @@ KernelProfile import_ncu_csv(std::string_view text, const std::string& name, con
       const auto scale = unit_scale(*field, t.at(r, unit));
       if (!scale) {
         if (*field == Field::kMemPct) continue;  // "Memory Throughput" in bytes/s
-        t.fail(r, unit, t.at(r, unit).empty() ? "no unit for " + t.at(r, *metric_name)
-                                              : "unknown unit '" + t.at(r, unit) + "' for " + t.at(r, *metric_name));
+        t.fail(r, unit,
+               t.at(r, unit).empty() ? "no unit for " + t.at(r, *metric_name)
+                                     : "unknown unit '" + t.at(r, unit) + "' for " + t.at(r, *metric_name));
       }
       add_value(k, *field, metric_value(t, r, value) * *scale);
     }

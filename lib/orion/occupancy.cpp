@@ -10,25 +10,27 @@ namespace fleet::orion {
 
 namespace {
 
-std::int64_t round_up(std::int64_t value, std::int64_t unit) { return unit <= 0 ? value : (value + unit - 1) / unit * unit; }
+std::int64_t round_up(std::int64_t value, std::int64_t unit) {
+  return unit <= 0 ? value : (value + unit - 1) / unit * unit;
+}
 
 // What one block of a launch takes of an SM, as the hardware allocates it.
 struct BlockNeeds {
-  int warps;                  // threads rounded up to whole warps
-  std::int64_t regs_per_warp; // per-warp allocation in units of register_alloc_unit; 0 when unknown
-  std::int64_t shared;        // static + dynamic + the runtime's reservation, rounded to the allocation unit
+  int warps;                   // threads rounded up to whole warps
+  std::int64_t regs_per_warp;  // per-warp allocation in units of register_alloc_unit; 0 when unknown
+  std::int64_t shared;         // static + dynamic + the runtime's reservation, rounded to the allocation unit
 };
 
 BlockNeeds block_needs(const LaunchConfig& launch, const DeviceSpec& device) {
   BlockNeeds b;
   b.warps = (launch.threads_per_block + device.warp_size - 1) / device.warp_size;
-  b.regs_per_warp =
-      launch.registers_per_thread <= 0
-          ? 0
-          : round_up(static_cast<std::int64_t>(launch.registers_per_thread) * device.warp_size,
-                     device.register_alloc_unit);
-  b.shared = round_up(launch.static_shared_bytes + launch.dynamic_shared_bytes + device.reserved_shared_memory_per_block,
-                      device.shared_memory_alloc_unit);
+  b.regs_per_warp = launch.registers_per_thread <= 0
+                        ? 0
+                        : round_up(static_cast<std::int64_t>(launch.registers_per_thread) * device.warp_size,
+                                   device.register_alloc_unit);
+  b.shared =
+      round_up(launch.static_shared_bytes + launch.dynamic_shared_bytes + device.reserved_shared_memory_per_block,
+               device.shared_memory_alloc_unit);
   return b;
 }
 
@@ -36,10 +38,14 @@ BlockNeeds block_needs(const LaunchConfig& launch, const DeviceSpec& device) {
 
 std::string_view limiter_name(OccupancyLimiter limiter) {
   switch (limiter) {
-    case OccupancyLimiter::kBlocks: return "blocks";
-    case OccupancyLimiter::kThreads: return "threads";
-    case OccupancyLimiter::kRegisters: return "registers";
-    case OccupancyLimiter::kSharedMemory: return "shared memory";
+    case OccupancyLimiter::kBlocks:
+      return "blocks";
+    case OccupancyLimiter::kThreads:
+      return "threads";
+    case OccupancyLimiter::kRegisters:
+      return "registers";
+    case OccupancyLimiter::kSharedMemory:
+      return "shared memory";
   }
   return "?";
 }
@@ -55,7 +61,8 @@ Occupancy compute_occupancy(const LaunchConfig& launch, const DeviceSpec& device
                      std::to_string(device.max_registers_per_thread));
   }
   const std::int64_t requested_shared = launch.static_shared_bytes + launch.dynamic_shared_bytes;
-  if (launch.static_shared_bytes < 0 || launch.dynamic_shared_bytes < 0) throw InputError("negative shared memory size");
+  if (launch.static_shared_bytes < 0 || launch.dynamic_shared_bytes < 0)
+    throw InputError("negative shared memory size");
   if (requested_shared > device.max_shared_memory_per_block) {
     throw InputError(std::to_string(requested_shared) + " bytes of shared memory per block exceed the " +
                      std::to_string(device.max_shared_memory_per_block) + "-byte limit of " + device.name);
@@ -103,11 +110,11 @@ SmShare resident_share(const LaunchConfig& launch, const DeviceSpec& device) {
   const BlockNeeds block = block_needs(launch, device);
   const double blocks = static_cast<double>(std::min<std::int64_t>(occupancy.blocks_per_sm, launch.grid_blocks));
   const double warps = blocks * block.warps;
-  return {std::max(warps / device.max_warps_per_sm, warps * device.warp_size / device.max_threads_per_sm),
-          warps * static_cast<double>(block.regs_per_warp) / device.registers_per_sm,
-          device.shared_memory_per_sm > 0 ? blocks * static_cast<double>(block.shared) / device.shared_memory_per_sm
-                                          : 0.0,
-          blocks / device.max_blocks_per_sm};
+  return {
+      std::max(warps / device.max_warps_per_sm, warps * device.warp_size / device.max_threads_per_sm),
+      warps * static_cast<double>(block.regs_per_warp) / device.registers_per_sm,
+      device.shared_memory_per_sm > 0 ? blocks * static_cast<double>(block.shared) / device.shared_memory_per_sm : 0.0,
+      blocks / device.max_blocks_per_sm};
 }
 
 }  // namespace fleet::orion

@@ -12,9 +12,9 @@ namespace fleet::orion {
 
 /// The parts of a kernel launch that decide occupancy.
 struct LaunchConfig {
-  std::int64_t grid_blocks = 1;       ///< gridDim.x * gridDim.y * gridDim.z
-  int threads_per_block = 1;          ///< blockDim.x * blockDim.y * blockDim.z
-  int registers_per_thread = 0;       ///< 0 when unknown: no register limit applied
+  std::int64_t grid_blocks = 1;  ///< gridDim.x * gridDim.y * gridDim.z
+  int threads_per_block = 1;     ///< blockDim.x * blockDim.y * blockDim.z
+  int registers_per_thread = 0;  ///< 0 when unknown: no register limit applied
   std::int64_t static_shared_bytes = 0;
   std::int64_t dynamic_shared_bytes = 0;
 };
@@ -27,10 +27,10 @@ std::string_view limiter_name(OccupancyLimiter limiter);
 
 /// Result of the occupancy calculation.
 struct Occupancy {
-  int blocks_per_sm = 0;             ///< resident blocks per SM
+  int blocks_per_sm = 0;                                 ///< resident blocks per SM
   OccupancyLimiter limiter = OccupancyLimiter::kBlocks;  ///< the tightest limit
-  int warps_per_sm = 0;              ///< resident warps per SM
-  std::int64_t sms_needed = 0;       ///< ceil(grid / blocks_per_sm); may exceed the SM count (several waves)
+  int warps_per_sm = 0;                                  ///< resident warps per SM
+  std::int64_t sms_needed = 0;  ///< ceil(grid / blocks_per_sm); may exceed the SM count (several waves)
 };
 
 /// Fractions of one SM's warps, registers, shared memory and block slots

@@ -12,7 +12,8 @@
 namespace fleet::orion {
 
 void PolicyOptions::validate() const {
-  if (!(dur_threshold_fraction > 0 && dur_threshold_fraction < 1)) throw UsageError("--dur-threshold must be in (0, 1)");
+  if (!(dur_threshold_fraction > 0 && dur_threshold_fraction < 1))
+    throw UsageError("--dur-threshold must be in (0, 1)");
   if (!(hp_slowdown_limit == 0 || hp_slowdown_limit >= 1))
     throw UsageError("--hp-slowdown must be 0 (a fixed slack) or at least 1 (the HP's time alone)");
   if (sm_threshold < -1) throw UsageError("--sm-threshold must be -1 (Orion's default) or at least 0");
@@ -22,7 +23,6 @@ void PolicyOptions::validate() const {
   if (reef_queue_depth < 1) throw UsageError("--reef-queue-depth must be at least 1");
   if (!(max_be_wait_ms >= 0)) throw UsageError("--max-be-wait must be 0 (never) or positive ms");
 }
-
 
 namespace {
 
@@ -66,8 +66,8 @@ class OrionPolicy : public Policy {
       // kernel's need. Beside an inference one Orion allows the whole GPU,
       // which holds every kernel of more than one wave; the wave test
       // decides instead.
-      sm_threshold_ = hp_training ? static_cast<int>(std::max<std::int64_t>(1, be_max / 2))
-                                  : std::numeric_limits<int>::max();
+      sm_threshold_ =
+          hp_training ? static_cast<int>(std::max<std::int64_t>(1, be_max / 2)) : std::numeric_limits<int>::max();
       // A training HP client with a target: search the threshold online.
       tuning_ = hp_training && o.hp_limit_ms > 0;
       high_ = static_cast<int>(be_max);
@@ -84,8 +84,10 @@ class OrionPolicy : public Policy {
     const double mean_ms = sum_ms_ / std::max(1, options_.tune_every);
     sum_ms_ = 0;
     // Slower than the target: fewer SMs for BE kernels; faster: more.
-    if (mean_ms > options_.hp_limit_ms) high_ = sm_threshold_;
-    else low_ = sm_threshold_;
+    if (mean_ms > options_.hp_limit_ms)
+      high_ = sm_threshold_;
+    else
+      low_ = sm_threshold_;
     sm_threshold_ = (low_ + high_) / 2;
     ++steps_;
   }
@@ -107,8 +109,8 @@ class OrionPolicy : public Policy {
     // Resident blocks are never taken back, and freed SMs go to the HP
     // stream first: beside an HP request a BE kernel keeps SMs from the HP
     // kernels for one wave of its blocks at most.
-    const double waves = std::ceil(static_cast<double>(std::max<std::int64_t>(1, k.sm_usage)) /
-                                   std::max(1, v.device_sms));
+    const double waves =
+        std::ceil(static_cast<double>(std::max<std::int64_t>(1, k.sm_usage)) / std::max(1, v.device_sms));
     double cost_us = k.duration_us / waves;
     if (v.hp_current != nullptr && !v.hp_current_done && !complementary(v.hp_current->cls, k.cls)) cost_us *= 2;
     return cost_us <= spare_us(v);
@@ -137,7 +139,7 @@ class OrionPolicy : public Policy {
   int hp_client_ = -1;  // index of the high-priority client in the workload
   int low_ = 0, high_ = 0, steps_ = 0;
   std::int64_t hp_warmup_ = 0, seen_ = 0;  // the HP client's warm-up iterations, and those seen
-  std::int64_t iterations_ = 0;             // measured ones (after the warm-up)
+  std::int64_t iterations_ = 0;            // measured ones (after the warm-up)
   double sum_ms_ = 0;
 };
 
@@ -208,7 +210,8 @@ class TickTockPolicy : public Policy {
 }  // namespace
 
 const std::vector<std::string>& policy_names() {
-  static const std::vector<std::string> names = {"dedicated", "temporal", "streams", "mps", "reef", "tick-tock", "orion"};
+  static const std::vector<std::string> names = {"dedicated", "temporal",  "streams", "mps",
+                                                 "reef",      "tick-tock", "orion"};
   return names;
 }
 
@@ -254,7 +257,8 @@ std::vector<std::string> select_policies(std::string_view spec, const Workload& 
   std::size_t begin = 0;
   while (true) {
     const std::size_t comma = spec.find(',', begin);
-    const std::string name(spec.substr(begin, comma == std::string_view::npos ? std::string_view::npos : comma - begin));
+    const std::string name(
+        spec.substr(begin, comma == std::string_view::npos ? std::string_view::npos : comma - begin));
     if (name.empty()) throw InputError("--policy '" + std::string(spec) + "': an empty name in the list");
     if (name == "all" && spec != "all") throw InputError("--policy: 'all' cannot be part of a list");
     if (name != "dedicated") {

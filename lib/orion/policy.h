@@ -15,16 +15,16 @@ namespace fleet::orion {
 /// What a policy may look at when deciding. Filled by the scheduler.
 struct SchedulerView {
   int device_sms = 0;
-  int hp_client = -1;                       ///< index of the high-priority client, -1 if none
-  bool hp_request_active = false;           ///< an HP request/iteration has arrived and not finished
-  const SimKernel* hp_current = nullptr;    ///< HP kernel most recently released (null before its first)
-  bool hp_current_done = true;              ///< that kernel has completed
-  double be_outstanding_us = 0;             ///< solo duration of released, unfinished BE kernels
+  int hp_client = -1;                     ///< index of the high-priority client, -1 if none
+  bool hp_request_active = false;         ///< an HP request/iteration has arrived and not finished
+  const SimKernel* hp_current = nullptr;  ///< HP kernel most recently released (null before its first)
+  bool hp_current_done = true;            ///< that kernel has completed
+  double be_outstanding_us = 0;           ///< solo duration of released, unfinished BE kernels
   int be_outstanding_kernels = 0;
-  double hp_request_solo_us = 0;            ///< solo latency of one HP request (sum of its kernels)
-  double now_us = 0;                        ///< the scheduler's clock
-  double hp_request_start_us = -1;          ///< when the active HP request began to be served (-1: unknown)
-  std::size_t hp_kernels_done = 0;          ///< kernels of the active HP request completed
+  double hp_request_solo_us = 0;    ///< solo latency of one HP request (sum of its kernels)
+  double now_us = 0;                ///< the scheduler's clock
+  double hp_request_start_us = -1;  ///< when the active HP request began to be served (-1: unknown)
+  std::size_t hp_kernels_done = 0;  ///< kernels of the active HP request completed
 };
 
 /// Tunables of the policies (defaults follow Orion's code and paper).
@@ -44,7 +44,7 @@ struct PolicyOptions {
   /// within about the limit of its time alone. 0: a fixed slack of
   /// dur_threshold_fraction of the HP request's solo latency instead.
   double hp_slowdown_limit = 1.15;
-  int sm_threshold = -1;                  ///< orion: max SM need of a BE kernel during HP requests (-1: auto)
+  int sm_threshold = -1;  ///< orion: max SM need of a BE kernel during HP requests (-1: auto)
   /// orion, training HP client: its iteration-time target in ms. Above 0,
   /// the SM threshold is searched online as Orion does (a bisection between
   /// 0 and the largest BE kernel's need, one step per `tune_every` HP

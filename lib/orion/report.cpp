@@ -108,8 +108,8 @@ std::vector<ComparisonRow> compare_to_dedicated(const std::vector<SimResult>& re
 
 std::string format_comparison_table(const std::vector<ComparisonRow>& rows) {
   std::ostringstream out;
-  out << fmt::format("{:<10} {:<22} {:<5} {:>7} {:>9} {:>9} {:>9} {:>8} {:>10} {:>8} {:>6} {:>7}\n", "policy", "client", "role",
-                     "done", "p50 ms", "p95 ms", "p99 ms", "p99/ded", "thru /s", "thru/ded", "busy%", "corun%");
+  out << fmt::format("{:<10} {:<22} {:<5} {:>7} {:>9} {:>9} {:>9} {:>8} {:>10} {:>8} {:>6} {:>7}\n", "policy", "client",
+                     "role", "done", "p50 ms", "p95 ms", "p99 ms", "p99/ded", "thru /s", "thru/ded", "busy%", "corun%");
   std::string last_policy;
   for (const ComparisonRow& r : rows) {
     if (!last_policy.empty() && r.policy != last_policy) out << "\n";
@@ -118,11 +118,10 @@ std::string format_comparison_table(const std::vector<ComparisonRow>& rows) {
     const std::string p99_ratio = r.outcome == "ok"           ? fmt::format("{:.2f}", r.p99_vs_dedicated)
                                   : r.outcome == "overloaded" ? std::string("overload")
                                                               : r.outcome;
-    const std::string thru_ratio = has_throughput_ratio(r) ? fmt::format("{:.2f}", r.throughput_vs_dedicated) : r.outcome;
+    const std::string thru_ratio =
+        has_throughput_ratio(r) ? fmt::format("{:.2f}", r.throughput_vs_dedicated) : r.outcome;
     // No request measured in the window: no latency to show (not a latency of 0).
-    auto latency = [&](double ms) {
-      return r.completed_in_window > 0 ? fmt::format("{:.2f}", ms) : std::string("-");
-    };
+    auto latency = [&](double ms) { return r.completed_in_window > 0 ? fmt::format("{:.2f}", ms) : std::string("-"); };
     out << fmt::format("{:<10} {:<22} {:<5} {:>7} {:>9} {:>9} {:>9} {:>8} {:>10.2f} {:>8} {:>6.1f} {:>7}\n", r.policy,
                        r.client.substr(0, 22), r.high_priority ? "HP" : "BE", r.completed, latency(r.p50_ms),
                        latency(r.p95_ms), latency(r.p99_ms), p99_ratio, r.throughput_per_s, thru_ratio,
@@ -136,18 +135,27 @@ nlohmann::json comparison_to_json(const std::vector<ComparisonRow>& rows) {
   nlohmann::json out = nlohmann::json::array();
   for (const ComparisonRow& r : rows) {
     auto latency = [&](double ms) { return r.completed_in_window > 0 ? nlohmann::json(ms) : nlohmann::json(); };
-    out.push_back({{"policy", r.policy}, {"client", r.client}, {"role", r.high_priority ? "high" : "best-effort"},
-                   {"kind", r.training ? "training" : "inference"}, {"completed", r.completed},
-                   {"completed_in_window", r.completed_in_window}, {"p50_ms", latency(r.p50_ms)},
-                   {"p95_ms", latency(r.p95_ms)}, {"p99_ms", latency(r.p99_ms)}, {"mean_ms", latency(r.mean_ms)},
+    out.push_back({{"policy", r.policy},
+                   {"client", r.client},
+                   {"role", r.high_priority ? "high" : "best-effort"},
+                   {"kind", r.training ? "training" : "inference"},
+                   {"completed", r.completed},
+                   {"completed_in_window", r.completed_in_window},
+                   {"p50_ms", latency(r.p50_ms)},
+                   {"p95_ms", latency(r.p95_ms)},
+                   {"p99_ms", latency(r.p99_ms)},
+                   {"mean_ms", latency(r.mean_ms)},
                    {"throughput_per_s", r.throughput_per_s},
                    {"p99_vs_dedicated", r.outcome == "ok" ? nlohmann::json(r.p99_vs_dedicated) : nlohmann::json()},
                    {"throughput_vs_dedicated",
                     has_throughput_ratio(r) ? nlohmann::json(r.throughput_vs_dedicated) : nlohmann::json()},
                    {"offered_load", r.offered_load >= 0 ? nlohmann::json(r.offered_load) : nlohmann::json()},
-                   {"gpu_busy_fraction", r.busy_fraction}, {"sm_utilization", r.sm_utilization},
-                   {"outcome", r.outcome}, {"forced_admissions", r.forced_admissions},
-                   {"preempted", r.preempted}, {"in_flight_at_window_end", r.in_flight_at_window_end},
+                   {"gpu_busy_fraction", r.busy_fraction},
+                   {"sm_utilization", r.sm_utilization},
+                   {"outcome", r.outcome},
+                   {"forced_admissions", r.forced_admissions},
+                   {"preempted", r.preempted},
+                   {"in_flight_at_window_end", r.in_flight_at_window_end},
                    {"hp_corun_fraction", r.corun_fraction >= 0 ? nlohmann::json(r.corun_fraction) : nlohmann::json()}});
   }
   return {{"rows", out}};
@@ -160,11 +168,11 @@ std::string comparison_csv(const std::vector<ComparisonRow>& rows) {
          "completed_in_window,offered_load,in_flight_at_window_end,hp_corun_fraction\n";
   for (const ComparisonRow& r : rows) {
     auto latency = [&](double ms) { return r.completed_in_window > 0 ? fmt::format("{}", ms) : std::string(); };
-    out << csv_escape(r.policy) << ',' << csv_escape(r.client) << ',' << (r.high_priority ? "high" : "best-effort") << ','
-        << (r.training ? "training" : "inference") << ',' << r.completed << ','
+    out << csv_escape(r.policy) << ',' << csv_escape(r.client) << ',' << (r.high_priority ? "high" : "best-effort")
+        << ',' << (r.training ? "training" : "inference") << ',' << r.completed << ','
         << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", latency(r.p50_ms), latency(r.p95_ms),
-                       latency(r.p99_ms), latency(r.mean_ms),
-                       r.throughput_per_s, r.outcome == "ok" ? fmt::format("{}", r.p99_vs_dedicated) : "",
+                       latency(r.p99_ms), latency(r.mean_ms), r.throughput_per_s,
+                       r.outcome == "ok" ? fmt::format("{}", r.p99_vs_dedicated) : "",
                        has_throughput_ratio(r) ? fmt::format("{}", r.throughput_vs_dedicated) : "", r.busy_fraction,
                        r.sm_utilization, r.outcome, r.forced_admissions, r.preempted, r.completed_in_window,
                        r.offered_load >= 0 ? fmt::format("{}", r.offered_load) : "", r.in_flight_at_window_end,

@@ -18,8 +18,8 @@ struct ComparisonRow {
   std::string client;
   bool high_priority = false;
   bool training = false;
-  std::int64_t completed = 0;            ///< measured requests/iterations
-  std::int64_t completed_in_window = 0;  ///< of those, within the common window (what "too few" counts)
+  std::int64_t completed = 0;                ///< measured requests/iterations
+  std::int64_t completed_in_window = 0;      ///< of those, within the common window (what "too few" counts)
   std::int64_t in_flight_at_window_end = 0;  ///< issued but not completed when the window closed
   double p50_ms = 0, p95_ms = 0, p99_ms = 0, mean_ms = 0;
   double throughput_per_s = 0;
@@ -33,7 +33,7 @@ struct ComparisonRow {
   /// they were served, here or alone): its latencies grow with the run's
   /// length, so no latency ratio; the throughput ratio stays.
   std::string outcome = "ok";
-  double offered_load = -1;  ///< open loop: arrival rate x mean service time (-1: closed loop or too few)
+  double offered_load = -1;            ///< open loop: arrival rate x mean service time (-1: closed loop or too few)
   std::int64_t forced_admissions = 0;  ///< BE kernels admitted after the bounded wait
   std::int64_t preempted = 0;          ///< BE kernels reset by HP arrivals (reef)
   /// HP rows of shared runs: the fraction of the time this client had a

@@ -24,9 +24,11 @@ double request_seconds(const ClientSpec& c, const Workload& w) {
 double bounded_seconds(const ClientSpec& c, const Workload& w) {
   const double n = static_cast<double>(c.requests + c.warmup);
   switch (c.arrivals.kind) {
-    case ArrivalKind::kClosedLoop: return n * (request_seconds(c, w) + c.gap_us * 1e-6);
+    case ArrivalKind::kClosedLoop:
+      return n * (request_seconds(c, w) + c.gap_us * 1e-6);
     case ArrivalKind::kPoisson:
-    case ArrivalKind::kUniform: return c.arrivals.rate_per_s > 0 ? (n - 1) / c.arrivals.rate_per_s : 0;
+    case ArrivalKind::kUniform:
+      return c.arrivals.rate_per_s > 0 ? (n - 1) / c.arrivals.rate_per_s : 0;
     case ArrivalKind::kTrace: {
       const auto& gaps = c.arrivals.trace_gaps_s;
       if (gaps.empty()) return 0;
@@ -45,15 +47,15 @@ SimulationSize estimate_simulation_size(const Workload& w) {
   SimulationSize size;
   for (const ClientSpec& c : w.clients)
     if (c.requests > 0) size.seconds = std::max(size.seconds, bounded_seconds(c, w));
-  if (w.max_duration_s > 0) size.seconds = size.seconds > 0 ? std::min(size.seconds, w.max_duration_s) : w.max_duration_s;
+  if (w.max_duration_s > 0)
+    size.seconds = size.seconds > 0 ? std::min(size.seconds, w.max_duration_s) : w.max_duration_s;
   for (const ClientSpec& c : w.clients) {
     double requests = static_cast<double>(c.requests + c.warmup);
     if (c.requests <= 0) {
       // Runs as long as the others: as many requests as fit, at its solo speed.
       const double each = request_seconds(c, w) + c.gap_us * 1e-6;
-      requests = c.arrivals.kind == ArrivalKind::kClosedLoop
-                     ? (each > 0 ? size.seconds / each : 0)
-                     : size.seconds * std::max(0.0, c.arrivals.rate_per_s);
+      requests = c.arrivals.kind == ArrivalKind::kClosedLoop ? (each > 0 ? size.seconds / each : 0)
+                                                             : size.seconds * std::max(0.0, c.arrivals.rate_per_s);
     }
     size.kernels += requests * static_cast<double>(c.kernels.size());
     if (requests > size.largest_requests) {

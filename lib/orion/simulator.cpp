@@ -31,13 +31,13 @@ struct GpuKernel {
   std::size_t index = 0;
   const SimKernel* kernel = nullptr;
   SmShare share{};
-  int units_unplaced = 0;   // SM units not yet placed
-  int units_resident = 0;   // SM units on SMs now
+  int units_unplaced = 0;  // SM units not yet placed
+  int units_resident = 0;  // SM units on SMs now
   int units_total = 0;
-  double unit_us = 0;       // solo time of one unit (one wave)
+  double unit_us = 0;  // solo time of one unit (one wave)
   double speed = 1;
-  double ready_us = 0;      // when it became the head: first come, first served for SMs
-  double start_us = -1;     // its first unit placed
+  double ready_us = 0;                           // when it became the head: first come, first served for SMs
+  double start_us = -1;                          // its first unit placed
   std::uint64_t no_room_at = ~std::uint64_t{0};  // pool generation at which it last found no room
 };
 
@@ -67,11 +67,11 @@ struct ClientRun {
   double measure_start_us = -1;
   std::vector<double> latencies_ms;
   std::vector<double> measured_done_us;  // when each measured request ended (parallel to latencies_ms)
-  double first_done_us = -1;  // when its first request (warm-up included) ended (-1: none yet)
-  double finished_us = -1;    // when a bounded client completed its last request (-1: not, or unbounded)
-  double ready_us = 0;  // closed loop: when the next request may start (after the host gap)
-  double head_held_since_us = -1;  // the BE head kernel the policy refused, since when (-1: none)
-  double kept_off_since_us = -1;   // a BE request kept from the GPU by exclusive requests, since when (-1: none)
+  double first_done_us = -1;             // when its first request (warm-up included) ended (-1: none yet)
+  double finished_us = -1;               // when a bounded client completed its last request (-1: not, or unbounded)
+  double ready_us = 0;                   // closed loop: when the next request may start (after the host gap)
+  double head_held_since_us = -1;        // the BE head kernel the policy refused, since when (-1: none)
+  double kept_off_since_us = -1;         // a BE request kept from the GPU by exclusive requests, since when (-1: none)
   // A BE client held for max_be_wait_us: its request in progress is then
   // served to its end without the policy's tests (and not preempted), or
   // under temporal sharing its next request has the GPU at the next request
@@ -90,7 +90,11 @@ struct ClientRun {
 class Simulation {
  public:
   Simulation(const Workload& w, Policy& policy, const SimOptions& options, ChromeTrace* trace)
-      : w_(w), policy_(policy), options_(options), trace_(trace), sms_(w.device.sm_count),
+      : w_(w),
+        policy_(policy),
+        options_(options),
+        trace_(trace),
+        sms_(w.device.sm_count),
         pool_(w.device.sm_count, static_cast<int>(w.clients.size())) {
     clients_.resize(w.clients.size());
     for (std::size_t i = 0; i < w.clients.size(); ++i) {
@@ -116,13 +120,16 @@ class Simulation {
     dispatch_order_.resize(clients_.size());
     for (std::size_t i = 0; i < clients_.size(); ++i) dispatch_order_[i] = static_cast<int>(i);
     if (policy_.priority_streams() && view_.hp_client >= 0) {
-      std::stable_partition(dispatch_order_.begin(), dispatch_order_.end(), [&](int c) { return c == view_.hp_client; });
+      std::stable_partition(dispatch_order_.begin(), dispatch_order_.end(),
+                            [&](int c) { return c == view_.hp_client; });
     }
     if (trace_ != nullptr) {
-      trace_->set_process_name(1, std::string("GPU (") + w.device.name + ", policy " + std::string(policy.name()) + ")");
+      trace_->set_process_name(1,
+                               std::string("GPU (") + w.device.name + ", policy " + std::string(policy.name()) + ")");
       for (std::size_t i = 0; i < clients_.size(); ++i) {
         const ClientSpec& s = *clients_[i].spec;
-        trace_->set_thread_name(1, static_cast<int>(2 * i), s.name + (s.high_priority ? " [HP] kernels" : " [BE] kernels"),
+        trace_->set_thread_name(1, static_cast<int>(2 * i),
+                                s.name + (s.high_priority ? " [HP] kernels" : " [BE] kernels"),
                                 static_cast<int>(2 * i));
         trace_->set_thread_name(1, static_cast<int>(2 * i + 1), s.name + " requests", static_cast<int>(2 * i + 1));
       }
@@ -570,8 +577,8 @@ class Simulation {
       }
       if (view_.hp_request_active && dt > 0) {
         hp_active_us_ += dt;
-        const bool best_effort_resident = std::any_of(cohorts_.begin(), cohorts_.end(),
-                                                      [&](const Cohort& h) { return h.client != view_.hp_client; });
+        const bool best_effort_resident =
+            std::any_of(cohorts_.begin(), cohorts_.end(), [&](const Cohort& h) { return h.client != view_.hp_client; });
         if (best_effort_resident) hp_corun_us_ += dt;
       }
     }
@@ -735,9 +742,9 @@ class Simulation {
   SchedulerView view_;
   std::vector<std::pair<const SimKernel*, int>> scratch_;
   std::vector<double> speeds_;
-  bool window_ended_ = false;                   // a bounded client has completed its last request
-  std::uint64_t bounded_requests_ = 0;  // requests of the clients with a count, all together
-  std::vector<double> progress_at_window_end_;  // per client, request_progress when the window closed
+  bool window_ended_ = false;                           // a bounded client has completed its last request
+  std::uint64_t bounded_requests_ = 0;                  // requests of the clients with a count, all together
+  std::vector<double> progress_at_window_end_;          // per client, request_progress when the window closed
   std::vector<std::vector<double>> in_flight_ages_ms_;  // per client, in_flight_ages_ms when the window closed
 };
 
@@ -796,7 +803,8 @@ SimResult run_alone(const Workload& workload, std::size_t i, double horizon_s, P
 
 }  // namespace
 
-SimResult simulate(const Workload& workload, std::string_view policy_name, const SimOptions& options, ChromeTrace* trace) {
+SimResult simulate(const Workload& workload, std::string_view policy_name, const SimOptions& options,
+                   ChromeTrace* trace) {
   check_simulation_size(workload);  // before any memory goes to a run that cannot finish
   if (policy_name != "dedicated") {
     auto policy = make_policy(policy_name, workload, options.policy);

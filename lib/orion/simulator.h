@@ -31,7 +31,7 @@ namespace fleet::orion {
 struct SimOptions {
   PolicyOptions policy;
   ContentionModel model;
-  std::size_t trace_kernel_limit = 20000;  ///< kernels recorded in a trace (the first ones)
+  std::size_t trace_kernel_limit = 20000;              ///< kernels recorded in a trace (the first ones)
   std::uint64_t max_events_without_time = 20'000'000;  ///< events at one instant before the run is called stuck
   double max_be_wait_us = 100'000;  ///< a best-effort kernel held this long is admitted anyway (0: never forced)
   /// Progress of a long run, in the bounded clients' requests (or simulated
@@ -41,7 +41,7 @@ struct SimOptions {
   ProgressStyle progress_style = ProgressStyle::kAuto;
   std::chrono::milliseconds progress_interval{10'000};
   std::function<void(const std::string&)> progress_sink;  ///< where log lines go (default: the log)
-  std::string progress_label;                              ///< default: the policy's name
+  std::string progress_label;                             ///< default: the policy's name
 };
 
 /// Per-client outcome.
@@ -49,10 +49,10 @@ struct ClientResult {
   std::string name;
   bool high_priority = false;
   bool training = false;
-  std::int64_t completed = 0;        ///< measured requests/iterations (after warm-up)
+  std::int64_t completed = 0;            ///< measured requests/iterations (after warm-up)
   std::int64_t completed_in_window = 0;  ///< of those, completed within the common window
   double throughput_per_s = 0;  ///< per second over the common window: those, plus the done part of the one in progress
-  bool starved = false;              ///< not one request (warm-up included) completed within the common window
+  bool starved = false;         ///< not one request (warm-up included) completed within the common window
   /// Open loop: arrival rate x mean service time over the requests measured
   /// in the window (-1: closed loop, or fewer than 3 requests).
   double offered_load = -1;
@@ -101,12 +101,12 @@ inline constexpr std::int64_t kMinDedicatedRequests = 20;
 /// Outcome of one simulation.
 struct SimResult {
   std::string policy;
-  std::string policy_summary;    ///< what the policy settled on (orion's tuned SM threshold), or ""
+  std::string policy_summary;  ///< what the policy settled on (orion's tuned SM threshold), or ""
   std::vector<ClientResult> clients;
-  double simulated_s = 0;        ///< simulated time
-  double busy_fraction = 0;      ///< time with at least one kernel running
-  double sm_utilization = 0;     ///< time-average of the fraction of SMs holding blocks
-  std::uint64_t kernels = 0;     ///< kernels simulated
+  double simulated_s = 0;     ///< simulated time
+  double busy_fraction = 0;   ///< time with at least one kernel running
+  double sm_utilization = 0;  ///< time-average of the fraction of SMs holding blocks
+  std::uint64_t kernels = 0;  ///< kernels simulated
   /// Simulated time with an HP request or iteration in progress, and the
   /// fraction of it during which best-effort blocks were resident beside
   /// it (what a policy gains over temporal sharing; 0 without an HP client).

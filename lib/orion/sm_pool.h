@@ -55,8 +55,8 @@ class SmPool {
   void drop_empty_groups();
 
   int sms_;
-  std::vector<Group> groups_;       // groups_[0]: idle SMs (clients == 0), always present
-  std::vector<Fixed> client_need_;  // per client: what one of its units holds
+  std::vector<Group> groups_;          // groups_[0]: idle SMs (clients == 0), always present
+  std::vector<Fixed> client_need_;     // per client: what one of its units holds
   std::vector<SmShare> client_share_;  // ... and the share it came from (most kernels repeat the last one's)
   std::uint64_t generation_ = 0;
 };

@@ -106,7 +106,8 @@ ArrivalSpec parse_arrivals(const JsonValue& v, const std::filesystem::path& dir)
       a.trace_gaps_s = gaps->as<std::vector<double>>();
     } else {
       const auto file = v.get<std::string>("file");
-      const std::filesystem::path p = std::filesystem::path(file).is_absolute() ? std::filesystem::path(file) : dir / file;
+      const std::filesystem::path p =
+          std::filesystem::path(file).is_absolute() ? std::filesystem::path(file) : dir / file;
       if (!std::filesystem::is_regular_file(p))
         v.at("file").fail("arrival trace '" + p.string() + "' not found (relative paths are read beside the workload)");
       a.trace_gaps_s = read_arrival_trace(p);
@@ -137,9 +138,8 @@ Workload load_native(const JsonValue& root, const std::filesystem::path& dir,
     root.at("launch_overhead_us").fail("launch_overhead_us must be 0 to 1e6 microseconds");
   w.max_duration_s = root.get_or<double>("max_duration_s", 0.0);
   for (const JsonValue& c : root.at("clients").elements()) {
-    c.reject_unknown_keys(
-        {"name", "profile", "first_profile", "priority", "kind", "arrivals", "requests", "warmup", "gap_ms",
-         "launch_overhead_us", "mps_active_thread_percentage"});
+    c.reject_unknown_keys({"name", "profile", "first_profile", "priority", "kind", "arrivals", "requests", "warmup",
+                           "gap_ms", "launch_overhead_us", "mps_active_thread_percentage"});
     ClientSpec s;
     s.name = c.get<std::string>("name");
     // Rows, CSV lines and latency files name clients: a blank or repeated
@@ -148,7 +148,8 @@ Workload load_native(const JsonValue& root, const std::filesystem::path& dir,
     for (const ClientSpec& earlier : w.clients)
       if (earlier.name == s.name) c.at("name").fail("client name '" + s.name + "' is used twice");
     const std::string priority = c.get<std::string>("priority");
-    if (priority != "high" && priority != "best-effort") c.at("priority").fail("priority must be 'high' or 'best-effort'");
+    if (priority != "high" && priority != "best-effort")
+      c.at("priority").fail("priority must be 'high' or 'best-effort'");
     s.high_priority = priority == "high";
     const std::string kind = c.get<std::string>("kind");
     if (kind != "inference" && kind != "training") c.at("kind").fail("kind must be 'inference' or 'training'");
@@ -157,8 +158,8 @@ Workload load_native(const JsonValue& root, const std::filesystem::path& dir,
     s.profile_path = profile.string();
     s.kernels = to_sim_kernels(read_kernel_profile(profile), w.device);
     if (auto first = c.find("first_profile")) {
-      s.first_kernels = to_sim_kernels(read_kernel_profile(resolve_profile(first->as<std::string>(), dir, profile_dirs, *first)),
-                                       w.device);
+      s.first_kernels = to_sim_kernels(
+          read_kernel_profile(resolve_profile(first->as<std::string>(), dir, profile_dirs, *first)), w.device);
     }
     s.arrivals = parse_arrivals(c.at("arrivals"), dir);
     s.requests = c.get_or<std::int64_t>("requests", 0);
@@ -169,8 +170,9 @@ Workload load_native(const JsonValue& root, const std::filesystem::path& dir,
       const double ms = gap->as<double>();
       if (!(ms >= 0 && ms <= 1e6)) gap->fail("gap_ms must be 0 to 1e6 milliseconds");
       if (s.arrivals.kind != ArrivalKind::kClosedLoop)
-        gap->fail("gap_ms is the host time between a closed-loop client's requests; open-loop arrivals space them "
-                  "already");
+        gap->fail(
+            "gap_ms is the host time between a closed-loop client's requests; open-loop arrivals space them "
+            "already");
       s.gap_us = ms * 1e3;
     }
     if (auto launch = c.find("launch_overhead_us")) {
@@ -208,8 +210,9 @@ Workload load_orion_config(const JsonValue& root, const std::filesystem::path& d
     const bool has_additional = c.has("additional_kernel_file");
     // Orion profiles a training iteration twice: kernel_file for the first
     // iteration and additional_kernel_file for the steady state.
-    const auto main_file = resolve_profile(c.get<std::string>(has_additional ? "additional_kernel_file" : "kernel_file"),
-                                           dir, profile_dirs, c.at(has_additional ? "additional_kernel_file" : "kernel_file"));
+    const auto main_file =
+        resolve_profile(c.get<std::string>(has_additional ? "additional_kernel_file" : "kernel_file"), dir,
+                        profile_dirs, c.at(has_additional ? "additional_kernel_file" : "kernel_file"));
     s.profile_path = main_file.string();
     const KernelProfile main_profile = read_kernel_profile(main_file);
     // Orion measured its profiles on a V100; profiles that record another GPU
@@ -218,9 +221,9 @@ Workload load_orion_config(const JsonValue& root, const std::filesystem::path& d
     if (i == 0 && !main_profile.device.empty()) w.device = device_by_name(main_profile.device);
     s.kernels = to_sim_kernels(main_profile, w.device);
     if (has_additional) {
-      s.first_kernels = to_sim_kernels(
-          read_kernel_profile(resolve_profile(c.get<std::string>("kernel_file"), dir, profile_dirs, c.at("kernel_file"))),
-          w.device);
+      s.first_kernels = to_sim_kernels(read_kernel_profile(resolve_profile(c.get<std::string>("kernel_file"), dir,
+                                                                           profile_dirs, c.at("kernel_file"))),
+                                       w.device);
     }
     // Orion's scheduler takes an iteration to be num_kernels launches: a count
     // that disagrees with the profile would cut or overrun every iteration.
@@ -235,7 +238,8 @@ Workload load_orion_config(const JsonValue& root, const std::filesystem::path& d
     check_count(has_additional ? "additional_num_kernels" : "num_kernels", s.kernels.size(),
                 has_additional ? "additional_kernel_file" : "kernel_file");
     if (has_additional) check_count("num_kernels", s.first_kernels.size(), "kernel_file");
-    if (auto batch = args.find("batchsize"); batch && batch->as<std::int64_t>() < 1) batch->fail("batchsize must be positive");
+    if (auto batch = args.find("batchsize"); batch && batch->as<std::int64_t>() < 1)
+      batch->fail("batchsize must be positive");
     const double rps = args.get_or<double>("rps", 0.0);
     if (!(rps >= 0)) args.at("rps").fail("rps must be 0 (closed loop) or a positive rate");
     if (auto input = args.find("input_file")) {
@@ -250,7 +254,8 @@ Workload load_orion_config(const JsonValue& root, const std::filesystem::path& d
     }
     // Orion runs each client for num_iters; we run the high-priority client
     // for that many requests and let the others run until it is done.
-    if (auto iters = c.find("num_iters"); iters && iters->as<std::int64_t>() < 1) iters->fail("num_iters must be positive");
+    if (auto iters = c.find("num_iters"); iters && iters->as<std::int64_t>() < 1)
+      iters->fail("num_iters must be positive");
     s.requests = s.high_priority || clients.size() == 1 ? c.get_or<std::int64_t>("num_iters", 1000) : 0;
     s.warmup = s.requests > 20 ? 10 : 0;
     w.clients.push_back(std::move(s));
@@ -278,14 +283,17 @@ Workload load_workload(const std::filesystem::path& path, const std::vector<std:
   int high = 0;
   for (const ClientSpec& c : w.clients) {
     high += c.high_priority ? 1 : 0;
-    if (c.kernels.empty()) throw InputError("client '" + c.name + "' has an empty kernel profile", {path.string(), "", std::nullopt});
+    if (c.kernels.empty())
+      throw InputError("client '" + c.name + "' has an empty kernel profile", {path.string(), "", std::nullopt});
   }
-  if (high > 1) throw InputError("at most one client may have high priority", {path.string(), "/clients", std::nullopt});
+  if (high > 1)
+    throw InputError("at most one client may have high priority", {path.string(), "/clients", std::nullopt});
   // A typo in a count, a rate or a horizon is an error message, not a run
   // that never ends: bound the simulated time and the requests.
   constexpr double kMaxRequests = 1e7, kMaxSimulatedSeconds = 1e6, kMaxRate = 1e7;
   if (!(w.max_duration_s >= 0 && w.max_duration_s <= kMaxSimulatedSeconds)) {
-    throw InputError("max_duration_s must be between 0 and 1e6 seconds", {path.string(), "/max_duration_s", std::nullopt});
+    throw InputError("max_duration_s must be between 0 and 1e6 seconds",
+                     {path.string(), "/max_duration_s", std::nullopt});
   }
   for (const ClientSpec& c : w.clients) {
     const bool rated = c.arrivals.kind == ArrivalKind::kPoisson || c.arrivals.kind == ArrivalKind::kUniform;
@@ -299,8 +307,8 @@ Workload load_workload(const std::filesystem::path& path, const std::vector<std:
     if (rated && c.requests > 0 && w.max_duration_s == 0 &&
         static_cast<double>(c.requests) / c.arrivals.rate_per_s > kMaxSimulatedSeconds) {
       throw InputError(fmt::format("client '{}': {} requests at {:g} per second span more than 1e6 simulated "
-                                   "seconds; raise the rate or set max_duration_s", c.name, c.requests,
-                                   c.arrivals.rate_per_s),
+                                   "seconds; raise the rate or set max_duration_s",
+                                   c.name, c.requests, c.arrivals.rate_per_s),
                        {path.string(), "", std::nullopt});
     }
   }
@@ -329,11 +337,18 @@ ArrivalStream::ArrivalStream(const ArrivalSpec& spec, std::uint64_t seed)
 
 double ArrivalStream::next() {
   switch (spec_.kind) {
-    case ArrivalKind::kPoisson: t_ += exponential_(rng_); break;
+    case ArrivalKind::kPoisson:
+      t_ += exponential_(rng_);
+      break;
     // From the index, not by adding the period: no drift over millions of requests.
-    case ArrivalKind::kUniform: t_ = phase_s_ + static_cast<double>(index_) / spec_.rate_per_s; break;
-    case ArrivalKind::kTrace: t_ += spec_.trace_gaps_s[index_ % spec_.trace_gaps_s.size()]; break;
-    case ArrivalKind::kClosedLoop: return std::numeric_limits<double>::infinity();
+    case ArrivalKind::kUniform:
+      t_ = phase_s_ + static_cast<double>(index_) / spec_.rate_per_s;
+      break;
+    case ArrivalKind::kTrace:
+      t_ += spec_.trace_gaps_s[index_ % spec_.trace_gaps_s.size()];
+      break;
+    case ArrivalKind::kClosedLoop:
+      return std::numeric_limits<double>::infinity();
   }
   ++index_;
   return t_;

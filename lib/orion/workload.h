@@ -21,15 +21,15 @@ enum class ArrivalKind { kClosedLoop, kPoisson, kUniform, kTrace };
 /// The arrival process of one client.
 struct ArrivalSpec {
   ArrivalKind kind = ArrivalKind::kClosedLoop;
-  double rate_per_s = 0;               ///< Poisson / uniform
-  std::vector<double> trace_gaps_s;    ///< inter-arrival gaps, cycled (trace)
+  double rate_per_s = 0;             ///< Poisson / uniform
+  std::vector<double> trace_gaps_s;  ///< inter-arrival gaps, cycled (trace)
 };
 
 /// A kernel as the simulator sees it.
 struct SimKernel {
-  double duration_us = 0;   ///< solo duration
-  std::int64_t sm_usage = 0;///< SMs needed at full occupancy (uncapped: may exceed the device)
-  int sm_need = 1;          ///< SMs it can use at once: sm_usage clamped to [1, device SMs]
+  double duration_us = 0;     ///< solo duration
+  std::int64_t sm_usage = 0;  ///< SMs needed at full occupancy (uncapped: may exceed the device)
+  int sm_need = 1;            ///< SMs it can use at once: sm_usage clamped to [1, device SMs]
   KernelClass cls = KernelClass::kUnknown;
   /// What one SM's worth of its blocks holds of an SM, from its launch data;
   /// all zero when the profile has none (the simulator then assumes its
@@ -45,9 +45,9 @@ struct ClientSpec {
   std::vector<SimKernel> kernels;        ///< one request / iteration
   std::vector<SimKernel> first_kernels;  ///< first iteration, when it differs (Orion's fb0); else empty
   ArrivalSpec arrivals;
-  std::int64_t requests = 0;             ///< requests/iterations to run (0: until the high-priority client is done)
-  std::int64_t warmup = 0;               ///< first requests left out of the statistics
-  double gap_us = 0;                     ///< closed loop: host time between the end of one request and the next
+  std::int64_t requests = 0;  ///< requests/iterations to run (0: until the high-priority client is done)
+  std::int64_t warmup = 0;    ///< first requests left out of the statistics
+  double gap_us = 0;          ///< closed loop: host time between the end of one request and the next
   /// CPU time to launch one of its kernels; negative: the workload's
   /// launch_overhead_us. A framework that launches from Python (PyTorch
   /// eager) spends 10-20 us per kernel, a CUDA graph or C++ loop a few.
@@ -55,9 +55,9 @@ struct ClientSpec {
   /// Under MPS, the share of the SMs its context may use, in percent
   /// (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); 100: all of them.
   double mps_active_thread_percentage = 100;
-  std::string profile_path;              ///< for reports
-  std::uint64_t arrival_stream = 0;      ///< random stream of its arrivals (its index in the workload), so
-                                         ///< a client alone (dedicated) sees the same arrivals as collocated
+  std::string profile_path;          ///< for reports
+  std::uint64_t arrival_stream = 0;  ///< random stream of its arrivals (its index in the workload), so
+                                     ///< a client alone (dedicated) sees the same arrivals as collocated
 };
 
 /// Everything a simulation needs.
@@ -65,8 +65,8 @@ struct Workload {
   DeviceSpec device;
   std::vector<ClientSpec> clients;
   std::uint64_t seed = 1;
-  double launch_overhead_us = 5.0;       ///< CPU time to launch one kernel
-  double max_duration_s = 0;             ///< stop after this much simulated time (0: none)
+  double launch_overhead_us = 5.0;  ///< CPU time to launch one kernel
+  double max_duration_s = 0;        ///< stop after this much simulated time (0: none)
   std::string source;
 };
 

@@ -17,9 +17,9 @@ namespace fleet::sailor {
 /// One training run measured on real hardware.
 struct MeasuredRun {
   std::string name;
-  Plan plan;                       ///< validated, nodes packed
-  double iteration_s = 0;          ///< measured seconds per iteration
-  double peak_memory_bytes = 0;    ///< measured peak per GPU
+  Plan plan;                     ///< validated, nodes packed
+  double iteration_s = 0;        ///< measured seconds per iteration
+  double peak_memory_bytes = 0;  ///< measured peak per GPU
 };
 
 /// Reads a runs file; every plan is validated against `inputs`. InputError

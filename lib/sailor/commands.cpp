@@ -34,7 +34,8 @@ OutputCheck& with_inputs(OutputCheck& check, const InputPaths& p, const std::fil
   const std::pair<const char*, const std::filesystem::path*> parts[] = {
       {"model", &p.model}, {"profile", &p.profile}, {"cluster", &p.cluster}, {"job", &p.job}};
   for (const auto& [name, explicit_path] : parts) {
-    if (!explicit_path->empty() || !p.inputs.empty()) check.input(p.resolve(*explicit_path, name), std::string("--") + name);
+    if (!explicit_path->empty() || !p.inputs.empty())
+      check.input(p.resolve(*explicit_path, name), std::string("--") + name);
   }
   return check.input(p.inputs, "--inputs").input(plan, "--plan");
 }
@@ -63,7 +64,8 @@ std::string gib(double bytes) { return fmt::format("{:.2f}", bytes / (1024.0 * 1
 
 std::pair<std::string, double> split_assignment(const std::string& text, const char* what) {
   const auto eq = text.find('=');
-  if (eq == std::string::npos || eq == 0) throw UsageError(std::string(what) + " must look like NAME=VALUE, got '" + text + "'");
+  if (eq == std::string::npos || eq == 0)
+    throw UsageError(std::string(what) + " must look like NAME=VALUE, got '" + text + "'");
   try {
     return {text.substr(0, eq), std::stod(text.substr(eq + 1))};
   } catch (const std::exception&) {
@@ -75,9 +77,9 @@ std::pair<std::string, double> split_assignment(const std::string& text, const c
 std::string format_report(const Plan& plan, const Estimate& est) {
   std::string out;
   out += fmt::format("plan: {} stages x {} data-parallel, micro-batch {}, global batch {}, {} micro-batches, {} GPUs\n",
-                           plan.stages.size(), plan.dp(), plan.mbs, plan.global_batch, est.microbatches, plan.gpus());
-  out += fmt::format("{:<5} {:>9} {:>3} {:<16} {:>10} {:>9} {:>10} {:>9} {:>9} {:>9} {:>5}\n", "stage", "layers",
-                           "tp", "replicas", "fwd+bwd s", "send s", "allred s", "update s", "mem GiB", "cap GiB", "fits");
+                     plan.stages.size(), plan.dp(), plan.mbs, plan.global_batch, est.microbatches, plan.gpus());
+  out += fmt::format("{:<5} {:>9} {:>3} {:<16} {:>10} {:>9} {:>10} {:>9} {:>9} {:>9} {:>5}\n", "stage", "layers", "tp",
+                     "replicas", "fwd+bwd s", "send s", "allred s", "update s", "mem GiB", "cap GiB", "fits");
   for (std::size_t i = 0; i < plan.stages.size(); ++i) {
     const Stage& s = plan.stages[i];
     const StageEstimate& se = est.stages[i];
@@ -92,10 +94,10 @@ std::string format_report(const Plan& plan, const Estimate& est) {
     std::string replicas;
     for (const auto& [kind, n] : kinds) replicas += (replicas.empty() ? "" : "+") + std::to_string(n) + "x" + kind;
     out += fmt::format("{:<5} {:>9} {:>3} {:<16} {:>10.4f} {:>9.4f} {:>10.4f} {:>9.4f} {:>9} {:>9} {:>5}\n", i,
-                             fmt::format("{}-{}", s.first_layer, s.last_layer - 1),
-                             uniform ? std::to_string(s.tp) : std::string("mix"), replicas, se.compute_s,
-                             se.send_s, se.allreduce_s, se.update_s, gib(se.memory[worst].total()),
-                             gib(se.capacity[worst]), se.memory[worst].total() <= se.capacity[worst] ? "yes" : "NO");
+                       fmt::format("{}-{}", s.first_layer, s.last_layer - 1),
+                       uniform ? std::to_string(s.tp) : std::string("mix"), replicas, se.compute_s, se.send_s,
+                       se.allreduce_s, se.update_s, gib(se.memory[worst].total()), gib(se.capacity[worst]),
+                       se.memory[worst].total() <= se.capacity[worst] ? "yes" : "NO");
   }
   // Where traffic crosses zones (slow links, billed as egress).
   const std::vector<StagePlacement> placement = describe_placement(plan);
@@ -110,18 +112,19 @@ std::string format_report(const Plan& plan, const Estimate& est) {
     out += fmt::format("stage {} zones: {} ({})\n", i, zones_text(p), links);
   }
   out += fmt::format("iteration: {:.4f} s ({:.3f} iterations/s, {:.1f} samples/s)\n", est.iteration_s,
-                           est.iterations_per_s, est.iterations_per_s * plan.global_batch);
+                     est.iterations_per_s, est.iterations_per_s * plan.global_batch);
   out += fmt::format("cost: ${:.5f} per iteration (compute ${:.5f}, egress ${:.5f})\n", est.usd_per_iteration(),
-                           est.compute_usd, est.egress_usd);
+                     est.compute_usd, est.egress_usd);
   if (est.energy_known) {
-    out += fmt::format("energy: {:.1f} kJ per iteration ({:.0f} W on average over {} GPUs, busy {:.0f} % of the time)\n",
-                       est.energy_j / 1e3, est.energy_j / est.iteration_s, plan.gpus(),
-                       100 * est.busy_gpu_s / (est.iteration_s * plan.gpus()));
+    out +=
+        fmt::format("energy: {:.1f} kJ per iteration ({:.0f} W on average over {} GPUs, busy {:.0f} % of the time)\n",
+                    est.energy_j / 1e3, est.energy_j / est.iteration_s, plan.gpus(),
+                    100 * est.busy_gpu_s / (est.iteration_s * plan.gpus()));
   } else {
     out += "energy: unknown (cluster.json gives no idle_watts / busy_watts for a GPU type of the plan)\n";
   }
   out += fmt::format("memory: peak {} GiB per GPU; {}\n", gib(est.peak_memory_bytes),
-                           est.fits ? "every GPU fits" : "SOME GPUs DO NOT FIT");
+                     est.fits ? "every GPU fits" : "SOME GPUs DO NOT FIT");
   return out;
 }
 
@@ -150,11 +153,11 @@ int run_import_hf(const ImportHfCommand& c) {
   check.input(file, "config").file(c.output, "--output").check(Existing::kReplace);
   if (c.sequence_length <= 0) throw UsageError("--seq-len must be positive");
   auto doc = load_json_file(file);
-  std::string name = !c.name.empty()   ? c.name
+  std::string name = !c.name.empty()  ? c.name
                      : is_stdio(file) ? std::string("model")
                                       : std::filesystem::absolute(file).parent_path().filename().string();
-  auto model = model_spec_from_hf_config(doc.root(), c.sequence_length,
-                                         default_calibration().activation_bytes_per_float, name);
+  auto model =
+      model_spec_from_hf_config(doc.root(), c.sequence_length, default_calibration().activation_bytes_per_float, name);
   write_json_file(c.output, to_json(model));
   double params = 0;
   for (const auto& layer : model.layers) params += layer.params.at(1);
@@ -189,7 +192,8 @@ int run_import(const ImportCommand& c) {
   OutputCheck check;
   check.input(c.source, "source");
   if (folder_exists) {
-    for (const char* f : {"model.json", "profile.json", "cluster.json", "job.json"}) check.file(c.output_dir / f, "--output");
+    for (const char* f : {"model.json", "profile.json", "cluster.json", "job.json"})
+      check.file(c.output_dir / f, "--output");
   } else {
     check.folder(c.output_dir, "--output");
   }
@@ -240,12 +244,15 @@ nlohmann::json hold_out_json(const std::optional<PlannerInputs>& in, const std::
   if (!in) return nullptr;
   nlohmann::json rows = nlohmann::json::array();
   for (std::size_t i = 0; i < runs.size(); ++i)
-    rows.push_back({{"name", runs[i].name}, {"measured_s", runs[i].iteration_s},
-                    {"measured_bytes", runs[i].peak_memory_bytes}, {"predicted_s", predicted[i].iteration_s},
+    rows.push_back({{"name", runs[i].name},
+                    {"measured_s", runs[i].iteration_s},
+                    {"measured_bytes", runs[i].peak_memory_bytes},
+                    {"predicted_s", predicted[i].iteration_s},
                     {"predicted_bytes", predicted[i].peak_memory_bytes}});
-  return {{"model", in->model.name},
-          {"runs", rows},
-          {"mean_abs_error", {{"time", mean_abs_error(predicted, false)}, {"memory", mean_abs_error(predicted, true)}}}};
+  return {
+      {"model", in->model.name},
+      {"runs", rows},
+      {"mean_abs_error", {{"time", mean_abs_error(predicted, false)}, {"memory", mean_abs_error(predicted, true)}}}};
 }
 
 }  // namespace
@@ -283,44 +290,51 @@ int run_calibrate(const CalibrateCommand& c) {
   if (c.json) {
     nlohmann::json rows = nlohmann::json::array();
     for (std::size_t i = 0; i < runs.size(); ++i)
-      rows.push_back({{"name", runs[i].name}, {"measured_s", runs[i].iteration_s},
-                      {"measured_bytes", runs[i].peak_memory_bytes}, {"shipped_s", shipped[i].iteration_s},
-                      {"shipped_bytes", shipped[i].peak_memory_bytes}, {"fitted_s", refit[i].iteration_s},
-                      {"fitted_bytes", refit[i].peak_memory_bytes}, {"held_out_s", held_out[i].iteration_s},
+      rows.push_back({{"name", runs[i].name},
+                      {"measured_s", runs[i].iteration_s},
+                      {"measured_bytes", runs[i].peak_memory_bytes},
+                      {"shipped_s", shipped[i].iteration_s},
+                      {"shipped_bytes", shipped[i].peak_memory_bytes},
+                      {"fitted_s", refit[i].iteration_s},
+                      {"fitted_bytes", refit[i].peak_memory_bytes},
+                      {"held_out_s", held_out[i].iteration_s},
                       {"held_out_bytes", held_out[i].peak_memory_bytes}});
-    report << nlohmann::json{{"fitted", {{"microbatch_overhead_s", f.microbatch_overhead_s},
-                                         {"activation_bytes_per_float", f.activation_bytes_per_float},
-                                         {"runtime_overhead_bytes", f.runtime_overhead_bytes}}},
+    report << nlohmann::json{{"fitted",
+                              {{"microbatch_overhead_s", f.microbatch_overhead_s},
+                               {"activation_bytes_per_float", f.activation_bytes_per_float},
+                               {"runtime_overhead_bytes", f.runtime_overhead_bytes}}},
                              {"runs", rows},
                              {"hold_out", hold_out_json(other_in, other_measured, other_predicted)},
-                             {"mean_abs_error", {{"shipped_time", mean_abs_error(shipped, false)},
-                                                 {"shipped_memory", mean_abs_error(shipped, true)},
-                                                 {"fitted_time", mean_abs_error(refit, false)},
-                                                 {"fitted_memory", mean_abs_error(refit, true)},
-                                                 {"held_out_time", mean_abs_error(held_out, false)},
-                                                 {"held_out_memory", mean_abs_error(held_out, true)}}}}
+                             {"mean_abs_error",
+                              {{"shipped_time", mean_abs_error(shipped, false)},
+                               {"shipped_memory", mean_abs_error(shipped, true)},
+                               {"fitted_time", mean_abs_error(refit, false)},
+                               {"fitted_memory", mean_abs_error(refit, true)},
+                               {"held_out_time", mean_abs_error(held_out, false)},
+                               {"held_out_memory", mean_abs_error(held_out, true)}}}}
                   .dump(2)
            << "\n";
     return 0;
   }
   const double gib = 1024.0 * 1024.0 * 1024.0;
-  report << fmt::format("fitted to {} runs: {:.5f} s per micro-batch per stage, {:.3f} B per activation float, "
-                        "runtime overhead {:.2f} GB\n",
-                        runs.size(), f.microbatch_overhead_s, f.activation_bytes_per_float,
-                        f.runtime_overhead_bytes / 1e9);
+  report << fmt::format(
+      "fitted to {} runs: {:.5f} s per micro-batch per stage, {:.3f} B per activation float, "
+      "runtime overhead {:.2f} GB\n",
+      runs.size(), f.microbatch_overhead_s, f.activation_bytes_per_float, f.runtime_overhead_bytes / 1e9);
   report << fmt::format("{:<28} {:>9} {:>9} {:>8} {:>9} {:>8}   {:>8} {:>8} {:>8} {:>8} {:>8}\n", "run", "meas s",
                         "shipped", "err", "held-out", "err", "meas GiB", "shipped", "err", "held-out", "err");
   for (std::size_t i = 0; i < runs.size(); ++i)
-    report << fmt::format("{:<28} {:>9.3f} {:>9.3f} {:>+7.1f}% {:>9.3f} {:>+7.1f}%   {:>8.2f} {:>8.2f} {:>+7.1f}% "
-                          "{:>8.2f} {:>+7.1f}%\n",
-                          runs[i].name, runs[i].iteration_s, shipped[i].iteration_s, 100 * shipped[i].time_error,
-                          held_out[i].iteration_s, 100 * held_out[i].time_error, runs[i].peak_memory_bytes / gib,
-                          shipped[i].peak_memory_bytes / gib, 100 * shipped[i].memory_error,
-                          held_out[i].peak_memory_bytes / gib, 100 * held_out[i].memory_error);
-  report << fmt::format("mean absolute error: time {:.1f}% shipped, {:.1f}% held out (leave-one-out); memory {:.1f}% "
-                        "shipped, {:.1f}% held out\n",
-                        100 * mean_abs_error(shipped, false), 100 * mean_abs_error(held_out, false),
-                        100 * mean_abs_error(shipped, true), 100 * mean_abs_error(held_out, true));
+    report << fmt::format(
+        "{:<28} {:>9.3f} {:>9.3f} {:>+7.1f}% {:>9.3f} {:>+7.1f}%   {:>8.2f} {:>8.2f} {:>+7.1f}% "
+        "{:>8.2f} {:>+7.1f}%\n",
+        runs[i].name, runs[i].iteration_s, shipped[i].iteration_s, 100 * shipped[i].time_error, held_out[i].iteration_s,
+        100 * held_out[i].time_error, runs[i].peak_memory_bytes / gib, shipped[i].peak_memory_bytes / gib,
+        100 * shipped[i].memory_error, held_out[i].peak_memory_bytes / gib, 100 * held_out[i].memory_error);
+  report << fmt::format(
+      "mean absolute error: time {:.1f}% shipped, {:.1f}% held out (leave-one-out); memory {:.1f}% "
+      "shipped, {:.1f}% held out\n",
+      100 * mean_abs_error(shipped, false), 100 * mean_abs_error(held_out, false), 100 * mean_abs_error(shipped, true),
+      100 * mean_abs_error(held_out, true));
   if (other_in) {
     report << fmt::format("\nheld-out model {} ({} runs), predicted with the constants fitted above:\n",
                           other_in->model.name, other_measured.size());
@@ -338,7 +352,8 @@ int run_calibrate(const CalibrateCommand& c) {
 }
 
 int run_search(const SearchCommand& c) {
-  SearchOptions opt = search_options(c.objective, c.max_cost_per_iter, c.min_throughput, c.max_gpus, c.max_energy_per_iter);
+  SearchOptions opt =
+      search_options(c.objective, c.max_cost_per_iter, c.min_throughput, c.max_gpus, c.max_energy_per_iter);
   if (c.max_stages < 1) throw UsageError("--max-stages must be at least 1");
   OutputCheck check;
   with_inputs(check, c.paths).file(c.output.value_or(""), "--output").check(Existing::kReplace);
@@ -351,9 +366,10 @@ int run_search(const SearchCommand& c) {
   const auto start = std::chrono::steady_clock::now();
   const std::vector<RankedPlan> top = search_plans(in, opt, &stats);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  spdlog::info("searched {} plans in {:.3f} s ({} did not fit in memory, {} outside the bounds; {} configurations "
-               "skipped by their bound)",
-               stats.candidates, seconds, stats.memory_rejected, stats.constraint_rejected, stats.bound_pruned);
+  spdlog::info(
+      "searched {} plans in {:.3f} s ({} did not fit in memory, {} outside the bounds; {} configurations "
+      "skipped by their bound)",
+      stats.candidates, seconds, stats.memory_rejected, stats.constraint_rejected, stats.bound_pruned);
   if (c.output) {
     nlohmann::json out = plan_to_json(top.front().plan);
     out["predictions"] = estimate_to_json(top.front().plan, top.front().estimate);
@@ -371,15 +387,15 @@ int run_search(const SearchCommand& c) {
   }
   report << "best plan (" << c.objective << "):\n" << format_report(top.front().plan, top.front().estimate);
   if (top.size() > 1) {
-    report << fmt::format("\n{:>4} {:>7} {:>4} {:>3} {:>4} {:>5} {:>12} {:>12}  {}\n", "rank", "stages", "dp", "tp", "mbs",
-                             "GPUs", "iter/s", "$/iter", "GPU types per stage");
+    report << fmt::format("\n{:>4} {:>7} {:>4} {:>3} {:>4} {:>5} {:>12} {:>12}  {}\n", "rank", "stages", "dp", "tp",
+                          "mbs", "GPUs", "iter/s", "$/iter", "GPU types per stage");
     for (std::size_t i = 0; i < top.size(); ++i) {
       const RankedPlan& r = top[i];
       std::string types;
       for (const Stage& s : r.plan.stages) types += (types.empty() ? "" : ",") + s.replicas.front().gpu;
-      report << fmt::format("{:>4} {:>7} {:>4} {:>3} {:>4} {:>5} {:>12.4f} {:>12.5f}  {}\n", i + 1, r.plan.stages.size(),
-                               r.plan.dp(), r.plan.stages.front().tp, r.plan.mbs, r.plan.gpus(),
-                               r.estimate.iterations_per_s, r.estimate.usd_per_iteration(), types);
+      report << fmt::format("{:>4} {:>7} {:>4} {:>3} {:>4} {:>5} {:>12.4f} {:>12.5f}  {}\n", i + 1,
+                            r.plan.stages.size(), r.plan.dp(), r.plan.stages.front().tp, r.plan.mbs, r.plan.gpus(),
+                            r.estimate.iterations_per_s, r.estimate.usd_per_iteration(), types);
     }
   }
   return 0;
@@ -388,7 +404,8 @@ int run_search(const SearchCommand& c) {
 int run_export(const ExportCommand& c) {
   OutputCheck check;
   with_inputs(check, c.paths, c.plan).file(c.output, "--output").check(Existing::kReplace);
-  if (c.format != "sailor" && c.format != "gpufleet") throw UsageError("unknown --format '" + c.format + "' (sailor or gpufleet)");
+  if (c.format != "sailor" && c.format != "gpufleet")
+    throw UsageError("unknown --format '" + c.format + "' (sailor or gpufleet)");
   const PlannerInputs in = load_inputs(c.paths);
   const Plan plan = load_valid_plan(c.plan, in);
   if (c.format == "sailor") {

@@ -28,8 +28,8 @@ struct ImportCommand {
   std::filesystem::path source;
   std::string model;
   std::filesystem::path output_dir;
-  std::vector<std::string> prices;   ///< GPU=USD
-  std::vector<std::string> quotas;   ///< GPU@ZONE=N
+  std::vector<std::string> prices;  ///< GPU=USD
+  std::vector<std::string> quotas;  ///< GPU@ZONE=N
   int global_batch = 0;
   int sequence_length = 0;
 };
@@ -37,10 +37,10 @@ int run_import(const ImportCommand& options);
 
 /// Options of `sailor-plan import-hf`.
 struct ImportHfCommand {
-  std::filesystem::path config;   ///< a Hugging Face config.json (or its folder)
-  std::filesystem::path output;   ///< model.json to write
+  std::filesystem::path config;  ///< a Hugging Face config.json (or its folder)
+  std::filesystem::path output;  ///< model.json to write
   int sequence_length = 2048;
-  std::string name;               ///< model name (default: the config's folder name)
+  std::string name;  ///< model name (default: the config's folder name)
 };
 int run_import_hf(const ImportHfCommand& options);
 
@@ -72,7 +72,7 @@ int run_search(const SearchCommand& options);
 /// Options of `sailor-plan calibrate`.
 struct CalibrateCommand {
   InputPaths paths;
-  std::filesystem::path runs;  ///< measured runs (docs/sailor-model.md, "Calibration")
+  std::filesystem::path runs;           ///< measured runs (docs/sailor-model.md, "Calibration")
   std::filesystem::path hold_out;       ///< another model's inputs folder: predicted with the fit, never fitted to
   std::filesystem::path hold_out_runs;  ///< its measured runs (default: hold_out/measured_runs.json)
   bool json = false;

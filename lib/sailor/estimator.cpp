@@ -125,8 +125,8 @@ Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
     for (const Replica& r : s.replicas) {
       const int tp = s.tp_of(r);
       min_tp = std::min(min_tp, tp);
-      auto known = std::find_if(per_type.begin(), per_type.end(),
-                                [&](const Kind& k) { return k.tp == tp && *k.gpu == r.gpu; });
+      auto known =
+          std::find_if(per_type.begin(), per_type.end(), [&](const Kind& k) { return k.tp == tp && *k.gpu == r.gpu; });
       if (known != per_type.end()) continue;
       LayerTimes sum{0, 0, 0};
       for (int l = s.first_layer; l < s.last_layer; ++l) {
@@ -198,8 +198,8 @@ Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
     // and the optimizer step. Sends and the pipeline's bubbles are idle.
     for (const Replica& r : s.replicas) {
       const int tp = s.tp_of(r);
-      const auto kind = std::find_if(per_type.begin(), per_type.end(),
-                                     [&](const Kind& k) { return k.tp == tp && *k.gpu == r.gpu; });
+      const auto kind =
+          std::find_if(per_type.begin(), per_type.end(), [&](const Kind& k) { return k.tp == tp && *k.gpu == r.gpu; });
       const double busy = nb * (kind->sum[0] + kind->sum[1]) + kind->sum[2] + se.allreduce_exposed_s;
       const GpuPower& power = types.get(r.gpu).power;
       energy_known = energy_known && power.known();
@@ -211,8 +211,8 @@ Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
     // Memory of one GPU: states of its parameter shard, activations of the
     // micro-batches 1F1B keeps in flight on this stage, runtime overhead.
     se.in_flight = std::min(stages - i, nb);
-    const double act = in.model.act_memory(s.first_layer, s.last_layer, s.tp) * mbs * se.in_flight *
-                       cal.activation_bytes_per_float;
+    const double act =
+        in.model.act_memory(s.first_layer, s.last_layer, s.tp) * mbs * se.in_flight * cal.activation_bytes_per_float;
     for (const Replica& r : s.replicas) {
       const int tp = s.tp_of(r);
       const double own_params = tp == s.tp ? params : in.model.params(s.first_layer, s.last_layer, tp);
@@ -313,7 +313,8 @@ void trace_plan(const Plan& plan, const Estimate& est, ChromeTrace& trace) {
       (forward ? f_end : b_end)[si][static_cast<std::size_t>(op.micro)] = ready + dur;
       spans.push_back({i, (forward ? "F" : "B") + micro, forward ? "forward" : "backward", ready, dur});
       double end = ready + dur;
-      const double out_us = forward ? (i + 1 < stages ? se.send_s / 2 * us : 0) : (i > 0 ? est.stages[si - 1].send_s / 2 * us : 0);
+      const double out_us =
+          forward ? (i + 1 < stages ? se.send_s / 2 * us : 0) : (i > 0 ? est.stages[si - 1].send_s / 2 * us : 0);
       if (out_us > 0) {
         spans.push_back({i, (forward ? "send act " : "send grad ") + micro, "send", end, out_us});
         if (est.blocking_transfers) end += out_us;  // the sender waits for the transfer too
@@ -355,25 +356,39 @@ nlohmann::json estimate_to_json(const Plan& plan, const Estimate& est) {
     nlohmann::json memory = nlohmann::json::array();
     for (std::size_t r = 0; r < se.memory.size(); ++r) {
       const MemoryBreakdown& m = se.memory[r];
-      memory.push_back({{"gpu", plan.stages[i].replicas[r].gpu}, {"weights_bytes", m.weights},
-                        {"gradients_bytes", m.gradients}, {"optimizer_bytes", m.optimizer},
+      memory.push_back({{"gpu", plan.stages[i].replicas[r].gpu},
+                        {"weights_bytes", m.weights},
+                        {"gradients_bytes", m.gradients},
+                        {"optimizer_bytes", m.optimizer},
                         {"activations_bytes", m.activations},
-                        {"overhead_bytes", m.overhead}, {"total_bytes", m.total()}, {"capacity_bytes", se.capacity[r]},
+                        {"overhead_bytes", m.overhead},
+                        {"total_bytes", m.total()},
+                        {"capacity_bytes", se.capacity[r]},
                         {"fits", m.total() <= se.capacity[r]}});
     }
     const StagePlacement& where = placement[i];
     stages.push_back({{"zones", where.replicas_per_zone},
                       {"ring_links_across_zones", where.ring_links_across_zones},
                       {"pipeline_links_across_zones", where.pipeline_links_across_zones},
-                      {"compute_s", se.compute_s}, {"forward_s", se.forward_s}, {"backward_s", se.backward_s},
-                      {"send_s", se.send_s}, {"update_s", se.update_s}, {"allreduce_s", se.allreduce_s},
-                      {"allreduce_exposed_s", se.allreduce_exposed_s}, {"in_flight_microbatches", se.in_flight},
+                      {"compute_s", se.compute_s},
+                      {"forward_s", se.forward_s},
+                      {"backward_s", se.backward_s},
+                      {"send_s", se.send_s},
+                      {"update_s", se.update_s},
+                      {"allreduce_s", se.allreduce_s},
+                      {"allreduce_exposed_s", se.allreduce_exposed_s},
+                      {"in_flight_microbatches", se.in_flight},
                       {"memory", memory}});
   }
-  return {{"iteration_s", est.iteration_s}, {"iterations_per_s", est.iterations_per_s},
-          {"microbatches", est.microbatches}, {"usd_per_iteration", est.usd_per_iteration()},
-          {"compute_usd_per_iteration", est.compute_usd}, {"egress_usd_per_iteration", est.egress_usd},
-          {"peak_memory_bytes", est.peak_memory_bytes}, {"fits", est.fits}, {"gpus", plan.gpus()},
+  return {{"iteration_s", est.iteration_s},
+          {"iterations_per_s", est.iterations_per_s},
+          {"microbatches", est.microbatches},
+          {"usd_per_iteration", est.usd_per_iteration()},
+          {"compute_usd_per_iteration", est.compute_usd},
+          {"egress_usd_per_iteration", est.egress_usd},
+          {"peak_memory_bytes", est.peak_memory_bytes},
+          {"fits", est.fits},
+          {"gpus", plan.gpus()},
           {"busy_gpu_s", est.busy_gpu_s},
           {"energy_j_per_iteration", est.energy_known ? nlohmann::json(est.energy_j) : nlohmann::json(nullptr)},
           {"stages", stages}};

@@ -22,9 +22,9 @@ struct Calibration {
   double weight_bytes_per_param = 6;     ///< fp16 weights + fp32 master copy (mixed precision)
   double gradient_bytes_per_param = 6;   ///< fp16 gradients + fp32 accumulation
   double optimizer_bytes_per_param = 8;  ///< Adam moments in fp32
-  double activation_bytes_per_float = 4;     ///< fitted: bytes per activation float kept for backward
-  double runtime_overhead_bytes = 0;         ///< fitted: CUDA context, allocator, communicator buffers
-  double allreduce_bucket_bytes = 25e6;      ///< gradient bucket size
+  double activation_bytes_per_float = 4;  ///< fitted: bytes per activation float kept for backward
+  double runtime_overhead_bytes = 0;      ///< fitted: CUDA context, allocator, communicator buffers
+  double allreduce_bucket_bytes = 25e6;   ///< gradient bucket size
 };
 
 /// The calibration shipped with the toolkit (docs/sailor-model.md).
@@ -47,16 +47,16 @@ struct MemoryBreakdown {
 
 /// One stage's share of the iteration.
 struct StageEstimate {
-  double compute_s = 0;          ///< forward + backward of one micro-batch, slowest replica
+  double compute_s = 0;  ///< forward + backward of one micro-batch, slowest replica
   double forward_s = 0, backward_s = 0;
-  double send_s = 0;             ///< activation to the next stage + gradient back, per micro-batch
-  double update_s = 0;           ///< optimizer step, slowest replica
-  double allreduce_s = 0;        ///< ring all-reduce of the stage's gradients
-  double allreduce_exposed_s = 0;///< the part not hidden under the last backward
-  double overhead_s = 0;         ///< the runtime's host work per micro-batch (the calibration's)
-  int in_flight = 0;             ///< micro-batches whose activations are kept (1F1B: P - i)
+  double send_s = 0;                    ///< activation to the next stage + gradient back, per micro-batch
+  double update_s = 0;                  ///< optimizer step, slowest replica
+  double allreduce_s = 0;               ///< ring all-reduce of the stage's gradients
+  double allreduce_exposed_s = 0;       ///< the part not hidden under the last backward
+  double overhead_s = 0;                ///< the runtime's host work per micro-batch (the calibration's)
+  int in_flight = 0;                    ///< micro-batches whose activations are kept (1F1B: P - i)
   std::vector<MemoryBreakdown> memory;  ///< per replica
-  std::vector<double> capacity;  ///< per replica, bytes
+  std::vector<double> capacity;         ///< per replica, bytes
 };
 
 /// Predictions for a plan.

@@ -59,7 +59,8 @@ ProfileSet import_profiles(const fs::path& dir, const std::string& model) {
   out.model = model;
   const fs::path root = dir / "profiles" / model;
   std::error_code ec;
-  if (!fs::is_directory(root, ec)) throw InputError("no profiles for model '" + model + "'", {root.string(), "", std::nullopt});
+  if (!fs::is_directory(root, ec))
+    throw InputError("no profiles for model '" + model + "'", {root.string(), "", std::nullopt});
   for (const auto& entry : fs::directory_iterator(root)) {
     const fs::path file = entry.path() / "profile.json";
     if (!fs::is_regular_file(file, ec)) continue;
@@ -126,7 +127,8 @@ ImportedInputs import_sailor(const ImportOptions& opt) {
     for (const auto& [zone, n] : zones.members()) add_quota(gpu, zone, n.as<int>());
   }
   for (const auto& [gpu, zones] : opt.extra_quotas) {
-    if (out.cluster.gpu_types.count(gpu) == 0) throw UsageError("--quota names unknown or unpriced GPU type '" + gpu + "'");
+    if (out.cluster.gpu_types.count(gpu) == 0)
+      throw UsageError("--quota names unknown or unpriced GPU type '" + gpu + "'");
     for (const auto& [zone, n] : zones) {
       if (n <= 0) throw UsageError("--quota for " + gpu + " in " + zone + " must be positive");
       add_quota(gpu, zone, n);
@@ -141,7 +143,7 @@ ImportedInputs import_sailor(const ImportOptions& opt) {
     if (!intra.root().has(gpu)) continue;
     const JsonValue per_count = intra.root().at(gpu);
     const std::string key = per_count.has(std::to_string(t.gpus_per_node)) ? std::to_string(t.gpus_per_node)
-                                                                            : per_count.members().back().first;
+                                                                           : per_count.members().back().first;
     out.cluster.intra_node[gpu] = fit_from_sailor(per_count.at(key));
   }
   const JsonDocument mz = load_json_file(opt.source / "providers" / "multizone_bandwidths_het.json");
@@ -149,12 +151,13 @@ ImportedInputs import_sailor(const ImportOptions& opt) {
     for (const auto& [src_gpu, by_count] : by_gpu.members()) {
       if (out.cluster.gpu_types.count(src_gpu) == 0 || !by_count.has("1")) continue;
       for (const auto& [dst_zone, dst_by_gpu] : by_count.at("1").members()) {
-        const LinkClass link = src_zone == dst_zone ? LinkClass::kSameZone
+        const LinkClass link = src_zone == dst_zone                                   ? LinkClass::kSameZone
                                : region_of_zone(src_zone) == region_of_zone(dst_zone) ? LinkClass::kCrossZone
-                                                                                       : LinkClass::kCrossRegion;
+                                                                                      : LinkClass::kCrossRegion;
         for (const auto& [dst_gpu, dst_by_count] : dst_by_gpu.members()) {
           if (out.cluster.gpu_types.count(dst_gpu) == 0 || !dst_by_count.has("1")) continue;
-          out.cluster.inter_node.emplace(std::make_tuple(link, src_gpu, dst_gpu), fit_from_sailor(dst_by_count.at("1")));
+          out.cluster.inter_node.emplace(std::make_tuple(link, src_gpu, dst_gpu),
+                                         fit_from_sailor(dst_by_count.at("1")));
         }
       }
     }
@@ -166,7 +169,7 @@ ImportedInputs import_sailor(const ImportOptions& opt) {
     for (const auto& [b, price] : row.members()) {
       const double p = price.as<double>();
       if (p < 0) price.fail("price cannot be negative");
-      const LinkClass link = a == b ? LinkClass::kSameZone
+      const LinkClass link = a == b                                   ? LinkClass::kSameZone
                              : region_of_zone(a) == region_of_zone(b) ? LinkClass::kCrossZone
                                                                       : LinkClass::kCrossRegion;
       double& slot = out.cluster.egress_per_gb[link];

@@ -13,11 +13,11 @@ namespace fleet::sailor {
 
 /// What to convert and what the SAILOR files do not say.
 struct ImportOptions {
-  std::filesystem::path source;              ///< SAILOR's data folder (profiles/, providers/, configs/, llm_info.json)
-  std::string model;                          ///< e.g. OPT-350
-  std::map<std::string, double> prices;       ///< $ per GPU-hour; defaults: the prices the SAILOR paper used
+  std::filesystem::path source;          ///< SAILOR's data folder (profiles/, providers/, configs/, llm_info.json)
+  std::string model;                     ///< e.g. OPT-350
+  std::map<std::string, double> prices;  ///< $ per GPU-hour; defaults: the prices the SAILOR paper used
   std::map<std::string, std::map<std::string, int>> extra_quotas;  ///< gpu -> zone -> GPUs, added to quotas.json
-  int global_batch = 0;                       ///< 0: from the model's training config
+  int global_batch = 0;                                            ///< 0: from the model's training config
   int sequence_length = 0;
 };
 

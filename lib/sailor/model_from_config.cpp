@@ -12,10 +12,10 @@ struct Shape {
   double vocab = 0, hidden = 0, ffn = 0, heads = 0, kv_heads = 0, head_dim = 0, positions = 0;
   double embed_dim = 0;  ///< OPT's word_embed_proj_dim (equals hidden elsewhere)
   int layers = 0;
-  bool biases = false;        ///< linear layers carry biases (OPT, GPT-NeoX)
-  bool qkv_bias = false;      ///< q/k/v projections carry biases
-  bool gated_mlp = false;     ///< SwiGLU: gate, up, down (Llama)
-  bool layer_norm = false;    ///< LayerNorm (weight + bias) instead of RMSNorm (weight)
+  bool biases = false;      ///< linear layers carry biases (OPT, GPT-NeoX)
+  bool qkv_bias = false;    ///< q/k/v projections carry biases
+  bool gated_mlp = false;   ///< SwiGLU: gate, up, down (Llama)
+  bool layer_norm = false;  ///< LayerNorm (weight + bias) instead of RMSNorm (weight)
   bool tied = false;
   bool final_norm = true;
 };
@@ -71,7 +71,8 @@ Shape read_shape(const JsonValue& c) {
     s.layer_norm = true;
     s.tied = true;
   } else {
-    c.at("model_type").fail("unsupported model_type '" + type + "' (supported: llama, mistral, opt, gpt_neox, gpt_neo)");
+    c.at("model_type")
+        .fail("unsupported model_type '" + type + "' (supported: llama, mistral, opt, gpt_neox, gpt_neo)");
   }
   if (s.embed_dim == 0) s.embed_dim = s.hidden;
   if (s.hidden <= 0 || s.ffn <= 0 || s.layers <= 0 || s.heads <= 0 || s.vocab <= 0)

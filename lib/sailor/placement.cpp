@@ -26,7 +26,8 @@ std::vector<StagePlacement> describe_placement(const Plan& plan) {
 
 std::string zones_text(const StagePlacement& stage) {
   std::string text;
-  for (const auto& [zone, n] : stage.replicas_per_zone) text += (text.empty() ? "" : " ") + zone + ":" + std::to_string(n);
+  for (const auto& [zone, n] : stage.replicas_per_zone)
+    text += (text.empty() ? "" : " ") + zone + ":" + std::to_string(n);
   return text;
 }
 

@@ -32,8 +32,10 @@ Plan load_native(const JsonValue& root, const JobSpec& job) {
     for (const JsonValue& r : s.at("replicas").elements()) {
       // Left out, node and tp mean "packed by the planner" and "the stage's";
       // given, they must be real.
-      if (auto node = r.find("node"); node && node->as<int>() < 0) node->fail("a node index is 0 or more (leave it out to let the nodes be packed)");
-      if (auto tp = r.find("tp"); tp && tp->as<int>() < 1) tp->fail("a TP degree is 1 or more (leave it out for the stage's)");
+      if (auto node = r.find("node"); node && node->as<int>() < 0)
+        node->fail("a node index is 0 or more (leave it out to let the nodes be packed)");
+      if (auto tp = r.find("tp"); tp && tp->as<int>() < 1)
+        tp->fail("a TP degree is 1 or more (leave it out for the stage's)");
       st.replicas.push_back(
           {r.get<std::string>("gpu"), r.get<std::string>("zone"), r.get_or<int>("node", -1), r.get_or<int>("tp", 0)});
     }
@@ -52,16 +54,17 @@ Plan load_sailor_layout(const JsonValue& root, const JobSpec& job) {
   const auto tmp = pipeline.at("tmp_per_stage").elements();
   if (layer_lists.size() != tmp.size()) pipeline.fail("layers_per_stage and tmp_per_stage differ in length");
   if (pipeline.has("num_stages") && pipeline.get<std::size_t>("num_stages") != layer_lists.size()) {
-    pipeline.at("num_stages").fail("num_stages is " + std::to_string(pipeline.get<std::size_t>("num_stages")) +
-                                   " but layers_per_stage lists " + std::to_string(layer_lists.size()) + " stages");
+    pipeline.at("num_stages")
+        .fail("num_stages is " + std::to_string(pipeline.get<std::size_t>("num_stages")) +
+              " but layers_per_stage lists " + std::to_string(layer_lists.size()) + " stages");
   }
   if (pipeline.has("dp")) {
     // SAILOR writes the data-parallel degree per stage; it must match the replicas listed.
     const JsonValue dp = pipeline.at("dp");
-    const auto per_stage = dp.is_array() ? dp.as<std::vector<std::size_t>>()
-                                         : std::vector<std::size_t>(tmp.size(), dp.as<std::size_t>());
-    if (per_stage.size() != tmp.size()) dp.fail("dp lists " + std::to_string(per_stage.size()) + " stages, not " +
-                                                std::to_string(tmp.size()));
+    const auto per_stage =
+        dp.is_array() ? dp.as<std::vector<std::size_t>>() : std::vector<std::size_t>(tmp.size(), dp.as<std::size_t>());
+    if (per_stage.size() != tmp.size())
+      dp.fail("dp lists " + std::to_string(per_stage.size()) + " stages, not " + std::to_string(tmp.size()));
     for (std::size_t i = 0; i < tmp.size(); ++i) {
       if (per_stage[i] != tmp[i].elements().size()) {
         dp.fail("stage " + std::to_string(i) + " has dp " + std::to_string(per_stage[i]) + " but tmp_per_stage lists " +
@@ -114,7 +117,8 @@ Plan plan_from_json(const JsonValue& root, const JobSpec& job) {
     plan = load_native(root, job);
   }
   if (plan.mbs < 1) root.at("mbs").fail("the micro-batch size is 1 or more");
-  if (plan.global_batch < 1) (root.has("global_batch") ? root.at("global_batch") : root.at("mbs")).fail("the global batch is 1 or more");
+  if (plan.global_batch < 1)
+    (root.has("global_batch") ? root.at("global_batch") : root.at("mbs")).fail("the global batch is 1 or more");
   // A global batch of 33 cannot be cut into micro-batches of 8: the plan
   // would train 40 sequences a step and be priced for them.
   if (plan.global_batch % plan.mbs != 0)
@@ -135,7 +139,10 @@ nlohmann::json plan_to_json(const Plan& plan) {
     }
     stages.push_back({{"layers", {s.first_layer, s.last_layer}}, {"tp", s.tp}, {"replicas", replicas}});
   }
-  return {{"format", "gpufleet-sailor-plan"}, {"version", 1}, {"mbs", plan.mbs}, {"global_batch", plan.global_batch},
+  return {{"format", "gpufleet-sailor-plan"},
+          {"version", 1},
+          {"mbs", plan.mbs},
+          {"global_batch", plan.global_batch},
           {"stages", stages}};
 }
 
@@ -153,11 +160,11 @@ nlohmann::json plan_to_sailor_json(const Plan& plan, const ClusterSpec& cluster)
     tmp.push_back(replicas);
     dp.push_back(s.replicas.size());
   }
-  return {{"pipeline_list", nlohmann::json::array({{{"num_stages", plan.stages.size()},
-                                                    {"layers_per_stage", layers},
-                                                    {"tmp_per_stage", tmp},
-                                                    {"dp", dp}}})},
-          {"mbs", plan.mbs}};
+  return {
+      {"pipeline_list",
+       nlohmann::json::array(
+           {{{"num_stages", plan.stages.size()}, {"layers_per_stage", layers}, {"tmp_per_stage", tmp}, {"dp", dp}}})},
+      {"mbs", plan.mbs}};
 }
 
 void validate_plan(const Plan& plan, const ModelSpec& model, const ClusterSpec& cluster) {
@@ -202,8 +209,8 @@ void validate_plan(const Plan& plan, const ModelSpec& model, const ClusterSpec& 
                             ", but the quota there makes " + std::to_string(nodes) + " node(s), numbered from 0");
         }
         if ((used_on_node[{r.gpu, r.zone, r.node}] += tp) > per_node) {
-          fail_stage(i, "node " + std::to_string(r.node) + " of " + r.gpu + " in " + r.zone + " would hold more than its " +
-                            std::to_string(per_node) + " GPUs");
+          fail_stage(i, "node " + std::to_string(r.node) + " of " + r.gpu + " in " + r.zone +
+                            " would hold more than its " + std::to_string(per_node) + " GPUs");
         }
       }
     }

@@ -16,9 +16,12 @@ namespace {
 // The value an objective minimises (throughput: its inverse, the iteration time).
 double minimised(const Estimate& e, Objective objective) {
   switch (objective) {
-    case Objective::kThroughput: return e.iteration_s;
-    case Objective::kCost: return e.usd_per_iteration();
-    case Objective::kEnergy: return e.energy_j;
+    case Objective::kThroughput:
+      return e.iteration_s;
+    case Objective::kCost:
+      return e.usd_per_iteration();
+    case Objective::kEnergy:
+      return e.energy_j;
   }
   return 0;
 }
@@ -55,7 +58,8 @@ std::vector<Pool> make_pools(const ClusterSpec& cluster) {
     }
   }
   std::map<std::string, int> region_ids;
-  for (const auto& [zone, region] : cluster.zone_region) region_ids.emplace(region, static_cast<int>(region_ids.size()));
+  for (const auto& [zone, region] : cluster.zone_region)
+    region_ids.emplace(region, static_cast<int>(region_ids.size()));
   std::vector<Pool> pools;
   for (auto& [key, p] : by_key) {
     std::stable_sort(p.zones.begin(), p.zones.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
@@ -82,7 +86,11 @@ constexpr int kSandwichStages = 6;
 class Searcher {
  public:
   Searcher(const PlannerInputs& in, const SearchOptions& opt, SearchStats& stats)
-      : in_(in), opt_(opt), stats_(stats), pools_(make_pools(in.cluster)), layers_(static_cast<int>(in.model.layers.size())) {
+      : in_(in),
+        opt_(opt),
+        stats_(stats),
+        pools_(make_pools(in.cluster)),
+        layers_(static_cast<int>(in.model.layers.size())) {
     for (const Pool& p : pools_) {
       for (int r : p.zone_region) regions_ = std::max(regions_, r + 1);
     }
@@ -313,7 +321,8 @@ class Searcher {
     std::vector<int> bounds(static_cast<std::size_t>(stages) + 1);
     bounds[static_cast<std::size_t>(stages)] = layers_;
     for (int i = stages; i >= 1; --i) {
-      bounds[static_cast<std::size_t>(i) - 1] = cut[static_cast<std::size_t>(i)][static_cast<std::size_t>(bounds[static_cast<std::size_t>(i)])];
+      bounds[static_cast<std::size_t>(i) - 1] =
+          cut[static_cast<std::size_t>(i)][static_cast<std::size_t>(bounds[static_cast<std::size_t>(i)])];
     }
     return bounds;
   }
@@ -335,7 +344,8 @@ class Searcher {
       auto& l = left[static_cast<std::size_t>(p)];
       if (!l.empty()) return;
       const Pool& pool = pools_[static_cast<std::size_t>(p)];
-      for (const auto& [zone, quota] : pool.zones) l.push_back(groups_in_zone(quota, pool.gpus_per_node, tp_of(tps, p)));
+      for (const auto& [zone, quota] : pool.zones)
+        l.push_back(groups_in_zone(quota, pool.gpus_per_node, tp_of(tps, p)));
     };
     for (int p : config) init(p);
     if (spill >= 0) init(spill);
@@ -451,7 +461,8 @@ class Searcher {
       std::vector<Replica>& reps = stage.replicas;
       // Compact the placed replicas to the front, keeping their order.
       for (int j = 0; j < want; ++j) {
-        if (wanted[static_cast<std::size_t>(j)] == -2) reps[static_cast<std::size_t>(first + k++)] = reps[static_cast<std::size_t>(first + j)];
+        if (wanted[static_cast<std::size_t>(j)] == -2)
+          reps[static_cast<std::size_t>(first + k++)] = reps[static_cast<std::size_t>(first + j)];
       }
     }
     return placed;
@@ -489,7 +500,8 @@ class Searcher {
   void keep(const Plan& plan, const Estimate& e) {
     const std::size_t k = static_cast<std::size_t>(std::max(1, opt_.top_k));
     if (top_.size() == k && !better(e, top_.back().estimate, opt_.objective)) return;
-    auto at = std::find_if(top_.begin(), top_.end(), [&](const RankedPlan& r) { return better(e, r.estimate, opt_.objective); });
+    auto at = std::find_if(top_.begin(), top_.end(),
+                           [&](const RankedPlan& r) { return better(e, r.estimate, opt_.objective); });
     top_.insert(at, RankedPlan{plan, e});
     if (top_.size() > k) top_.pop_back();
   }
@@ -609,7 +621,8 @@ class Searcher {
       ++stats_.memory_rejected;
       return;
     }
-    if (!admissible_replicas(mbs, bound_of_split(prefix, bounds, mbs, config, tps, spill >= 0), rates, dp_min, dp_max)) {
+    if (!admissible_replicas(mbs, bound_of_split(prefix, bounds, mbs, config, tps, spill >= 0), rates, dp_min,
+                             dp_max)) {
       ++stats_.bound_pruned;
       return;
     }
@@ -693,8 +706,10 @@ class Searcher {
     int lo = 0, hi = total / static_cast<int>(config.size());
     while (lo < hi) {
       const int mid = (lo + hi + 1) / 2;
-      if (spilling_stages(tps, config, spill, mid).empty()) hi = mid - 1;
-      else lo = mid;
+      if (spilling_stages(tps, config, spill, mid).empty())
+        hi = mid - 1;
+      else
+        lo = mid;
     }
     return lo;
   }
@@ -854,13 +869,15 @@ class Searcher {
   // Floors on what one replica of every stage (a pipeline row) costs and
   // draws; a stage that spills at the lower of its two pools' figures.
   struct RateFloor {
-    double usd_per_s = 0;       // $ per second of the row's GPUs
-    double idle_watts = 0;      // their idle power
+    double usd_per_s = 0;   // $ per second of the row's GPUs
+    double idle_watts = 0;  // their idle power
   };
 
   RateFloor rate_floor(const std::vector<StageKinds>& prefix, const std::vector<int>& config,
                        const std::vector<int>& tps, int spill) const {
-    auto type = [&](int p) -> const GpuType& { return in_.cluster.gpu_types.at(pools_[static_cast<std::size_t>(p)].gpu); };
+    auto type = [&](int p) -> const GpuType& {
+      return in_.cluster.gpu_types.at(pools_[static_cast<std::size_t>(p)].gpu);
+    };
     auto usd = [&](int p) { return tp_of(tps, p) * type(p).price_per_hour / 3600.0; };
     auto idle = [&](int p) { return tp_of(tps, p) * type(p).power.idle_watts; };
     RateFloor f;
@@ -925,7 +942,8 @@ class Searcher {
       while (i >= 1 && bounds[static_cast<std::size_t>(i)] == layers_ - (stages - i)) --i;
       if (i < 1) break;
       ++bounds[static_cast<std::size_t>(i)];
-      for (int j = i + 1; j < stages; ++j) bounds[static_cast<std::size_t>(j)] = bounds[static_cast<std::size_t>(j) - 1] + 1;
+      for (int j = i + 1; j < stages; ++j)
+        bounds[static_cast<std::size_t>(j)] = bounds[static_cast<std::size_t>(j) - 1] + 1;
     }
   }
 
@@ -946,8 +964,8 @@ class Searcher {
     return total * static_cast<double>(mbs_.size());
   }
 
-  static constexpr double kExhaustiveLimit = 2e7;   // --exhaustive refuses larger spaces
-  static constexpr double kCompletionLimit = 2e6;   // the exact pass runs on spaces up to this
+  static constexpr double kExhaustiveLimit = 2e7;  // --exhaustive refuses larger spaces
+  static constexpr double kCompletionLimit = 2e6;  // the exact pass runs on spaces up to this
 
   const PlannerInputs& in_;
   const SearchOptions& opt_;
@@ -958,7 +976,7 @@ class Searcher {
   std::vector<RankedPlan> top_;
   Mode mode_ = Mode::kHeuristic;
   int regions_ = 0;                                                        // region ids are 0..regions_-1
-  mutable std::vector<int> room_, share_, wanted_;                          // take_replicas' scratch
+  mutable std::vector<int> room_, share_, wanted_;                         // take_replicas' scratch
   std::map<std::tuple<int, int, int>, std::vector<double>> prefix_cache_;  // (pool, mbs, tp) -> prefix sums
   std::map<std::tuple<int, int, int>, bool> usable_cache_;                 // (pool, mbs, tp) -> usable
   std::map<std::tuple<int, int, bool, double>, double> fastest_cache_;     // (pool a, pool b, same node, bytes) -> B/s
@@ -969,10 +987,14 @@ class Searcher {
 SearchOptions search_options(const std::string& objective, double max_cost_per_iteration, double min_throughput,
                              int max_gpus, double max_energy_per_iteration) {
   SearchOptions options;
-  if (objective == "throughput") options.objective = Objective::kThroughput;
-  else if (objective == "cost") options.objective = Objective::kCost;
-  else if (objective == "energy") options.objective = Objective::kEnergy;
-  else throw UsageError("--objective must be 'throughput', 'cost' or 'energy', not '" + objective + "'");
+  if (objective == "throughput")
+    options.objective = Objective::kThroughput;
+  else if (objective == "cost")
+    options.objective = Objective::kCost;
+  else if (objective == "energy")
+    options.objective = Objective::kEnergy;
+  else
+    throw UsageError("--objective must be 'throughput', 'cost' or 'energy', not '" + objective + "'");
   if (!(max_cost_per_iteration >= 0)) throw UsageError("--max-cost-per-iter must be 0 (no bound) or positive");
   if (!(min_throughput >= 0)) throw UsageError("--min-throughput must be 0 (no bound) or positive");
   if (!(max_energy_per_iteration >= 0)) throw UsageError("--max-energy-per-iter must be 0 (no bound) or positive");
@@ -993,19 +1015,22 @@ std::vector<RankedPlan> search_plans(const PlannerInputs& inputs, const SearchOp
     if (s.constraint_rejected > 0 || s.beyond_bounds > 0) {
       // Something was passed over for the bounds alone (a plan that fit, or
       // a configuration whose optimistic figures already missed them).
-      throw NoSolutionError("no plan meets the bounds (--max-cost-per-iter / --min-throughput / --max-energy-per-iter); " +
-                            std::to_string(s.candidates) + " plans simulated, " +
-                            std::to_string(s.constraint_rejected) + " of them fit but missed the bounds");
+      throw NoSolutionError(
+          "no plan meets the bounds (--max-cost-per-iter / --min-throughput / --max-energy-per-iter); " +
+          std::to_string(s.candidates) + " plans simulated, " + std::to_string(s.constraint_rejected) +
+          " of them fit but missed the bounds");
     }
     if (s.candidates == 0 && s.memory_rejected > 0) throw NoSolutionError("no plan fits in GPU memory");
-    if (s.candidates == 0) throw NoSolutionError("no plan can be built: no GPU type has profiles for a usable TP degree");
+    if (s.candidates == 0)
+      throw NoSolutionError("no plan can be built: no GPU type has profiles for a usable TP degree");
     if (s.unpriced_links == s.candidates) {
       // Typically a cluster measured on one node (profile-net under launch
       // --nprocs 2 records that node's GPUs) asked for plans that span more.
       throw NoSolutionError(
           "every candidate plan needs a network link the cluster has no bandwidth fit for (" + s.first_unpriced_link +
           "); measure it with sailor-run profile-net --link-class for that link, run on GPUs of two nodes (or give "
-          "cluster.json its fit); a job on more GPUs than one node holds (gpus_per_node) always needs a cross-node link");
+          "cluster.json its fit); a job on more GPUs than one node holds (gpus_per_node) always needs a cross-node "
+          "link");
     }
     throw NoSolutionError("no plan fits in GPU memory (" + std::to_string(s.candidates) + " plans simulated)");
   }

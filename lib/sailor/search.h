@@ -19,15 +19,15 @@ enum class Objective { kThroughput, kCost, kEnergy };
 /// Search settings.
 struct SearchOptions {
   Objective objective = Objective::kThroughput;
-  double max_cost_per_iteration = 0;  ///< $ per iteration, 0: no bound
-  double min_throughput = 0;          ///< iterations per second, 0: no bound
+  double max_cost_per_iteration = 0;    ///< $ per iteration, 0: no bound
+  double min_throughput = 0;            ///< iterations per second, 0: no bound
   double max_energy_per_iteration = 0;  ///< joules per iteration, 0: no bound
-  int max_gpus = 0;                   ///< 0: no bound
-  int top_k = 1;                      ///< plans to keep
-  bool exhaustive = false;            ///< every stage-pool sequence, spill pool, TP per pool, split and DP degree
-  int max_stages = 16;                ///< pipeline degrees tried: 1..max_stages
-  bool one_tp = false;                ///< one TP degree for every stage (what sailor-run trains); else one per GPU pool
-  bool exact_small_spaces = true;     ///< after the heuristic, branch and bound over the whole space when it is small
+  int max_gpus = 0;                     ///< 0: no bound
+  int top_k = 1;                        ///< plans to keep
+  bool exhaustive = false;              ///< every stage-pool sequence, spill pool, TP per pool, split and DP degree
+  int max_stages = 16;                  ///< pipeline degrees tried: 1..max_stages
+  bool one_tp = false;             ///< one TP degree for every stage (what sailor-run trains); else one per GPU pool
+  bool exact_small_spaces = true;  ///< after the heuristic, branch and bound over the whole space when it is small
 };
 
 /// A plan with its predictions.
@@ -38,7 +38,7 @@ struct RankedPlan {
 
 /// Search statistics.
 struct SearchStats {
-  std::uint64_t candidates = 0;   ///< plans simulated
+  std::uint64_t candidates = 0;  ///< plans simulated
   std::uint64_t memory_rejected = 0;
   std::uint64_t constraint_rejected = 0;
   std::uint64_t unpriced_links = 0;  ///< plans needing a link without a bandwidth fit
@@ -50,7 +50,8 @@ struct SearchStats {
 /// The best plans, best first (at most top_k). NoSolutionError with the
 /// reason when no plan fits memory or meets the bounds; UsageError when an
 /// exhaustive search would be too large.
-std::vector<RankedPlan> search_plans(const PlannerInputs& inputs, const SearchOptions& options, SearchStats* stats = nullptr);
+std::vector<RankedPlan> search_plans(const PlannerInputs& inputs, const SearchOptions& options,
+                                     SearchStats* stats = nullptr);
 
 /// Search settings from their command-line form (`sailor-plan search`,
 /// `sailor-run launch --elastic`): objective "throughput", "cost" or

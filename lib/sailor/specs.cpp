@@ -25,12 +25,12 @@ void check_header(const JsonValue& root, const std::string& format) {
 // Physical bounds on every number the planner reads: far beyond any real
 // model or cluster, far below values whose sums and products overflow (a
 // profile of 1e308 s per layer made the search index past its tables).
-constexpr double kMaxSeconds = 1e6;          // one layer's forward, backward or update step
-constexpr double kMaxCount = 1e15;           // parameters, bytes of activations or memory
-constexpr double kMaxPricePerHour = 1e6;     // dollars per GPU hour
-constexpr double kMaxWatts = 1e4;            // one GPU board
-constexpr double kMaxPricePerGb = 1e3;       // dollars per GB of egress
-constexpr double kMaxBytesPerS = 1e15;       // a link's bandwidth
+constexpr double kMaxSeconds = 1e6;       // one layer's forward, backward or update step
+constexpr double kMaxCount = 1e15;        // parameters, bytes of activations or memory
+constexpr double kMaxPricePerHour = 1e6;  // dollars per GPU hour
+constexpr double kMaxWatts = 1e4;         // one GPU board
+constexpr double kMaxPricePerGb = 1e3;    // dollars per GB of egress
+constexpr double kMaxBytesPerS = 1e15;    // a link's bandwidth
 constexpr int kMaxGpusPerNode = 1024;
 constexpr int kMaxQuota = 1 << 20;
 constexpr int kMaxBatch = 1 << 24;
@@ -113,7 +113,8 @@ const char* link_class_name(LinkClass c) { return kLinkNames[static_cast<int>(c)
 
 double ModelSpec::params(int first, int last, int tp) const {
   double sum = 0;
-  for (int l = first; l < last; ++l) sum += lookup(layers.at(static_cast<std::size_t>(l)).params, tp, l, "parameter count");
+  for (int l = first; l < last; ++l)
+    sum += lookup(layers.at(static_cast<std::size_t>(l)).params, tp, l, "parameter count");
   return sum;
 }
 
@@ -142,16 +143,19 @@ std::vector<std::string> complete_profiles(ProfileSet& profiles, const ModelSpec
         throw InputError(fmt::format("{} has {} layers, the model '{}' {}", what, times.size(), model.name, layers));
       }
       if (times.size() < 3 || layers < 3) {
-        throw InputError(fmt::format("{} has {} of the model's {} layers: it needs at least the embedding, one block "
-                                     "and the head to be completed", what, times.size(), layers));
+        throw InputError(
+            fmt::format("{} has {} of the model's {} layers: it needs at least the embedding, one block "
+                        "and the head to be completed",
+                        what, times.size(), layers));
       }
       // The missing blocks must be copies of a measured one.
       const std::size_t last_measured = times.size() - 2;
       for (std::size_t b = last_measured + 1; b + 1 < layers; ++b) {
         if (model.layers[b].params != model.layers[last_measured].params) {
-          throw InputError(fmt::format("{} has {} of the model's {} layers, and block {} differs in size from the "
-                                       "last measured block {}: it cannot be completed", what, times.size(), layers,
-                                       b, last_measured));
+          throw InputError(
+              fmt::format("{} has {} of the model's {} layers, and block {} differs in size from the "
+                          "last measured block {}: it cannot be completed",
+                          what, times.size(), layers, b, last_measured));
         }
       }
       const LayerTimes head = times.back();
@@ -161,10 +165,10 @@ std::vector<std::string> complete_profiles(ProfileSet& profiles, const ModelSpec
       ++filled[last_measured];
     }
     for (const auto& [last_measured, count] : filled) {
-      notes.push_back(fmt::format("profile of {}: layers {}-{} not measured in {} of its {} (mbs, TP) entries; they "
-                                  "take block {}'s figures (a profile shorter than its model may be another model's: check it)", gpu,
-                                  last_measured + 1, layers - 2, count, entries.size(),
-                                  last_measured));
+      notes.push_back(
+          fmt::format("profile of {}: layers {}-{} not measured in {} of its {} (mbs, TP) entries; they "
+                      "take block {}'s figures (a profile shorter than its model may be another model's: check it)",
+                      gpu, last_measured + 1, layers - 2, count, entries.size(), last_measured));
     }
   }
   return notes;
@@ -196,8 +200,10 @@ std::optional<std::string> monotone_in_batch_size(ProfileSet& profiles) {
     if (changed > before) types.push_back(gpu);
   }
   if (changed == 0) return std::nullopt;
-  return fmt::format("profile: {} of {} (GPU, mbs, TP) entries have layers slower than at a larger micro-batch ({}); "
-                     "the simulator takes the larger one's times for them", changed, total, fmt::join(types, ", "));
+  return fmt::format(
+      "profile: {} of {} (GPU, mbs, TP) entries have layers slower than at a larger micro-batch ({}); "
+      "the simulator takes the larger one's times for them",
+      changed, total, fmt::join(types, ", "));
 }
 
 const LayerTimes& ProfileSet::at(const std::string& gpu, int mbs, int tp, int layer) const {
@@ -245,8 +251,8 @@ const BandwidthFit& ClusterSpec::fit(LinkClass link, const std::string& src_gpu,
   auto it = inter_node.find({link, src_gpu, dst_gpu});
   if (it == inter_node.end()) it = inter_node.find({link, dst_gpu, src_gpu});
   if (it == inter_node.end()) {
-    throw InputError(std::string("cluster has no ") + link_class_name(link) + " bandwidth between " + src_gpu + " and " +
-                     dst_gpu);
+    throw InputError(std::string("cluster has no ") + link_class_name(link) + " bandwidth between " + src_gpu +
+                     " and " + dst_gpu);
   }
   return it->second;
 }
@@ -360,8 +366,8 @@ JobSpec load_job_spec(const std::filesystem::path& path) {
   const JsonDocument doc = load_json_file(path);
   const JsonValue root = doc.root();
   check_header(root, "gpufleet-sailor-job");
-  root.reject_unknown_keys({"format", "version", "model", "global_batch", "sequence_length", "optimizer", "precision",
-                            "runtime"});
+  root.reject_unknown_keys(
+      {"format", "version", "model", "global_batch", "sequence_length", "optimizer", "precision", "runtime"});
   JobSpec j;
   j.model = root.get<std::string>("model");
   j.global_batch = root.get<int>("global_batch");
@@ -386,7 +392,8 @@ JobSpec load_job_spec(const std::filesystem::path& path) {
 nlohmann::json to_json(const ModelSpec& m) {
   nlohmann::json layers = nlohmann::json::array();
   for (const LayerSpec& l : m.layers) {
-    layers.push_back({{"params", per_tp_json(l.params)}, {"act_output", per_tp_json(l.act_output)},
+    layers.push_back({{"params", per_tp_json(l.params)},
+                      {"act_output", per_tp_json(l.act_output)},
                       {"act_memory", per_tp_json(l.act_memory)}});
   }
   return {{"format", "gpufleet-sailor-model"}, {"version", kVersion}, {"name", m.name}, {"layers", layers}};
@@ -409,7 +416,8 @@ nlohmann::json to_json(const ProfileSet& p) {
 nlohmann::json to_json(const ClusterSpec& c) {
   nlohmann::json types = nlohmann::json::object(), zones = nlohmann::json::object(), intra = nlohmann::json::object();
   for (const auto& [name, t] : c.gpu_types) {
-    types[name] = {{"gpus_per_node", t.gpus_per_node}, {"memory_bytes", t.memory_bytes}, {"price_per_hour", t.price_per_hour}};
+    types[name] = {
+        {"gpus_per_node", t.gpus_per_node}, {"memory_bytes", t.memory_bytes}, {"price_per_hour", t.price_per_hour}};
     if (t.power.known()) {
       types[name]["idle_watts"] = t.power.idle_watts;
       types[name]["busy_watts"] = t.power.busy_watts;
@@ -433,13 +441,22 @@ nlohmann::json to_json(const ClusterSpec& c) {
   }
   nlohmann::json egress = nlohmann::json::object();
   for (const auto& [cls, price] : c.egress_per_gb) egress[link_class_name(cls)] = price;
-  return {{"format", "gpufleet-sailor-cluster"}, {"version", kVersion}, {"gpu_types", types}, {"zones", zones},
-          {"network", {{"intra_node", intra}, {"links", links}}}, {"egress_usd_per_gb", egress}};
+  return {{"format", "gpufleet-sailor-cluster"},
+          {"version", kVersion},
+          {"gpu_types", types},
+          {"zones", zones},
+          {"network", {{"intra_node", intra}, {"links", links}}},
+          {"egress_usd_per_gb", egress}};
 }
 
 nlohmann::json to_json(const JobSpec& j) {
-  return {{"format", "gpufleet-sailor-job"}, {"version", kVersion}, {"model", j.model}, {"global_batch", j.global_batch},
-          {"sequence_length", j.sequence_length}, {"optimizer", j.optimizer}, {"precision", j.precision},
+  return {{"format", "gpufleet-sailor-job"},
+          {"version", kVersion},
+          {"model", j.model},
+          {"global_batch", j.global_batch},
+          {"sequence_length", j.sequence_length},
+          {"optimizer", j.optimizer},
+          {"precision", j.precision},
           {"runtime", training_runtime_name(j.runtime)}};
 }
 

@@ -94,11 +94,11 @@ const char* link_class_name(LinkClass c);
 /// GPU types, zones grouped into regions with quotas, network fits and egress prices.
 struct ClusterSpec {
   std::map<std::string, GpuType> gpu_types;
-  std::map<std::string, std::string> zone_region;                 ///< zone -> region
-  std::map<std::string, std::map<std::string, int>> quotas;       ///< gpu -> zone -> GPUs available
-  std::map<std::string, BandwidthFit> intra_node;                 ///< gpu -> fit inside one node
+  std::map<std::string, std::string> zone_region;            ///< zone -> region
+  std::map<std::string, std::map<std::string, int>> quotas;  ///< gpu -> zone -> GPUs available
+  std::map<std::string, BandwidthFit> intra_node;            ///< gpu -> fit inside one node
   std::map<std::tuple<LinkClass, std::string, std::string>, BandwidthFit> inter_node;  ///< (class, src, dst)
-  std::map<LinkClass, double> egress_per_gb;                      ///< $ per GB leaving a zone, by class
+  std::map<LinkClass, double> egress_per_gb;  ///< $ per GB leaving a zone, by class
 
   /// The class of a link between two zones (same_zone when equal).
   LinkClass link_between(const std::string& zone_a, const std::string& zone_b) const;
@@ -127,7 +127,7 @@ struct JobSpec {
   int global_batch = 0;
   int sequence_length = 0;
   std::string optimizer = "adam";
-  std::string precision = "mixed";  ///< mixed (fp16/bf16 compute, fp32 master) or fp32
+  std::string precision = "mixed";                        ///< mixed (fp16/bf16 compute, fp32 master) or fp32
   TrainingRuntime runtime = TrainingRuntime::kSailorRun;  ///< what will train the plan
   /// Bytes per activation/gradient element on the wire: 2 for mixed precision, 4 for fp32.
   int wire_bytes() const { return precision == "fp32" ? 4 : 2; }

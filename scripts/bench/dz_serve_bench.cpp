@@ -97,7 +97,8 @@ int sbmm(int repeats) {
           };
           auto run_per_variant_gemm = [&] {
             for (std::int64_t v = 0; v < variants; ++v)
-              y.narrow(0, v * per, per).copy_(torch::linear(x.narrow(0, v * per, per), dense[static_cast<std::size_t>(v)]));
+              y.narrow(0, v * per, per)
+                  .copy_(torch::linear(x.narrow(0, v * per, per), dense[static_cast<std::size_t>(v)]));
           };
           const double t_sbmm = best_of(repeats, run_sbmm), t_gemm = best_of(repeats, run_one_gemm),
                        t_full = best_of(repeats, run_per_variant_gemm), t_small = best_of(repeats, run_small_batch);
@@ -110,20 +111,30 @@ int sbmm(int repeats) {
           SbmmMatrix::use_vector_kernels(false);  // the portable kernels, for the vector kernels' gain
           const double t_portable = best_of(repeats, run_sbmm);
           SbmmMatrix::use_vector_kernels(true);
-          std::cout << nlohmann::json{{"bench", "sbmm"}, {"bits", bits}, {"rows", rows}, {"cols", cols}, {"batch", n},
-                                      {"variants", variants}, {"sbmm_us", t_sbmm * 1e6}, {"dense_gemm_us", t_gemm * 1e6},
+          std::cout << nlohmann::json{{"bench", "sbmm"},
+                                      {"bits", bits},
+                                      {"rows", rows},
+                                      {"cols", cols},
+                                      {"batch", n},
+                                      {"variants", variants},
+                                      {"sbmm_us", t_sbmm * 1e6},
+                                      {"dense_gemm_us", t_gemm * 1e6},
                                       {"sbmm_avx2_us", t_sbmm_avx2 * 1e6},
                                       {"sbmm_avx512", SbmmMatrix::avx512_in_use()},
-                                      {"per_variant_gemm_us", t_full * 1e6}, {"sbmm_portable_us", t_portable * 1e6},
+                                      {"per_variant_gemm_us", t_full * 1e6},
+                                      {"sbmm_portable_us", t_portable * 1e6},
                                       {"inference_linear_us", t_small * 1e6},
                                       {"inference_linear_avx2_us", t_small_avx2 * 1e6},
                                       {"small_batch_avx512", model::small_batch::avx512_in_use()},
-                                      {"small_batch_kernel", model::small_batch_linear_in_use() && n <= model::small_batch::max_rows()},
+                                      {"small_batch_kernel",
+                                       model::small_batch_linear_in_use() && n <= model::small_batch::max_rows()},
                                       {"dense_gemm_over_inference_linear", t_gemm / t_small},
                                       {"vector_kernels", SbmmMatrix::vector_kernels()},
                                       {"portable_over_sbmm", t_portable / t_sbmm},
-                                      {"sbmm_over_dense", t_sbmm / t_gemm}, {"sbmm_over_per_variant", t_sbmm / t_full},
-                                      {"packed_bytes", deltas[0].bytes()}, {"dense_bytes", rows * cols * 4}}
+                                      {"sbmm_over_dense", t_sbmm / t_gemm},
+                                      {"sbmm_over_per_variant", t_sbmm / t_full},
+                                      {"packed_bytes", deltas[0].bytes()},
+                                      {"dense_bytes", rows * cols * 4}}
                            .dump()
                     << std::endl;
         }
@@ -147,9 +158,14 @@ int merged(int repeats) {
       const double t_merged = best_of(repeats, [&] { merged_product(delta, w, x, y); });
       const double t_full = best_of(repeats, [&] { y = torch::linear(x, reconstructed); });
       const double t_base = best_of(repeats, [&] { y = model::inference_linear(x, w); });
-      std::cout << nlohmann::json{{"bench", "merged"}, {"rows", rows}, {"cols", cols}, {"batch", n},
-                                  {"merged_us", t_merged * 1e6}, {"dense_gemm_us", t_full * 1e6},
-                                  {"base_product_us", t_base * 1e6}, {"merged_over_dense", t_merged / t_full},
+      std::cout << nlohmann::json{{"bench", "merged"},
+                                  {"rows", rows},
+                                  {"cols", cols},
+                                  {"batch", n},
+                                  {"merged_us", t_merged * 1e6},
+                                  {"dense_gemm_us", t_full * 1e6},
+                                  {"base_product_us", t_base * 1e6},
+                                  {"merged_over_dense", t_merged / t_full},
                                   {"small_batch_avx512", model::small_batch::avx512_in_use()},
                                   {"small_batch_kernel", model::small_batch_linear_in_use()}}
                        .dump()
@@ -238,10 +254,15 @@ int decode(const std::string& base_dir, std::int64_t batch, int repeats, const s
   for (const auto& d : deltas) delta_bytes += d->bytes;
   std::uint64_t model_bytes = 0;
   for (const auto& [n, t] : base.named_parameters()) model_bytes += static_cast<std::uint64_t>(t.nbytes());
-  std::cout << nlohmann::json{{"bench", "decode"}, {"device", model::device_name(compute)}, {"batch", batch},
+  std::cout << nlohmann::json{{"bench", "decode"},
+                              {"device", model::device_name(compute)},
+                              {"batch", batch},
                               {"variants", variants},
-                              {"delta_step_ms", t_delta * 1e3}, {"full_step_ms", t_full * 1e3}, {"base_step_ms", t_base * 1e3},
-                              {"delta_over_full", t_delta / t_full}, {"delta_over_base", t_delta / t_base},
+                              {"delta_step_ms", t_delta * 1e3},
+                              {"full_step_ms", t_full * 1e3},
+                              {"base_step_ms", t_base * 1e3},
+                              {"delta_over_full", t_delta / t_full},
+                              {"delta_over_base", t_delta / t_base},
                               {"resident_delta_mode_bytes", model_bytes + delta_bytes},
                               {"resident_full_mode_bytes", model_bytes * (1 + files.size())}}
                    .dump()
@@ -263,7 +284,8 @@ int main(int argc, char** argv) try {
   }
   if (what == "decode" && argc >= 8) {
     model::set_cpu_threads(std::stoi(argv[4]));
-    return decode(argv[2], std::stoll(argv[3]), std::stoi(argv[5]), argv[6], std::vector<std::string>(argv + 7, argv + argc));
+    return decode(argv[2], std::stoll(argv[3]), std::stoi(argv[5]), argv[6],
+                  std::vector<std::string>(argv + 7, argv + argc));
   }
   std::cerr << "usage: bench_dz_serve sbmm THREADS REPEATS | merged THREADS REPEATS | "
                "decode BASE_DIR BATCH THREADS REPEATS cpu|cuda DELTA.h5...\n";

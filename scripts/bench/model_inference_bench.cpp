@@ -43,13 +43,15 @@ int main(int argc, char** argv) try {
     auto next = logits.argmax(-1).view({batch, 1});
     auto t1 = now();
     std::vector<std::int64_t> ones(static_cast<std::size_t>(batch), 1);
-    for (std::int64_t t = 0; t < new_tokens; ++t) next = model.forward_cached(cache, slots, next, ones).argmax(-1).view({batch, 1});
+    for (std::int64_t t = 0; t < new_tokens; ++t)
+      next = model.forward_cached(cache, slots, next, ones).argmax(-1).view({batch, 1});
     auto t2 = now();
     if (r == 0) continue;
     best_prefill = std::min(best_prefill, std::chrono::duration<double>(t1 - t0).count());
     best_decode = std::min(best_decode, std::chrono::duration<double>(t2 - t1).count());
   }
-  nlohmann::json out = {{"device", cuda ? "cuda" : "cpu"}, {"prefill_tokens_per_s", static_cast<double>(batch * prompt) / best_prefill},
+  nlohmann::json out = {{"device", cuda ? "cuda" : "cpu"},
+                        {"prefill_tokens_per_s", static_cast<double>(batch * prompt) / best_prefill},
                         {"decode_tokens_per_s", static_cast<double>(batch * new_tokens) / best_decode},
                         {"parameters", model.config().parameter_count()}};
   std::cout << out.dump() << "\n";

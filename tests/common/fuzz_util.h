@@ -23,8 +23,9 @@ namespace fleet::testing {
 /// negative numbers, non-numbers, quotes and line ends.
 inline const std::vector<std::string>& fuzz_tokens() {
   static const std::vector<std::string> tokens = {
-      ",", "\"", "\n", "\r\n", ":", "[", "]", "{", "}", "-1", "0", "1e308", "-1e308", "1e400", "nan", "null", "true",
-      "9999999999999999999", "4294967300", "2147483647", "1e9", "65536", "\\u0000", "\\", "n/a", "(256, 1", ""};
+      ",",          "\"",         "\n",    "\r\n",   ":",       "[",   "]",    "{",       "}",
+      "-1",         "0",          "1e308", "-1e308", "1e400",   "nan", "null", "true",    "9999999999999999999",
+      "4294967300", "2147483647", "1e9",   "65536",  "\\u0000", "\\",  "n/a",  "(256, 1", ""};
   return tokens;
 }
 
@@ -33,10 +34,18 @@ inline std::string fuzz_mutate(std::string text, std::mt19937_64& rng) {
   if (text.empty()) return text;
   const std::size_t at = rng() % text.size();
   switch (rng() % 5) {
-    case 0: text[at] = static_cast<char>(rng() & 0xff); break;
-    case 1: text.insert(at, fuzz_tokens()[rng() % fuzz_tokens().size()]); break;
-    case 2: text.erase(at, 1 + rng() % 16); break;
-    case 3: text.resize(at); break;
+    case 0:
+      text[at] = static_cast<char>(rng() & 0xff);
+      break;
+    case 1:
+      text.insert(at, fuzz_tokens()[rng() % fuzz_tokens().size()]);
+      break;
+    case 2:
+      text.erase(at, 1 + rng() % 16);
+      break;
+    case 3:
+      text.resize(at);
+      break;
     default: {  // a digit run replaced by a huge number
       const std::size_t digit = text.find_first_of("0123456789", at);
       if (digit != std::string::npos) text.replace(digit, 1, "99999999999");
@@ -77,7 +86,8 @@ inline FuzzCounts fuzz(const std::vector<std::string>& seeds, int iterations, st
       EXPECT_EQ(what.find('\n'), std::string::npos) << "a multi-line error: " << what;
     } catch (const std::exception& e) {
       ADD_FAILURE() << "mutation " << i << " (seed " << seed << "): " << typeid(e).name() << ": " << e.what()
-                    << "\ninput:\n" << text.substr(0, 2000);
+                    << "\ninput:\n"
+                    << text.substr(0, 2000);
       return counts;
     }
   }

@@ -160,15 +160,14 @@ TEST(AtomicDirectory, ReplacesAWholeFolderOrNothing) {
                IoError);
   EXPECT_EQ(read_file(target / "a.txt"), "first");
   EXPECT_EQ(testing::list_dir(dir.path()), std::vector<std::string>{"model"});
-  write_directory_atomically(target, [](const std::filesystem::path& tmp) {
-    write_file_atomically(tmp / "a.txt", "second");
-  });
+  write_directory_atomically(target,
+                             [](const std::filesystem::path& tmp) { write_file_atomically(tmp / "a.txt", "second"); });
   EXPECT_EQ(read_file(target / "a.txt"), "second");
   EXPECT_FALSE(std::filesystem::exists(target / "b.txt"));
   EXPECT_EQ(testing::list_dir(dir.path()), std::vector<std::string>{"model"});
-  EXPECT_THROW(write_directory_atomically(dir.path() / "missing" / "x", [](const std::filesystem::path&) {}), UsageError);
+  EXPECT_THROW(write_directory_atomically(dir.path() / "missing" / "x", [](const std::filesystem::path&) {}),
+               UsageError);
 }
-
 
 TEST(TemporaryFolder, IsPrivateUnderTmpdirAndGoesWithEverythingInIt) {
   testing::TempDir outer;
@@ -189,8 +188,10 @@ TEST(TemporaryFolder, IsPrivateUnderTmpdirAndGoesWithEverythingInIt) {
     TemporaryFolder second("fleet-unit");
     EXPECT_NE(second.path(), made);
   }
-  if (saved != nullptr) ::setenv("TMPDIR", previous.c_str(), 1);
-  else ::unsetenv("TMPDIR");
+  if (saved != nullptr)
+    ::setenv("TMPDIR", previous.c_str(), 1);
+  else
+    ::unsetenv("TMPDIR");
   EXPECT_FALSE(std::filesystem::exists(made));
   EXPECT_TRUE(testing::list_dir(outer.path()).empty());
 }

@@ -37,9 +37,7 @@ TEST(Error, InputQuotedInAnErrorStaysOnOneLine) {
   EXPECT_STREQ(InputError("caf\xc3\xa9").what(), "caf\xc3\xa9");  // UTF-8 stays as it is
 }
 
-TEST(Error, ErrnoMessageNamesTheCall) {
-  EXPECT_EQ(errno_message("open", ENOENT), "open: No such file or directory");
-}
+TEST(Error, ErrnoMessageNamesTheCall) { EXPECT_EQ(errno_message("open", ENOENT), "open: No such file or directory"); }
 
 }  // namespace
 }  // namespace fleet

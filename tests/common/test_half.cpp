@@ -26,8 +26,21 @@ TEST(Half, EveryF16BitPatternDecodesLikeTheCompiler) {
 
 TEST(Half, FloatToF16RoundsLikeTheCompiler) {
   std::mt19937 rng(7);
-  std::vector<float> values = {0.0f, -0.0f, 1.0f, 65504.0f, 65519.0f, 65520.0f, 1e-8f, 5.96e-8f, 2.98e-8f,
-                               2.99e-8f, 6.1e-5f, 1.0f + 1.0f / 2048.0f, 1.0f + 3.0f / 2048.0f, INFINITY, -INFINITY};
+  std::vector<float> values = {0.0f,
+                               -0.0f,
+                               1.0f,
+                               65504.0f,
+                               65519.0f,
+                               65520.0f,
+                               1e-8f,
+                               5.96e-8f,
+                               2.98e-8f,
+                               2.99e-8f,
+                               6.1e-5f,
+                               1.0f + 1.0f / 2048.0f,
+                               1.0f + 3.0f / 2048.0f,
+                               INFINITY,
+                               -INFINITY};
   for (int i = 0; i < 200000; ++i) values.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(rng())));
   for (float v : values) {
     if (std::isnan(v)) {

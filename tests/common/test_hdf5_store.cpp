@@ -96,7 +96,8 @@ TEST(Hdf5Store, Attributes) {
   testing::TempDir dir;
   {
     Hdf5Store store = Hdf5Store::create(dir / "a.h5");
-    store.write_tensor("layers/0/q", DType::kU8, std::vector<std::int64_t>{2}, testing::bytes_of(std::vector<std::uint8_t>{1, 2}));
+    store.write_tensor("layers/0/q", DType::kU8, std::vector<std::int64_t>{2},
+                       testing::bytes_of(std::vector<std::uint8_t>{1, 2}));
     store.set_attribute("", "format", std::string("gpufleet-delta"));
     store.set_attribute("", "version", std::int64_t{1});
     store.set_attribute("", "damp", 0.01);
@@ -109,7 +110,8 @@ TEST(Hdf5Store, Attributes) {
   EXPECT_EQ(std::get<std::string>(store.attribute("", "format")), "gpufleet-delta");
   EXPECT_EQ(std::get<std::int64_t>(store.attribute("", "version")), 2);
   EXPECT_DOUBLE_EQ(std::get<double>(store.attribute("", "damp")), 0.01);
-  EXPECT_EQ(std::get<std::vector<std::int64_t>>(store.attribute("layers/0/q", "shape")), (std::vector<std::int64_t>{4, 8}));
+  EXPECT_EQ(std::get<std::vector<std::int64_t>>(store.attribute("layers/0/q", "shape")),
+            (std::vector<std::int64_t>{4, 8}));
   EXPECT_EQ(store.attributes("").size(), 3u);
   EXPECT_EQ(store.attributes("layers/0/q").size(), 2u);
   EXPECT_FALSE(store.find_attribute("", "absent").has_value());
@@ -130,12 +132,14 @@ TEST(Hdf5Store, UncommittedStoreLeavesPreviousFile) {
   testing::TempDir dir;
   {
     Hdf5Store store = Hdf5Store::create(dir / "d.h5");
-    store.write_tensor("v", DType::kI64, std::vector<std::int64_t>{1}, testing::bytes_of(std::vector<std::int64_t>{41}));
+    store.write_tensor("v", DType::kI64, std::vector<std::int64_t>{1},
+                       testing::bytes_of(std::vector<std::int64_t>{41}));
     store.commit();
   }
   {
     Hdf5Store store = Hdf5Store::create(dir / "d.h5");
-    store.write_tensor("other", DType::kI64, std::vector<std::int64_t>{1}, testing::bytes_of(std::vector<std::int64_t>{0}));
+    store.write_tensor("other", DType::kI64, std::vector<std::int64_t>{1},
+                       testing::bytes_of(std::vector<std::int64_t>{0}));
     // no commit: as if the work failed
   }
   EXPECT_EQ(testing::list_dir(dir.path()), std::vector<std::string>{"d.h5"});
@@ -161,10 +165,12 @@ TEST(Hdf5Store, BadInputsGiveClearErrors) {
   }
   Hdf5Store store = Hdf5Store::create(dir / "x.h5");
   store.write_tensor("a", DType::kF32, std::vector<std::int64_t>{1}, testing::bytes_of(std::vector<float>{1}));
-  EXPECT_THROW(store.write_tensor("a", DType::kF32, std::vector<std::int64_t>{1}, testing::bytes_of(std::vector<float>{1})),
-               InputError);
-  EXPECT_THROW(store.write_tensor("b", DType::kF32, std::vector<std::int64_t>{2}, testing::bytes_of(std::vector<float>{1})),
-               InputError);
+  EXPECT_THROW(
+      store.write_tensor("a", DType::kF32, std::vector<std::int64_t>{1}, testing::bytes_of(std::vector<float>{1})),
+      InputError);
+  EXPECT_THROW(
+      store.write_tensor("b", DType::kF32, std::vector<std::int64_t>{2}, testing::bytes_of(std::vector<float>{1})),
+      InputError);
 }
 
 TEST(Hdf5Store, CorruptChunkIsAnInputError) {

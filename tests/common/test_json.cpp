@@ -31,8 +31,7 @@ TEST(Json, TypedAccessWithDefaults) {
 TEST(Json, ErrorsNameFileAndPath) {
   const JsonDocument doc = parse_json(kPlan, "plan.json");
   const JsonValue root = doc.root();
-  EXPECT_EQ(error_of([&] { root.at("stages").at(1).get<int>("dp"); }),
-            "plan.json: /stages/1: missing field 'dp'");
+  EXPECT_EQ(error_of([&] { root.at("stages").at(1).get<int>("dp"); }), "plan.json: /stages/1: missing field 'dp'");
   EXPECT_EQ(error_of([&] { root.at("stages").at(0).get<int>("gpu"); }),
             "plan.json: /stages/0/gpu: expected an integer, got string");
   EXPECT_EQ(error_of([&] { root.get<int>("price"); }), "plan.json: /price: expected an integer, got 3.5");
@@ -47,7 +46,9 @@ TEST(Json, ErrorsNameFileAndPath) {
 
 TEST(Json, RejectsUnknownKeys) {
   const JsonDocument doc = parse_json(R"({"gbs": 1, "mbz": 2})", "job.json");
-  EXPECT_EQ(error_of([&] { doc.root().reject_unknown_keys({"gbs", "mbs"}); }),
+  EXPECT_EQ(error_of([&] {
+              doc.root().reject_unknown_keys({"gbs", "mbs"});
+            }),
             "job.json: /mbz: unknown field 'mbz' (expected one of: gbs, mbs)");
 }
 

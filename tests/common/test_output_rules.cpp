@@ -133,9 +133,8 @@ TEST(OutputRules, AFolderNamedWithASlashIsReplacedAsAWhole) {
   testing::TempDir dir;
   fs::create_directory(dir / "o6");
   write_file_atomically(dir / "o6" / "stale.txt", "x");
-  write_directory_atomically((dir / "o6").string() + "/", [](const fs::path& d) {
-    write_file_atomically(d / "config.json", "{}");
-  });
+  write_directory_atomically((dir / "o6").string() + "/",
+                             [](const fs::path& d) { write_file_atomically(d / "config.json", "{}"); });
   EXPECT_EQ(testing::list_dir(dir / "o6"), std::vector<std::string>{"config.json"});
   EXPECT_EQ(testing::list_dir(dir.path()), std::vector<std::string>{"o6"});
 }
@@ -158,8 +157,9 @@ TEST(OutputRules, HelperNamesFitWhereverTheOutputsNameFits) {
   EXPECT_NE(helper_stem(dir / (std::string(250, 'a') + "1")), helper_stem(dir / (std::string(250, 'a') + "2")));
   // A name the folder cannot hold is refused before any work.
   const std::string too_long(name_max + 1, 'x');
-  EXPECT_NE(testing::error_of<UsageError>([&] { OutputCheck().file(dir / too_long, "-o").check(Existing::kReplace); })
-                .find("at most"),
+  EXPECT_NE(testing::error_of<UsageError>([&] {
+              OutputCheck().file(dir / too_long, "-o").check(Existing::kReplace);
+            }).find("at most"),
             std::string::npos);
   EXPECT_EQ(testing::list_dir(dir.path()).size(), 6u);  // the three outputs and three folders, nothing else
 }
@@ -173,8 +173,8 @@ TEST(OutputRules, OneWriterPerOutput) {
   const int status = in_child([&] {
     const std::string message =
         testing::error_of<UsageError>([&] { OutputCheck().folder(out, "-o").check(Existing::kNeedsForce); });
-    const bool names_holder = message.find("-o") != std::string::npos &&
-                              message.find(std::to_string(::getppid())) != std::string::npos;
+    const bool names_holder =
+        message.find("-o") != std::string::npos && message.find(std::to_string(::getppid())) != std::string::npos;
     // A command that only checks, without claiming, is not refused.
     OutputCheck().folder(out, "-o").without_claim().check(Existing::kNeedsForce);
     return names_holder ? 0 : 1;
@@ -226,24 +226,25 @@ TEST(OutputRules, ASignalRemovesTemporaries) {
     });
     ASSERT_TRUE(WIFSIGNALED(status)) << signal_number;
     EXPECT_EQ(WTERMSIG(status), signal_number);
-    EXPECT_TRUE(testing::list_dir(dir.path()).empty()) << "signal " << signal_number << " left "
-                                                       << testing::list_dir(dir.path()).front();
-    EXPECT_TRUE(testing::list_dir(tmp.path()).empty()) << "signal " << signal_number << " left "
-                                                       << testing::list_dir(tmp.path()).front();
+    EXPECT_TRUE(testing::list_dir(dir.path()).empty())
+        << "signal " << signal_number << " left " << testing::list_dir(dir.path()).front();
+    EXPECT_TRUE(testing::list_dir(tmp.path()).empty())
+        << "signal " << signal_number << " left " << testing::list_dir(tmp.path()).front();
   }
 }
 
 TEST(OutputRules, StreamOutputsAreCountedAsStandardOutput) {
   EXPECT_TRUE(OutputCheck().file("/dev/stdout", "-o").writes_stdout());
   EXPECT_FALSE(OutputCheck().file("/dev/null", "-o").writes_stdout());
-  EXPECT_NE(testing::error_of<UsageError>(
-                [] { OutputCheck().file("-", "-o").file("/dev/stdout", "--json").check(Existing::kReplace); })
-                .find("only one output"),
+  EXPECT_NE(testing::error_of<UsageError>([] {
+              OutputCheck().file("-", "-o").file("/dev/stdout", "--json").check(Existing::kReplace);
+            }).find("only one output"),
             std::string::npos);
   // A stream needs no --force: nothing is replaced.
   OutputCheck().file("/dev/null", "-o").check(Existing::kNeedsForce);
-  EXPECT_NE(testing::error_of<UsageError>([] { OutputCheck().folder("/dev/null", "-o").check(Existing::kReplace); })
-                .find("not a folder"),
+  EXPECT_NE(testing::error_of<UsageError>([] {
+              OutputCheck().folder("/dev/null", "-o").check(Existing::kReplace);
+            }).find("not a folder"),
             std::string::npos);
 }
 

@@ -128,7 +128,8 @@ TEST(Safetensors, SingleShardWritesPlainFile) {
 TEST(Safetensors, BrokenIndexIsRejected) {
   testing::TempDir dir;
   SafetensorsWriter writer;
-  for (const char* name : {"a", "b", "c", "d"}) writer.add_owned(name, DType::kF32, {256}, sample_bytes(DType::kF32, 256));
+  for (const char* name : {"a", "b", "c", "d"})
+    writer.add_owned(name, DType::kF32, {256}, sample_bytes(DType::kF32, 256));
   writer.write_sharded(dir.path(), 2048);  // {a, b} and {c, d}
   const auto index_path = dir / "model.safetensors.index.json";
   auto rewrite = [&](const std::string& weight_map) {
@@ -178,7 +179,8 @@ std::vector<CorruptCase> corrupt_cases() {
                    "needs 12 bytes but data_offsets span 8"});
   cases.push_back({"overlap",
                    raw_safetensors(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                                   R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12),
+                                   R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                                   12),
                    "data overlaps tensor 'a'"});
   cases.push_back({"out of range", raw_safetensors(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[100,108]}})", 8),
                    "past the 8-byte data buffer"});
@@ -191,9 +193,11 @@ std::vector<CorruptCase> corrupt_cases() {
                    "overflows"});
   cases.push_back({"duplicate name",
                    raw_safetensors(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
-                                   R"("a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})", 2),
+                                   R"("a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})",
+                                   2),
                    "duplicate tensor name"});
-  cases.push_back({"metadata not strings", raw_safetensors(R"({"__metadata__":{"n":1}})", 0), "metadata values must be strings"});
+  cases.push_back(
+      {"metadata not strings", raw_safetensors(R"({"__metadata__":{"n":1}})", 0), "metadata values must be strings"});
   cases.push_back({"missing offsets", raw_safetensors(R"({"a":{"dtype":"F32","shape":[2]}})", 8), "data_offsets"});
   cases.push_back({"extra field", raw_safetensors(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})", 8),
                    "unknown field 'x'"});

@@ -12,15 +12,31 @@
 namespace fleet {
 namespace {
 
-const std::string kHeader =
-    R"({"__metadata__":{"format":"pt"},)"
-    R"("embed":{"dtype":"BF16","shape":[4,2],"data_offsets":[0,16]},)"
-    R"("norm":{"dtype":"F32","shape":[2],"data_offsets":[16,24]},)"
-    R"("ids":{"dtype":"I64","shape":[1],"data_offsets":[24,32]}})";
+const std::string kHeader = R"({"__metadata__":{"format":"pt"},)"
+                            R"("embed":{"dtype":"BF16","shape":[4,2],"data_offsets":[0,16]},)"
+                            R"("norm":{"dtype":"F32","shape":[2],"data_offsets":[16,24]},)"
+                            R"("ids":{"dtype":"I64","shape":[1],"data_offsets":[24,32]}})";
 
 // JSON fragments that push mutations toward interesting parser states.
-const char* kTokens[] = {"{", "}", "[", "]", ",", ":", "\"", "-1", "0", "1e309", "18446744073709551615",
-                         "\"F32\"", "\"BOOL\"", "null", "true", "\\u0000", "\xff", "data_offsets", "shape"};
+const char* kTokens[] = {"{",
+                         "}",
+                         "[",
+                         "]",
+                         ",",
+                         ":",
+                         "\"",
+                         "-1",
+                         "0",
+                         "1e309",
+                         "18446744073709551615",
+                         "\"F32\"",
+                         "\"BOOL\"",
+                         "null",
+                         "true",
+                         "\\u0000",
+                         "\xff",
+                         "data_offsets",
+                         "shape"};
 
 void check_parse(const std::vector<std::byte>& bytes, int* parsed, int* rejected) {
   try {

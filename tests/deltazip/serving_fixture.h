@@ -23,8 +23,9 @@
 namespace fleet::deltazip {
 
 inline std::vector<std::vector<std::int64_t>> prompts() {
-  return {{1, 40, 41, 42}, {1, 100, 7, 9, 200, 33, 34, 35, 36, 37, 38, 39, 12}, {1, 77}, {1, 5, 6, 7, 8, 9, 10, 11, 12, 13},
-          {1, 250, 251}, {1, 60, 61, 62, 63, 64}};
+  return {{1, 40, 41, 42}, {1, 100, 7, 9, 200, 33, 34, 35, 36, 37, 38, 39, 12},
+          {1, 77},         {1, 5, 6, 7, 8, 9, 10, 11, 12, 13},
+          {1, 250, 251},   {1, 60, 61, 62, 63, 64}};
 }
 
 // A tiny random base, two fine-tunes (base + noise) and their deltas: 4-bit
@@ -83,9 +84,13 @@ class Serving : public ::testing::Test {
   // models `dz-compress decompress` would rebuild.
   struct TwoVariants {
     TwoVariants()
-        : base(model::LlamaModel::load(path("base"))), r1(path("ft1.h5")), r2(path("ft2.h5")),
-          v1(VariantDelta::load("ft1", r1, base)), v2(VariantDelta::load("ft2", r2, base)),
-          m1(reconstruct_model(r1, base)), m2(reconstruct_model(r2, base)) {}
+        : base(model::LlamaModel::load(path("base"))),
+          r1(path("ft1.h5")),
+          r2(path("ft2.h5")),
+          v1(VariantDelta::load("ft1", r1, base)),
+          v2(VariantDelta::load("ft2", r2, base)),
+          m1(reconstruct_model(r1, base)),
+          m2(reconstruct_model(r2, base)) {}
     model::LlamaModel base;
     DeltaReader r1, r2;
     std::shared_ptr<const VariantDelta> v1, v2;
@@ -133,6 +138,5 @@ class Serving : public ::testing::Test {
 
   inline static fleet::testing::TempDir* dir_ = nullptr;
 };
-
 
 }  // namespace fleet::deltazip

@@ -47,7 +47,7 @@ TEST(ConnectionGuard, ARequestHasADeadlineUntilItArrives) {
   guard.request_arrived("h:1");
   EXPECT_EQ(t->deadline(), Clock::time_point::max());
   guard.request_arrived("h:unknown");  // a connection the guard does not know: nothing happens
-  t->request_started();  // the next request on the connection
+  t->request_started();                // the next request on the connection
   EXPECT_NE(t->deadline(), Clock::time_point::max());
 }
 

@@ -83,7 +83,8 @@ PackedMatrix random_packed(std::int64_t rows, std::int64_t cols, std::uint32_t s
 // Everything a reader of the container sees, as one comparable value.
 std::string read_everything(const std::filesystem::path& path) {
   DeltaReader reader(path);
-  std::string out = reader.header().settings_json + "|" + reader.header().base_identity + "|" + reader.header().config_json;
+  std::string out =
+      reader.header().settings_json + "|" + reader.header().base_identity + "|" + reader.header().config_json;
   for (const auto& name : reader.packed_names()) {
     const PackedMatrix m = reader.packed(name);
     std::vector<float> values(static_cast<std::size_t>(m.rows * m.cols));
@@ -172,7 +173,8 @@ TEST_F(ContainerFuzz, TheSealCatchesEveryFlippedByte) {
       ASSERT_TRUE(message.find("damaged") != std::string::npos || message.find("not an HDF5 file") != std::string::npos)
           << "byte " << pos << ": " << message;
     }
-    ASSERT_LT(g_largest_allocation.load(), std::size_t{1} << 20) << "flipping byte " << pos << " made the reader allocate";
+    ASSERT_LT(g_largest_allocation.load(), std::size_t{1} << 20)
+        << "flipping byte " << pos << " made the reader allocate";
   }
 }
 
@@ -212,7 +214,8 @@ TEST_F(ContainerFuzz, BelowTheSealEveryFlippedByteIsCaughtOrHarmless) {
       FAIL() << "byte " << pos << ": not an input error: " << e.what();
     }
     // The container decodes to a few KiB; nothing read from it may ask for more than 1 MiB at once.
-    ASSERT_LT(g_largest_allocation.load(), std::size_t{1} << 20) << "flipping byte " << pos << " made the reader allocate";
+    ASSERT_LT(g_largest_allocation.load(), std::size_t{1} << 20)
+        << "flipping byte " << pos << " made the reader allocate";
   }
   // Most bytes are metadata or compressed data: a flip there must be caught.
   EXPECT_GT(caught, (original_.size() - kHdf5SealBytes) / kBelowSealStride / 2)
@@ -223,7 +226,8 @@ TEST_F(ContainerFuzz, TruncationsAreCaught) {
   const auto cut = dir_ / "cut.h5";
   std::vector<std::size_t> sizes;
   for (std::size_t size = 0; size < original_.size(); size += 1024) sizes.push_back(size);
-  for (std::size_t size : {std::size_t{1}, std::size_t{511}, std::size_t{513}, original_.size() - 1}) sizes.push_back(size);
+  for (std::size_t size : {std::size_t{1}, std::size_t{511}, std::size_t{513}, original_.size() - 1})
+    sizes.push_back(size);
   for (std::size_t size : sizes) {
     write_file_atomically(cut, std::string_view(original_).substr(0, size));
     EXPECT_THROW(read_everything(cut), InputError) << "truncated to " << size << " bytes";

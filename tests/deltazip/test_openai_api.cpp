@@ -67,9 +67,13 @@ TEST(OpenAiRequests, CompletionFieldsAreRead) {
   EXPECT_EQ(scoring.max_tokens, 0);  // echo alone: the prompt is scored, nothing generated
   EXPECT_EQ(parse(R"({"model": "m", "prompt": "x", "logprobs": 3})").logprobs, 3);
   EXPECT_EQ(parse(R"({"model": "m", "prompt": "x", "logprobs": 0})").logprobs, 0);
-  EXPECT_EQ(parse(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": true})", true).logprobs, 0);
+  EXPECT_EQ(parse(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": true})", true).logprobs,
+            0);
   EXPECT_EQ(parse(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": true,
-                      "top_logprobs": 5})", true).logprobs, 5);
+                      "top_logprobs": 5})",
+                  true)
+                .logprobs,
+            5);
   EXPECT_EQ(q.frequency_penalty, -0.5);
   EXPECT_EQ(q.presence_penalty, 1.5);
   EXPECT_EQ(q.logit_bias, (std::vector<std::pair<std::int64_t, float>>{{12, 2.5f}, {7, -100.0f}}));
@@ -148,14 +152,21 @@ TEST(OpenAiRequests, InvalidBodiesAre400sNamingTheParameter) {
   EXPECT_EQ(failure(R"({"model": "m", "messages": []})", true).second, "messages");
   EXPECT_EQ(failure(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "best_of": 2})", true).second,
             "best_of");  // a completions parameter
-  EXPECT_EQ(failure(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "echo": true})", true).second, "echo");
-  EXPECT_EQ(failure(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", true).second,
-            "top_logprobs");  // without logprobs: true
+  EXPECT_EQ(failure(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "echo": true})", true).second,
+            "echo");
+  EXPECT_EQ(
+      failure(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", true).second,
+      "top_logprobs");  // without logprobs: true
   EXPECT_EQ(failure(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": true,
-                        "top_logprobs": 21})", true).second, "top_logprobs");
-  EXPECT_EQ(failure(R"({"model": "m", "messages": [{"role": "robot", "content": "x"}]})", true).second, "messages[0].role");
-  EXPECT_EQ(failure(R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", true).second,
-            "messages[0].content");
+                        "top_logprobs": 21})",
+                    true)
+                .second,
+            "top_logprobs");
+  EXPECT_EQ(failure(R"({"model": "m", "messages": [{"role": "robot", "content": "x"}]})", true).second,
+            "messages[0].role");
+  EXPECT_EQ(
+      failure(R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", true).second,
+      "messages[0].content");
 }
 
 // Random edits of valid bodies: each parses or is a 400, nothing else.
@@ -173,9 +184,15 @@ TEST(OpenAiRequests, FuzzedBodiesParseOrAre400s) {
     for (int e = 0; e < edits && !body.empty(); ++e) {
       const auto at = rng() % body.size();
       switch (rng() % 3) {
-        case 0: body[at] = alphabet[rng() % alphabet.size()]; break;
-        case 1: body.erase(at, 1 + rng() % 8); break;
-        default: body.insert(at, 1, alphabet[rng() % alphabet.size()]); break;
+        case 0:
+          body[at] = alphabet[rng() % alphabet.size()];
+          break;
+        case 1:
+          body.erase(at, 1 + rng() % 8);
+          break;
+        default:
+          body.insert(at, 1, alphabet[rng() % alphabet.size()]);
+          break;
       }
     }
     try {
@@ -198,14 +215,17 @@ std::vector<std::int64_t> bytes_as_tokens(const std::string& text) {
 
 TEST(TextStreams, StopStringEndsTheTextWhereverTheTokensSplitIt) {
   auto tokenizer = model::Tokenizer::parse(model::byte_tokenizer_json(), "byte tokenizer");
-  const std::string generated = "Hello wor" "ld. END and more";
+  const std::string generated =
+      "Hello wor"
+      "ld. END and more";
   for (std::size_t chunk = 1; chunk <= 5; ++chunk) {
     TextStream stream(tokenizer, {}, {"END", "\n\n"});
     std::string out;
     const auto ids = bytes_as_tokens(generated);
     for (std::size_t i = 0; i < ids.size() && !stream.stopped(); i += chunk)
-      out += stream.push(std::vector<std::int64_t>(ids.begin() + static_cast<std::ptrdiff_t>(i),
-                                                   ids.begin() + static_cast<std::ptrdiff_t>(std::min(i + chunk, ids.size()))));
+      out += stream.push(
+          std::vector<std::int64_t>(ids.begin() + static_cast<std::ptrdiff_t>(i),
+                                    ids.begin() + static_cast<std::ptrdiff_t>(std::min(i + chunk, ids.size()))));
     out += stream.flush();
     EXPECT_TRUE(stream.stopped());
     EXPECT_EQ(out, "Hello world. ") << "chunk " << chunk;

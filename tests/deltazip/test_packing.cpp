@@ -32,7 +32,8 @@ TEST(SparsityPattern, ParsesAndNames) {
   EXPECT_EQ(p.kept_per_group(), 2);
   EXPECT_EQ(SparsityPattern::parse("4:8").to_string(), "4:8");
   EXPECT_EQ(SparsityPattern::parse("0.75").to_string(), "0.75");
-  for (const char* bad : {"4:2", "2:", "1.5", "half", "0:4"}) EXPECT_THROW(SparsityPattern::parse(bad), UsageError) << bad;
+  for (const char* bad : {"4:2", "2:", "1.5", "half", "0:4"})
+    EXPECT_THROW(SparsityPattern::parse(bad), UsageError) << bad;
 }
 
 // A random quantized matrix in the given pattern, packed and unpacked.
@@ -97,7 +98,8 @@ TEST(PackMatrix, BitsPerWeightCountsMetadata) {
 
 TEST(PackMatrix, TruncatedDataIsRejected) {
   std::vector<std::uint8_t> codes(32, 3), kept(32, 1);
-  auto p = pack_matrix(4, 8, 4, -1, {}, codes, kept, std::vector<std::uint16_t>(4, 0x3C00), std::vector<std::uint8_t>(4, 8));
+  auto p =
+      pack_matrix(4, 8, 4, -1, {}, codes, kept, std::vector<std::uint16_t>(4, 0x3C00), std::vector<std::uint8_t>(4, 8));
   p.codes.pop_back();
   EXPECT_THROW(p.validate("t"), InputError);
   p = pack_matrix(4, 8, 4, -1, {}, codes, kept, std::vector<std::uint16_t>(4, 0x3C00), std::vector<std::uint8_t>(4, 8));

@@ -32,9 +32,8 @@ TEST(RowDelta, KeepsExactlyTheRowsThatAreNotZeroAtTheTensorsScale) {
   for (int bits : {2, 4, 8}) {
     const RowDelta packed = encode_row_delta(d, rows, cols, bits);
     const float top = static_cast<float>((1 << (bits - 1)) - 1);
-    const float all_max = std::fabs(*std::max_element(d.begin(), d.end(), [](float a, float b) {
-      return std::fabs(a) < std::fabs(b);
-    }));
+    const float all_max =
+        std::fabs(*std::max_element(d.begin(), d.end(), [](float a, float b) { return std::fabs(a) < std::fabs(b); }));
     std::vector<std::int32_t> expected;
     for (std::int64_t r = 0; r < rows; ++r) {
       float m = 0;

@@ -80,7 +80,8 @@ TEST_P(SbmmAgainstDequantized, EqualsDequantizeThenMatmul) {
   std::vector<float> row(static_cast<std::size_t>(cols));
   for (std::int64_t o = 0; o < rows; ++o) {
     matrix.decode_row(o, row.data());
-    for (std::int64_t k = 0; k < cols; ++k) ASSERT_EQ(row[static_cast<std::size_t>(k)], dense[static_cast<std::size_t>(o * cols + k)]);
+    for (std::int64_t k = 0; k < cols; ++k)
+      ASSERT_EQ(row[static_cast<std::size_t>(k)], dense[static_cast<std::size_t>(o * cols + k)]);
   }
   // Every kernel set for the fused 2:4 form.
   for (const auto& kernels : kernel_sets()) {
@@ -112,19 +113,20 @@ TEST_P(SbmmAgainstDequantized, EqualsDequantizeThenMatmul) {
   restore_default_kernels();
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Forms, SbmmAgainstDequantized,
-    ::testing::Values(Case{2, "none", -1}, Case{3, "none", -1}, Case{4, "none", -1}, Case{8, "none", -1},
-                      Case{2, "2:4", -1}, Case{3, "2:4", -1}, Case{4, "2:4", -1}, Case{8, "2:4", -1},
-                      Case{4, "4:8", -1}, Case{4, "2:4", 32}, Case{2, "none", 32}, Case{3, "0.5", -1},
-                      Case{4, "0.7", 32}, Case{8, "0.3", -1}),
-    [](const ::testing::TestParamInfo<Case>& info) {
-      std::string s = info.param.sparsity;
-      for (auto& ch : s)
-        if (ch == ':' || ch == '.') ch = '_';
-      return "bits" + std::to_string(info.param.bits) + "_" + s + "_group" +
-             (info.param.group_size < 0 ? std::string("row") : std::to_string(info.param.group_size));
-    });
+INSTANTIATE_TEST_SUITE_P(Forms, SbmmAgainstDequantized,
+                         ::testing::Values(Case{2, "none", -1}, Case{3, "none", -1}, Case{4, "none", -1},
+                                           Case{8, "none", -1}, Case{2, "2:4", -1}, Case{3, "2:4", -1},
+                                           Case{4, "2:4", -1}, Case{8, "2:4", -1}, Case{4, "4:8", -1},
+                                           Case{4, "2:4", 32}, Case{2, "none", 32}, Case{3, "0.5", -1},
+                                           Case{4, "0.7", 32}, Case{8, "0.3", -1}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           std::string s = info.param.sparsity;
+                           for (auto& ch : s)
+                             if (ch == ':' || ch == '.') ch = '_';
+                           return "bits" + std::to_string(info.param.bits) + "_" + s + "_group" +
+                                  (info.param.group_size < 0 ? std::string("row")
+                                                             : std::to_string(info.param.group_size));
+                         });
 
 // The x86 kernels (AVX2, and AVX-512 where the CPU has it) against the
 // portable ones on the fused 2:4 form: the same decoded weights bit for bit,

@@ -40,11 +40,12 @@ TEST_F(Serving, MixedBatchLogitsEqualEachReconstructedModelAlone) {
   auto mixed = base.forward_cached(cache, {0, 1, 2, 3}, tokens, counts, true, &overlay);
   for (std::int64_t b = 0; b < 4; ++b) {
     model::KvCache own(base.config(), 1, 32, torch::kFloat32);
-    auto expected = alone[static_cast<std::size_t>(b)]->forward_cached(own, {0}, tokens.narrow(0, b, 1), {counts[static_cast<std::size_t>(b)]}, true);
+    auto expected = alone[static_cast<std::size_t>(b)]->forward_cached(own, {0}, tokens.narrow(0, b, 1),
+                                                                       {counts[static_cast<std::size_t>(b)]}, true);
     const auto n = counts[static_cast<std::size_t>(b)];
     auto got = mixed.narrow(0, b, 1).narrow(1, 0, n), want = expected.narrow(1, 0, n);
-    EXPECT_TRUE(torch::allclose(got, want, 1e-4, 1e-4)) << "row " << b << ": max difference "
-                                                        << (got - want).abs().max().item<float>();
+    EXPECT_TRUE(torch::allclose(got, want, 1e-4, 1e-4))
+        << "row " << b << ": max difference " << (got - want).abs().max().item<float>();
   }
   // The deltas are not trivial: each variant's logits differ from the base's.
   EXPECT_GT((mixed[0] - mixed[2]).abs().max().item<float>(), 1e-2);
@@ -78,7 +79,8 @@ TEST_F(Serving, DeltaProductsEqualTheDecodedDeltaForEveryRowCount) {
       auto y0 = torch::randn({n, delta.rows()});
       auto y = y0.clone();
       sbmm_add(delta, x, y);
-      auto want = (y0.to(torch::kFloat64) + x.to(torch::kFloat64).mm(dense.to(torch::kFloat64).t())).to(torch::kFloat32);
+      auto want =
+          (y0.to(torch::kFloat64) + x.to(torch::kFloat64).mm(dense.to(torch::kFloat64).t())).to(torch::kFloat32);
       EXPECT_TRUE(torch::allclose(y, want, 1e-4, 1e-4)) << n << " rows, small-batch kernel " << small_batch
                                                         << ": max difference " << (y - want).abs().max().item<float>();
       auto merged = torch::full({n, delta.rows()}, std::nanf(""));  // every entry must be written
@@ -129,8 +131,8 @@ TEST_F(Serving, VariantsWithManyRowsTakeOneProductEach) {
   // (merged), 3 of the base, 4 of ft2 (base product + SBMM).
   DeltaOverlay mixed_rows({{0, 20, v1.get()}, {20, 3, nullptr}, {23, 4, v2.get()}}, 27);
   auto rows = torch::randn({27, hidden});
-  auto rows_want = torch::cat({q_of(m1, rows.narrow(0, 0, 20)), q_of(base, rows.narrow(0, 20, 3)),
-                               q_of(m2, rows.narrow(0, 23, 4))});
+  auto rows_want =
+      torch::cat({q_of(m1, rows.narrow(0, 0, 20)), q_of(base, rows.narrow(0, 20, 3)), q_of(m2, rows.narrow(0, 23, 4))});
   for (bool small_batch : {false, true}) {
     model::use_small_batch_linear(small_batch);
     auto got = mixed_rows.linear(1, model::Projection::kQ, rows, q);
@@ -148,8 +150,8 @@ TEST_F(Serving, VariantsWithManyRowsTakeOneProductEach) {
     model::KvCache own(base.config(), 1, 32, torch::kFloat32);
     auto expected = alone[static_cast<std::size_t>(b)]->forward_cached(own, {0}, tokens.narrow(0, b, 1), {20}, true);
     auto got = mixed.narrow(0, b, 1);
-    EXPECT_TRUE(torch::allclose(got, expected, 1e-4, 1e-4)) << "row " << b << ": max difference "
-                                                            << (got - expected).abs().max().item<float>();
+    EXPECT_TRUE(torch::allclose(got, expected, 1e-4, 1e-4))
+        << "row " << b << ": max difference " << (got - expected).abs().max().item<float>();
   }
 }
 
@@ -188,11 +190,11 @@ TEST_F(Serving, PaddedPrefillComputesOnlyTheRealPositions) {
   for (std::int64_t b = 0; b < 4; ++b) {
     const auto real = counts[static_cast<std::size_t>(b)];
     model::KvCache own(base.config(), 1, 32, torch::kFloat32);
-    auto expected = alone[static_cast<std::size_t>(b)]->forward_cached(own, {0}, tokens.narrow(0, b, 1).narrow(1, 0, real),
-                                                                     {real}, true);
+    auto expected = alone[static_cast<std::size_t>(b)]->forward_cached(
+        own, {0}, tokens.narrow(0, b, 1).narrow(1, 0, real), {real}, true);
     auto got = mixed.narrow(0, b, 1).narrow(1, 0, real);
-    EXPECT_TRUE(torch::allclose(got, expected, 1e-4, 1e-4)) << "row " << b << ": max difference "
-                                                            << (got - expected).abs().max().item<float>();
+    EXPECT_TRUE(torch::allclose(got, expected, 1e-4, 1e-4))
+        << "row " << b << ": max difference " << (got - expected).abs().max().item<float>();
   }
 }
 
@@ -266,7 +268,10 @@ TEST_P(ServingModes, PromptLogprobsEqualTheModelRunAlone) {
   ASSERT_EQ(got.size(), r.prompt.size() - 1);
   auto tokens = torch::tensor(r.prompt, torch::kInt64).unsqueeze(0);
   model::KvCache cache(base.config(), 1, 32, torch::kFloat32);
-  auto want = torch::log_softmax(alone.forward_cached(cache, {0}, tokens, {static_cast<std::int64_t>(r.prompt.size())}, true)[0].to(torch::kFloat64), -1);
+  auto want = torch::log_softmax(
+      alone.forward_cached(cache, {0}, tokens, {static_cast<std::int64_t>(r.prompt.size())}, true)[0].to(
+          torch::kFloat64),
+      -1);
   for (std::size_t t = 1; t < r.prompt.size(); ++t) {
     EXPECT_NEAR(got[t - 1].logprob, want[static_cast<std::int64_t>(t) - 1][r.prompt[t]].item<double>(), 1e-4) << t;
     ASSERT_EQ(got[t - 1].top.size(), 2u);
@@ -277,7 +282,8 @@ TEST_P(ServingModes, PromptLogprobsEqualTheModelRunAlone) {
   EXPECT_THROW(engine.submit(r), ServeError);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllModes, ServingModes, ::testing::Values(ServeMode::kDelta, ServeMode::kSwap, ServeMode::kFull),
+INSTANTIATE_TEST_SUITE_P(AllModes, ServingModes,
+                         ::testing::Values(ServeMode::kDelta, ServeMode::kSwap, ServeMode::kFull),
                          [](const ::testing::TestParamInfo<ServeMode>& info) { return serve_mode_name(info.param); });
 
 int status_of(const std::function<void()>& f) {
@@ -359,8 +365,8 @@ TEST_F(Serving, StopsAtEveryEndOfSequenceId) {
     if (k < free_run.size()) break;
   }
   ASSERT_LT(k, free_run.size());
-  write_file_atomically(folder / "generation_config.json",
-                        "{\"eos_token_id\": [" + std::to_string(g.stop_tokens[0]) + ", " + std::to_string(free_run[k]) + "]}");
+  write_file_atomically(folder / "generation_config.json", "{\"eos_token_id\": [" + std::to_string(g.stop_tokens[0]) +
+                                                               ", " + std::to_string(free_run[k]) + "]}");
   auto o = options(ServeMode::kDelta);
   o.base = folder;
   const std::vector<std::int64_t> until_k(free_run.begin(), free_run.begin() + static_cast<std::ptrdiff_t>(k));

@@ -42,7 +42,8 @@ TEST_F(ServingGpu, MixedBatchLogitsEqualTheCpuOnes) {
   // Rows: ft1 x2, base, ft2 x9 (more rows than one pass of the CUDA kernel).
   auto tokens = torch::randint(4, 260, {12, 9}, torch::kInt64);
   std::vector<std::int64_t> counts(12, 9), slots(12);
-  for (std::int64_t i = 0; i < 12; ++i) slots[static_cast<std::size_t>(i)] = i, counts[static_cast<std::size_t>(i)] = 3 + i % 7;
+  for (std::int64_t i = 0; i < 12; ++i)
+    slots[static_cast<std::size_t>(i)] = i, counts[static_cast<std::size_t>(i)] = 3 + i % 7;
   model::KvCache cpu_cache(cpu_base.config(), 12, 32, torch::kFloat32);
   model::KvCache gpu_cache(gpu_base.config(), 12, 32, torch::kFloat32, gpu);
   DeltaOverlay on_cpu({{0, 2, c1.get()}, {2, 1, nullptr}, {3, 9, c2.get()}}, 12);
@@ -52,7 +53,8 @@ TEST_F(ServingGpu, MixedBatchLogitsEqualTheCpuOnes) {
   for (std::int64_t b = 0; b < 12; ++b) {
     const auto n = counts[static_cast<std::size_t>(b)];
     auto g = got[b].narrow(0, 0, n), w = want[b].narrow(0, 0, n);
-    EXPECT_TRUE(torch::allclose(g, w, 1e-3, 1e-3)) << "row " << b << ": max difference " << (g - w).abs().max().item<float>();
+    EXPECT_TRUE(torch::allclose(g, w, 1e-3, 1e-3))
+        << "row " << b << ": max difference " << (g - w).abs().max().item<float>();
   }
   // A decode step (one token per row) on top of the prefilled caches.
   auto next = torch::randint(4, 260, {12, 1}, torch::kInt64);

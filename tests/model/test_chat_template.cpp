@@ -18,8 +18,9 @@ std::string render(const std::string& text, const nlohmann::json& vars = nlohman
 }
 
 TEST(ChatTemplate, RendersMessagesWithLoopAndWhitespaceControl) {
-  nlohmann::json vars = {{"messages", {{{"role", "user"}, {"content", "hi"}}, {{"role", "assistant"}, {"content", "yo"}}}},
-                         {"add_generation_prompt", true}};
+  nlohmann::json vars = {
+      {"messages", {{{"role", "user"}, {"content", "hi"}}, {{"role", "assistant"}, {"content", "yo"}}}},
+      {"add_generation_prompt", true}};
   EXPECT_EQ(render("{% for m in messages %}\n  {{- m.role }}={{ m['content'] }}{% if not loop.last %};{% endif %}\n"
                    "{% endfor %}\n{% if add_generation_prompt %}>{% endif %}",
                    vars),

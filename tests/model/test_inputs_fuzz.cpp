@@ -16,7 +16,8 @@ using fleet::testing::fuzz;
 using fleet::testing::fuzz_iterations;
 
 TEST(InputFuzz, ConfigJson) {
-  const std::vector<std::string> seeds = {llama_config_json(llama_preset("tiny")), llama_config_json(llama_preset("100m"))};
+  const std::vector<std::string> seeds = {llama_config_json(llama_preset("tiny")),
+                                          llama_config_json(llama_preset("100m"))};
   const auto counts = fuzz(seeds, fuzz_iterations(3000), 11, [](const std::string& text) {
     const JsonDocument doc = parse_json(text, "config.json");
     const LlamaConfig config = parse_llama_config(doc.root());

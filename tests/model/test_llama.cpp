@@ -82,7 +82,8 @@ TEST(Llama, InferenceLinearEqualsTorchLinear) {
     KvCache cache(model.config(), 3, 32, torch::kFloat32);
     auto logits = model.forward_cached(cache, {0, 1, 2}, tokens.narrow(1, 0, 8), {8, 8, 8}, true);
     std::vector<torch::Tensor> steps = {logits};
-    for (std::int64_t t = 8; t < 16; ++t) steps.push_back(model.forward_cached(cache, {0, 1, 2}, tokens.narrow(1, t, 1), {1, 1, 1}, true));
+    for (std::int64_t t = 8; t < 16; ++t)
+      steps.push_back(model.forward_cached(cache, {0, 1, 2}, tokens.narrow(1, t, 1), {1, 1, 1}, true));
     return torch::cat(steps, 1);
   };
   auto with_kernel = decode();
@@ -117,7 +118,8 @@ TEST(Llama, BatchedSequencesOfDifferentLengthsEqualEachAlone) {
   for (std::size_t i = 0; i < seqs.size(); ++i) expect_close(first[static_cast<std::int64_t>(i)], alone[i][0]);
   for (std::int64_t t = 0; t < 6; ++t) {
     auto step_tokens = torch::zeros({3, 1}, torch::kInt64);
-    for (std::size_t i = 0; i < seqs.size(); ++i) step_tokens[static_cast<std::int64_t>(i)][0] = seqs[i][0][lengths[i] + t];
+    for (std::size_t i = 0; i < seqs.size(); ++i)
+      step_tokens[static_cast<std::int64_t>(i)][0] = seqs[i][0][lengths[i] + t];
     auto logits = model.forward_cached(cache, slots, step_tokens, {1, 1, 1});
     for (std::size_t i = 0; i < seqs.size(); ++i)
       expect_close(logits[static_cast<std::int64_t>(i)], alone[i][static_cast<std::size_t>(t + 1)]);
@@ -157,7 +159,9 @@ TEST(Llama, PaddedPrefillProjectsOnlyTheRealPositions) {
   const std::vector<std::int64_t> lengths{9, 3, 14}, slots{0, 1, 2};
   auto tokens = torch::zeros({3, 14}, torch::kInt64);
   for (std::int64_t i = 0; i < 3; ++i)
-    tokens[i].narrow(0, 0, lengths[static_cast<std::size_t>(i)]).copy_(random_tokens(lengths[static_cast<std::size_t>(i)], 97, 40 + i)[0]);
+    tokens[i]
+        .narrow(0, 0, lengths[static_cast<std::size_t>(i)])
+        .copy_(random_tokens(lengths[static_cast<std::size_t>(i)], 97, 40 + i)[0]);
   std::vector<torch::Tensor> logits;
   for (bool compacts : {true, false}) {
     auto rows = std::make_shared<std::vector<std::int64_t>>();

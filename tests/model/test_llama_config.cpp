@@ -44,7 +44,8 @@ TEST(LlamaConfigJson, RopeScalingOfLlama31AndLinearAreRead) {
 
 TEST(LlamaConfigJson, UnsupportedOrIncompleteRopeScalingIsRefused) {
   auto message = refusal(R"(, "rope_scaling": {"type": "dynamic", "factor": 2.0})");
-  EXPECT_NE(message.find("rope_scaling/type: rope_scaling type 'dynamic' is not supported"), std::string::npos) << message;
+  EXPECT_NE(message.find("rope_scaling/type: rope_scaling type 'dynamic' is not supported"), std::string::npos)
+      << message;
   message = refusal(R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4.0})");
   EXPECT_NE(message.find("'yarn' is not supported (default, linear or llama3)"), std::string::npos) << message;
   message = refusal(R"(, "rope_scaling": {"rope_type": "llama3", "factor": 8.0})");

@@ -14,9 +14,13 @@ TEST(TensorBridge, TorchTensorsSurviveASafetensorsRoundTrip) {
   testing::TempDir dir;
   torch::manual_seed(1);
   const std::vector<torch::Tensor> tensors = {
-      torch::randn({3, 4}), torch::randn({5}).to(torch::kFloat16), torch::randn({2, 2, 2}).to(torch::kBFloat16),
-      torch::randn({2}).to(torch::kFloat64), torch::arange(6, torch::kInt64).reshape({2, 3}),
-      torch::tensor({true, false, true}), torch::randn({4, 6}).t(),  // non-contiguous
+      torch::randn({3, 4}),
+      torch::randn({5}).to(torch::kFloat16),
+      torch::randn({2, 2, 2}).to(torch::kBFloat16),
+      torch::randn({2}).to(torch::kFloat64),
+      torch::arange(6, torch::kInt64).reshape({2, 3}),
+      torch::tensor({true, false, true}),
+      torch::randn({4, 6}).t(),  // non-contiguous
   };
   SafetensorsWriter writer;
   for (std::size_t i = 0; i < tensors.size(); ++i) add_to_writer(writer, "t" + std::to_string(i), tensors[i]);

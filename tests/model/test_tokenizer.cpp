@@ -83,7 +83,10 @@ TEST(TokenizerJson, MergesApplyByRank) {
 }
 
 TEST(Utf8, MakeValidReplacesMaximalSubparts) {
-  EXPECT_EQ(utf8::make_valid("a\xF0\x9F\x8E" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(utf8::make_valid("a\xF0\x9F\x8E"
+                             "b"),
+            "a\xEF\xBF\xBD"
+            "b");
   EXPECT_EQ(utf8::make_valid("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_EQ(utf8::make_valid("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate
   EXPECT_TRUE(utf8::is_valid("ok \xE2\x98\x83"));

@@ -151,9 +151,11 @@ TEST(Sampler, DrawsFollowTheSoftmaxAndTheNucleus) {
   for (const double top_p : {1.0, 0.5, 0.97}) {
     std::vector<double> want(p.size(), 0.0);
     double mass = 0;
-    for (std::size_t r = 0; r < order.size() && (top_p >= 1.0 || mass < top_p); ++r) mass += want[order[r]] = p[order[r]];
+    for (std::size_t r = 0; r < order.size() && (top_p >= 1.0 || mass < top_p); ++r)
+      mass += want[order[r]] = p[order[r]];
     for (auto& v : want) v /= mass;
-    const auto nucleus = static_cast<std::size_t>(std::count_if(want.begin(), want.end(), [](double v) { return v > 0; }));
+    const auto nucleus =
+        static_cast<std::size_t>(std::count_if(want.begin(), want.end(), [](double v) { return v > 0; }));
     if (top_p == 0.97) {
       EXPECT_GT(nucleus, 256u);  // beyond the first ranking round
     }

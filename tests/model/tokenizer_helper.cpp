@@ -31,7 +31,8 @@ std::string streamed(const fleet::model::Tokenizer& tokenizer, const std::vector
   const std::span<const std::int64_t> all(ids);
   fleet::model::StreamingDecoder decoder(tokenizer, all.first(k), /*skip_special_tokens=*/true);
   std::string out;
-  for (std::size_t i = k; i < ids.size(); i += step) out += decoder.push(all.subspan(i, std::min(step, ids.size() - i)));
+  for (std::size_t i = k; i < ids.size(); i += step)
+    out += decoder.push(all.subspan(i, std::min(step, ids.size() - i)));
   return out + decoder.flush();
 }
 
@@ -69,7 +70,8 @@ int main(int argc, char** argv) try {
     const std::vector<std::int64_t> ids64(ids.begin(), ids.end());
     nlohmann::json splits = nlohmann::json::array();
     for (std::size_t k = 0; k < ids.size(); ++k) {
-      splits.push_back({{"k", k}, {"one", streamed(tokenizer, ids64, k, 1)}, {"three", streamed(tokenizer, ids64, k, 3)}});
+      splits.push_back(
+          {{"k", k}, {"one", streamed(tokenizer, ids64, k, 1)}, {"three", streamed(tokenizer, ids64, k, 3)}});
     }
     out.push_back({{"ids", ids},
                    {"ids_plain", plain},

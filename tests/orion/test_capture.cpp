@@ -109,9 +109,10 @@ TEST(Capture, TheLaunchOverheadOfALaunchBoundClientReproducesItsIterationsInTheS
 
 TEST(Capture, WithoutMarkersEveryKernelCountsOnce) {
   fleet::testing::TempDir dir;
-  const CaptureRecords r = read_capture_records(
-      write(dir, "r.jsonl", "{\"kind\":\"device\",\"name\":\"Tesla V100-SXM2-16GB\",\"sms\":80}\n" +
-                                kernel("b", 500, 900) + kernel("a", 100, 200)));
+  const CaptureRecords r =
+      read_capture_records(write(dir, "r.jsonl",
+                                 "{\"kind\":\"device\",\"name\":\"Tesla V100-SXM2-16GB\",\"sms\":80}\n" +
+                                     kernel("b", 500, 900) + kernel("a", 100, 200)));
   const KernelProfile p = profile_from_capture(r, CaptureOptions{});
   ASSERT_EQ(p.kernels.size(), 2u);
   EXPECT_EQ(p.kernels[0].name, "a");  // ordered by start time
@@ -124,7 +125,8 @@ TEST(Capture, ClassesComeFromAnNcuExportByKernelName) {
   // An ncu raw-page export of the same kernels, with demangled names.
   const std::string ncu =
       "\"ID\",\"Kernel Name\",\"Grid Size\",\"Block Size\",\"Registers Per Thread\",\"gpu__time_duration.sum\","
-      "\"sm__throughput.avg.pct_of_peak_sustained_elapsed\",\"gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed\"\n"
+      "\"sm__throughput.avg.pct_of_peak_sustained_elapsed\",\"gpu__compute_memory_throughput.avg.pct_of_peak_sustained_"
+      "elapsed\"\n"
       "\"\",\"\",\"\",\"\",\"register/thread\",\"nsecond\",\"%\",\"%\"\n"
       "\"0\",\"gemm()\",\"(120, 1, 1)\",\"(256, 1, 1)\",\"32\",\"1000\",\"85\",\"20\"\n"
       "\"1\",\"relu(float*)\",\"(4096, 1, 1)\",\"(1024, 1, 1)\",\"16\",\"300\",\"15\",\"90\"\n";
@@ -172,7 +174,8 @@ TEST(Capture, MalformedRecordsNameTheirLine) {
     EXPECT_NE(fleet::testing::error_of([&] { read_capture_records(path); }).find(expected), std::string::npos)
         << expected;
   }
-  const CaptureRecords empty = read_capture_records(write(dir, "e.jsonl", "{\"kind\":\"device\",\"name\":\"NVIDIA H200\"}\n"));
+  const CaptureRecords empty =
+      read_capture_records(write(dir, "e.jsonl", "{\"kind\":\"device\",\"name\":\"NVIDIA H200\"}\n"));
   EXPECT_NE(fleet::testing::error_of([&] { profile_from_capture(empty, CaptureOptions{}); }).find("no kernels"),
             std::string::npos);
 }

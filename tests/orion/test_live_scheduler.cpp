@@ -203,8 +203,10 @@ TEST(ClientGate, DeferredLaunchesStayWellInsideTheRing) {
   for (std::size_t i = 0; i < ClientGate::kMaxDeferred + 10; ++i) {
     LaunchEntry* e = f.hp.before_launch(name, LaunchGeometry{});
     f.hp.after_launch(e, true);
-    if (f.hp.defer_completion(e)) ++deferred;
-    else tracked.push_back(e);
+    if (f.hp.defer_completion(e))
+      ++deferred;
+    else
+      tracked.push_back(e);
   }
   EXPECT_EQ(deferred, ClientGate::kMaxDeferred);
   EXPECT_LT(ClientGate::kMaxDeferred, static_cast<std::size_t>(kRingEntries));
@@ -242,7 +244,7 @@ TEST(LiveScheduler, OrionLetsAComplementarySmallKernelRunBesideHp) {
   config.policy_options.hp_slowdown_limit = 0;
   Fixture f("orion", config);
   LaunchEntry* h = f.hp_request_with("hp_gemm");  // compute-bound
-  PendingLaunch small(f, "be_small");  // 4 SMs, memory-bound
+  PendingLaunch small(f, "be_small");             // 4 SMs, memory-bound
   EXPECT_TRUE(small.released_within(2000));
   f.be.completed(small.entry);
   f.hp.completed(h);

@@ -89,8 +89,9 @@ TEST(OfferedLoadOutcome, AnOverloadedClientsLatenciesAreNotComparedItsThroughput
   // 30 a third of it.
   for (const double rate : {300.0, 30.0}) {
     SCOPED_TRACE(rate);
-    Workload w = testing::workload({client("serve", {kernel(10'000, 40, KernelClass::kCompute)}, false, false, 200, rate),
-                                    client("train", {kernel(5'000, 80, KernelClass::kMemory)}, false, true, 0)});
+    Workload w =
+        testing::workload({client("serve", {kernel(10'000, 40, KernelClass::kCompute)}, false, false, 200, rate),
+                           client("train", {kernel(5'000, 80, KernelClass::kMemory)}, false, true, 0)});
     const SimResult dedicated = simulate(w, "dedicated");
     const SimResult shared = simulate(w, "streams");
     const bool overloaded = rate > 100;
@@ -205,9 +206,9 @@ TEST(OfferedLoadOutcome, ARequestStillWaitingWhenTheWindowClosesHoldsTheTailUp) 
   ClientSpec hp = client("serve", {kernel(1'000, 10, KernelClass::kCompute)}, true, false, 20);
   hp.arrivals.kind = ArrivalKind::kTrace;
   hp.arrivals.trace_gaps_s = {0.060};
-  hp.arrivals.trace_gaps_s.resize(9, 0.010);         // 60-140 ms
-  hp.arrivals.trace_gaps_s.push_back(0.070);         // 210 ms
-  hp.arrivals.trace_gaps_s.resize(18, 0.010);        // 210-290 ms
+  hp.arrivals.trace_gaps_s.resize(9, 0.010);                                        // 60-140 ms
+  hp.arrivals.trace_gaps_s.push_back(0.070);                                        // 210 ms
+  hp.arrivals.trace_gaps_s.resize(18, 0.010);                                       // 210-290 ms
   hp.arrivals.trace_gaps_s.insert(hp.arrivals.trace_gaps_s.end(), {0.011, 0.060});  // 301 ms, then after the window
   ClientSpec be = client("train", {kernel(50'000, 80, KernelClass::kMemory)}, false, true, 3);
   be.gap_us = 100'000;

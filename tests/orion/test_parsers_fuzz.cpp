@@ -22,7 +22,8 @@ namespace {
 const std::filesystem::path kExamples = std::filesystem::path(FLEET_SOURCE_DIR) / "examples" / "orion";
 
 std::string mutate(std::string text, std::mt19937_64& rng) {
-  static const char* tokens[] = {",", "\"", "\n", "\r\n", "-1", "1e400", "n/a", "(256, 1", "nan", "", "9999999999999999999"};
+  static const char* tokens[] = {
+      ",", "\"", "\n", "\r\n", "-1", "1e400", "n/a", "(256, 1", "nan", "", "9999999999999999999"};
   const int kind = static_cast<int>(rng() % 4);
   if (text.empty()) return text;
   const std::size_t at = rng() % text.size();
@@ -40,7 +41,8 @@ std::string mutate(std::string text, std::mt19937_64& rng) {
 
 TEST(ParserFuzz, NcuExportsAndProfilesNeverCrash) {
   const DeviceSpec& device = device_by_name("a100-40");
-  const std::string inputs[] = {read_file(kExamples / "ncu_sample_raw.csv"), read_file(kExamples / "ncu_sample_details.csv")};
+  const std::string inputs[] = {read_file(kExamples / "ncu_sample_raw.csv"),
+                                read_file(kExamples / "ncu_sample_details.csv")};
   const std::string profile = read_file(kExamples / "profiles" / "mobilenetv2_4_fwd.csv").substr(0, 2000);
   fleet::testing::TempDir dir;
   std::mt19937_64 rng(7);
@@ -73,11 +75,12 @@ TEST(ParserFuzz, WorkloadJsonNeverCrashes) {
   fleet::testing::TempDir dir;
   const std::vector<std::string> seeds = {read_file(kExamples / "rnet50_inf_train.json"),
                                           read_file(kExamples / "fig7_rnet_mnet.json")};
-  const auto counts = fleet::testing::fuzz(seeds, fleet::testing::fuzz_iterations(1500), 31, [&](const std::string& text) {
-    std::ofstream(dir / "w.json", std::ios::binary | std::ios::trunc) << text;
-    const Workload w = load_workload(dir / "w.json", {kExamples / "profiles", kExamples});
-    (void)estimate_simulation_size(w);
-  });
+  const auto counts =
+      fleet::testing::fuzz(seeds, fleet::testing::fuzz_iterations(1500), 31, [&](const std::string& text) {
+        std::ofstream(dir / "w.json", std::ios::binary | std::ios::trunc) << text;
+        const Workload w = load_workload(dir / "w.json", {kExamples / "profiles", kExamples});
+        (void)estimate_simulation_size(w);
+      });
   EXPECT_GT(counts.accepted, 20);
   EXPECT_GT(counts.rejected, 300);
 }

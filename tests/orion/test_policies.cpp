@@ -39,12 +39,12 @@ TEST_F(PolicyFixture, OrionLetsBestEffortWavesUseTheHpRequestsSpareTime) {
   v.hp_request_start_us = 0;
   v.now_us = 0;
   auto fits = [&](double us, int sms, KernelClass cls) { return orion->admit(v, 0, 0, 1, kernel(us, sms, cls)); };
-  EXPECT_TRUE(orion->admit(v, 1, 0, 1, hp_conv));          // HP always
-  EXPECT_TRUE(fits(70, 20, KernelClass::kMemory));         // memory beside compute: 70 <= 75
-  EXPECT_FALSE(fits(80, 20, KernelClass::kMemory));        // 80 > 75
-  EXPECT_TRUE(fits(37, 20, KernelClass::kCompute));        // same class counts twice: 74 <= 75
-  EXPECT_FALSE(fits(40, 20, KernelClass::kCompute));       // 80 > 75
-  EXPECT_TRUE(fits(70, 20, KernelClass::kUnknown));        // unknown pairs with anything
+  EXPECT_TRUE(orion->admit(v, 1, 0, 1, hp_conv));     // HP always
+  EXPECT_TRUE(fits(70, 20, KernelClass::kMemory));    // memory beside compute: 70 <= 75
+  EXPECT_FALSE(fits(80, 20, KernelClass::kMemory));   // 80 > 75
+  EXPECT_TRUE(fits(37, 20, KernelClass::kCompute));   // same class counts twice: 74 <= 75
+  EXPECT_FALSE(fits(40, 20, KernelClass::kCompute));  // 80 > 75
+  EXPECT_TRUE(fits(70, 20, KernelClass::kUnknown));   // unknown pairs with anything
   // A kernel of several waves keeps SMs from the HP for one wave at a time:
   // 392 SMs on 80 are 5 waves, of 70 us each here, of 80 us there.
   EXPECT_TRUE(fits(350, 392, KernelClass::kMemory));
@@ -129,7 +129,7 @@ TEST_F(PolicyFixture, ReefBoundsTheBestEffortKernelsInFlight) {
   EXPECT_TRUE(reef->admit(idle, 0, 0, 1, be_big_memory));
   idle.be_outstanding_kernels = 2;
   EXPECT_FALSE(reef->admit(idle, 0, 0, 1, be_big_memory));  // the device queue is full
-  EXPECT_TRUE(reef->admit(idle, 1, 0, 1, hp_conv));           // HP kernels are never bounded
+  EXPECT_TRUE(reef->admit(idle, 1, 0, 1, hp_conv));         // HP kernels are never bounded
   options.reef_queue_depth = 0;
   EXPECT_THROW(make_policy("reef", w, options), InputError);
 }
@@ -157,13 +157,14 @@ TEST_F(PolicyFixture, APolicyListRunsInTheOrderGivenAndAllSkipsWhatDoesNotApply)
   }
   Workload best_effort_only = testing::workload({testing::client("be", {be_small_memory}, false, true, 0)});
   EXPECT_THROW(select_policies("mps,orion", best_effort_only), InputError);  // orion protects an HP client
-  EXPECT_EQ(select_policies("all", best_effort_only), (std::vector<std::string>{"temporal", "streams", "mps", "tick-tock"}));
+  EXPECT_EQ(select_policies("all", best_effort_only),
+            (std::vector<std::string>{"temporal", "streams", "mps", "tick-tock"}));
 }
 
 TEST(TickTock, JobsNeverRunTheSameHalfAtOnce) {
   const SimKernel k = kernel(10, 10, KernelClass::kCompute);
-  Workload w = testing::workload({testing::client("a", {k, k, k, k}, false, true, 5),
-                                  testing::client("b", {k, k, k, k}, false, true, 5)});
+  Workload w = testing::workload(
+      {testing::client("a", {k, k, k, k}, false, true, 5), testing::client("b", {k, k, k, k}, false, true, 5)});
   auto tt = make_policy("tick-tock", w);
   SchedulerView v;
   EXPECT_TRUE(tt->admit(v, 0, 0, 4, k));   // a takes the forward half
@@ -173,7 +174,8 @@ TEST(TickTock, JobsNeverRunTheSameHalfAtOnce) {
   EXPECT_TRUE(tt->admit(v, 1, 0, 4, k));   // b's forward beside...
   EXPECT_TRUE(tt->admit(v, 0, 2, 4, k));   // ...a's backward
   EXPECT_FALSE(tt->admit(v, 1, 2, 4, k));  // not both backward
-  Workload mixed = testing::workload({testing::client("a", {k}, false, true, 5), testing::client("i", {k}, true, false, 5)});
+  Workload mixed =
+      testing::workload({testing::client("a", {k}, false, true, 5), testing::client("i", {k}, true, false, 5)});
   EXPECT_THROW(make_policy("tick-tock", mixed), InputError);
 }
 

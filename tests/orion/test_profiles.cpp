@@ -71,8 +71,8 @@ TEST(KernelProfile, MalformedRowsNameLineAndColumn) {
   check("Conv,1,-5,98,10\n", "line 2, column 'Memory_footprint': memory footprint cannot be negative");
   // Launch data beyond any GPU (they would overflow the occupancy arithmetic).
   auto check_launch = [&](const std::string& launch, const std::string& expected) {
-    write_file_atomically(path, "Name,Profile,Memory_footprint,SM_usage,Duration,Grid,Block,Registers\nConv,1,0,98,10," +
-                                    launch + "\n");
+    write_file_atomically(
+        path, "Name,Profile,Memory_footprint,SM_usage,Duration,Grid,Block,Registers\nConv,1,0,98,10," + launch + "\n");
     const std::string message = error_of([&] { read_kernel_profile(path); });
     EXPECT_NE(message.find(expected), std::string::npos) << "got: " << message;
   };
@@ -100,14 +100,17 @@ TEST(KernelProfile, MalformedRowsNameLineAndColumn) {
 // A raw-page export (metric columns, units row), as `ncu --csv --page raw` writes it.
 const char* kNcuRaw =
     "==PROF== Connected to process 1234\n"
-    "\"ID\",\"Process ID\",\"Process Name\",\"Host Name\",\"Kernel Name\",\"Context\",\"Stream\",\"Block Size\",\"Grid Size\","
+    "\"ID\",\"Process ID\",\"Process Name\",\"Host Name\",\"Kernel Name\",\"Context\",\"Stream\",\"Block Size\",\"Grid "
+    "Size\","
     "\"Device\",\"CC\",\"dram__bytes.sum\",\"gpu__time_duration.sum\",\"launch__block_size\",\"launch__grid_size\","
     "\"launch__registers_per_thread\",\"launch__shared_mem_per_block_dynamic\",\"launch__shared_mem_per_block_static\","
     "\"sm__throughput.avg.pct_of_peak_sustained_elapsed\",\"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum\","
     "\"smsp__sass_thread_inst_executed_op_fadd_pred_on.sum\",\"smsp__sass_thread_inst_executed_op_fmul_pred_on.sum\"\n"
-    "\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"Mbyte\",\"usecond\",\"\",\"\",\"register/thread\",\"Kbyte\",\"byte\",\"%\","
+    "\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"Mbyte\",\"usecond\",\"\",\"\",\"register/"
+    "thread\",\"Kbyte\",\"byte\",\"%\","
     "\"inst\",\"inst\",\"inst\"\n"
-    "\"0\",\"1234\",\"python\",\"host\",\"void sgemm<128, 64>(float*, float const*)\",\"1\",\"7\",\"(256, 1, 1)\",\"(54, 4, 1)\","
+    "\"0\",\"1234\",\"python\",\"host\",\"void sgemm<128, 64>(float*, float const*)\",\"1\",\"7\",\"(256, 1, "
+    "1)\",\"(54, 4, 1)\","
     "\"0\",\"8.0\",\"2\",\"150.5\",\"256\",\"216\",\"128\",\"0\",\"16384\",\"85.2\",\"1,000,000,000\",\"0\",\"0\"\n"
     "\"1\",\"1234\",\"python\",\"host\",\"vectorized_elementwise_kernel\",\"1\",\"7\",\"(128, 1, 1)\",\"(4096, 1, 1)\","
     "\"0\",\"8.0\",\"40\",\"30\",\"128\",\"4096\",\"16\",\"0\",\"0\",\"20.1\",\"0\",\"1000000\",\"0\"\n";
@@ -124,35 +127,45 @@ TEST(NcuImport, RawPageWithUnits) {
   EXPECT_EQ(gemm.registers_per_thread, 128);
   EXPECT_EQ(gemm.static_shared_bytes, 16384);
   EXPECT_DOUBLE_EQ(gemm.dram_bytes, 2e6);
-  EXPECT_DOUBLE_EQ(gemm.flops, 2e9);  // FMA counts twice
+  EXPECT_DOUBLE_EQ(gemm.flops, 2e9);               // FMA counts twice
   EXPECT_EQ(gemm.profile, KernelClass::kCompute);  // 1000 FLOP/byte
-  EXPECT_EQ(gemm.sm_usage, 108);  // register-limited: 2 blocks per SM
+  EXPECT_EQ(gemm.sm_usage, 108);                   // register-limited: 2 blocks per SM
   const KernelRecord& ew = p.kernels[1];
   EXPECT_EQ(ew.profile, KernelClass::kMemory);  // 1e6 FLOP over 40 MB
-  EXPECT_EQ(ew.sm_usage, 256);  // 16 blocks of 128 threads per SM
+  EXPECT_EQ(ew.sm_usage, 256);                  // 16 blocks of 128 threads per SM
 }
 
 // A details-page export (one metric per row), older display names, no FLOP counters.
 const char* kNcuDetails =
-    "\"ID\",\"Process ID\",\"Process Name\",\"Host Name\",\"Kernel Name\",\"Context\",\"Stream\",\"Block Size\",\"Grid Size\","
+    "\"ID\",\"Process ID\",\"Process Name\",\"Host Name\",\"Kernel Name\",\"Context\",\"Stream\",\"Block Size\",\"Grid "
+    "Size\","
     "\"Device\",\"CC\",\"Section Name\",\"Metric Name\",\"Metric Unit\",\"Metric Value\"\n"
-    "\"0\",\"1\",\"p\",\"h\",\"conv_kernel\",\"1\",\"7\",\"(256, 1, 1)\",\"(160, 1, 1)\",\"0\",\"7.0\",\"GPU Speed Of Light\","
+    "\"0\",\"1\",\"p\",\"h\",\"conv_kernel\",\"1\",\"7\",\"(256, 1, 1)\",\"(160, 1, 1)\",\"0\",\"7.0\",\"GPU Speed Of "
+    "Light\","
     "\"Duration\",\"msecond\",\"1.25\"\n"
-    "\"0\",\"1\",\"p\",\"h\",\"conv_kernel\",\"1\",\"7\",\"(256, 1, 1)\",\"(160, 1, 1)\",\"0\",\"7.0\",\"GPU Speed Of Light\","
+    "\"0\",\"1\",\"p\",\"h\",\"conv_kernel\",\"1\",\"7\",\"(256, 1, 1)\",\"(160, 1, 1)\",\"0\",\"7.0\",\"GPU Speed Of "
+    "Light\","
     "\"SM [%]\",\"%\",\"91.3\"\n"
-    "\"0\",\"1\",\"p\",\"h\",\"conv_kernel\",\"1\",\"7\",\"(256, 1, 1)\",\"(160, 1, 1)\",\"0\",\"7.0\",\"GPU Speed Of Light\","
+    "\"0\",\"1\",\"p\",\"h\",\"conv_kernel\",\"1\",\"7\",\"(256, 1, 1)\",\"(160, 1, 1)\",\"0\",\"7.0\",\"GPU Speed Of "
+    "Light\","
     "\"Memory Throughput\",\"Gbyte/second\",\"312.5\"\n"
-    "\"0\",\"1\",\"p\",\"h\",\"conv_kernel\",\"1\",\"7\",\"(256, 1, 1)\",\"(160, 1, 1)\",\"0\",\"7.0\",\"GPU Speed Of Light\","
+    "\"0\",\"1\",\"p\",\"h\",\"conv_kernel\",\"1\",\"7\",\"(256, 1, 1)\",\"(160, 1, 1)\",\"0\",\"7.0\",\"GPU Speed Of "
+    "Light\","
     "\"DRAM Throughput\",\"%\",\"35\"\n"
-    "\"0\",\"1\",\"p\",\"h\",\"conv_kernel\",\"1\",\"7\",\"(256, 1, 1)\",\"(160, 1, 1)\",\"0\",\"7.0\",\"Launch Statistics\","
+    "\"0\",\"1\",\"p\",\"h\",\"conv_kernel\",\"1\",\"7\",\"(256, 1, 1)\",\"(160, 1, 1)\",\"0\",\"7.0\",\"Launch "
+    "Statistics\","
     "\"Registers Per Thread\",\"register/thread\",\"64\"\n"
-    "\"0\",\"1\",\"p\",\"h\",\"conv_kernel\",\"1\",\"7\",\"(256, 1, 1)\",\"(160, 1, 1)\",\"0\",\"7.0\",\"Launch Statistics\","
+    "\"0\",\"1\",\"p\",\"h\",\"conv_kernel\",\"1\",\"7\",\"(256, 1, 1)\",\"(160, 1, 1)\",\"0\",\"7.0\",\"Launch "
+    "Statistics\","
     "\"Dynamic Shared Memory Per Block\",\"Kbyte\",\"32\"\n"
-    "\"1\",\"1\",\"p\",\"h\",\"bn_kernel\",\"1\",\"7\",\"(512, 1, 1)\",\"(80, 1, 1)\",\"0\",\"7.0\",\"GPU Speed Of Light\","
+    "\"1\",\"1\",\"p\",\"h\",\"bn_kernel\",\"1\",\"7\",\"(512, 1, 1)\",\"(80, 1, 1)\",\"0\",\"7.0\",\"GPU Speed Of "
+    "Light\","
     "\"Duration\",\"usecond\",\"40.5\"\n"
-    "\"1\",\"1\",\"p\",\"h\",\"bn_kernel\",\"1\",\"7\",\"(512, 1, 1)\",\"(80, 1, 1)\",\"0\",\"7.0\",\"GPU Speed Of Light\","
+    "\"1\",\"1\",\"p\",\"h\",\"bn_kernel\",\"1\",\"7\",\"(512, 1, 1)\",\"(80, 1, 1)\",\"0\",\"7.0\",\"GPU Speed Of "
+    "Light\","
     "\"Compute (SM) Throughput\",\"%\",\"12\"\n"
-    "\"1\",\"1\",\"p\",\"h\",\"bn_kernel\",\"1\",\"7\",\"(512, 1, 1)\",\"(80, 1, 1)\",\"0\",\"7.0\",\"GPU Speed Of Light\","
+    "\"1\",\"1\",\"p\",\"h\",\"bn_kernel\",\"1\",\"7\",\"(512, 1, 1)\",\"(80, 1, 1)\",\"0\",\"7.0\",\"GPU Speed Of "
+    "Light\","
     "\"Memory Throughput\",\"%\",\"88\"\n";
 
 TEST(NcuImport, DetailsPageWithDisplayNames) {
@@ -171,21 +184,26 @@ TEST(NcuImport, DetailsPageWithDisplayNames) {
 
 TEST(NcuImport, MalformedExportsAreClearErrors) {
   const DeviceSpec& v100 = device_by_name("v100");
-  EXPECT_NE(error_of([&] { import_ncu_csv("\"Kernel Name\",\"x\"\n\"k\",\"1\"\n", "a.csv", v100); }).find("missing column 'ID'"),
+  EXPECT_NE(error_of([&] {
+              import_ncu_csv("\"Kernel Name\",\"x\"\n\"k\",\"1\"\n", "a.csv", v100);
+            }).find("missing column 'ID'"),
             std::string::npos);
   std::string bad_unit = kNcuDetails;
   bad_unit.replace(bad_unit.find("msecond"), 7, "fortnight");
-  EXPECT_NE(error_of([&] { import_ncu_csv(bad_unit, "b.csv", v100); }).find("unknown unit 'fortnight'"), std::string::npos);
+  EXPECT_NE(error_of([&] { import_ncu_csv(bad_unit, "b.csv", v100); }).find("unknown unit 'fortnight'"),
+            std::string::npos);
   std::string bad_value = kNcuDetails;
   bad_value.replace(bad_value.find("\"1.25\""), 6, "\"soon\"");
   EXPECT_NE(error_of([&] { import_ncu_csv(bad_value, "c.csv", v100); }).find("line 2, column 'Metric Value'"),
             std::string::npos);
   EXPECT_NE(error_of([&] { import_ncu_csv("\"ID\",\"Kernel Name\"\n", "d.csv", v100); }).find("no kernels"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { import_ncu_csv("\"ID\",\"Kernel Name\",\"Metric Name\",\"Metric Unit\",\"Metric Value\"\n"
-                                          "\"0\",\"k\",\"SM [%]\",\"%\",\"50\"\n",
-                                          "e.csv", v100); })
-                .find("has no duration metric"),
+  EXPECT_NE(error_of([&] {
+              import_ncu_csv(
+                  "\"ID\",\"Kernel Name\",\"Metric Name\",\"Metric Unit\",\"Metric Value\"\n"
+                  "\"0\",\"k\",\"SM [%]\",\"%\",\"50\"\n",
+                  "e.csv", v100);
+            }).find("has no duration metric"),
             std::string::npos);
   // Amounts that parse as numbers but cannot be counts (negative, or infinite
   // once scaled by their unit): refused, never written into a profile.
@@ -194,7 +212,8 @@ TEST(NcuImport, MalformedExportsAreClearErrors) {
                              "\"0\",\"k\",\"Duration\",\"usecond\",\"10\"\n" +
                              "\"0\",\"k\",\"dram__bytes.sum\",\"Mbyte\",\"" + value + "\"\n";
     const std::string message = error_of([&] { import_ncu_csv(text, "f.csv", v100); });
-    EXPECT_NE(message.find("DRAM bytes of kernel 'k' is not a plausible value"), std::string::npos) << value << ": " << message;
+    EXPECT_NE(message.find("DRAM bytes of kernel 'k' is not a plausible value"), std::string::npos)
+        << value << ": " << message;
   }
 }
 

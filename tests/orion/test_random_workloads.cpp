@@ -43,8 +43,9 @@ Workload random_workload(std::uint64_t seed) {
     std::vector<SimKernel> kernels;
     const int n = d.integer(1, 25);
     for (int k = 0; k < n; ++k) {
-      const KernelClass cls = d.chance(0.45) ? KernelClass::kCompute : d.chance(0.8) ? KernelClass::kMemory
-                                                                                       : KernelClass::kUnknown;
+      const KernelClass cls = d.chance(0.45)  ? KernelClass::kCompute
+                              : d.chance(0.8) ? KernelClass::kMemory
+                                              : KernelClass::kUnknown;
       // 2 us to 6 ms, spread over three decades (by a table, not std::exp:
       // libm may round differently from one CPU to another).
       static constexpr double kScales[] = {2, 5, 12, 30, 80, 200, 500, 1200, 3000};
@@ -63,7 +64,8 @@ Workload random_workload(std::uint64_t seed) {
     if (d.chance(0.3)) spec.mps_active_thread_percentage = d.between(20, 100);
     specs.push_back(spec);
   }
-  if (std::all_of(specs.begin(), specs.end(), [](const ClientSpec& s) { return s.requests == 0; })) specs[0].requests = 40;
+  if (std::all_of(specs.begin(), specs.end(), [](const ClientSpec& s) { return s.requests == 0; }))
+    specs[0].requests = 40;
   Workload w = testing::workload(specs, seed);
   w.launch_overhead_us = d.between(0, 8);
   return w;

@@ -96,10 +96,11 @@ TEST(Simulator, HighPriorityAloneEqualsDedicated) {
 }
 
 TEST(Simulator, SameSeedSameResultOtherSeedOtherArrivals) {
-  Workload w = testing::workload({client("be", {kernel(200, 80, KernelClass::kCompute)}, false, true, 0),
-                                  client("hp", {kernel(300, 60, KernelClass::kMemory), kernel(100, 80, KernelClass::kCompute)},
-                                         true, false, 200, 500)},
-                                 7);
+  Workload w =
+      testing::workload({client("be", {kernel(200, 80, KernelClass::kCompute)}, false, true, 0),
+                         client("hp", {kernel(300, 60, KernelClass::kMemory), kernel(100, 80, KernelClass::kCompute)},
+                                true, false, 200, 500)},
+                        7);
   const SimResult a = simulate(w, "orion"), b = simulate(w, "orion");
   EXPECT_EQ(a.clients[1].latencies_ms, b.clients[1].latencies_ms);
   EXPECT_EQ(a.clients[0].completed, b.clients[0].completed);
@@ -108,11 +109,10 @@ TEST(Simulator, SameSeedSameResultOtherSeedOtherArrivals) {
 }
 
 TEST(Simulator, StreamsStayInOrderAndNothingExceedsTheSms) {
-  Workload w = testing::workload({client("a", {kernel(50, 392, KernelClass::kCompute), kernel(20, 10, KernelClass::kMemory)},
-                                         false, true, 40),
-                                  client("b", {kernel(30, 120, KernelClass::kMemory), kernel(40, 60, KernelClass::kCompute)},
-                                         false, true, 40),
-                                  client("c", {kernel(25, 80, KernelClass::kUnknown)}, false, true, 40)});
+  Workload w = testing::workload(
+      {client("a", {kernel(50, 392, KernelClass::kCompute), kernel(20, 10, KernelClass::kMemory)}, false, true, 40),
+       client("b", {kernel(30, 120, KernelClass::kMemory), kernel(40, 60, KernelClass::kCompute)}, false, true, 40),
+       client("c", {kernel(25, 80, KernelClass::kUnknown)}, false, true, 40)});
   ChromeTrace trace;
   simulate(w, "mps", {}, &trace);
   std::map<int, double> last_end;
@@ -310,8 +310,8 @@ TEST(Workload, ReadsOrionsConfigs) {
   EXPECT_EQ(w.device.name, "v100-16");
   EXPECT_FALSE(w.clients[0].high_priority);
   EXPECT_TRUE(w.clients[0].training);
-  EXPECT_EQ(w.clients[0].kernels.size(), 946u);       // resnet50_32_fb1
-  EXPECT_EQ(w.clients[0].first_kernels.size(), 624u); // resnet50_32_fb0
+  EXPECT_EQ(w.clients[0].kernels.size(), 946u);        // resnet50_32_fb1
+  EXPECT_EQ(w.clients[0].first_kernels.size(), 624u);  // resnet50_32_fb0
   EXPECT_TRUE(w.clients[1].high_priority);
   EXPECT_EQ(w.clients[1].arrivals.kind, ArrivalKind::kPoisson);
   EXPECT_DOUBLE_EQ(w.clients[1].arrivals.rate_per_s, 15);
@@ -325,14 +325,16 @@ TEST(Workload, AProfileIsUsedOnlyOnTheGpuItWasMeasuredOn) {
   write_kernel_profile(dir / "p.csv", p);
   auto workload_on = [&](const std::string& device) {
     write_file_atomically(dir / "w.json", R"({"format": "gpufleet-orion-workload", "version": 1, "device": ")" +
-                                              device + R"(", "clients": [{"name": "x", "profile": "p.csv", )"
-                                                       R"("priority": "high", "kind": "inference", )"
-                                                       R"("arrivals": {"type": "poisson", "rate": 5}, "requests": 10}]})");
+                                              device +
+                                              R"(", "clients": [{"name": "x", "profile": "p.csv", )"
+                                              R"("priority": "high", "kind": "inference", )"
+                                              R"("arrivals": {"type": "poisson", "rate": 5}, "requests": 10}]})");
     return dir / "w.json";
   };
   EXPECT_EQ(load_workload(workload_on("h200")).clients[0].kernels.size(), 175u);
-  EXPECT_NE(fleet::testing::error_of([&] { load_workload(workload_on("v100")); })
-                .find("p.csv was measured on h200, not on v100-16: its kernel durations hold on that GPU only"),
+  EXPECT_NE(fleet::testing::error_of([&] {
+              load_workload(workload_on("v100"));
+            }).find("p.csv was measured on h200, not on v100-16: its kernel durations hold on that GPU only"),
             std::string::npos);
   // Orion's own profiles do not say where they were measured: used as they are.
   EXPECT_EQ(read_kernel_profile(kExamples / "profiles" / "resnet50_4_fwd.csv").device, "");
@@ -340,20 +342,22 @@ TEST(Workload, AProfileIsUsedOnlyOnTheGpuItWasMeasuredOn) {
   auto orion_config = [&](const std::string& be_profile, const std::string& hp_profile = "p.csv") {
     write_file_atomically(dir / "c.json", R"([{"arch": "a", "kernel_file": ")" + be_profile +
                                               R"(", "num_iters": 5, "args": {"rps": 0}},
-                                              {"arch": "b", "kernel_file": ")" + hp_profile +
-                                              R"(", "num_iters": 5, "args": {"rps": 10}}])");
+                                              {"arch": "b", "kernel_file": ")" +
+                                              hp_profile + R"(", "num_iters": 5, "args": {"rps": 10}}])");
     return dir / "c.json";
   };
   EXPECT_EQ(load_workload(orion_config("p.csv")).device.name, "h200");
   p.device = "h100";
   write_kernel_profile(dir / "q.csv", p);
-  EXPECT_NE(fleet::testing::error_of([&] { load_workload(orion_config("q.csv")); })
-                .find("p.csv was measured on h200, not on h100"),
+  EXPECT_NE(fleet::testing::error_of([&] {
+              load_workload(orion_config("q.csv"));
+            }).find("p.csv was measured on h200, not on h100"),
             std::string::npos);
   std::filesystem::copy_file(kExamples / "profiles" / "resnet50_4_fwd.csv", dir / "orion.csv");
   EXPECT_EQ(load_workload(orion_config("orion.csv", "orion.csv")).device.name, "v100-16");
-  EXPECT_NE(fleet::testing::error_of([&] { load_workload(orion_config("orion.csv")); })
-                .find("p.csv was measured on h200, not on v100-16"),
+  EXPECT_NE(fleet::testing::error_of([&] {
+              load_workload(orion_config("orion.csv"));
+            }).find("p.csv was measured on h200, not on v100-16"),
             std::string::npos);
 }
 
@@ -375,7 +379,8 @@ TEST(Workload, ArrivalProcesses) {
   const auto u100 = generate_arrivals({ArrivalKind::kUniform, 100, {}}, 1'000'000, 1);
   EXPECT_NEAR(u100.back() - u100.front(), 999'999 * 0.01, 1e-9);
   std::vector<double> phases;
-  for (std::uint64_t seed = 1; seed <= 8; ++seed) phases.push_back(generate_arrivals({ArrivalKind::kUniform, 4, {}}, 1, seed)[0]);
+  for (std::uint64_t seed = 1; seed <= 8; ++seed)
+    phases.push_back(generate_arrivals({ArrivalKind::kUniform, 4, {}}, 1, seed)[0]);
   std::sort(phases.begin(), phases.end());
   EXPECT_EQ(std::unique(phases.begin(), phases.end()), phases.end());
   EXPECT_LT(phases.front(), 0.125);  // spread over the period, not bunched at one end
@@ -389,8 +394,8 @@ TEST(Workload, BadWorkloadsNameTheField) {
   fleet::testing::TempDir dir;
   std::filesystem::copy_file(kExamples / "profiles" / "resnet50_4_fwd.csv", dir / "p.csv");
   auto error_for = [&](const std::string& clients, const std::string& device = "v100") {
-    write_file_atomically(dir / "w.json", R"({"format": "gpufleet-orion-workload", "version": 1, "device": ")" + device +
-                                              R"(", "clients": )" + clients + "}");
+    write_file_atomically(dir / "w.json", R"({"format": "gpufleet-orion-workload", "version": 1, "device": ")" +
+                                              device + R"(", "clients": )" + clients + "}");
     try {
       load_workload(dir / "w.json");
     } catch (const InputError& e) {
@@ -419,7 +424,8 @@ TEST(Workload, BadWorkloadsNameTheField) {
   EXPECT_EQ(error_for("[" + bad + "]"), "no error");
   std::string other = good;
   other.replace(other.find("\"x\""), 3, "\"y\"");
-  EXPECT_NE(error_for("[" + good + ", " + other + "]").find("at most one client may have high priority"), std::string::npos);
+  EXPECT_NE(error_for("[" + good + ", " + other + "]").find("at most one client may have high priority"),
+            std::string::npos);
   other.replace(other.find("\"high\""), 6, "\"best-effort\"");
   EXPECT_EQ(error_for("[" + good + ", " + other + "]"), "no error");
   EXPECT_NE(error_for("[" + other + ", " + other + "]").find("/clients/1/name: client name 'y' is used twice"),
@@ -436,10 +442,11 @@ TEST(Workload, BadWorkloadsNameTheField) {
             std::string::npos);
   bad = good;
   bad.replace(bad.find("\"requests\": 10"), 14, "\"requests\": 10, \"mps_active_thread_percentage\": 0");
-  EXPECT_NE(error_for("[" + bad + "]")
-                .find("/clients/0/mps_active_thread_percentage: mps_active_thread_percentage must be above 0 and at most "
-                      "100"),
-            std::string::npos);
+  EXPECT_NE(
+      error_for("[" + bad + "]")
+          .find("/clients/0/mps_active_thread_percentage: mps_active_thread_percentage must be above 0 and at most "
+                "100"),
+      std::string::npos);
   bad = good;
   bad.replace(bad.find("\"requests\": 10"), 14, "\"requests\": 10, \"launch_overhead_us\": -3");
   EXPECT_NE(error_for("[" + bad + "]").find("/clients/0/launch_overhead_us: launch_overhead_us must be 0 to 1e6"),
@@ -488,8 +495,9 @@ TEST(SimulatorBounds, AbsurdRatesDurationsAndNegativeRpsAreRefused) {
   std::ofstream(dir / "huge.csv") << "Name,Profile,Memory_footprint,SM_usage,Duration\nk,1,0,10,1e308\n";
   auto ours = [&](const std::string& profile, const std::string& arrivals) {
     std::ofstream(dir / "w.json") << R"({"format": "gpufleet-orion-workload", "version": 1, "device": "v100",
-      "clients": [{"name": "hp", "profile": ")" << profile << R"(", "priority": "high", "kind": "inference", "arrivals": )" << arrivals
-                                  << R"(, "requests": 100}]})";
+      "clients": [{"name": "hp", "profile": ")"
+                                  << profile << R"(", "priority": "high", "kind": "inference", "arrivals": )"
+                                  << arrivals << R"(, "requests": 100}]})";
     return fleet::testing::error_of([&] { load_workload(dir / "w.json"); });
   };
   EXPECT_NE(ours("k.csv", R"({"type": "poisson", "rate": 1e-300})").find("more than 1e6 simulated seconds"),
@@ -498,17 +506,18 @@ TEST(SimulatorBounds, AbsurdRatesDurationsAndNegativeRpsAreRefused) {
   EXPECT_NE(ours("huge.csv", R"({"type": "closed"})").find("outside 0 to 1e12 ns"), std::string::npos);
   EXPECT_EQ(ours("k.csv", R"({"type": "poisson", "rate": 50})"), "no error");
 
-  std::ofstream(dir / "orion.json")
-      << R"([{"arch": "resnet50", "kernel_file": "k", "num_kernels": 1, "num_iters": 10,
+  std::ofstream(dir / "orion.json") << R"([{"arch": "resnet50", "kernel_file": "k", "num_kernels": 1, "num_iters": 10,
               "args": {"model_name": "resnet50", "batchsize": 4, "rps": -5, "uniform": false, "train": false}}])";
   EXPECT_NE(fleet::testing::error_of([&] { load_workload(dir / "orion.json"); }).find("rps must be 0"),
             std::string::npos);
   // Orion's counts must agree with the profile and be positive, not be ignored.
-  auto orion_config = [&](const std::string& fields) {
-    std::ofstream(dir / "orion.json") << R"([{"arch": "resnet50", "kernel_file": "k", )" << fields
-                                      << R"(, "args": {"model_name": "resnet50", "batchsize": 4, "rps": 5, "train": false}}])";
-    return fleet::testing::error_of([&] { load_workload(dir / "orion.json"); });
-  };
+  auto orion_config =
+      [&](const std::string& fields) {
+        std::ofstream(dir / "orion.json")
+            << R"([{"arch": "resnet50", "kernel_file": "k", )" << fields
+            << R"(, "args": {"model_name": "resnet50", "batchsize": 4, "rps": 5, "train": false}}])";
+        return fleet::testing::error_of([&] { load_workload(dir / "orion.json"); });
+      };
   EXPECT_EQ(orion_config(R"("num_kernels": 1, "num_iters": 10)"), "no error");
   EXPECT_NE(orion_config(R"("num_kernels": 7, "num_iters": 10)").find("num_kernels is 7 but k lists 1 kernels"),
             std::string::npos);
@@ -559,7 +568,8 @@ TEST(SimulatorOutcomes, NoPolicyStarvesABestEffortJobBesideAnHpJobThatNeverPause
   // at least an iteration per second of simulated time.
   std::vector<SimKernel> hp_iteration(30, kernel(5000, 80, KernelClass::kCompute));
   std::vector<SimKernel> be_iteration(40, kernel(5000, 160, KernelClass::kCompute));
-  Workload w = testing::workload({client("hp", hp_iteration, true, true, 60), client("be", be_iteration, false, true, 0)});
+  Workload w =
+      testing::workload({client("hp", hp_iteration, true, true, 60), client("be", be_iteration, false, true, 0)});
   w.clients[0].warmup = 0;
   for (const std::string& policy : {"temporal", "streams", "mps", "reef", "tick-tock", "orion"}) {
     const SimResult r = simulate(w, policy);

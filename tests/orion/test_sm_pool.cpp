@@ -39,7 +39,7 @@ TEST(SmPool, UnitsShareAnSmUpToEachResource) {
   EXPECT_EQ(pool.place(2, more_warps, 4), 0);  // 1.0 + 0.3 of the warps
   const std::uint64_t generation = pool.generation();
   pool.release(0, 4);
-  EXPECT_GT(pool.generation(), generation);  // room came back: waiting kernels look again
+  EXPECT_GT(pool.generation(), generation);    // room came back: waiting kernels look again
   EXPECT_EQ(pool.place(2, more_warps, 4), 4);  // 0.25 + 0.3 warps, 0.9 + 0 shared memory
   pool.release(1, 4);
   pool.release(2, 4);
@@ -91,13 +91,14 @@ TEST(ResidentShare, ProfilesWithLaunchDataCarryItIntoTheSimulator) {
   const DeviceSpec& v100 = device_by_name("v100");
   const std::vector<SimKernel> k = to_sim_kernels(profile, v100);
   EXPECT_EQ(k[0].sm_share, resident_share({1000, 256, 64, 24 * 1024, 0}, v100));
-  EXPECT_EQ(k[1].sm_share, SmShare{});  // the simulator's class default applies
+  EXPECT_EQ(k[1].sm_share, SmShare{});                  // the simulator's class default applies
   profile.kernels[0].static_shared_bytes = 200 * 1024;  // fits no V100 SM
   try {
     to_sim_kernels(profile, v100);
     FAIL() << "an impossible launch was accepted";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("kernel 'gemm' of p.csv cannot run on v100-16"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("kernel 'gemm' of p.csv cannot run on v100-16"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -39,7 +39,8 @@ inline PlannerInputs tiny_inputs() {
       in.cluster.inter_node[{LinkClass::kCrossRegion, a, b}] = constant_gbps(1);
     }
   }
-  in.cluster.egress_per_gb = {{LinkClass::kSameZone, 0.0}, {LinkClass::kCrossZone, 0.01}, {LinkClass::kCrossRegion, 0.02}};
+  in.cluster.egress_per_gb = {
+      {LinkClass::kSameZone, 0.0}, {LinkClass::kCrossZone, 0.01}, {LinkClass::kCrossRegion, 0.02}};
   in.job = {"tiny", 16, 128, "adam", "mixed"};
   return in;
 }

@@ -219,7 +219,8 @@ TEST(ElasticProtocol, HandOverFillsEveryNeedFromTheNewestHolders) {
   // TP degree of 2); w whole on member 0. Member 0 needs v whole (put
   // together from both slices), member 1 rows 2-3 of w (cut from the whole),
   // member 2 rows 1-2 of v (one from member 1, one of its own).
-  const auto v = torch::arange(8, torch::kFloat32).view({4, 2}), w = torch::arange(8, 16).to(torch::kFloat32).view({4, 2});
+  const auto v = torch::arange(8, torch::kFloat32).view({4, 2}),
+             w = torch::arange(8, 16).to(torch::kFloat32).view({4, 2});
   for (auto& h : held) h = HeldState{};
   held[0].step = held[1].step = held[2].step = 9;
   held[0].tensors = {{"w", w}};

@@ -111,7 +111,8 @@ TEST(Estimator, ReplicasOfAStageMayDifferInTensorParallelism) {
 
 TEST(Estimator, SlowReplicaIsTheStraggler) {
   const PlannerInputs in = tiny_inputs();
-  const Estimate e = run(make_plan(2, 16, {2, 2}, {{{"fast", "z1a"}, {"slow", "z1a"}}, {{"fast", "z1a"}, {"fast", "z1a"}}}), in);
+  const Estimate e =
+      run(make_plan(2, 16, {2, 2}, {{{"fast", "z1a"}, {"slow", "z1a"}}, {{"fast", "z1a"}, {"fast", "z1a"}}}), in);
   EXPECT_EQ(e.microbatches, 4);
   EXPECT_DOUBLE_EQ(e.stages[0].compute_s, 0.12);  // the slow replica
   // Replica 1 sends slow -> fast: different nodes, same zone, 10 GB/s.

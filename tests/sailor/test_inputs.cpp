@@ -108,11 +108,11 @@ TEST(SailorInputs, SailorsBestPlansSimulateAndOursAreAtLeastAsFast) {
     const char* model;
     int a100, v100;
   };
-  const Scenario scenarios[] = {{"opt_a32_v96", "opt-350", 32, 96},        {"opt_a80_v240", "opt-350", 80, 240},
-                                {"opt_a128_v384", "opt-350", 128, 384},    {"opt_a32", "opt-350", 32, 0},
-                                {"opt_a128", "opt-350", 128, 0},           {"neo_a32_v96", "gpt-neo-2.7", 32, 96},
-                                {"neo_a80_v240", "gpt-neo-2.7", 80, 240},  {"neo_a128_v384", "gpt-neo-2.7", 128, 384},
-                                {"neo_a32", "gpt-neo-2.7", 32, 0},         {"neo_a128", "gpt-neo-2.7", 128, 0}};
+  const Scenario scenarios[] = {{"opt_a32_v96", "opt-350", 32, 96},       {"opt_a80_v240", "opt-350", 80, 240},
+                                {"opt_a128_v384", "opt-350", 128, 384},   {"opt_a32", "opt-350", 32, 0},
+                                {"opt_a128", "opt-350", 128, 0},          {"neo_a32_v96", "gpt-neo-2.7", 32, 96},
+                                {"neo_a80_v240", "gpt-neo-2.7", 80, 240}, {"neo_a128_v384", "gpt-neo-2.7", 128, 384},
+                                {"neo_a32", "gpt-neo-2.7", 32, 0},        {"neo_a128", "gpt-neo-2.7", 128, 0}};
   int mixed_tp = 0;
   for (const Scenario& sc : scenarios) {
     InputPaths paths;
@@ -137,9 +137,12 @@ TEST(SailorInputs, MeasuredRunsFilesAreChecked) {
   InputPaths paths;
   paths.inputs = kExamples / "opt-350";
   const PlannerInputs in = load_inputs(paths);
-  const nlohmann::json plan = {{"format", "gpufleet-sailor-plan"}, {"version", 1}, {"mbs", 8}, {"global_batch", 32},
-                               {"stages", {{{"layers", {0, 26}}, {"tp", 4},
-                                            {"replicas", {{{"gpu", "GH-96"}, {"zone", "us-central1-a"}}}}}}}};
+  const nlohmann::json plan = {
+      {"format", "gpufleet-sailor-plan"},
+      {"version", 1},
+      {"mbs", 8},
+      {"global_batch", 32},
+      {"stages", {{{"layers", {0, 26}}, {"tp", 4}, {"replicas", {{{"gpu", "GH-96"}, {"zone", "us-central1-a"}}}}}}}};
   auto error = [&](nlohmann::json run) {
     write_json_file(dir / "runs.json", {{"format", "gpufleet-sailor-runs"}, {"version", 1}, {"runs", {run}}});
     return error_of([&] { load_measured_runs(dir / "runs.json", in); });
@@ -174,7 +177,8 @@ TEST(SailorInputs, SailorLayoutRoundTrip) {
 }
 
 TEST(SailorInputs, ImportReproducesTheShippedExamples) {
-  for (const auto& [model, folder] : {std::pair<std::string, std::string>{"OPT-350", "opt-350"}, {"GPT-Neo-2.7", "gpt-neo-2.7"}}) {
+  for (const auto& [model, folder] :
+       {std::pair<std::string, std::string>{"OPT-350", "opt-350"}, {"GPT-Neo-2.7", "gpt-neo-2.7"}}) {
     ImportOptions opt;
     opt.source = kReference;
     opt.model = model;
@@ -231,8 +235,7 @@ TEST(SailorInputs, BadInputNamesFileAndField) {
   nlohmann::json job = to_json(in.job);
   job["runtime"] = "megatron";
   write_json_file(dir / "job.json", job);
-  EXPECT_NE(error_of([&] { load_job_spec(dir / "job.json"); })
-                .find("/runtime: must be 'sailor-run' or 'deepspeed'"),
+  EXPECT_NE(error_of([&] { load_job_spec(dir / "job.json"); }).find("/runtime: must be 'sailor-run' or 'deepspeed'"),
             std::string::npos);
   // Power: both figures or neither, idle at most busy; known GPU types get the built-in figures.
   bad = cluster;
@@ -263,15 +266,19 @@ TEST(SailorInputs, BadInputNamesFileAndField) {
   using testing::make_plan;
   EXPECT_NE(plan_error(make_plan(2, 16, {2, 2}, {{{"tpu", "z1a"}}, {{"fast", "z1a"}}})).find("unknown GPU type 'tpu'"),
             std::string::npos);
-  EXPECT_NE(plan_error(make_plan(2, 16, {2, 2}, {{{"fast", "mars-1"}}, {{"fast", "z1a"}}})).find("unknown zone 'mars-1'"),
-            std::string::npos);
-  EXPECT_NE(plan_error(make_plan(3, 16, {2, 2}, {{{"fast", "z1a"}}, {{"fast", "z1a"}}})).find("lacks micro-batch size 3"),
-            std::string::npos);
-  EXPECT_NE(plan_error(make_plan(2, 16, {2, 2}, {{{"fast", "z1a"}}, {{"fast", "z1a"}}}, 4)).find("lacks micro-batch size 2 with TP 4"),
+  EXPECT_NE(
+      plan_error(make_plan(2, 16, {2, 2}, {{{"fast", "mars-1"}}, {{"fast", "z1a"}}})).find("unknown zone 'mars-1'"),
+      std::string::npos);
+  EXPECT_NE(
+      plan_error(make_plan(3, 16, {2, 2}, {{{"fast", "z1a"}}, {{"fast", "z1a"}}})).find("lacks micro-batch size 3"),
+      std::string::npos);
+  EXPECT_NE(plan_error(make_plan(2, 16, {2, 2}, {{{"fast", "z1a"}}, {{"fast", "z1a"}}}, 4))
+                .find("lacks micro-batch size 2 with TP 4"),
             std::string::npos);
   EXPECT_NE(plan_error(make_plan(2, 16, {2, 1}, {{{"fast", "z1a"}}, {{"fast", "z1a"}}})).find("but the model has 4"),
             std::string::npos);
-  EXPECT_NE(plan_error(make_plan(2, 16, {2, 2}, {{{"fast", "z1a"}}, {{"fast", "z1a"}}}, 3)).find("TP degree must be 1, 2, 4 or 8"),
+  EXPECT_NE(plan_error(make_plan(2, 16, {2, 2}, {{{"fast", "z1a"}}, {{"fast", "z1a"}}}, 3))
+                .find("TP degree must be 1, 2, 4 or 8"),
             std::string::npos);
   Plan greedy = make_plan(2, 16, {4}, {std::vector<std::pair<std::string, std::string>>(17, {"fast", "z1a"})});
   EXPECT_NE(plan_error(greedy).find("uses 17 fast in z1a but the quota is 16"), std::string::npos);

@@ -122,8 +122,11 @@ TEST(World, TorchrunSlurmAndNothing) {
   EXPECT_EQ(torchrun.local_rank, 1);
   EXPECT_EQ(torchrun.master_addr, "n1");
   EXPECT_EQ(torchrun.master_port, 1234);
-  auto slurm = world_from_environment(env({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
-                                           {"SLURM_JOB_NODELIST", "gpu[03-05,09],cpu1"}, {"SLURM_JOB_ID", "4242"}}));
+  auto slurm = world_from_environment(env({{"SLURM_PROCID", "5"},
+                                           {"SLURM_NTASKS", "8"},
+                                           {"SLURM_LOCALID", "1"},
+                                           {"SLURM_JOB_NODELIST", "gpu[03-05,09],cpu1"},
+                                           {"SLURM_JOB_ID", "4242"}}));
   EXPECT_EQ(slurm.source, "slurm");
   EXPECT_EQ(slurm.rank, 5);
   EXPECT_EQ(slurm.world_size, 8);

@@ -92,8 +92,8 @@ Outcome send_one(const BenchCommand& c, const std::string& model, const std::str
   req.method = "POST";
   req.path = "/v1/completions";
   req.set_header("Content-Type", "application/json");
-  req.body = nlohmann::json{{"model", model},         {"prompt", prompt}, {"max_tokens", c.max_tokens},
-                            {"temperature", 0.0},     {"stream", true},   {"stream_options", {{"include_usage", true}}}}
+  req.body = nlohmann::json{{"model", model},     {"prompt", prompt}, {"max_tokens", c.max_tokens},
+                            {"temperature", 0.0}, {"stream", true},   {"stream_options", {{"include_usage", true}}}}
                  .dump();
   std::string buffer, server_error;
   bool first = true;
@@ -159,14 +159,16 @@ int run_bench(const BenchCommand& c) {
   std::vector<Arrival> arrivals;
   for (double t = gap(rng); t < c.duration; t += gap(rng))
     arrivals.push_back({t, c.variants[pick_model(rng)], prompts[pick_prompt(rng)]});
-  spdlog::info("{} requests over {:.0f} s at {:.2f}/s, popularity {}", arrivals.size(), c.duration, c.rate, c.popularity);
+  spdlog::info("{} requests over {:.0f} s at {:.2f}/s, popularity {}", arrivals.size(), c.duration, c.rate,
+               c.popularity);
 
   std::vector<Outcome> outcomes(arrivals.size());
   std::vector<std::thread> threads;
   std::atomic<std::int64_t> in_flight{0};
   const auto start = Clock::now();
   for (std::size_t i = 0; i < arrivals.size(); ++i) {
-    std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrivals[i].at)));
+    std::this_thread::sleep_until(
+        start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrivals[i].at)));
     if (in_flight >= c.max_in_flight) {
       outcomes[i].error = "client: more than --max-in-flight requests outstanding";
       continue;
@@ -195,17 +197,26 @@ int run_bench(const BenchCommand& c) {
   }
   const auto t = summarize(ttft), l = summarize(latency);
   const auto completed = static_cast<double>(latency.size());
-  nlohmann::json report = {
-      {"url", c.url}, {"rate", c.rate}, {"duration_s", c.duration}, {"popularity", c.popularity},
-      {"variants", c.variants}, {"max_tokens", c.max_tokens}, {"requests", arrivals.size()},
-      {"completed", latency.size()}, {"failed", failed}, {"elapsed_s", elapsed},
-      {"throughput_requests_per_s", completed / elapsed}, {"throughput_tokens_per_s", static_cast<double>(tokens) / elapsed},
-      {"ttft_s", {{"p50", t.p50}, {"p90", t.p90}, {"p99", t.p99}, {"mean", t.mean}}},
-      {"latency_s", {{"p50", l.p50}, {"p90", l.p90}, {"p99", l.p99}, {"mean", l.mean}}}, {"errors", errors}};
+  nlohmann::json report = {{"url", c.url},
+                           {"rate", c.rate},
+                           {"duration_s", c.duration},
+                           {"popularity", c.popularity},
+                           {"variants", c.variants},
+                           {"max_tokens", c.max_tokens},
+                           {"requests", arrivals.size()},
+                           {"completed", latency.size()},
+                           {"failed", failed},
+                           {"elapsed_s", elapsed},
+                           {"throughput_requests_per_s", completed / elapsed},
+                           {"throughput_tokens_per_s", static_cast<double>(tokens) / elapsed},
+                           {"ttft_s", {{"p50", t.p50}, {"p90", t.p90}, {"p99", t.p99}, {"mean", t.mean}}},
+                           {"latency_s", {{"p50", l.p50}, {"p90", l.p90}, {"p99", l.p99}, {"mean", l.mean}}},
+                           {"errors", errors}};
   if (c.json) {
     std::cout << report.dump(2) << "\n";
   } else {
-    std::cout << fmt::format("requests {} completed {} failed {} in {:.1f} s\n", arrivals.size(), latency.size(), failed, elapsed)
+    std::cout << fmt::format("requests {} completed {} failed {} in {:.1f} s\n", arrivals.size(), latency.size(),
+                             failed, elapsed)
               << fmt::format("throughput {:.3f} requests/s, {:.1f} tokens/s\n", completed / elapsed,
                              static_cast<double>(tokens) / elapsed)
               << fmt::format("TTFT     p50 {:.3f} s  p90 {:.3f} s  p99 {:.3f} s\n", t.p50, t.p90, t.p99)

@@ -29,7 +29,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using model::LlamaModel;
 
-
 std::uint64_t model_bytes(const LlamaModel& m) {
   std::uint64_t total = 0;
   for (const auto& [name, t] : m.named_parameters()) total += static_cast<std::uint64_t>(t.nbytes());
@@ -43,8 +42,8 @@ struct Variant {
   std::shared_ptr<const VariantDelta> delta;  ///< delta mode, when resident
   std::shared_ptr<const LlamaModel> full;     ///< full mode: the reconstructed model
   bool loading = false;
-  std::string failed;                         ///< why loading failed
-  std::int64_t active = 0;                    ///< running sequences using it
+  std::string failed;       ///< why loading failed
+  std::int64_t active = 0;  ///< running sequences using it
   Clock::time_point last_used;
 };
 
@@ -106,9 +105,9 @@ class Sequence final : public RequestStream {
   Clock::time_point arrived;
   std::atomic<bool> cancelled{false};
   // Scheduler state (scheduler thread only, or under the engine's mutex).
-  std::shared_ptr<Variant> variant;            ///< nullptr: the base model
-  std::shared_ptr<const VariantDelta> delta;   ///< pinned while running (delta mode)
-  std::shared_ptr<const LlamaModel> weights;   ///< full and swap modes: the model it runs on
+  std::shared_ptr<Variant> variant;           ///< nullptr: the base model
+  std::shared_ptr<const VariantDelta> delta;  ///< pinned while running (delta mode)
+  std::shared_ptr<const LlamaModel> weights;  ///< full and swap modes: the model it runs on
   std::int64_t slot = -1, prefilled = 0, generated = 0, last_token = 0;
   bool done = false;
   std::string done_reason;
@@ -142,9 +141,12 @@ ServeMode parse_serve_mode(const std::string& text) {
 
 std::string serve_mode_name(ServeMode mode) {
   switch (mode) {
-    case ServeMode::kDelta: return "delta";
-    case ServeMode::kSwap: return "swap";
-    case ServeMode::kFull: return "full";
+    case ServeMode::kDelta:
+      return "delta";
+    case ServeMode::kSwap:
+      return "swap";
+    case ServeMode::kFull:
+      return "full";
   }
   return "delta";
 }
@@ -190,7 +192,7 @@ struct Engine::State {
   }
   void declare_metrics();
   void update_gauges();
-  void update_adapter_info();  // vllm:lora_requests_info, for /metrics
+  void update_adapter_info();        // vllm:lora_requests_info, for /metrics
   MetricLabels vllm_labels() const;  // {model_name: the base's served name}
   void scheduler_loop();
   void loader_loop();
@@ -233,8 +235,8 @@ void Engine::State::declare_metrics() {
   // The unlabelled counters export 0 from the start (a Prometheus client's
   // default): a rate over a series that appears only at its first event
   // misses that event.
-  for (const char* unlabelled : {"dz_delta_loads", "dz_delta_evictions", "dz_delta_hits", "dz_delta_misses",
-                                 "dz_model_swaps"})
+  for (const char* unlabelled :
+       {"dz_delta_loads", "dz_delta_evictions", "dz_delta_hits", "dz_delta_misses", "dz_model_swaps"})
     metrics.add(unlabelled, 0);
   // The same under vLLM's names and labels, so that dashboards and routers
   // written for vLLM (which label by model_name, the served base) read them.
@@ -291,11 +293,13 @@ Engine::Engine(EngineOptions options) {
   if (options.max_variants_per_batch < -1)
     throw UsageError("--max-variants-per-batch must be -1 (the device's default), 0 (no limit) or more");
   const auto compute = model::resolve_device(options.device);
-  if (options.max_variants_per_batch == -1) options.max_variants_per_batch = compute == model::ComputeDevice::kCuda ? 4 : 0;
+  if (options.max_variants_per_batch == -1)
+    options.max_variants_per_batch = compute == model::ComputeDevice::kCuda ? 4 : 0;
   const torch::Device device = compute == model::ComputeDevice::kCuda ? torch::kCUDA : torch::kCPU;
   if (compute == model::ComputeDevice::kCuda && options.mode == ServeMode::kDelta && !FLEET_WITH_CUDA)
-    throw UsageError("--device cuda in delta mode needs the CUDA SBMM kernel: this build has no CUDA toolkit "
-                     "(docs/gpu.md); swap and full modes run without it");
+    throw UsageError(
+        "--device cuda in delta mode needs the CUDA SBMM kernel: this build has no CUDA toolkit "
+        "(docs/gpu.md); swap and full modes run without it");
   auto tokenizer = model::Tokenizer::load(options.base);
   state_ = std::make_unique<State>(std::move(options), std::move(tokenizer));
   auto& s = *state_;
@@ -349,7 +353,8 @@ Engine::~Engine() {
 
 void Engine::add_variant(const std::string& name, const std::filesystem::path& delta) {
   auto& s = *state_;
-  if (name.empty() || name.size() > 256) throw ServeError(400, "invalid_request_error", "a variant name must have 1 to 256 characters", "name");
+  if (name.empty() || name.size() > 256)
+    throw ServeError(400, "invalid_request_error", "a variant name must have 1 to 256 characters", "name");
   {
     std::lock_guard lock(s.mutex);
     if (name == s.options.base_name || s.variants.count(name))
@@ -379,7 +384,8 @@ void Engine::add_variant(const std::string& name, const std::filesystem::path& d
     v->full = std::make_shared<const LlamaModel>(reconstruct_model(*reader, *s.base, s.base->device()));
   }
   std::lock_guard lock(s.mutex);
-  if (s.variants.count(name)) throw ServeError(400, "invalid_request_error", "a model named '" + name + "' is already served", "name");
+  if (s.variants.count(name))
+    throw ServeError(400, "invalid_request_error", "a model named '" + name + "' is already served", "name");
   if (v->full) s.full_bytes += s.base_bytes;
   s.variants[name] = v;
   s.update_gauges();
@@ -420,8 +426,8 @@ std::vector<ModelInfo> Engine::models() const {
   std::vector<ModelInfo> out{{s.options.base_name, true, s.options.base.string(), "resident"}};
   for (const auto& [name, v] : s.variants) {
     std::string state = v->failed.empty() ? (v->delta || v->full || s.swap_current == v ? "resident"
-                                             : v->loading                                  ? "loading"
-                                                                                           : "cold")
+                                             : v->loading                               ? "loading"
+                                                                                        : "cold")
                                           : "failed";
     out.push_back({name, false, v->path.string(), state});
   }
@@ -450,9 +456,10 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
       reject(400, "invalid_request_error", "logit_bias: token id " + std::to_string(t) + " is outside the vocabulary",
              "logit_bias");
   if (prompt > s.context)
-    reject(400, "invalid_request_error",
-           "the prompt has " + std::to_string(prompt) + " tokens; this server's context is " + std::to_string(s.context),
-           "prompt", "context_length_exceeded");
+    reject(
+        400, "invalid_request_error",
+        "the prompt has " + std::to_string(prompt) + " tokens; this server's context is " + std::to_string(s.context),
+        "prompt", "context_length_exceeded");
   if (request.max_tokens <= 0) reject(400, "invalid_request_error", "max_tokens must be at least 1", "max_tokens");
   if (prompt + request.max_tokens > s.context)
     reject(400, "invalid_request_error",
@@ -475,11 +482,13 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
     if (seq->request.model != s.options.base_name) {
       auto it = s.variants.find(seq->request.model);
       if (it == s.variants.end())
-        reject(404, "not_found_error", "the model '" + seq->request.model + "' does not exist", "model", "model_not_found");
+        reject(404, "not_found_error", "the model '" + seq->request.model + "' does not exist", "model",
+               "model_not_found");
       seq->variant = it->second;
     }
     if (static_cast<std::int64_t>(s.waiting.size()) >= s.options.max_queue)
-      reject(429, "rate_limit_error", "the queue is full (" + std::to_string(s.options.max_queue) + " requests waiting)", "");
+      reject(429, "rate_limit_error",
+             "the queue is full (" + std::to_string(s.options.max_queue) + " requests waiting)", "");
     s.waiting.push_back(seq);
     s.dirty = true;
     s.metrics.add("dz_requests", 1, {{"model", seq->request.model}});
@@ -693,8 +702,10 @@ torch::Tensor Engine::State::forward(const StepRows& rows, const torch::Tensor& 
     const LlamaModel* m = rows.seqs[static_cast<std::size_t>(b)]->weights.get();
     std::int64_t e = b;
     while (e < B && rows.seqs[static_cast<std::size_t>(e)]->weights.get() == m) ++e;
-    std::vector<std::int64_t> part_slots(slots.begin() + b, slots.begin() + e), part_counts(counts.begin() + b, counts.begin() + e);
-    parts.push_back((m ? *m : *base).forward_cached(*cache, part_slots, tokens.narrow(0, b, e - b), part_counts, all_positions));
+    std::vector<std::int64_t> part_slots(slots.begin() + b, slots.begin() + e),
+        part_counts(counts.begin() + b, counts.begin() + e);
+    parts.push_back(
+        (m ? *m : *base).forward_cached(*cache, part_slots, tokens.narrow(0, b, e - b), part_counts, all_positions));
     b = e;
   }
   return torch::cat(parts, 0);
@@ -708,9 +719,11 @@ void Engine::State::run_rows(StepRows& rows, std::int64_t width, bool decode) {
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   auto key = [&](std::size_t i) {
     const auto* s = rows.seqs[i];
-    return options.mode == ServeMode::kDelta ? static_cast<const void*>(s->delta.get()) : static_cast<const void*>(s->weights.get());
+    return options.mode == ServeMode::kDelta ? static_cast<const void*>(s->delta.get())
+                                             : static_cast<const void*>(s->weights.get());
   };
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return std::less<const void*>()(key(a), key(b)); });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return std::less<const void*>()(key(a), key(b)); });
   StepRows sorted;
   for (auto i : order) {
     sorted.seqs.push_back(rows.seqs[i]);
@@ -727,9 +740,8 @@ void Engine::State::run_rows(StepRows& rows, std::int64_t width, bool decode) {
   }
   // A prefill whose prompt's log-probabilities were asked for needs the logits
   // of every position (for the whole step: one forward).
-  const bool all_positions = !decode && std::any_of(sorted.seqs.begin(), sorted.seqs.end(), [](const Sequence* s) {
-    return s->request.prompt_logprobs;
-  });
+  const bool all_positions = !decode && std::any_of(sorted.seqs.begin(), sorted.seqs.end(),
+                                                    [](const Sequence* s) { return s->request.prompt_logprobs; });
   // Sampling runs on the CPU: the logits come back (on a GPU, this waits for the step).
   auto logits = forward(sorted, tokens.to(base->device()), slots, counts, all_positions).to(torch::kCPU).contiguous();
   if (all_positions) {
@@ -823,14 +835,16 @@ void Engine::State::scheduler_loop() {
         decode.seqs.push_back(seq.get());
         decode.tokens.push_back({seq->last_token});
       }
-    std::int64_t budget = std::max<std::int64_t>(options.max_tokens_per_step - static_cast<std::int64_t>(decode.seqs.size()), 1);
+    std::int64_t budget =
+        std::max<std::int64_t>(options.max_tokens_per_step - static_cast<std::int64_t>(decode.seqs.size()), 1);
     for (auto& seq : running) {
       const auto remaining = static_cast<std::int64_t>(seq->request.prompt.size()) - seq->prefilled;
       if (remaining == 0 || budget == 0) continue;
       const auto chunk = std::min(remaining, budget);
       budget -= chunk;
       prefill.seqs.push_back(seq.get());
-      prefill.tokens.emplace_back(seq->request.prompt.begin() + seq->prefilled, seq->request.prompt.begin() + seq->prefilled + chunk);
+      prefill.tokens.emplace_back(seq->request.prompt.begin() + seq->prefilled,
+                                  seq->request.prompt.begin() + seq->prefilled + chunk);
       prefill_width = std::max(prefill_width, chunk);
     }
     const auto batch = static_cast<double>(decode.seqs.size() + prefill.seqs.size());

@@ -36,7 +36,10 @@ std::string serve_mode_name(ServeMode mode);
 class ServeError : public std::runtime_error {
  public:
   ServeError(int status, std::string type, const std::string& message, std::string param = "", std::string code = "")
-      : std::runtime_error(message), status_(status), type_(std::move(type)), param_(std::move(param)),
+      : std::runtime_error(message),
+        status_(status),
+        type_(std::move(type)),
+        param_(std::move(param)),
         code_(std::move(code)) {}
   int status() const { return status_; }
   const std::string& type() const { return type_; }
@@ -50,8 +53,8 @@ class ServeError : public std::runtime_error {
 };
 
 struct EngineOptions {
-  std::filesystem::path base;              ///< Hugging Face model folder
-  std::string base_name;                   ///< model name of the base (default: the folder's name)
+  std::filesystem::path base;  ///< Hugging Face model folder
+  std::string base_name;       ///< model name of the base (default: the folder's name)
   ServeMode mode = ServeMode::kDelta;
   std::int64_t max_batch = 32;             ///< sequences running at once (KV-cache slots)
   std::int64_t max_tokens_per_step = 256;  ///< tokens one step computes: decodes + prompt chunks
@@ -90,13 +93,13 @@ inline constexpr std::int64_t kMaxTopLogprobs = 20;
 class RequestStream {
  public:
   struct Update {
-    std::vector<std::int64_t> tokens;  ///< new since the last update
+    std::vector<std::int64_t> tokens;            ///< new since the last update
     std::vector<model::TokenLogprobs> logprobs;  ///< one per token when the request asked for them
     /// Prompt tokens from the second on, in order, as the prefill reaches them.
     std::vector<model::TokenLogprobs> prompt_logprobs;
     bool finished = false;
-    std::string finish_reason;         ///< "stop" (end of sequence), "length" or "cancelled"
-    std::string error;                 ///< set when the engine failed the request
+    std::string finish_reason;  ///< "stop" (end of sequence), "length" or "cancelled"
+    std::string error;          ///< set when the engine failed the request
     /// With an error: the HTTP status, OpenAI error type and code it maps to.
     int error_status = 500;
     std::string error_type = "server_error", error_code;

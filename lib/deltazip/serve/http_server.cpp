@@ -72,7 +72,8 @@ std::pair<std::string, int> socket_address(int sock, bool peer) {
   char host[NI_MAXHOST] = "";
   const int r = peer ? ::getpeername(sock, reinterpret_cast<sockaddr*>(&addr), &len)
                      : ::getsockname(sock, reinterpret_cast<sockaddr*>(&addr), &len);
-  if (r != 0 || ::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof host, nullptr, 0, NI_NUMERICHOST) != 0)
+  if (r != 0 ||
+      ::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof host, nullptr, 0, NI_NUMERICHOST) != 0)
     return {"?", -1};
   const int port = addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
                                               : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
@@ -224,30 +225,32 @@ class Frontend {
         if (header.rfind(prefix, 0) == 0 && same_secret(header.substr(prefix.size()), options_.api_key))
           return httplib::Server::HandlerResponse::Unhandled;
         res.set_header("WWW-Authenticate", "Bearer");
-        send_json(res, 401, error_body("invalid or missing API key (send the header Authorization: Bearer KEY)",
-                                       "invalid_request_error", "", "invalid_api_key"));
+        send_json(res, 401,
+                  error_body("invalid or missing API key (send the header Authorization: Bearer KEY)",
+                             "invalid_request_error", "", "invalid_api_key"));
         return httplib::Server::HandlerResponse::Handled;
       });
     }
     server.Get("/health", arrived([this](const httplib::Request&, httplib::Response& res) {
-      // The engine's own state: once /health says so, new requests get 503 too.
-      const bool stopping = engine_.shutting_down();
-      send_json(res, stopping ? 503 : 200, {{"status", stopping ? "shutting_down" : "ok"}});
-    }));
+                 // The engine's own state: once /health says so, new requests get 503 too.
+                 const bool stopping = engine_.shutting_down();
+                 send_json(res, stopping ? 503 : 200, {{"status", stopping ? "shutting_down" : "ok"}});
+               }));
     server.Get("/v1/models", arrived([this](const httplib::Request&, httplib::Response& res) { list_models(res); }));
     server.Get(R"(/v1/models/(.+))", arrived([this](const httplib::Request& req, httplib::Response& res) {
-      get_model(req.matches[1].str(), res);
-    }));
+                 get_model(req.matches[1].str(), res);
+               }));
     server.Get("/metrics", arrived([this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(engine_.metrics_text(), "text/plain; version=0.0.4; charset=utf-8");
-    }));
+                 res.set_content(engine_.metrics_text(), "text/plain; version=0.0.4; charset=utf-8");
+               }));
     // The generation endpoints take POST only: another method gets 405, as in OpenAI's and vLLM's servers.
     for (const char* path : {"/v1/completions", "/v1/chat/completions", "/v1/load_delta", "/v1/unload_delta"}) {
       server.Get(path, arrived([](const httplib::Request& req, httplib::Response& res) {
-        res.set_header("Allow", "POST");
-        send_json(res, 405, error_body("method " + req.method + " is not allowed on " + req.path + " (POST)",
-                                       "invalid_request_error"));
-      }));
+                   res.set_header("Allow", "POST");
+                   send_json(res, 405,
+                             error_body("method " + req.method + " is not allowed on " + req.path + " (POST)",
+                                        "invalid_request_error"));
+                 }));
     }
     server.Post("/v1/completions",
                 arrived([this](const httplib::Request& req, httplib::Response& res) { complete(req, res, false); }));
@@ -269,24 +272,25 @@ class Frontend {
       send_json(res, 500, error_body(what, "server_error"));
     });
     // Bodies httplib itself refuses (too large, unknown route) still get the error shape.
-    server.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-      std::string message = "error " + std::to_string(res.status);
-      std::string type = "invalid_request_error";
-      if (res.status == 404) {
-        message = "no endpoint " + req.method + " " + req.path;
-        type = "not_found_error";
-      } else if (res.status == 413) {
-        message = "the request body is larger than the server's limit";
-      } else if (res.status == 414) {
-        message = "the request target is longer than the server's limit";
-      } else if (res.status == 400) {
-        // Only the HTTP layer answers 400 without a body: our handlers always say why.
-        message = "malformed HTTP request (request line, headers, Content-Length or chunked body)";
-      }
-      send_json(res, res.status, error_body(message, type));
-      return httplib::Server::HandlerResponse::Handled;
-    }));
+    server.set_error_handler(
+        httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+          if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+          std::string message = "error " + std::to_string(res.status);
+          std::string type = "invalid_request_error";
+          if (res.status == 404) {
+            message = "no endpoint " + req.method + " " + req.path;
+            type = "not_found_error";
+          } else if (res.status == 413) {
+            message = "the request body is larger than the server's limit";
+          } else if (res.status == 414) {
+            message = "the request target is longer than the server's limit";
+          } else if (res.status == 400) {
+            // Only the HTTP layer answers 400 without a body: our handlers always say why.
+            message = "malformed HTTP request (request line, headers, Content-Length or chunked body)";
+          }
+          send_json(res, res.status, error_body(message, type));
+          return httplib::Server::HandlerResponse::Handled;
+        }));
   }
 
  private:
@@ -299,9 +303,14 @@ class Frontend {
   }
 
   json model_object(const ModelInfo& m) const {
-    return {{"id", m.name}, {"object", "model"}, {"created", started_}, {"owned_by", "dz-serve"},
-            {"root", engine_.base_name()}, {"parent", m.is_base ? json(nullptr) : json(engine_.base_name())},
-            {"max_model_len", engine_.max_context()}, {"state", m.state}};
+    return {{"id", m.name},
+            {"object", "model"},
+            {"created", started_},
+            {"owned_by", "dz-serve"},
+            {"root", engine_.base_name()},
+            {"parent", m.is_base ? json(nullptr) : json(engine_.base_name())},
+            {"max_model_len", engine_.max_context()},
+            {"state", m.state}};
   }
 
   void list_models(httplib::Response& res) {
@@ -388,14 +397,19 @@ class Frontend {
       if (!text.empty()) delta["content"] = text;
       return {{"index", index}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish}};
     }
-    return {{"index", index}, {"message", {{"role", "assistant"}, {"content", text}}}, {"logprobs", nullptr},
+    return {{"index", index},
+            {"message", {{"role", "assistant"}, {"content", text}}},
+            {"logprobs", nullptr},
             {"finish_reason", finish}};
   }
 
   json envelope(const CompletionParams& p, const std::string& id, bool chunk) const {
     const char* object = p.chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
-    return {{"id", id}, {"object", object}, {"created", static_cast<std::int64_t>(std::time(nullptr))},
-            {"model", p.model}, {"system_fingerprint", nullptr}};
+    return {{"id", id},
+            {"object", object},
+            {"created", static_cast<std::int64_t>(std::time(nullptr))},
+            {"model", p.model},
+            {"system_fingerprint", nullptr}};
   }
 
   // The tokens generated, the end-of-sequence token included as OpenAI and
@@ -454,8 +468,9 @@ class Frontend {
     // prompt that fills it alone is refused for that).
     // Echo with max_tokens 0 scores the prompt: one token is generated and dropped.
     g.max_tokens = p.max_tokens > 0 ? p.max_tokens
-                   : p.echo       ? 1
-                                  : std::max<std::int64_t>(1, engine_.max_context() - static_cast<std::int64_t>(g.prompt.size()));
+                   : p.echo
+                       ? 1
+                       : std::max<std::int64_t>(1, engine_.max_context() - static_cast<std::int64_t>(g.prompt.size()));
     g.sampling.temperature = p.temperature;
     g.sampling.top_p = p.top_p;
     g.sampling.frequency_penalty = p.frequency_penalty;
@@ -506,7 +521,8 @@ class Frontend {
     for (std::size_t k = 0; k < n; ++k) s.cumulative_logprob += u.logprobs[k].logprob;
     if (piece == nullptr && s.logprobs) {
       s.tokens.insert(s.tokens.end(), u.tokens.begin(), u.tokens.begin() + static_cast<std::ptrdiff_t>(n));
-      s.token_logprobs.insert(s.token_logprobs.end(), u.logprobs.begin(), u.logprobs.begin() + static_cast<std::ptrdiff_t>(n));
+      s.token_logprobs.insert(s.token_logprobs.end(), u.logprobs.begin(),
+                              u.logprobs.begin() + static_cast<std::ptrdiff_t>(n));
     }
     if (s.text->stopped()) s.stream->cancel();
     s.done = u.finished || s.text->stopped();
@@ -533,7 +549,8 @@ class Frontend {
   json request_usage(const CompletionParams& p, const std::vector<Sequence>& seqs,
                      const std::vector<const Sequence*>& returned, bool score_only) const {
     std::int64_t prompt = 0, completion = 0;
-    for (std::size_t i = 0; i < seqs.size(); i += static_cast<std::size_t>(p.best_of)) prompt += seqs[i].stream->prompt_tokens();
+    for (std::size_t i = 0; i < seqs.size(); i += static_cast<std::size_t>(p.best_of))
+      prompt += seqs[i].stream->prompt_tokens();
     if (!score_only)
       for (const Sequence* s : returned) completion += completion_tokens(*s->text, s->last);
     return usage(prompt, completion);
@@ -570,8 +587,9 @@ class Frontend {
       std::vector<const Sequence*> group;
       for (std::int64_t j = 0; j < p.best_of; ++j) group.push_back(&seqs[first + static_cast<std::size_t>(j)]);
       if (p.best_of > p.n)
-        std::stable_sort(group.begin(), group.end(),
-                         [](const Sequence* a, const Sequence* b) { return a->cumulative_logprob > b->cumulative_logprob; });
+        std::stable_sort(group.begin(), group.end(), [](const Sequence* a, const Sequence* b) {
+          return a->cumulative_logprob > b->cumulative_logprob;
+        });
       returned.insert(returned.end(), group.begin(), group.begin() + p.n);
     }
     const bool score_only = p.echo && p.max_tokens == 0;
@@ -580,10 +598,12 @@ class Frontend {
     for (std::size_t k = 0; k < returned.size(); ++k) {
       const Sequence& s = *returned[k];
       const std::string out = score_only ? "" : s.out;
-      auto c = choice(p, k, p.echo ? echo_text(p, s.prompt, s.prompt_ids) + out : out, finish_reason(s, score_only), false);
+      auto c =
+          choice(p, k, p.echo ? echo_text(p, s.prompt, s.prompt_ids) + out : out, finish_reason(s, score_only), false);
       if (s.logprobs) {
         const std::span<const std::int64_t> tokens = score_only ? std::span<const std::int64_t>() : s.tokens;
-        const std::span<const model::TokenLogprobs> lps = score_only ? std::span<const model::TokenLogprobs>() : s.token_logprobs;
+        const std::span<const model::TokenLogprobs> lps =
+            score_only ? std::span<const model::TokenLogprobs>() : s.token_logprobs;
         c["logprobs"] = p.echo ? s.logprobs->write_echo(s.prompt_ids, s.prompt_logprobs, tokens, lps,
                                                         echo_shows_first_token(p, s.prompt, s.prompt_ids))
                                : s.logprobs->write(tokens, lps);
@@ -612,8 +632,10 @@ class Frontend {
           };
           if (first && p.chat) {
             for (std::size_t k = 0; k < seqs->size(); ++k)
-              if (!write(sse(chunk_of({{"index", k}, {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                       {"logprobs", nullptr}, {"finish_reason", nullptr}}))))
+              if (!write(sse(chunk_of({{"index", k},
+                                       {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                       {"logprobs", nullptr},
+                                       {"finish_reason", nullptr}}))))
                 return false;
           }
           first = false;
@@ -723,7 +745,8 @@ int serve_http(Engine& engine, const HttpOptions& options) {
     port = server.bind_to_any_port(options.host);
     if (port < 0) throw IoError("cannot listen on " + options.host);
   } else if (!server.bind_to_port(options.host, port)) {
-    throw IoError("cannot listen on " + options.host + ":" + std::to_string(port) + " (in use, or not an address of this machine)");
+    throw IoError("cannot listen on " + options.host + ":" + std::to_string(port) +
+                  " (in use, or not an address of this machine)");
   }
   if (!options.port_file.empty()) write_file_atomically(options.port_file, std::to_string(port) + "\n");
   spdlog::info("listening on http://{}:{}", options.host, port);

@@ -14,10 +14,10 @@ namespace fleet::deltazip {
 
 struct HttpOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;                         ///< 0: any free port
-  std::filesystem::path port_file;         ///< written with the bound port once listening
-  std::size_t max_body_bytes = 1 << 20;    ///< larger bodies get 413
-  int threads = 1024;                      ///< connections served at once (a stream holds one); threads start on demand
+  int port = 8000;                       ///< 0: any free port
+  std::filesystem::path port_file;       ///< written with the bound port once listening
+  std::size_t max_body_bytes = 1 << 20;  ///< larger bodies get 413
+  int threads = 1024;                    ///< connections served at once (a stream holds one); threads start on demand
   /// Connections one client address may hold open at once (0: no limit);
   /// one more is answered 429 and closed.
   int max_connections_per_client = 256;

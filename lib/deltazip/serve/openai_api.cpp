@@ -24,7 +24,8 @@ double number_field(const nlohmann::json& body, const char* key, double fallback
 
 std::int64_t integer_field(const nlohmann::json& value, const char* key) {
   if (value.is_number_integer() || value.is_number_unsigned()) {
-    if (value.is_number_unsigned() && value.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+    if (value.is_number_unsigned() &&
+        value.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
       bad(std::string(key) + " is too large", key);
     return value.get<std::int64_t>();
   }
@@ -103,9 +104,12 @@ CompletionParams parse_completion_request(std::string_view body_text, bool chat,
     } else {
       const bool texts = (*prompt)[0].is_string();
       for (const auto& item : *prompt) {
-        if (texts && item.is_string()) p.prompts.push_back({item.get<std::string>(), {}});
-        else if (!texts && item.is_array()) p.prompts.push_back(token_ids(item));
-        else bad("a batch of prompts must be all strings or all lists of token ids", "prompt");
+        if (texts && item.is_string())
+          p.prompts.push_back({item.get<std::string>(), {}});
+        else if (!texts && item.is_array())
+          p.prompts.push_back(token_ids(item));
+        else
+          bad("a batch of prompts must be all strings or all lists of token ids", "prompt");
       }
     }
   }
@@ -138,12 +142,13 @@ CompletionParams parse_completion_request(std::string_view body_text, bool chat,
       p.logit_bias.emplace_back(std::stoll(key), it->get<float>());
     }
   }
-  if (auto tools = body.find("tools"); tools != body.end() && !tools->is_null() && !(tools->is_array() && tools->empty()))
+  if (auto tools = body.find("tools");
+      tools != body.end() && !tools->is_null() && !(tools->is_array() && tools->empty()))
     bad("tools (function calling) are not supported", "tools");
   if (auto choice = body.find("tool_choice"); choice != body.end() && !choice->is_null() && *choice != "none")
     bad("tool_choice is not supported", "tool_choice");
-  if (auto format = body.find("response_format"); format != body.end() && !format->is_null() &&
-                                                  !(format->is_object() && format->value("type", "") == "text"))
+  if (auto format = body.find("response_format");
+      format != body.end() && !format->is_null() && !(format->is_object() && format->value("type", "") == "text"))
     bad("response_format other than {\"type\": \"text\"} is not supported", "response_format");
   if (auto seed = body.find("seed"); seed != body.end() && !seed->is_null())
     p.seed = static_cast<std::uint64_t>(integer_field(*seed, "seed"));
@@ -157,7 +162,8 @@ CompletionParams parse_completion_request(std::string_view body_text, bool chat,
                                                 : (it->is_number() && it->get<double>() == static_cast<double>(off));
     if (!same) bad(std::string(key) + " is not supported by this server", key);
   };
-  if (auto k = body.find("top_k"); k != body.end() && !k->is_null() && !(k->is_number_integer() && k->get<std::int64_t>() <= 0))
+  if (auto k = body.find("top_k");
+      k != body.end() && !k->is_null() && !(k->is_number_integer() && k->get<std::int64_t>() <= 0))
     bad("top_k is not supported by this server (0 or -1: off)", "top_k");
   refuse_unless("min_p", 0.0);
   refuse_unless("repetition_penalty", 1.0);
@@ -185,12 +191,16 @@ CompletionParams parse_completion_request(std::string_view body_text, bool chat,
   const bool has_top = top != body.end() && !top->is_null();
   const auto top_n = has_top ? alternatives(*top, "top_logprobs") : 0;
   if (chat) {
-    if (bool_field(body, "logprobs")) p.logprobs = top_n;
-    else if (top_n > 0) bad("top_logprobs needs logprobs: true", "top_logprobs");
+    if (bool_field(body, "logprobs"))
+      p.logprobs = top_n;
+    else if (top_n > 0)
+      bad("top_logprobs needs logprobs: true", "top_logprobs");
   } else {
     // true and false as vLLM takes them for its integer: 1 alternative, or none.
-    if (auto lp = body.find("logprobs"); lp != body.end() && lp->is_boolean()) p.logprobs = lp->get<bool>() ? 1 : -1;
-    else if (lp != body.end() && !lp->is_null()) p.logprobs = alternatives(*lp, "logprobs");
+    if (auto lp = body.find("logprobs"); lp != body.end() && lp->is_boolean())
+      p.logprobs = lp->get<bool>() ? 1 : -1;
+    else if (lp != body.end() && !lp->is_null())
+      p.logprobs = alternatives(*lp, "logprobs");
     if (top_n > 0) bad("top_logprobs is a chat parameter; completions take logprobs: N", "top_logprobs");
   }
   p.echo = bool_field(body, "echo");
@@ -320,7 +330,8 @@ std::string LogprobsWriter::text(std::int64_t id) const {
   return tokenizer_.decode(std::span<const std::int32_t>(&one, 1), /*skip_special_tokens=*/false);
 }
 
-nlohmann::json LogprobsWriter::write(std::span<const std::int64_t> tokens, std::span<const model::TokenLogprobs> logprobs) {
+nlohmann::json LogprobsWriter::write(std::span<const std::int64_t> tokens,
+                                     std::span<const model::TokenLogprobs> logprobs) {
   using nlohmann::json;
   const std::size_t n = std::min(tokens.size(), logprobs.size());
   auto bytes = [](const std::string& s) {
@@ -337,11 +348,14 @@ nlohmann::json LogprobsWriter::write(std::span<const std::int64_t> tokens, std::
         const auto alt = text(id);
         top.push_back({{"token", alt}, {"logprob", lp}, {"bytes", bytes(alt)}});
       }
-      content.push_back({{"token", token}, {"logprob", logprobs[i].logprob}, {"bytes", bytes(token)}, {"top_logprobs", top}});
+      content.push_back(
+          {{"token", token}, {"logprob", logprobs[i].logprob}, {"bytes", bytes(token)}, {"top_logprobs", top}});
     }
     return {{"content", content}, {"refusal", nullptr}};
   }
-  json out = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+  json out = {{"tokens", json::array()},
+              {"token_logprobs", json::array()},
+              {"top_logprobs", json::array()},
               {"text_offset", json::array()}};
   for (std::size_t i = 0; i < n; ++i) {
     const auto token = text(tokens[i]);
@@ -363,8 +377,10 @@ nlohmann::json LogprobsWriter::write_echo(std::span<const std::int64_t> prompt,
                                           std::span<const model::TokenLogprobs> prompt_logprobs,
                                           std::span<const std::int64_t> tokens,
                                           std::span<const model::TokenLogprobs> logprobs, bool first_shown) {
-  nlohmann::json out = {{"tokens", nlohmann::json::array()}, {"token_logprobs", nlohmann::json::array()},
-                        {"top_logprobs", nlohmann::json::array()}, {"text_offset", nlohmann::json::array()}};
+  nlohmann::json out = {{"tokens", nlohmann::json::array()},
+                        {"token_logprobs", nlohmann::json::array()},
+                        {"top_logprobs", nlohmann::json::array()},
+                        {"text_offset", nlohmann::json::array()}};
   if (!prompt.empty()) {
     // Nothing comes before the first token to predict it.
     const auto first = text(prompt[0]);

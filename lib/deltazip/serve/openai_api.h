@@ -43,14 +43,14 @@ struct CompletionPrompt {
 struct CompletionParams {
   bool chat = false;
   std::string model;
-  std::vector<CompletionPrompt> prompts;        ///< completions: one, or a batch
-  std::vector<ChatMessage> messages;            ///< chat
-  std::int64_t n = 1;                           ///< choices returned per prompt
-  std::int64_t best_of = 1;                     ///< completions: sequences generated per prompt, the n most likely returned
-  std::int64_t max_tokens = 16;                 ///< 0: up to the end of the context (chat without a limit)
+  std::vector<CompletionPrompt> prompts;  ///< completions: one, or a batch
+  std::vector<ChatMessage> messages;      ///< chat
+  std::int64_t n = 1;                     ///< choices returned per prompt
+  std::int64_t best_of = 1;               ///< completions: sequences generated per prompt, the n most likely returned
+  std::int64_t max_tokens = 16;           ///< 0: up to the end of the context (chat without a limit)
   double temperature = 1.0, top_p = 1.0;
-  double frequency_penalty = 0.0, presence_penalty = 0.0;        ///< -2 to 2, on generated tokens
-  std::vector<std::pair<std::int64_t, float>> logit_bias;         ///< token id -> -100 to 100
+  double frequency_penalty = 0.0, presence_penalty = 0.0;  ///< -2 to 2, on generated tokens
+  std::vector<std::pair<std::int64_t, float>> logit_bias;  ///< token id -> -100 to 100
   std::optional<std::uint64_t> seed;
   std::vector<std::string> stop;
   bool stream = false, include_usage = false;

@@ -50,8 +50,10 @@ SbmmMatrix::SbmmMatrix(const PackedMatrix& p)
     row_code_bit_.resize(static_cast<std::size_t>(rows_) + 1, 0);
     for (std::int64_t o = 0; o < rows_; ++o) {
       std::uint64_t kept = 0;
-      for (std::int64_t c = 0; c < cols_; ++c) kept += read_bits(indices_.data(), static_cast<std::uint64_t>(o * cols_ + c), 1);
-      row_code_bit_[static_cast<std::size_t>(o) + 1] = row_code_bit_[static_cast<std::size_t>(o)] + kept * static_cast<std::uint64_t>(bits_);
+      for (std::int64_t c = 0; c < cols_; ++c)
+        kept += read_bits(indices_.data(), static_cast<std::uint64_t>(o * cols_ + c), 1);
+      row_code_bit_[static_cast<std::size_t>(o) + 1] =
+          row_code_bit_[static_cast<std::size_t>(o)] + kept * static_cast<std::uint64_t>(bits_);
     }
   }
   if (fused_2of4()) {
@@ -133,11 +135,16 @@ void unpack_codes(const std::uint8_t* data, std::uint64_t bit, std::int64_t coun
   if (bit % 8 == 0) {
     const std::uint8_t* in = data + bit / 8;
     switch (bits) {
-      case 1: return unpack_aligned<1>(in, count, out);
-      case 2: return unpack_aligned<2>(in, count, out);
-      case 4: return unpack_aligned<4>(in, count, out);
-      case 8: return unpack_aligned<8>(in, count, out);
-      default: break;
+      case 1:
+        return unpack_aligned<1>(in, count, out);
+      case 2:
+        return unpack_aligned<2>(in, count, out);
+      case 4:
+        return unpack_aligned<4>(in, count, out);
+      case 8:
+        return unpack_aligned<8>(in, count, out);
+      default:
+        break;
     }
   }
   for (std::int64_t i = 0; i < count; ++i, bit += static_cast<std::uint64_t>(bits))
@@ -162,8 +169,8 @@ std::int64_t SbmmMatrix::kept_row(std::int64_t o, float* values, std::int32_t* c
       kept = (cols_ / m) * keep;
       code_bit = static_cast<std::uint64_t>(o * kept) * static_cast<std::uint64_t>(bits_);
       positions.resize(static_cast<std::size_t>(kept));
-      unpack_codes(indices_.data(), static_cast<std::uint64_t>(o * kept) * static_cast<std::uint64_t>(index_bits_), kept,
-                   index_bits_, positions.data());
+      unpack_codes(indices_.data(), static_cast<std::uint64_t>(o * kept) * static_cast<std::uint64_t>(index_bits_),
+                   kept, index_bits_, positions.data());
       const std::uint8_t* pos = positions.data();
       if (m == 4 && keep == 2) {  // 2:4, the common case, without the inner loop
         for (std::int64_t g = 0; g < kept / 2; ++g) {
@@ -214,7 +221,8 @@ void SbmmMatrix::decode_row(std::int64_t o, float* out) const {
   columns.resize(static_cast<std::size_t>(cols_));
   const auto kept = kept_row(o, values.data(), columns.data());
   std::fill(out, out + cols_, 0.0f);
-  for (std::int64_t k = 0; k < kept; ++k) out[columns[static_cast<std::size_t>(k)]] = values[static_cast<std::size_t>(k)];
+  for (std::int64_t k = 0; k < kept; ++k)
+    out[columns[static_cast<std::size_t>(k)]] = values[static_cast<std::size_t>(k)];
 }
 
 void SbmmMatrix::decode_rows(std::int64_t begin, std::int64_t end, float* out, const float* plus) const {
@@ -240,8 +248,8 @@ namespace {
 // second kept weight of each group) make two independent chains, added in a
 // fixed order at the end.
 template <int Bits>
-float multiply_2of4_x1(const std::uint8_t* codes, const std::uint8_t* positions, std::int64_t groups, const float* table,
-                       const float* x) {
+float multiply_2of4_x1(const std::uint8_t* codes, const std::uint8_t* positions, std::int64_t groups,
+                       const float* table, const float* x) {
   float even = 0, odd = 0;
   for (std::int64_t g = 0; g < groups; ++g) {
     const unsigned where = (positions[g >> 1] >> ((g & 1) * 4)) & 15u;  // two 2-bit positions
@@ -281,9 +289,11 @@ void multiply_2of4_x4(const std::uint8_t* codes, const std::uint8_t* positions, 
 
 void SbmmMatrix::multiply_add(const float* x, std::int64_t n, std::int64_t x_stride, float* y, std::int64_t y_stride,
                               std::int64_t row_begin, std::int64_t row_end) const {
-  if (row_begin < 0 || row_end > rows_ || row_begin > row_end) throw UsageError("multiply_add: row range out of bounds");
+  if (row_begin < 0 || row_end > rows_ || row_begin > row_end)
+    throw UsageError("multiply_add: row range out of bounds");
   if (vectorised()) {
-    if (avx512_in_use()) return x86::multiply_add_2of4_avx512(layout(), x, n, x_stride, y, y_stride, row_begin, row_end);
+    if (avx512_in_use())
+      return x86::multiply_add_2of4_avx512(layout(), x, n, x_stride, y, y_stride, row_begin, row_end);
     return x86::multiply_add_2of4_avx2(layout(), x, n, x_stride, y, y_stride, row_begin, row_end);
   }
   if (fused_2of4()) {
@@ -310,14 +320,17 @@ void SbmmMatrix::multiply_add(const float* x, std::int64_t n, std::int64_t x_str
     for (std::int64_t r0 = 0; r0 < n; r0 += 4) {
       const int rows = static_cast<int>(std::min<std::int64_t>(4, n - r0));
       for (std::int64_t c = 0; c < cols_; ++c)
-        for (int r = 0; r < 4; ++r) xt[static_cast<std::size_t>(4 * c + r)] = r < rows ? x[(r0 + r) * x_stride + c] : 0.0f;
+        for (int r = 0; r < 4; ++r)
+          xt[static_cast<std::size_t>(4 * c + r)] = r < rows ? x[(r0 + r) * x_stride + c] : 0.0f;
       for (std::int64_t o = row_begin; o < row_end; ++o) {
         float table[16], sums[4];
         table_of(o, table);
         const std::uint8_t* codes = codes_.data() + o * code_bytes;
         const std::uint8_t* positions = indices_.data() + o * position_bytes;
-        if (bits_ == 4) multiply_2of4_x4<4>(codes, positions, groups, table, xt.data(), sums);
-        else multiply_2of4_x4<2>(codes, positions, groups, table, xt.data(), sums);
+        if (bits_ == 4)
+          multiply_2of4_x4<4>(codes, positions, groups, table, xt.data(), sums);
+        else
+          multiply_2of4_x4<2>(codes, positions, groups, table, xt.data(), sums);
         for (int r = 0; r < rows; ++r) y[(r0 + r) * y_stride + o] += sums[r];
       }
     }

@@ -217,8 +217,8 @@ template <int Bits>
 FLEET_AVX2 inline __m256 kept_pair(const std::uint8_t* codes, std::int64_t i, const Centre& centre) {
   std::int32_t word;
   std::memcpy(&word, codes + (Bits == 4 ? 2 * i : i), sizeof word);  // the buffer is padded
-  const __m256i shift = Bits == 4 ? _mm256_set_epi32(28, 24, 20, 16, 12, 8, 4, 0)
-                                  : _mm256_set_epi32(14, 12, 10, 8, 6, 4, 2, 0);
+  const __m256i shift =
+      Bits == 4 ? _mm256_set_epi32(28, 24, 20, 16, 12, 8, 4, 0) : _mm256_set_epi32(14, 12, 10, 8, 6, 4, 2, 0);
   const __m256i shifted = _mm256_srlv_epi32(_mm256_set1_epi32(word), shift);
   if constexpr (Bits == 2) return _mm256_permutevar8x32_ps(centre.table, shifted);
   return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(shifted, _mm256_set1_epi32(15)), centre.zero));
@@ -233,8 +233,9 @@ FLEET_AVX2 inline __m256i kept_columns(const GatherTable& table, const std::uint
 FLEET_AVX2 inline __m256 gathered_x(const float* x, const GatherTable& table, const std::uint8_t* positions,
                                     std::int64_t i, bool last) {
   const __m256 a = _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + 8 * i), kept_columns(table, positions, i));
-  const __m256 b = last ? _mm256_setzero_ps()
-                        : _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + 8 * i + 8), kept_columns(table, positions, i + 1));
+  const __m256 b =
+      last ? _mm256_setzero_ps()
+           : _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + 8 * i + 8), kept_columns(table, positions, i + 1));
   return _mm256_blend_ps(a, b, 0xF0);
 }
 
@@ -259,8 +260,8 @@ FLEET_AVX2 void gather_row(const SbmmLayout& l, std::int64_t o, const float* x, 
 }
 
 template <int Bits>
-FLEET_AVX2 void multiply_add_bits(const SbmmLayout& l, const float* x, std::int64_t n, std::int64_t x_stride,
-                                  float* y, std::int64_t y_stride, std::int64_t row_begin, std::int64_t row_end) {
+FLEET_AVX2 void multiply_add_bits(const SbmmLayout& l, const float* x, std::int64_t n, std::int64_t x_stride, float* y,
+                                  std::int64_t y_stride, std::int64_t row_begin, std::int64_t row_end) {
   for (std::int64_t r0 = 0; r0 < n; r0 += 4) {
     const float* xr = x + r0 * x_stride;
     float* yr = y + r0 * y_stride;
@@ -270,9 +271,15 @@ FLEET_AVX2 void multiply_add_bits(const SbmmLayout& l, const float* x, std::int6
       continue;
     }
     for (std::int64_t o = row_begin; o < row_end; ++o) switch (rows) {
-        case 2: row_block<Bits, 2>(l, o, xr, x_stride, yr, y_stride); break;
-        case 3: row_block<Bits, 3>(l, o, xr, x_stride, yr, y_stride); break;
-        default: row_block<Bits, 4>(l, o, xr, x_stride, yr, y_stride); break;
+        case 2:
+          row_block<Bits, 2>(l, o, xr, x_stride, yr, y_stride);
+          break;
+        case 3:
+          row_block<Bits, 3>(l, o, xr, x_stride, yr, y_stride);
+          break;
+        default:
+          row_block<Bits, 4>(l, o, xr, x_stride, yr, y_stride);
+          break;
       }
   }
 }
@@ -292,8 +299,8 @@ FLEET_AVX2 void decode_bits(const SbmmLayout& l, std::int64_t begin, std::int64_
     }
     const float* add = plus + (o - begin) * l.cols;
     for (std::int64_t i = 0; i < l.cols / 8; ++i)
-      _mm256_storeu_ps(dst + 8 * i, _mm256_add_ps(decode_chunk<Bits>(codes, positions, i, table, d),
-                                                  _mm256_loadu_ps(add + 8 * i)));
+      _mm256_storeu_ps(dst + 8 * i,
+                       _mm256_add_ps(decode_chunk<Bits>(codes, positions, i, table, d), _mm256_loadu_ps(add + 8 * i)));
   }
 }
 
@@ -303,13 +310,17 @@ bool avx2_available() { return cpu_isa() >= CpuIsa::kAvx2; }
 
 void multiply_add_2of4_avx2(const SbmmLayout& l, const float* x, std::int64_t n, std::int64_t x_stride, float* y,
                             std::int64_t y_stride, std::int64_t row_begin, std::int64_t row_end) {
-  if (l.bits == 4) multiply_add_bits<4>(l, x, n, x_stride, y, y_stride, row_begin, row_end);
-  else multiply_add_bits<2>(l, x, n, x_stride, y, y_stride, row_begin, row_end);
+  if (l.bits == 4)
+    multiply_add_bits<4>(l, x, n, x_stride, y, y_stride, row_begin, row_end);
+  else
+    multiply_add_bits<2>(l, x, n, x_stride, y, y_stride, row_begin, row_end);
 }
 
 void decode_rows_2of4_avx2(const SbmmLayout& l, std::int64_t begin, std::int64_t end, float* out, const float* plus) {
-  if (l.bits == 4) decode_bits<4>(l, begin, end, out, plus);
-  else decode_bits<2>(l, begin, end, out, plus);
+  if (l.bits == 4)
+    decode_bits<4>(l, begin, end, out, plus);
+  else
+    decode_bits<2>(l, begin, end, out, plus);
 }
 
 // --- AVX-512: sixteen columns (two position bytes) per vector -------------
@@ -366,11 +377,10 @@ FLEET_AVX512 inline __m512 chunk_pair(const std::uint8_t* codes, const std::uint
   std::int32_t word;
   std::memcpy(&word, codes + (Bits == 4 ? 4 * j : 2 * j), sizeof word);  // the buffer is padded
   const auto& shifts = Bits == 4 ? table.shift4 : table.shift2;
-  const __m512i shift = _mm512_inserti64x4(
-      _mm512_castsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(shifts[0][p0]))),
-      _mm256_load_si256(reinterpret_cast<const __m256i*>(shifts[1][p1])), 1);
-  const __mmask16 kept =
-      _cvtu32_mask16(table.keep[p0] | (last ? 0u : static_cast<unsigned>(table.keep[p1]) << 8));
+  const __m512i shift =
+      _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(shifts[0][p0]))),
+                         _mm256_load_si256(reinterpret_cast<const __m256i*>(shifts[1][p1])), 1);
+  const __mmask16 kept = _cvtu32_mask16(table.keep[p0] | (last ? 0u : static_cast<unsigned>(table.keep[p1]) << 8));
   return _mm512_maskz_permutexvar_ps(kept, _mm512_srlv_epi32(_mm512_set1_epi32(word), shift), lut);
 }
 
@@ -379,8 +389,8 @@ FLEET_AVX512 inline __m512 chunk_pair(const std::uint8_t* codes, const std::uint
 // same float operations as the portable decoder.
 template <int Bits>
 FLEET_AVX512 inline __m512 code_table(float scale, float zero) {
-  const __m512i codes = _mm512_and_si512(
-      _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32((1 << Bits) - 1));
+  const __m512i codes = _mm512_and_si512(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                         _mm512_set1_epi32((1 << Bits) - 1));
   return _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(codes), _mm512_set1_ps(zero)), _mm512_set1_ps(scale));
 }
 
@@ -428,14 +438,30 @@ FLEET_AVX512 void multiply_add_bits512(const SbmmLayout& l, const float* x, std:
     float* yr = y + r0 * y_stride;
     const auto rows = std::min<std::int64_t>(8, n - r0);
     for (std::int64_t o = row_begin; o < row_end; ++o) switch (rows) {
-        case 1: row_block512<Bits, 1>(l, o, xr, x_stride, yr, y_stride); break;
-        case 2: row_block512<Bits, 2>(l, o, xr, x_stride, yr, y_stride); break;
-        case 3: row_block512<Bits, 3>(l, o, xr, x_stride, yr, y_stride); break;
-        case 4: row_block512<Bits, 4>(l, o, xr, x_stride, yr, y_stride); break;
-        case 5: row_block512<Bits, 5>(l, o, xr, x_stride, yr, y_stride); break;
-        case 6: row_block512<Bits, 6>(l, o, xr, x_stride, yr, y_stride); break;
-        case 7: row_block512<Bits, 7>(l, o, xr, x_stride, yr, y_stride); break;
-        default: row_block512<Bits, 8>(l, o, xr, x_stride, yr, y_stride); break;
+        case 1:
+          row_block512<Bits, 1>(l, o, xr, x_stride, yr, y_stride);
+          break;
+        case 2:
+          row_block512<Bits, 2>(l, o, xr, x_stride, yr, y_stride);
+          break;
+        case 3:
+          row_block512<Bits, 3>(l, o, xr, x_stride, yr, y_stride);
+          break;
+        case 4:
+          row_block512<Bits, 4>(l, o, xr, x_stride, yr, y_stride);
+          break;
+        case 5:
+          row_block512<Bits, 5>(l, o, xr, x_stride, yr, y_stride);
+          break;
+        case 6:
+          row_block512<Bits, 6>(l, o, xr, x_stride, yr, y_stride);
+          break;
+        case 7:
+          row_block512<Bits, 7>(l, o, xr, x_stride, yr, y_stride);
+          break;
+        default:
+          row_block512<Bits, 8>(l, o, xr, x_stride, yr, y_stride);
+          break;
       }
   }
 }
@@ -469,14 +495,17 @@ bool avx512_available() { return cpu_isa() >= CpuIsa::kAvx512; }
 
 void multiply_add_2of4_avx512(const SbmmLayout& l, const float* x, std::int64_t n, std::int64_t x_stride, float* y,
                               std::int64_t y_stride, std::int64_t row_begin, std::int64_t row_end) {
-  if (l.bits == 4) multiply_add_bits512<4>(l, x, n, x_stride, y, y_stride, row_begin, row_end);
-  else multiply_add_bits512<2>(l, x, n, x_stride, y, y_stride, row_begin, row_end);
+  if (l.bits == 4)
+    multiply_add_bits512<4>(l, x, n, x_stride, y, y_stride, row_begin, row_end);
+  else
+    multiply_add_bits512<2>(l, x, n, x_stride, y, y_stride, row_begin, row_end);
 }
 
-void decode_rows_2of4_avx512(const SbmmLayout& l, std::int64_t begin, std::int64_t end, float* out,
-                             const float* plus) {
-  if (l.bits == 4) decode_bits512<4>(l, begin, end, out, plus);
-  else decode_bits512<2>(l, begin, end, out, plus);
+void decode_rows_2of4_avx512(const SbmmLayout& l, std::int64_t begin, std::int64_t end, float* out, const float* plus) {
+  if (l.bits == 4)
+    decode_bits512<4>(l, begin, end, out, plus);
+  else
+    decode_bits512<2>(l, begin, end, out, plus);
 }
 
 #pragma GCC diagnostic pop

@@ -29,8 +29,8 @@ bool avx512_available();
 /// 8 with AVX-512).
 void multiply_add_2of4_avx2(const SbmmLayout& layout, const float* x, std::int64_t n, std::int64_t x_stride, float* y,
                             std::int64_t y_stride, std::int64_t row_begin, std::int64_t row_end);
-void multiply_add_2of4_avx512(const SbmmLayout& layout, const float* x, std::int64_t n, std::int64_t x_stride,
-                              float* y, std::int64_t y_stride, std::int64_t row_begin, std::int64_t row_end);
+void multiply_add_2of4_avx512(const SbmmLayout& layout, const float* x, std::int64_t n, std::int64_t x_stride, float* y,
+                              std::int64_t y_stride, std::int64_t row_begin, std::int64_t row_end);
 
 /// Rows [begin, end) of Δ into `out` ((end - begin) x cols, row-major), as
 /// SbmmMatrix::decode_rows: bit for bit the same values.

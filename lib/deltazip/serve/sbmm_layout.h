@@ -14,14 +14,14 @@ struct SbmmLayout {
   std::int64_t group_size = 0, groups = 0;  ///< input columns per scale; scales per row
   int bits = 0;                             ///< per code, LSB-first stream of the kept weights, row-major
   int kind = kDense;
-  int n = 0, m = 0;                         ///< n:m: n of every m pruned
-  int index_bits = 0;                       ///< n:m: bits per position in its group
-  const std::uint8_t* codes = nullptr;      ///< followed by at least 8 readable bytes
+  int n = 0, m = 0;                     ///< n:m: n of every m pruned
+  int index_bits = 0;                   ///< n:m: bits per position in its group
+  const std::uint8_t* codes = nullptr;  ///< followed by at least 8 readable bytes
   std::size_t code_bytes = 0;
-  const std::uint8_t* indices = nullptr;    ///< n:m positions, or 1 bit per weight (unstructured)
+  const std::uint8_t* indices = nullptr;  ///< n:m positions, or 1 bit per weight (unstructured)
   std::size_t index_bytes = 0;
-  const float* scales = nullptr;            ///< [rows, groups]
-  const float* zeros = nullptr;             ///< [rows, groups]
+  const float* scales = nullptr;                ///< [rows, groups]
+  const float* zeros = nullptr;                 ///< [rows, groups]
   const std::uint64_t* row_code_bit = nullptr;  ///< unstructured: first code bit of each row, rows + 1 entries
 };
 

@@ -19,11 +19,16 @@ std::uint64_t parse_byte_size(const std::string& text, const std::string& option
   }
   std::string suffix = text.substr(used);
   double scale = 1;
-  if (suffix == "K" || suffix == "KiB") scale = 1024.0;
-  else if (suffix == "M" || suffix == "MiB") scale = 1024.0 * 1024;
-  else if (suffix == "G" || suffix == "GiB") scale = 1024.0 * 1024 * 1024;
-  else if (suffix == "T" || suffix == "TiB") scale = 1024.0 * 1024 * 1024 * 1024;
-  else if (!suffix.empty()) used = 0;
+  if (suffix == "K" || suffix == "KiB")
+    scale = 1024.0;
+  else if (suffix == "M" || suffix == "MiB")
+    scale = 1024.0 * 1024;
+  else if (suffix == "G" || suffix == "GiB")
+    scale = 1024.0 * 1024 * 1024;
+  else if (suffix == "T" || suffix == "TiB")
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (!suffix.empty())
+    used = 0;
   if (used == 0 || !(value >= 0) || value * scale > 1e18)
     throw UsageError(option + " must be a byte count such as 1073741824, 512M or 2G, not '" + text + "'");
   return static_cast<std::uint64_t>(value * scale);

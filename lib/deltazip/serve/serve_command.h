@@ -17,9 +17,9 @@ struct ServeCommand {
   EngineOptions engine;
   HttpOptions http;
   std::string mode = "delta";
-  std::vector<std::string> deltas;   ///< NAME=FILE.h5
-  std::filesystem::path delta_dir;   ///< every *.h5 inside, named by its stem
-  std::string delta_memory = "0";    ///< bytes, with an optional K/M/G/T suffix (powers of 1024)
+  std::vector<std::string> deltas;  ///< NAME=FILE.h5
+  std::filesystem::path delta_dir;  ///< every *.h5 inside, named by its stem
+  std::string delta_memory = "0";   ///< bytes, with an optional K/M/G/T suffix (powers of 1024)
   int threads = 0;
 };
 int run_serve(const ServeCommand& command);
@@ -34,8 +34,8 @@ struct BenchCommand {
   std::filesystem::path prompts;       ///< one prompt per line (default: built-in sentences)
   std::int64_t max_tokens = 32;
   std::uint64_t seed = 0;
-  double timeout = 300;                ///< seconds one request may take
-  std::int64_t max_in_flight = 1024;   ///< requests outstanding before new arrivals count as errors
+  double timeout = 300;               ///< seconds one request may take
+  std::int64_t max_in_flight = 1024;  ///< requests outstanding before new arrivals count as errors
   bool json = false;
 };
 int run_bench(const BenchCommand& command);

@@ -56,8 +56,7 @@ std::shared_ptr<const VariantDelta> VariantDelta::load(const std::string& name, 
   std::map<std::string, torch::Tensor> base_params;
   for (const auto& [param, t] : base.named_parameters()) base_params[param] = t;
   const auto device = base.device();
-  if (device.is_cuda() && !FLEET_WITH_CUDA)
-    throw UsageError(kNoCudaKernel);
+  if (device.is_cuda() && !FLEET_WITH_CUDA) throw UsageError(kNoCudaKernel);
   auto v = std::make_shared<VariantDelta>();
   v->name = name;
   const auto layers = base.num_layers();
@@ -221,7 +220,8 @@ std::unique_ptr<const model::WeightOverlay> DeltaOverlay::for_positions(const st
   for (std::size_t b = 0; b < counts.size(); ++b) first[b + 1] = first[b] + counts[b];
   std::vector<VariantSegment> rows;
   for (const auto& s : segments_) {
-    const auto begin = first[static_cast<std::size_t>(s.begin)], end = first[static_cast<std::size_t>(s.begin + s.count)];
+    const auto begin = first[static_cast<std::size_t>(s.begin)],
+               end = first[static_cast<std::size_t>(s.begin + s.count)];
     rows.push_back({begin, end - begin, s.variant});
   }
   return std::make_unique<DeltaOverlay>(std::move(rows), first.back());
@@ -330,7 +330,8 @@ void DeltaOverlay::add_embedding(const torch::Tensor& tokens, torch::Tensor& hid
   for (const auto& s : segments_) {
     if (!s.variant->embedding_delta.defined()) continue;
     hidden.narrow(0, s.begin, s.count)
-        .add_(torch::embedding(s.variant->embedding_delta, tokens.narrow(0, s.begin, s.count)).to(hidden.scalar_type()));
+        .add_(
+            torch::embedding(s.variant->embedding_delta, tokens.narrow(0, s.begin, s.count)).to(hidden.scalar_type()));
   }
 }
 

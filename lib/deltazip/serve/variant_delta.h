@@ -42,7 +42,6 @@ struct VariantDelta {
   /// base on a GPU in a build without the CUDA kernel.
   static std::shared_ptr<const VariantDelta> load(const std::string& name, const DeltaReader& reader,
                                                   const model::LlamaModel& base);
-
 };
 
 /// A batch as runs of rows by variant (nullptr: the base model itself).
@@ -60,7 +59,8 @@ class DeltaOverlay final : public model::WeightOverlay {
  public:
   DeltaOverlay(std::vector<VariantSegment> segments, std::int64_t batch);
 
-  void add_linear(std::size_t layer, model::Projection which, const torch::Tensor& x, torch::Tensor& out) const override;
+  void add_linear(std::size_t layer, model::Projection which, const torch::Tensor& x,
+                  torch::Tensor& out) const override;
   torch::Tensor linear(std::size_t layer, model::Projection which, const torch::Tensor& x,
                        const torch::Tensor& base) const override;
   std::unique_ptr<const model::WeightOverlay> for_positions(const std::vector<std::int64_t>& counts) const override;

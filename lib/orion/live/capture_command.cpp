@@ -77,8 +77,9 @@ int run_capture(const CaptureCommandOptions& o) {
     const int code = run_program(o.command, library, records);
     if (code != 0) throw RuntimeFailure("the captured program exited with status " + std::to_string(code));
     if (!std::filesystem::exists(records)) {
-      throw RuntimeFailure("the program left no kernel records: it never initialised CUDA, or CUPTI could not "
-                           "attach (another profiler running, or a driver without CUPTI support)");
+      throw RuntimeFailure(
+          "the program left no kernel records: it never initialised CUDA, or CUPTI could not "
+          "attach (another profiler running, or a driver without CUPTI support)");
     }
   }
   const CaptureRecords parsed = read_capture_records(records);

@@ -14,11 +14,11 @@ namespace fleet::orion::live {
 
 /// Options of `orion-profile capture`.
 struct CaptureCommandOptions {
-  std::filesystem::path output;                           ///< profile CSV
+  std::filesystem::path output;  ///< profile CSV
   CaptureOptions conversion;
-  std::optional<std::filesystem::path> from_records;      ///< convert this records file instead of running
-  std::optional<std::filesystem::path> keep_records;      ///< also keep the raw records here
-  std::vector<std::string> command;                       ///< program and arguments
+  std::optional<std::filesystem::path> from_records;  ///< convert this records file instead of running
+  std::optional<std::filesystem::path> keep_records;  ///< also keep the raw records here
+  std::vector<std::string> command;                   ///< program and arguments
 };
 
 /// Captures (or converts) and writes the profile; returns the exit code.

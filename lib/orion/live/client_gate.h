@@ -87,8 +87,8 @@ class ClientGate {
   std::atomic<bool> ungated_{false};
   std::once_flag connect_once_;
   std::mutex deferred_mutex_;
-  bool in_request_ = false;                 ///< between a begin and an end marker (guarded by deferred_mutex_)
-  std::vector<LaunchEntry*> deferred_;      ///< HP launches the next end marker completes
+  bool in_request_ = false;             ///< between a begin and an end marker (guarded by deferred_mutex_)
+  std::vector<LaunchEntry*> deferred_;  ///< HP launches the next end marker completes
   std::mutex names_mutex_;
   std::unordered_map<std::string, std::uint32_t> names_;
 };

@@ -92,13 +92,15 @@ LiveConfig build_config(const ExecOptions& o) {
     if (blank(c)) throw InputError("--be: a command is empty");
   }
   if (o.policy == "dedicated" || o.policy == "all") {
-    throw InputError("--policy " + o.policy + " is a simulator mode; exec runs one of orion, temporal, streams, mps, "
+    throw InputError("--policy " + o.policy +
+                     " is a simulator mode; exec runs one of orion, temporal, streams, mps, "
                      "reef, tick-tock");
   }
   if (!o.profiles.empty() && o.profiles.size() != commands) {
-    throw InputError(fmt::format("--profiles: {} given for {} commands (one per command: the HP one first, then "
-                                 "each --be in order)",
-                                 o.profiles.size(), commands));
+    throw InputError(
+        fmt::format("--profiles: {} given for {} commands (one per command: the HP one first, then "
+                    "each --be in order)",
+                    o.profiles.size(), commands));
   }
   if (commands > static_cast<std::size_t>(kMaxSlots)) {
     throw InputError(fmt::format("at most {} commands", kMaxSlots));
@@ -310,8 +312,10 @@ int run_exec(const ExecOptions& o) {
     if (const std::string notice = early_window_end_notice(together.stats); !notice.empty()) {
       std::fprintf(stderr, "orion-run exec: %s\n", notice.c_str());
     }
-    if (o.json) std::printf("%s\n", report.dump(2).c_str());
-    else std::printf("%s", report_table(report).c_str());
+    if (o.json)
+      std::printf("%s\n", report.dump(2).c_str());
+    else
+      std::printf("%s", report_table(report).c_str());
   }
   return code;
 }

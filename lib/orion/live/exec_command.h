@@ -15,18 +15,18 @@ namespace fleet::orion::live {
 /// Options of `orion-run exec`.
 struct ExecOptions {
   std::string policy = "orion";
-  std::optional<std::string> hp;                  ///< the high-priority command (shell syntax)
-  std::vector<std::string> be;                    ///< best-effort commands
-  std::vector<std::filesystem::path> profiles;    ///< one per command: HP first, then BE, in order
-  std::string device = "h200";                    ///< GPU model for SM counts and occupancy
-  PolicyOptions tuning;                           ///< the policies' tunables, as simulate takes them (no online tuning here)
-  double release_ahead_us = 0;                    ///< LiveConfig::release_ahead_us
-  bool hp_trains = false;                         ///< the HP command trains (Orion's SM threshold rule)
-  bool wait_be = false;                           ///< wait for BE commands instead of stopping them after HP
-  double grace_s = 5;                             ///< SIGTERM to SIGKILL for stopped BE commands
+  std::optional<std::string> hp;                ///< the high-priority command (shell syntax)
+  std::vector<std::string> be;                  ///< best-effort commands
+  std::vector<std::filesystem::path> profiles;  ///< one per command: HP first, then BE, in order
+  std::string device = "h200";                  ///< GPU model for SM counts and occupancy
+  PolicyOptions tuning;         ///< the policies' tunables, as simulate takes them (no online tuning here)
+  double release_ahead_us = 0;  ///< LiveConfig::release_ahead_us
+  bool hp_trains = false;       ///< the HP command trains (Orion's SM threshold rule)
+  bool wait_be = false;         ///< wait for BE commands instead of stopping them after HP
+  double grace_s = 5;           ///< SIGTERM to SIGKILL for stopped BE commands
   bool start_mps = false;
-  bool alone = false;                             ///< after the shared run, run each command by itself to compare
-  std::optional<std::filesystem::path> log;       ///< JSON lines of every scheduling event
+  bool alone = false;                        ///< after the shared run, run each command by itself to compare
+  std::optional<std::filesystem::path> log;  ///< JSON lines of every scheduling event
   bool report = false;
   bool json = false;
 };

@@ -157,11 +157,10 @@ std::string report_table(const nlohmann::json& report) {
     if (!r.contains(key)) return fmt::format(" {:>10}", outcome == "ok" ? "1.00" : missing);  // a run alone
     return fmt::format(" {:>10}", r[key].is_null() ? missing : number(r[key]));
   };
-  std::string out = fmt::format("{:<10} {:<22} {:<5} {:>7} {:>9} {:>9} {:>9}{} {:>10}{} {:>9} {:>9} {:>9}  {}\n",
-                                "policy", "client", "role", "done", "p50 ms", "p95 ms", "p99 ms",
-                                with_alone ? fmt::format(" {:>10}", "p99/alone") : "", "thru /s",
-                                with_alone ? fmt::format(" {:>10}", "thru/alone") : "", "kernels", "held", "held ms",
-                                "outcome");
+  std::string out = fmt::format(
+      "{:<10} {:<22} {:<5} {:>7} {:>9} {:>9} {:>9}{} {:>10}{} {:>9} {:>9} {:>9}  {}\n", "policy", "client", "role",
+      "done", "p50 ms", "p95 ms", "p99 ms", with_alone ? fmt::format(" {:>10}", "p99/alone") : "", "thru /s",
+      with_alone ? fmt::format(" {:>10}", "thru/alone") : "", "kernels", "held", "held ms", "outcome");
   std::string last_policy;
   for (const auto& r : report["rows"]) {
     const std::string policy = r["policy"].get<std::string>();
@@ -169,11 +168,10 @@ std::string report_table(const nlohmann::json& report) {
     last_policy = policy;
     out += fmt::format("{:<10} {:<22} {:<5} {:>7} {:>9} {:>9} {:>9}{} {:>10}{} {:>9} {:>9} {:>9.1f}  {}\n", policy,
                        r["client"].get<std::string>().substr(0, 22), r["role"] == "high" ? "HP" : "BE",
-                       r["requests"].get<std::int64_t>(), number(r["p50_ms"]), number(r["p95_ms"]),
-                       number(r["p99_ms"]), ratio(r, "p99_vs_alone"), number(r["throughput_per_s"]),
-                       ratio(r, "throughput_vs_alone"), r["kernels"].get<std::int64_t>(),
-                       r["kernels_held"].get<std::int64_t>(), r["held_ms"].get<double>(),
-                       r["outcome"].get<std::string>());
+                       r["requests"].get<std::int64_t>(), number(r["p50_ms"]), number(r["p95_ms"]), number(r["p99_ms"]),
+                       ratio(r, "p99_vs_alone"), number(r["throughput_per_s"]), ratio(r, "throughput_vs_alone"),
+                       r["kernels"].get<std::int64_t>(), r["kernels_held"].get<std::int64_t>(),
+                       r["held_ms"].get<double>(), r["outcome"].get<std::string>());
   }
   return out;
 }

@@ -37,8 +37,8 @@ Workload policy_workload(const LiveConfig& config) {
 
 std::uint64_t geometry_key(std::uint32_t name_index, const LaunchEntry& e) {
   std::uint64_t h = 1469598103934665603ull;
-  for (std::uint64_t v : {std::uint64_t{name_index}, e.grid_blocks, std::uint64_t{e.block_threads},
-                          std::uint64_t{e.shared_bytes}}) {
+  for (std::uint64_t v :
+       {std::uint64_t{name_index}, e.grid_blocks, std::uint64_t{e.block_threads}, std::uint64_t{e.shared_bytes}}) {
     h = (h ^ v) * 1099511628211ull;
   }
   return h;
@@ -238,8 +238,8 @@ bool LiveScheduler::consume_new(int slot_index) {
     t.client = std::clamp(slot.client, 0, static_cast<int>(config_.clients.size()) - 1);
     LiveClientStats& s = stats_[static_cast<std::size_t>(t.client)];
     s.processes++;
-    log_event(R"({"t_us":%.1f,"event":"join","client":"%s","pid":%d,"slot":%d})",
-              (monotonic_ns() - start_ns_) / 1e3, s.name.c_str(), t.pid, slot_index);
+    log_event(R"({"t_us":%.1f,"event":"join","client":"%s","pid":%d,"slot":%d})", (monotonic_ns() - start_ns_) / 1e3,
+              s.name.c_str(), t.pid, slot_index);
   }
   bool progress = false;
   LiveClientStats& s = stats_[static_cast<std::size_t>(t.client)];
@@ -274,8 +274,8 @@ bool LiveScheduler::consume_new(int slot_index) {
         s.latencies_ms.push_back((e.post_ns - t.request_begin_ns) / 1e6);
         s.request_end_ns.push_back(e.post_ns);
         policy_->on_request_done(t.client, (e.post_ns - t.request_begin_ns) / 1e3);
-        log_event(R"({"t_us":%.1f,"event":"request","client":"%s","latency_ms":%.3f})",
-                  (e.post_ns - start_ns_) / 1e3, s.name.c_str(), (e.post_ns - t.request_begin_ns) / 1e6);
+        log_event(R"({"t_us":%.1f,"event":"request","client":"%s","latency_ms":%.3f})", (e.post_ns - start_ns_) / 1e3,
+                  s.name.c_str(), (e.post_ns - t.request_begin_ns) / 1e6);
       }
       e.state.store(kFree, std::memory_order_release);
       futex_wake(&e.state, 1);
@@ -296,8 +296,8 @@ bool LiveScheduler::consume_new(int slot_index) {
       hp_current_done_ = false;
       hp_in_flight_++;
     }
-    log_event(R"({"t_us":%.1f,"event":"launch","client":"%s","sm":%lld,"dur_us":%.1f})",
-              (e.post_ns - start_ns_) / 1e3, s.name.c_str(), static_cast<long long>(k.sm_usage), k.duration_us);
+    log_event(R"({"t_us":%.1f,"event":"launch","client":"%s","sm":%lld,"dur_us":%.1f})", (e.post_ns - start_ns_) / 1e3,
+              s.name.c_str(), static_cast<long long>(k.sm_usage), k.duration_us);
     t.in_flight.push_back(InFlight{&e, k, index, false});
   }
   return progress;

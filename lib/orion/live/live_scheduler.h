@@ -56,16 +56,16 @@ struct LiveConfig {
 struct LiveClientStats {
   std::string name;
   bool high_priority = false;
-  std::int64_t processes = 0;         ///< processes that connected
-  std::int64_t lost_processes = 0;    ///< of them, died with launches in flight or before disconnecting
-  std::int64_t kernels = 0;           ///< launches seen
-  std::int64_t unmatched = 0;         ///< launches whose kernel is not in the profile
-  std::int64_t held = 0;              ///< launches the policy did not admit at first
-  std::int64_t released_ahead = 0;    ///< released while best-effort work ahead of them was still expected to run
-  std::int64_t forced = 0;            ///< released after max_be_wait_us held
-  double held_ms = 0;                 ///< total time launches waited for release
-  std::int64_t requests = 0;          ///< completed begin/end marker pairs
-  std::vector<double> latencies_ms;   ///< request latencies (marker to marker)
+  std::int64_t processes = 0;        ///< processes that connected
+  std::int64_t lost_processes = 0;   ///< of them, died with launches in flight or before disconnecting
+  std::int64_t kernels = 0;          ///< launches seen
+  std::int64_t unmatched = 0;        ///< launches whose kernel is not in the profile
+  std::int64_t held = 0;             ///< launches the policy did not admit at first
+  std::int64_t released_ahead = 0;   ///< released while best-effort work ahead of them was still expected to run
+  std::int64_t forced = 0;           ///< released after max_be_wait_us held
+  double held_ms = 0;                ///< total time launches waited for release
+  std::int64_t requests = 0;         ///< completed begin/end marker pairs
+  std::vector<double> latencies_ms;  ///< request latencies (marker to marker)
   std::vector<std::int64_t> request_end_ns;  ///< when each request's end marker was posted
   /// Requests whose process left (exited, was stopped or died) before
   /// posting their end marker: when they began, when the process left.
@@ -107,7 +107,7 @@ class LiveScheduler {
     LaunchEntry* entry;
     SimKernel kernel;
     std::size_t index;
-    bool best_effort_outstanding;  ///< counted in be_outstanding_*
+    bool best_effort_outstanding;      ///< counted in be_outstanding_*
     std::int64_t expected_end_ns = 0;  ///< best effort: when it should finish (queued behind earlier BE work)
   };
   struct Held {
@@ -151,7 +151,7 @@ class LiveScheduler {
   LiveConfig config_;
   std::unique_ptr<Policy> policy_;
   std::FILE* log_ = nullptr;
-  std::vector<std::vector<SimKernel>> profile_kernels_;  // per client, profile order
+  std::vector<std::vector<SimKernel>> profile_kernels_;                                   // per client, profile order
   std::vector<std::unordered_map<std::string, std::vector<std::size_t>>> profile_index_;  // name key -> records
   std::vector<double> median_duration_us_;
   std::vector<LiveClientStats> stats_;

@@ -37,8 +37,10 @@ int run_control(const std::string& program, const MpsEnvironment& mps, const cha
     close(pipe_fds[0]);
     close(pipe_fds[1]);
     for (const auto& [name, value] : mps.variables) setenv(name.c_str(), value.c_str(), 1);
-    if (argument != nullptr) execl(program.c_str(), program.c_str(), argument, static_cast<char*>(nullptr));
-    else execl(program.c_str(), program.c_str(), static_cast<char*>(nullptr));
+    if (argument != nullptr)
+      execl(program.c_str(), program.c_str(), argument, static_cast<char*>(nullptr));
+    else
+      execl(program.c_str(), program.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
   close(pipe_fds[0]);

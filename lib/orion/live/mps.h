@@ -11,12 +11,12 @@ namespace fleet::orion::live {
 
 /// What the children need to reach MPS, and what to tell the user.
 struct MpsEnvironment {
-  bool running = false;         ///< a control daemon answers
-  bool started_by_us = false;   ///< we started it and stop it at the end
+  bool running = false;        ///< a control daemon answers
+  bool started_by_us = false;  ///< we started it and stop it at the end
   std::string pipe_directory;
   std::string private_directory;  ///< our temporary folder (pipes and logs), removed at the end
   std::vector<std::pair<std::string, std::string>> variables;  ///< environment for the children
-  std::string notice;           ///< said once on stderr when MPS is not running
+  std::string notice;                                          ///< said once on stderr when MPS is not running
 };
 
 /// Finds a running daemon (CUDA_MPS_PIPE_DIRECTORY, default /tmp/nvidia-mps)

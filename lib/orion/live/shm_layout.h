@@ -17,7 +17,7 @@ namespace fleet::orion::live {
 
 inline constexpr std::uint32_t kSegmentMagic = 0x4f52494fu;  // "ORIO"
 inline constexpr std::uint32_t kSegmentVersion = 1;
-inline constexpr int kMaxSlots = 16;             ///< client processes at once
+inline constexpr int kMaxSlots = 16;                 ///< client processes at once
 inline constexpr std::uint32_t kRingEntries = 1024;  ///< launches in flight per process
 inline constexpr std::uint32_t kMaxNames = 2048;     ///< distinct kernels per process
 inline constexpr std::size_t kNameBytes = 256;       ///< kernel name key, NUL-terminated, truncated
@@ -46,15 +46,15 @@ enum EntryKind : std::uint32_t {
 struct LaunchEntry {
   std::atomic<std::uint32_t> state{kFree};  ///< EntryState; also the futex word a held launch sleeps on
   std::uint32_t kind = kKernel;
-  std::uint64_t ticket = 0;        ///< position in the slot's sequence (ring index = ticket % kRingEntries)
-  std::uint32_t name_index = 0;    ///< into the slot's name table
+  std::uint64_t ticket = 0;      ///< position in the slot's sequence (ring index = ticket % kRingEntries)
+  std::uint32_t name_index = 0;  ///< into the slot's name table
   std::uint32_t block_threads = 0;
   std::uint64_t grid_blocks = 0;
   std::uint32_t shared_bytes = 0;  ///< dynamic shared memory of the launch
   std::uint32_t reserved = 0;
-  std::int64_t post_ns = 0;        ///< CLOCK_MONOTONIC when the client called the launch / marker
-  std::int64_t release_ns = 0;     ///< when the scheduler released it (held launches)
-  std::int64_t complete_ns = 0;    ///< when the client saw it complete
+  std::int64_t post_ns = 0;      ///< CLOCK_MONOTONIC when the client called the launch / marker
+  std::int64_t release_ns = 0;   ///< when the scheduler released it (held launches)
+  std::int64_t complete_ns = 0;  ///< when the client saw it complete
 };
 static_assert(sizeof(LaunchEntry) == 64, "one cache line per entry");
 
@@ -68,7 +68,7 @@ enum SlotState : std::uint32_t { kSlotFree = 0, kSlotClaimed = 1, kSlotActive = 
 struct alignas(64) ClientSlot {
   std::atomic<std::uint32_t> state{kSlotFree};
   std::atomic<std::int32_t> pid{0};
-  std::int32_t client = -1;               ///< index of the command (policy client number)
+  std::int32_t client = -1;  ///< index of the command (policy client number)
   std::uint32_t role = kRoleBestEffort;
   std::atomic<std::uint64_t> next_ticket{0};  ///< claimed by the client's threads with fetch_add
   std::atomic<std::uint32_t> name_count{0};   ///< names published so far
@@ -83,12 +83,12 @@ struct alignas(64) SegmentHeader {
   std::uint32_t magic = 0;
   std::uint32_t version = 0;
   std::atomic<std::int32_t> scheduler_pid{0};
-  std::uint32_t hp_waits = 0;          ///< 1: the policy gates the HP client too (temporal sharing)
-  std::uint32_t boost_hp_streams = 0;  ///< 1: HP streams get the highest priority
-  std::int32_t client_count = 0;       ///< commands started
-  alignas(64) std::atomic<std::uint32_t> doorbell{0};          ///< bumped by clients; the scheduler's futex word
-  std::atomic<std::uint32_t> scheduler_sleeping{0};            ///< 1 while the scheduler waits on the doorbell
-  std::atomic<std::uint32_t> shutting_down{0};                 ///< 1: clients go ungated from now on
+  std::uint32_t hp_waits = 0;                          ///< 1: the policy gates the HP client too (temporal sharing)
+  std::uint32_t boost_hp_streams = 0;                  ///< 1: HP streams get the highest priority
+  std::int32_t client_count = 0;                       ///< commands started
+  alignas(64) std::atomic<std::uint32_t> doorbell{0};  ///< bumped by clients; the scheduler's futex word
+  std::atomic<std::uint32_t> scheduler_sleeping{0};    ///< 1 while the scheduler waits on the doorbell
+  std::atomic<std::uint32_t> shutting_down{0};         ///< 1: clients go ungated from now on
   ClientSlot slots[kMaxSlots];
 };
 
@@ -99,9 +99,9 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "cross-process at
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "cross-process atomics must be lock-free");
 
 /// Environment variables the scheduler sets for its clients.
-inline constexpr const char* kEnvSegment = "ORION_SEGMENT";   ///< path of the segment file
-inline constexpr const char* kEnvClient = "ORION_CLIENT";     ///< command index
-inline constexpr const char* kEnvRole = "ORION_ROLE";         ///< "hp" or "be"
-inline constexpr const char* kEnvQuiet = "ORION_QUIET";       ///< "1": no notices on stderr
+inline constexpr const char* kEnvSegment = "ORION_SEGMENT";  ///< path of the segment file
+inline constexpr const char* kEnvClient = "ORION_CLIENT";    ///< command index
+inline constexpr const char* kEnvRole = "ORION_ROLE";        ///< "hp" or "be"
+inline constexpr const char* kEnvQuiet = "ORION_QUIET";      ///< "1": no notices on stderr
 
 }  // namespace fleet::orion::live

@@ -93,7 +93,8 @@ nlohmann::json checkpoint_file_digests(const fs::path& dir) {
   nlohmann::json files = nlohmann::json::object();
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
-    if (entry.is_regular_file() && name.find(".safetensors") != std::string::npos) files[name] = file_digest(entry.path());
+    if (entry.is_regular_file() && name.find(".safetensors") != std::string::npos)
+      files[name] = file_digest(entry.path());
   }
   return files;
 }
@@ -105,18 +106,23 @@ void verify_checkpoint_files(const fs::path& dir, const nlohmann::json& state) {
     const fs::path path = dir / name;
     std::error_code ec;
     if (!fs::is_regular_file(path, ec))
-      throw InputError("the checkpoint lists " + name + ", which is missing", {trainer_state_path(dir).string(), "files", std::nullopt});
+      throw InputError("the checkpoint lists " + name + ", which is missing",
+                       {trainer_state_path(dir).string(), "files", std::nullopt});
     const nlohmann::json actual = file_digest(path);
     if (actual.at("bytes") != expected.at("bytes") || actual.at("fnv1a64") != expected.at("fnv1a64"))
-      throw InputError("does not match its digest in trainer_state.json: the checkpoint is damaged (resume from a copy, "
-                       "or start again with --force)",
-                       {path.string(), "", std::nullopt});
+      throw InputError(
+          "does not match its digest in trainer_state.json: the checkpoint is damaged (resume from a copy, "
+          "or start again with --force)",
+          {path.string(), "", std::nullopt});
   }
 }
 
-CheckpointWriter::CheckpointWriter(fs::path output, const WorldInfo& world, std::vector<int> writers,
-                                   std::string token, std::chrono::milliseconds timeout)
-    : output_(real_output(output)), world_(world), writers_(std::move(writers)), token_(std::move(token)),
+CheckpointWriter::CheckpointWriter(fs::path output, const WorldInfo& world, std::vector<int> writers, std::string token,
+                                   std::chrono::milliseconds timeout)
+    : output_(real_output(output)),
+      world_(world),
+      writers_(std::move(writers)),
+      token_(std::move(token)),
       timeout_(timeout) {
   auto it = std::find(writers_.begin(), writers_.end(), world.rank);
   if (it != writers_.end()) stage_ = static_cast<int>(it - writers_.begin());
@@ -188,9 +194,10 @@ void CheckpointWriter::write_into(const CheckpointSnapshot& snapshot, const fs::
       if (interrupt_ != nullptr && interrupt_->raised())
         throw PeerLost(fmt::format("the checkpoint of step {} was abandoned: its generation ended", snapshot.step));
       if (cancelled_ || std::chrono::steady_clock::now() > deadline)
-        throw RuntimeFailure(fmt::format("the checkpoint of step {} misses stage {}'s shards (rank {} did not "
-                                         "write them); the previous checkpoint stays", snapshot.step, s,
-                                         writers_[static_cast<std::size_t>(s)]));
+        throw RuntimeFailure(
+            fmt::format("the checkpoint of step {} misses stage {}'s shards (rank {} did not "
+                        "write them); the previous checkpoint stays",
+                        snapshot.step, s, writers_[static_cast<std::size_t>(s)]));
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }

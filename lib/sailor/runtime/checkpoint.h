@@ -36,7 +36,8 @@ class Interrupt;
 /// What one rank writes for one checkpoint: copies taken between steps.
 struct CheckpointSnapshot {
   std::int64_t step = 0;
-  std::vector<std::pair<std::string, torch::Tensor>> model, optimizer;  ///< contiguous float32 CPU copies (writing ranks)
+  std::vector<std::pair<std::string, torch::Tensor>> model,
+      optimizer;  ///< contiguous float32 CPU copies (writing ranks)
   /// Rank 0: the files beside the weights.
   std::string config_json;
   nlohmann::json trainer_state;

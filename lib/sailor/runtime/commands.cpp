@@ -19,9 +19,10 @@ int run_train(const TrainCommand& c) {
   auto result = train(c.job);
   if (result.stop_code != 0) {
     if (result.rank == 0 && result.stop_code == kExitNoPlan)
-      spdlog::warn("the workers left admit no plan; {}", result.last_step >= 0
-                   ? fmt::format("wrote the checkpoint of step {} to {}", result.last_step, c.job.output.string())
-                   : "nothing held the whole state: the last checkpoint stays");
+      spdlog::warn("the workers left admit no plan; {}",
+                   result.last_step >= 0
+                       ? fmt::format("wrote the checkpoint of step {} to {}", result.last_step, c.job.output.string())
+                       : "nothing held the whole state: the last checkpoint stays");
     else if (result.rank == 0 && result.stop_code == kExitTerminated)
       spdlog::warn("stopped by SIGTERM after step {}; checkpoint in {} (continue with --resume)", result.last_step,
                    c.job.output.string());
@@ -37,16 +38,21 @@ int run_train(const TrainCommand& c) {
     return 0;
   }
   if (c.json) {
-    nlohmann::json j = {{"first_step", result.first_step}, {"last_step", result.last_step},
-                        {"first_loss", result.first_loss}, {"last_loss", result.last_loss},
-                        {"tokens_per_second", result.tokens_per_second}, {"losses", result.losses},
-                        {"world_size", result.world_size}, {"layout", result.layout}};
+    nlohmann::json j = {{"first_step", result.first_step},
+                        {"last_step", result.last_step},
+                        {"first_loss", result.first_loss},
+                        {"last_loss", result.last_loss},
+                        {"tokens_per_second", result.tokens_per_second},
+                        {"losses", result.losses},
+                        {"world_size", result.world_size},
+                        {"layout", result.layout}};
     std::cout << j.dump(2) << "\n";
   } else {
-    std::cout << fmt::format("trained steps {}-{}: loss {:.4f} -> {:.4f}, {:.0f} tokens/s on {} rank(s) ({}); "
-                             "checkpoint in {}\n",
-                             result.first_step + 1, result.last_step, result.first_loss, result.last_loss,
-                             result.tokens_per_second, result.world_size, result.layout, c.job.output.string());
+    std::cout << fmt::format(
+        "trained steps {}-{}: loss {:.4f} -> {:.4f}, {:.0f} tokens/s on {} rank(s) ({}); "
+        "checkpoint in {}\n",
+        result.first_step + 1, result.last_step, result.first_loss, result.last_loss, result.tokens_per_second,
+        result.world_size, result.layout, c.job.output.string());
   }
   return 0;
 }
@@ -64,8 +70,10 @@ int run_join(const JobAddress& c) {
   auto store = connect_controller(c.address);
   if (store->get(control_keys::kDone)) throw InputError("the job at " + c.address + " has finished");
   const auto total = store->add(control_keys::kJoinRequests, c.join_workers);
-  std::cout << fmt::format("asked the job at {} for {} more worker(s) ({} asked in all); they join at the next step "
-                           "boundary\n", c.address, c.join_workers, total);
+  std::cout << fmt::format(
+      "asked the job at {} for {} more worker(s) ({} asked in all); they join at the next step "
+      "boundary\n",
+      c.address, c.join_workers, total);
   return 0;
 }
 
@@ -87,11 +95,12 @@ int run_status(const JobAddress& c) {
   for (const auto& st : status.at("plan").at("stages"))
     stages += fmt::format("{}[{},{}) x{}", stages.empty() ? "" : " ", st.at("layers")[0].get<int>(),
                           st.at("layers")[1].get<int>(), st.at("replicas").size());
-  std::cout << fmt::format("generation {} ({}): {} training worker(s) {}, other worker(s) {}\nplan: {}\n"
-                           "last change: {}\nsteps finished: {}\n",
-                           status.at("generation").get<int>(), status.at("state").get<std::string>(),
-                           status.at("training").size(), status.at("training").dump(), status.at("others").dump(),
-                           stages, status.at("cause").get<std::string>(), status.at("last_step").get<std::int64_t>());
+  std::cout << fmt::format(
+      "generation {} ({}): {} training worker(s) {}, other worker(s) {}\nplan: {}\n"
+      "last change: {}\nsteps finished: {}\n",
+      status.at("generation").get<int>(), status.at("state").get<std::string>(), status.at("training").size(),
+      status.at("training").dump(), status.at("others").dump(), stages, status.at("cause").get<std::string>(),
+      status.at("last_step").get<std::int64_t>());
   return 0;
 }
 

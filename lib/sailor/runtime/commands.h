@@ -19,9 +19,9 @@ int run_train(const TrainCommand& command);
 
 /// A running elastic job's controller, as `join` and `status` address it.
 struct JobAddress {
-  std::string address;  ///< HOST:PORT of the controller
-  int join_workers = 1; ///< join: workers to ask for
-  bool json = false;    ///< status: the JSON record instead of words
+  std::string address;   ///< HOST:PORT of the controller
+  int join_workers = 1;  ///< join: workers to ask for
+  bool json = false;     ///< status: the JSON record instead of words
 };
 /// `join`: asks the job for more workers (they start at its next step boundary).
 int run_join(const JobAddress& command);

@@ -44,9 +44,7 @@ c10::intrusive_ptr<c10d::Work> started(Start&& start) {
   }
 }
 
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
-}
+bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
 
 bool is_transfer(const c10::intrusive_ptr<c10d::Work>& work) {
   return dynamic_cast<c10d::ProcessGroupGloo::SendWork*>(work.get()) != nullptr ||
@@ -64,7 +62,8 @@ bool port_in_use(int port) {
   address.sin_family = AF_INET;
   address.sin_addr.s_addr = htonl(INADDR_ANY);
   address.sin_port = htons(static_cast<std::uint16_t>(port));
-  const bool in_use = ::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0 && errno == EADDRINUSE;
+  const bool in_use =
+      ::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0 && errno == EADDRINUSE;
   ::close(fd);
   return in_use;
 }
@@ -76,8 +75,10 @@ bool port_in_use(int port) {
 c10::intrusive_ptr<c10d::TCPStore> store_within(const std::string& host, const c10d::TCPStoreOptions& options,
                                                 std::chrono::milliseconds timeout, const std::string& failure) {
   const auto port_taken = [&] {
-    return RuntimeFailure(fmt::format("{}: port {} is in use (another job, or another program); choose a free "
-                                      "MASTER_PORT", failure, options.port));
+    return RuntimeFailure(
+        fmt::format("{}: port {} is in use (another job, or another program); choose a free "
+                    "MASTER_PORT",
+                    failure, options.port));
   };
   if (options.isServer && options.port != 0 && port_in_use(options.port)) throw port_taken();
   auto task = std::make_shared<std::packaged_task<c10::intrusive_ptr<c10d::TCPStore>()>>(
@@ -161,8 +162,10 @@ void Interrupt::wait(const c10::intrusive_ptr<c10d::Work>& work) {
 
 void wait_for(const c10::intrusive_ptr<c10d::Work>& work, Interrupt* interrupt) {
   try {
-    if (interrupt != nullptr) interrupt->wait(work);
-    else work->wait();
+    if (interrupt != nullptr)
+      interrupt->wait(work);
+    else
+      work->wait();
   } catch (const PeerLost&) {
     throw;
   } catch (const std::exception& e) {
@@ -326,8 +329,8 @@ std::vector<std::string> Communicator::all_gather_strings(const std::string& key
   for (int r = 0; r < world_.world_size; ++r) {
     const std::string k = prefix + std::to_string(r);
     auto late = [&] {
-      return RuntimeFailure(fmt::format("rank {}: rank {} did not publish {} within {} s", world_.rank, r, key,
-                                        timeout_.count() / 1000));
+      return RuntimeFailure(
+          fmt::format("rank {}: rank {} did not publish {} within {} s", world_.rank, r, key, timeout_.count() / 1000));
     };
     if (interrupt_ == nullptr) {
       try {

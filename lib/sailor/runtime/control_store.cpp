@@ -42,8 +42,9 @@ Membership Membership::from_json(int generation, const std::string& text) {
 }
 
 std::string Membership::to_json() const {
-  return nlohmann::json{{"generation", generation}, {"training", training}, {"others", others}, {"leaving", leaving},
-                        {"plan", plan}, {"save_only", save_only}}.dump();
+  return nlohmann::json{{"generation", generation}, {"training", training}, {"others", others},
+                        {"leaving", leaving},       {"plan", plan},         {"save_only", save_only}}
+      .dump();
 }
 
 struct ControlStore::Impl {
@@ -53,10 +54,7 @@ struct ControlStore::Impl {
 ControlStore::ControlStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ControlStore::~ControlStore() = default;
 
-namespace {
-
-
-}  // namespace
+namespace {}  // namespace
 
 std::unique_ptr<ControlStore> ControlStore::serve(int port, std::chrono::milliseconds timeout) {
   auto impl = std::make_unique<Impl>();
@@ -87,8 +85,10 @@ bool accepts_connections(const std::string& host, int port) {
 std::unique_ptr<ControlStore> ControlStore::connect(const std::string& host, int port,
                                                     std::chrono::milliseconds timeout) {
   if (!accepts_connections(host, port))
-    throw RuntimeFailure(fmt::format("cannot reach the elastic controller's store at {}:{}: nothing accepts "
-                                     "connections there (has the job ended?)", host, port));
+    throw RuntimeFailure(
+        fmt::format("cannot reach the elastic controller's store at {}:{}: nothing accepts "
+                    "connections there (has the job ended?)",
+                    host, port));
   auto impl = std::make_unique<Impl>();
   impl->store = open_store("the elastic controller's store", host, port, false, timeout);
   return std::unique_ptr<ControlStore>(new ControlStore(std::move(impl)));

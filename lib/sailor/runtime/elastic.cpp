@@ -33,7 +33,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 // Appends one line with a single write: rank 0 appends step records to the
 // same file, and O_APPEND keeps whole lines whole.
@@ -87,8 +89,10 @@ PlannerInputs restrict_to_workers(const PlannerInputs& inputs, int workers) {
     }
   }
   if (pools.size() != 1) {
-    throw InputError(fmt::format("--elastic on one machine needs a cluster with one GPU pool (one type in one zone); "
-                                 "this one has {}", pools.size()));
+    throw InputError(
+        fmt::format("--elastic on one machine needs a cluster with one GPU pool (one type in one zone); "
+                    "this one has {}",
+                    pools.size()));
   }
   in.cluster.quotas[pools[0].first][pools[0].second] = workers;
   return in;
@@ -105,9 +109,10 @@ Plan plan_for_workers(const PlannerInputs& inputs, int workers, SearchOptions se
   const Plan& plan = plans.front().plan;
   if (plan.gpus() < workers && stats.unpriced_links > 0) {
     // Larger plans may be faster but could not be priced: say what to measure.
-    spdlog::warn("the plan uses {} of the {} workers: plans on more need a link the cluster has no bandwidth fit "
-                 "for ({}); measure it with sailor-run profile-net --link-class, run on GPUs of two nodes",
-                 plan.gpus(), workers, stats.first_unpriced_link);
+    spdlog::warn(
+        "the plan uses {} of the {} workers: plans on more need a link the cluster has no bandwidth fit "
+        "for ({}); measure it with sailor-run profile-net --link-class, run on GPUs of two nodes",
+        plan.gpus(), workers, stats.first_unpriced_link);
   }
   return plan;
 }
@@ -151,8 +156,9 @@ std::string this_host();
 
 int run_elastic_launch(const LaunchCommand& c) {
   if (c.recovery != "restart" && c.recovery != "inplace")
-    throw UsageError("--recovery: 'inplace' (survivors keep their state and hand it over) or 'restart' (every "
-                     "worker restarts from the last checkpoint)");
+    throw UsageError(
+        "--recovery: 'inplace' (survivors keep their state and hand it over) or 'restart' (every "
+        "worker restarts from the last checkpoint)");
   if (c.external_workers) {
     if (c.recovery != "inplace") throw UsageError("a controller of workers started elsewhere recovers in place");
     return run_inplace(c);
@@ -231,7 +237,7 @@ int run_restart(const LaunchCommand& c) {
 
   std::uintmax_t metrics_offset = 0;
   std::int64_t last_step_seen = 0;
-  nlohmann::json last_record;     // the reconfiguration that led to this generation
+  nlohmann::json last_record;      // the reconfiguration that led to this generation
   Clock::time_point last_failure;  // when its worker was found lost
   for (int generation = 0;; ++generation) {
     const fs::path plan_file = state_dir / fmt::format("plan-{}.json", generation);
@@ -279,7 +285,8 @@ int run_restart(const LaunchCommand& c) {
     int lost = 1;
     if (preempted) {
       lost = static_cast<int>(outcome.left_ranks.size());
-      cause = fmt::format("worker(s) {} preempted (SIGTERM), left at a step boundary", fmt::join(outcome.left_ranks, ", "));
+      cause =
+          fmt::format("worker(s) {} preempted (SIGTERM), left at a step boundary", fmt::join(outcome.left_ranks, ", "));
     }
     const Clock::time_point detected = preempted ? outcome.all_stopped_at : outcome.failed_at;
     const Plan old_plan = plan;
@@ -308,19 +315,20 @@ int run_restart(const LaunchCommand& c) {
       record["plan_s"] = seconds_between(plan_start, Clock::now());
       record["result"] = std::string("no plan: ") + e.what();
       if (metrics) append_line(*metrics, record.dump());
-      throw NoSolutionError(fmt::format("{}; {} worker(s) left admit no plan ({}); the last checkpoint (step {}) is in {}",
-                                        cause, workers, e.what(), checkpoint_step(*output), *output));
+      throw NoSolutionError(
+          fmt::format("{}; {} worker(s) left admit no plan ({}); the last checkpoint (step {}) is in {}", cause,
+                      workers, e.what(), checkpoint_step(*output), *output));
     }
     record["plan_s"] = seconds_between(plan_start, Clock::now());
     record["new_plan"] = plan_to_json(plan);
     record["resumed_from_step"] = std::max<std::int64_t>(0, checkpoint_step(*output));
-    record["steps_redone"] = std::max<std::int64_t>(0, last_step_seen - record["resumed_from_step"].get<std::int64_t>());
-    spdlog::warn("{}: re-planned for {} worker(s) in {:.3f} s; restarting from the checkpoint of step {}",
-                 cause, workers, record["plan_s"].get<double>(), record["resumed_from_step"].get<std::int64_t>());
+    record["steps_redone"] =
+        std::max<std::int64_t>(0, last_step_seen - record["resumed_from_step"].get<std::int64_t>());
+    spdlog::warn("{}: re-planned for {} worker(s) in {:.3f} s; restarting from the checkpoint of step {}", cause,
+                 workers, record["plan_s"].get<double>(), record["resumed_from_step"].get<std::int64_t>());
     last_record = record;
   }
 }
-
 
 // In-place recovery (docs/training-runtime.md, "In-place recovery"): this
 // process serves the store, publishes one membership per generation and
@@ -347,8 +355,10 @@ class InplaceController {
     if (!c_.external_workers)
       for (int id = 0; id < start_.workers; ++id) start_worker(id, 0);
     for (;;) {
-      if (c_.external_workers) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      else for (const auto& e : processes_.poll(20)) on_exit(e);
+      if (c_.external_workers)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      else
+        for (const auto& e : processes_.poll(20)) on_exit(e);
       if (signals.received() != 0) {
         spdlog::warn("signal {}: stopping the workers; the last checkpoint stays in {}", signals.received(),
                      start_.output.string());
@@ -430,8 +440,10 @@ class InplaceController {
     m.generation = generation;
     for (int id : order_) {
       if (std::find(leaving.begin(), leaving.end(), id) != leaving.end()) continue;
-      if (static_cast<int>(m.training.size()) < ranks) m.training.push_back(id);
-      else m.others.push_back(id);
+      if (static_cast<int>(m.training.size()) < ranks)
+        m.training.push_back(id);
+      else
+        m.others.push_back(id);
     }
     for (int id : leaving) m.others.push_back(id);
     m.leaving = leaving;
@@ -610,10 +622,13 @@ class InplaceController {
       ++available;
     }
     flush_record();
-    nlohmann::json record = {{"event", "reconfiguration"}, {"generation", generation_ + 1},
-                             {"recovery", "inplace"}, {"cause", cause_},
+    nlohmann::json record = {{"event", "reconfiguration"},
+                             {"generation", generation_ + 1},
+                             {"recovery", "inplace"},
+                             {"cause", cause_},
                              {"workers_before", static_cast<int>(members_.training.size() + members_.others.size())},
-                             {"workers_after", available}, {"last_step_before", last_step_seen_},
+                             {"workers_after", available},
+                             {"last_step_before", last_step_seen_},
                              {"old_plan", plan_to_json(plan_)}};
     const std::string cause = cause_;
     if (generation_ + 1 > c_.max_reconfigurations) {
@@ -623,9 +638,12 @@ class InplaceController {
     }
     // The order of ranks: survivors as they were, then spares, then newcomers.
     std::vector<int> order;
-    for (int id : members_.training) if (alive(id)) order.push_back(id);
-    for (int id : members_.others) if (alive(id)) order.push_back(id);
-    for (int id : joiners_) if (alive(id) && std::find(order.begin(), order.end(), id) == order.end()) order.push_back(id);
+    for (int id : members_.training)
+      if (alive(id)) order.push_back(id);
+    for (int id : members_.others)
+      if (alive(id)) order.push_back(id);
+    for (int id : joiners_)
+      if (alive(id) && std::find(order.begin(), order.end(), id) == order.end()) order.push_back(id);
     order_ = order;
     // The loss was seen when its process exited or missed its heartbeats;
     // stop_s is the wait for other losses of the same moment.
@@ -690,7 +708,8 @@ class InplaceController {
         saved = std::stoll(*value);
         break;
       }
-      if (c_.external_workers) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (c_.external_workers)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
       else
         for (const auto& e : processes_.poll(20))
           if (e.code != kExitNoPlan) on_exit(e);
@@ -698,7 +717,9 @@ class InplaceController {
     }
     if (saved < 0)
       spdlog::error("the workers left could not write their state ({}); the last checkpoint stays",
-                    !cause_.empty() ? cause_ : Clock::now() >= deadline ? std::string("timed out") : "some part was held by nobody");
+                    !cause_.empty()            ? cause_
+                    : Clock::now() >= deadline ? std::string("timed out")
+                                               : "some part was held by nobody");
     record["save_s"] = seconds_between(started, Clock::now());
     record["saved_step"] = saved;
     // Spares leave; the writers exit once their files are in place.

@@ -65,10 +65,14 @@ std::unique_ptr<ElasticWorker> ElasticWorker::from_environment(std::chrono::mill
       new ElasticWorker(environment_int("SAILOR_WORKER_ID"), generation, host, port, timeout));
 }
 
-ElasticWorker::ElasticWorker(int worker, int generation, std::string host, int port,
-                             std::chrono::milliseconds timeout)
-    : worker_(worker), first_generation_(generation), host_(std::move(host)), port_(port), timeout_(timeout),
-      store_(connect(host_, port_, timeout)), watched_(std::max(generation, 0)) {
+ElasticWorker::ElasticWorker(int worker, int generation, std::string host, int port, std::chrono::milliseconds timeout)
+    : worker_(worker),
+      first_generation_(generation),
+      host_(std::move(host)),
+      port_(port),
+      timeout_(timeout),
+      store_(connect(host_, port_, timeout)),
+      watched_(std::max(generation, 0)) {
   ignore_broken_pipes();  // the controller's store may go away under the watcher
   interrupts_.push_back(std::make_unique<Interrupt>());
   interrupt_ = interrupts_.back().get();
@@ -117,8 +121,8 @@ bool ElasticWorker::wait_key(const std::string& key, bool interruptible) {
   while (!store_->check({key})) {
     if (interruptible && interrupt_.load()->raised()) return false;
     if (Clock::now() > deadline)
-      throw RuntimeFailure(fmt::format("worker {}: the elastic controller did not publish {} within {} s", worker_,
-                                       key, timeout_.count() / 1000));
+      throw RuntimeFailure(fmt::format("worker {}: the elastic controller did not publish {} within {} s", worker_, key,
+                                       timeout_.count() / 1000));
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   return true;
@@ -193,9 +197,12 @@ bool ElasticWorker::commit(int generation, std::int64_t step, int ranks) {
     return decided == "commit";
   };
   bool committed;
-  if (store_->add(prefix + "count", 1) == ranks) committed = decide("commit");
-  else if (!wait_key(prefix + "decided", true)) committed = decide("abort");
-  else committed = get(prefix + "decision") == "commit";
+  if (store_->add(prefix + "count", 1) == ranks)
+    committed = decide("commit");
+  else if (!wait_key(prefix + "decided", true))
+    committed = decide("abort");
+  else
+    committed = get(prefix + "decision") == "commit";
   // Every rank read the previous step's decision before counting itself in
   // for this one: the first rank drops those keys, so the store stays small.
   if (committed && step > 0 && ranks > 0) {

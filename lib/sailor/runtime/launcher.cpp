@@ -188,8 +188,10 @@ std::vector<WorkerProcesses::Exit> WorkerProcesses::poll(int timeout_ms) {
     if (p.out >= 0) fds.push_back({p.out, POLLIN, 0});
     if (p.err >= 0) fds.push_back({p.err, POLLIN, 0});
   }
-  if (!fds.empty()) ::poll(fds.data(), fds.size(), timeout_ms);
-  else ::usleep(static_cast<useconds_t>(timeout_ms) * 1000);  // exited workers are reaped below
+  if (!fds.empty())
+    ::poll(fds.data(), fds.size(), timeout_ms);
+  else
+    ::usleep(static_cast<useconds_t>(timeout_ms) * 1000);  // exited workers are reaped below
   for (auto& [id, p] : processes_) {
     const std::string prefix = fmt::format("[{} {}] ", label_, id);
     for (const auto& f : fds) {
@@ -254,9 +256,12 @@ int StopSignals::received() const { return g_signal.load(); }
 
 std::vector<std::pair<std::string, std::string>> worker_environment(int rank, int world, const std::string& addr,
                                                                     int port) {
-  return {{"RANK", std::to_string(rank)},         {"LOCAL_RANK", std::to_string(rank)},
-          {"WORLD_SIZE", std::to_string(world)},  {"LOCAL_WORLD_SIZE", std::to_string(world)},
-          {"MASTER_ADDR", addr},                  {"MASTER_PORT", std::to_string(port)}};
+  return {{"RANK", std::to_string(rank)},
+          {"LOCAL_RANK", std::to_string(rank)},
+          {"WORLD_SIZE", std::to_string(world)},
+          {"LOCAL_WORLD_SIZE", std::to_string(world)},
+          {"MASTER_ADDR", addr},
+          {"MASTER_PORT", std::to_string(port)}};
 }
 
 WorkerOutcome run_workers(const LaunchCommand& c, const std::vector<std::string>& args, int world, int port,

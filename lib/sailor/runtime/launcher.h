@@ -21,25 +21,25 @@
 namespace fleet::sailor::runtime {
 
 struct LaunchCommand {
-  int nprocs = 0;                     ///< 0: as many as the plan needs
-  std::filesystem::path plan;         ///< passed to the workers as --plan; sizes the job without --nprocs
-  int master_port = 0;                ///< 0: a free port
-  double grace_seconds = 10;          ///< after a failure, SIGTERM, then SIGKILL after this long
-  std::vector<std::string> arguments; ///< the worker's sailor-run subcommand and its options
-  std::filesystem::path program;      ///< the worker program (default: this executable)
+  int nprocs = 0;                      ///< 0: as many as the plan needs
+  std::filesystem::path plan;          ///< passed to the workers as --plan; sizes the job without --nprocs
+  int master_port = 0;                 ///< 0: a free port
+  double grace_seconds = 10;           ///< after a failure, SIGTERM, then SIGKILL after this long
+  std::vector<std::string> arguments;  ///< the worker's sailor-run subcommand and its options
+  std::filesystem::path program;       ///< the worker program (default: this executable)
   // Elastic jobs (docs/training-runtime.md, "Elastic jobs"):
   std::filesystem::path elastic_inputs;  ///< planner inputs folder; set: survive lost workers by re-planning
   std::string recovery = "inplace";      ///< inplace (survivors keep their state) or restart (all, from the checkpoint)
   int max_reconfigurations = 16;         ///< give up after this many
-  double heartbeat_timeout_seconds = 30; ///< inplace: a worker silent this long is taken for lost
-  std::string objective = "throughput";  ///< what every (re-)plan optimises: throughput, cost or energy
-  double min_throughput = 0;             ///< iterations/s every plan must reach (0: no bound)
-  double max_cost_per_iter = 0;          ///< $ per iteration no plan may exceed (0: no bound)
-  double max_energy_per_iter = 0;        ///< J per iteration no plan may exceed (0: no bound)
+  double heartbeat_timeout_seconds = 30;  ///< inplace: a worker silent this long is taken for lost
+  std::string objective = "throughput";   ///< what every (re-)plan optimises: throughput, cost or energy
+  double min_throughput = 0;              ///< iterations/s every plan must reach (0: no bound)
+  double max_cost_per_iter = 0;           ///< $ per iteration no plan may exceed (0: no bound)
+  double max_energy_per_iter = 0;         ///< J per iteration no plan may exceed (0: no bound)
   // `sailor-run controller`: the workers start elsewhere (srun steps) and register themselves.
   bool external_workers = false;
-  std::filesystem::path output;          ///< their -o (for messages about the checkpoint)
-  std::filesystem::path metrics;         ///< their --metrics, on a shared file system (for the records)
+  std::filesystem::path output;   ///< their -o (for messages about the checkpoint)
+  std::filesystem::path metrics;  ///< their --metrics, on a shared file system (for the records)
 };
 
 /// Worker processes of this machine, each running the worker program with
@@ -56,8 +56,8 @@ class WorkerProcesses {
   void start(int id, const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env);
   struct Exit {
     int id = 0;
-    int status = 0;     ///< as waitpid reports it
-    int code = 0;       ///< the exit status, or 128 + signal
+    int status = 0;                ///< as waitpid reports it
+    int code = 0;                  ///< the exit status, or 128 + signal
     std::string describe() const;  ///< "worker 2 killed by signal 9"
   };
   /// Passes output through for up to `timeout_ms`; returns the workers that exited since the last call.
@@ -83,10 +83,10 @@ class WorkerProcesses {
 
 /// How one set of workers ended.
 struct WorkerOutcome {
-  int exit_code = 0;        ///< 0, or the first failure's status (128 + signal)
-  int failed_rank = -1;     ///< the first worker that failed
-  std::string cause;        ///< "worker 2 killed by signal 9"
-  bool interrupted = false; ///< the launcher itself got SIGINT/SIGTERM
+  int exit_code = 0;                 ///< 0, or the first failure's status (128 + signal)
+  int failed_rank = -1;              ///< the first worker that failed
+  std::string cause;                 ///< "worker 2 killed by signal 9"
+  bool interrupted = false;          ///< the launcher itself got SIGINT/SIGTERM
   std::vector<int> left_ranks;       ///< workers that left at a step boundary after SIGTERM (elastic)
   bool stopped_at_boundary = false;  ///< the workers stopped together at a step boundary (elastic)
   std::chrono::steady_clock::time_point failed_at, all_stopped_at;

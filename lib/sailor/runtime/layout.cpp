@@ -49,7 +49,8 @@ std::pair<std::int64_t, std::int64_t> Layout::micro_batch(int replica, int micro
 
 std::string Layout::describe() const {
   std::string text = fmt::format("PP={}", pipeline_stages());
-  for (const auto& s : stages) text += fmt::format(" [{},{})", s.first, s.last) + (s.tp > 1 ? fmt::format("xTP{}", s.tp) : "");
+  for (const auto& s : stages)
+    text += fmt::format(" [{},{})", s.first, s.last) + (s.tp > 1 ? fmt::format("xTP{}", s.tp) : "");
   return text + fmt::format(" x DP={}, mbs {}, global batch {}", dp, mbs, global_batch);
 }
 
@@ -65,22 +66,27 @@ Layout layout_from_plan(const Plan& plan, int model_layers) {
   for (std::size_t i = 0; i < plan.stages.size(); ++i) {
     const auto& s = plan.stages[i];
     if (s.first_layer != expected_first || s.last_layer <= s.first_layer)
-      throw InputError(fmt::format("stage {} of the plan holds layers [{}, {}), but the previous stage ends at {}: "
-                                   "stages must be contiguous", i, s.first_layer, s.last_layer, expected_first));
+      throw InputError(
+          fmt::format("stage {} of the plan holds layers [{}, {}), but the previous stage ends at {}: "
+                      "stages must be contiguous",
+                      i, s.first_layer, s.last_layer, expected_first));
     if (static_cast<int>(s.replicas.size()) != layout.dp)
       throw InputError(fmt::format("stage {} of the plan has {} replicas, stage 0 has {}: every stage needs the same",
                                    i, s.replicas.size(), layout.dp));
     if (s.tp < 1) throw InputError(fmt::format("stage {} of the plan has tensor parallelism {}", i, s.tp));
     if (!s.uniform_tp())
-      throw InputError(fmt::format("the replicas of stage {} of the plan differ in tensor parallelism: sailor-run "
-                                   "runs one TP degree for all replicas so far", i));
+      throw InputError(
+          fmt::format("the replicas of stage {} of the plan differ in tensor parallelism: sailor-run "
+                      "runs one TP degree for all replicas so far",
+                      i));
     layout.stages.push_back({s.first_layer, s.last_layer, s.tp});
     expected_first = s.last_layer;
   }
   if (expected_first != model_layers)
-    throw InputError(fmt::format("the plan's stages cover layers [0, {}) but the model has {} (embedding, {} blocks, "
-                                 "head): was the plan made for another model?", expected_first, model_layers,
-                                 model_layers - 2));
+    throw InputError(
+        fmt::format("the plan's stages cover layers [0, {}) but the model has {} (embedding, {} blocks, "
+                    "head): was the plan made for another model?",
+                    expected_first, model_layers, model_layers - 2));
   if (layout.dp < 1) throw InputError("the plan's stages have no replicas");
   return layout;
 }

@@ -22,9 +22,9 @@ struct StageLayers {
 
 struct Layout {
   std::vector<StageLayers> stages;
-  int dp = 1;                      ///< replicas of every stage
-  std::int64_t mbs = 1;            ///< sequences per micro-batch
-  std::int64_t global_batch = 1;   ///< sequences per optimizer step over all replicas
+  int dp = 1;                     ///< replicas of every stage
+  std::int64_t mbs = 1;           ///< sequences per micro-batch
+  std::int64_t global_batch = 1;  ///< sequences per optimizer step over all replicas
 
   struct Place {
     int stage = 0, replica = 0, tp_rank = 0;

@@ -59,8 +59,9 @@ std::vector<double> fit_quadratic(const std::vector<double>& x, const std::vecto
 int run_network_profile(const NetworkProfileCommand& c) {
   const WorldInfo world = world_from_environment();
   if (!world.distributed())
-    throw UsageError("profile-net measures the link between ranks: start it on 2 or more, e.g. "
-                     "sailor-run launch --nprocs 2 -- profile-net ...");
+    throw UsageError(
+        "profile-net measures the link between ranks: start it on 2 or more, e.g. "
+        "sailor-run launch --nprocs 2 -- profile-net ...");
   if (c.gpu_type.empty()) throw UsageError("--gpu-type names the devices as the cluster description does");
   const std::vector<std::string> classes{"same_node", "same_zone", "cross_zone", "cross_region"};
   if (std::find(classes.begin(), classes.end(), c.link_class) == classes.end())
@@ -115,9 +116,10 @@ int run_network_profile(const NetworkProfileCommand& c) {
   const double memory = c.memory_bytes > 0 ? c.memory_bytes : physical_memory_bytes();
   const int per_node = c.link_class == "same_node" ? world.world_size : 1;
   nlohmann::json cluster = {
-      {"format", "gpufleet-sailor-cluster"}, {"version", 1},
-      {"gpu_types", {{c.gpu_type, {{"gpus_per_node", per_node}, {"memory_bytes", memory},
-                                   {"price_per_hour", c.price_per_hour}}}}},
+      {"format", "gpufleet-sailor-cluster"},
+      {"version", 1},
+      {"gpu_types",
+       {{c.gpu_type, {{"gpus_per_node", per_node}, {"memory_bytes", memory}, {"price_per_hour", c.price_per_hour}}}}},
       {"zones", {{"local", {{"region", "local"}, {"quotas", {{c.gpu_type, world.world_size}}}}}}},
       {"network", network},
       {"egress_usd_per_gb", {{"same_zone", 0}, {"cross_zone", 0}, {"cross_region", 0}}},
@@ -126,8 +128,10 @@ int run_network_profile(const NetworkProfileCommand& c) {
   if (c.json) {
     std::cout << cluster.dump(2) << "\n";
   } else {
-    std::cout << fmt::format("{} link: GB/s = {:.4g} x^2 + {:.4g} x + {:.4g} (x = log2 MB), at most {:.2f} GB/s; "
-                             "wrote {}\n", c.link_class, fit[0], fit[1], fit[2], max_rate / 1e9, c.output.string());
+    std::cout << fmt::format(
+        "{} link: GB/s = {:.4g} x^2 + {:.4g} x + {:.4g} (x = log2 MB), at most {:.2f} GB/s; "
+        "wrote {}\n",
+        c.link_class, fit[0], fit[1], fit[2], max_rate / 1e9, c.output.string());
   }
   return 0;
 }

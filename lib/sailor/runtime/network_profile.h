@@ -12,14 +12,15 @@
 namespace fleet::sailor::runtime {
 
 struct NetworkProfileCommand {
-  std::string gpu_type;                ///< the device name the cluster uses (as in `sailor-run profile`)
-  std::string link_class = "same_node";///< which link the ranks' connection is: same_node, same_zone, cross_zone, cross_region
+  std::string gpu_type;  ///< the device name the cluster uses (as in `sailor-run profile`)
+  std::string link_class =
+      "same_node";  ///< which link the ranks' connection is: same_node, same_zone, cross_zone, cross_region
   double min_bytes = 4096, max_bytes = 64.0 * (1 << 20);
   int repeats = 5;
-  double memory_bytes = 0;             ///< device memory for cluster.json (0: this machine's RAM)
+  double memory_bytes = 0;  ///< device memory for cluster.json (0: this machine's RAM)
   double price_per_hour = 0;
   double timeout_seconds = 300;
-  std::filesystem::path output;        ///< cluster.json (rank 0 writes it)
+  std::filesystem::path output;  ///< cluster.json (rank 0 writes it)
   bool json = false;
 };
 

@@ -178,7 +178,10 @@ std::vector<LayerMeasurement> measure_layers(model::LlamaModel& model, int mbs, 
       const double held = counter ? static_cast<double>(counter->current()) - static_cast<double>(before) -
                                         static_cast<double>(output.nbytes())
                                   : 0;
-      if (l == layers - 1) output.backward(); else output.backward(torch::ones_like(output));
+      if (l == layers - 1)
+        output.backward();
+      else
+        output.backward(torch::ones_like(output));
       sync();
       auto t2 = Clock::now();
       autocast.reset();  // before the update, as in training (autocast caches weight casts)
@@ -231,9 +234,11 @@ int run_profile(const ProfileCommand& c) {
   const auto on_device = model::torch_device(device);
   auto* counter = device == model::ComputeDevice::kCpu ? counting_allocator() : nullptr;
   const auto config = model::load_llama_config(c.model);
-  const int seq_len = c.seq_len > 0 ? c.seq_len : static_cast<int>(std::min<std::int64_t>(config.max_position_embeddings, 1024));
+  const int seq_len =
+      c.seq_len > 0 ? c.seq_len : static_cast<int>(std::min<std::int64_t>(config.max_position_embeddings, 1024));
   if (seq_len < 2 || seq_len > config.max_position_embeddings)
-    throw UsageError(fmt::format("--seq-len must be in [2, {}] (max_position_embeddings)", config.max_position_embeddings));
+    throw UsageError(
+        fmt::format("--seq-len must be in [2, {}] (max_position_embeddings)", config.max_position_embeddings));
   for (int tp : tp_list)
     if (tp > 1) model::check_tensor_parallel(config, tp);
   const int layers = config.num_hidden_layers + 2;
@@ -270,9 +275,12 @@ int run_profile(const ProfileCommand& c) {
           kept.push_back(m.kept_bytes);
         }
         // Bytes kept for backward are counted on the CPU only (null on a GPU); per TP rank.
-        entries.push_back({{"mbs", mbs}, {"tp", tp}, {"layers", times},
+        entries.push_back({{"mbs", mbs},
+                           {"tp", tp},
+                           {"layers", times},
                            {"activation_bytes", counter ? kept : nlohmann::json(nullptr)},
-                           {"seq_len", seq_len}, {"device", device == model::ComputeDevice::kCuda ? "cuda" : "cpu"}});
+                           {"seq_len", seq_len},
+                           {"device", device == model::ComputeDevice::kCuda ? "cuda" : "cpu"}});
         all[{tp, mbs}] = measured;
       }
     }
@@ -280,10 +288,10 @@ int run_profile(const ProfileCommand& c) {
   }
   progress.finish();
   if (!writer) return 0;
-  const std::string name = c.model.filename().empty() ? c.model.parent_path().filename().string()
-                                                       : c.model.filename().string();
-  nlohmann::json profile = {{"format", "gpufleet-sailor-profile"}, {"version", 1}, {"model", name},
-                            {"gpus", {{c.gpu_type, entries}}}};
+  const std::string name =
+      c.model.filename().empty() ? c.model.parent_path().filename().string() : c.model.filename().string();
+  nlohmann::json profile = {
+      {"format", "gpufleet-sailor-profile"}, {"version", 1}, {"model", name}, {"gpus", {{c.gpu_type, entries}}}};
 
   // The planner's model: parameters and activations sent onward from the
   // config; the activation memory kept for backward as measured (per
@@ -306,8 +314,10 @@ int run_profile(const ProfileCommand& c) {
   write_file_atomically(model_output, model_json.dump(2) + "\n");
 
   if (c.json) {
-    std::cout << nlohmann::json({{"profile", c.output.string()}, {"model", model_output.string()},
-                                 {"entries", entries}}).dump(2) << "\n";
+    std::cout << nlohmann::json(
+                     {{"profile", c.output.string()}, {"model", model_output.string()}, {"entries", entries}})
+                     .dump(2)
+              << "\n";
   } else {
     for (const auto& [key, measured] : all) {
       double f = 0, b = 0, u = 0, kept = 0;
@@ -320,8 +330,9 @@ int run_profile(const ProfileCommand& c) {
       // Kept bytes are counted by the CPU allocator only: on a GPU they are unknown, not zero.
       const std::string kept_text = counter ? fmt::format("{:.1f} MiB kept for backward per rank", kept / (1 << 20))
                                             : std::string("activation memory not measured on a GPU");
-      std::cout << fmt::format("TP {}, mbs {}: forward {:.4f} s, backward {:.4f} s, update {:.4f} s over {} layers; {}\n",
-                               key.first, key.second, f, b, u, layers, kept_text);
+      std::cout << fmt::format(
+          "TP {}, mbs {}: forward {:.4f} s, backward {:.4f} s, update {:.4f} s over {} layers; {}\n", key.first,
+          key.second, f, b, u, layers, kept_text);
     }
     std::cout << fmt::format("wrote {} and {}\n", c.output.string(), model_output.string());
   }

@@ -55,7 +55,6 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kTiedName = "model.embed_tokens.weight";
 constexpr std::int64_t kBucketBytes = 25ll << 20;  // gradient all-reduce bucket, as DDP's default
 
-
 // A content hash of a model folder's config and weight files, 8 bytes at a
 // time: every rank reads the files (mapped, not loaded) to check it trains
 // the same model as rank 0, whichever layers it keeps.
@@ -158,8 +157,10 @@ Layout make_layout(const PlanSource& plan_source, TrainOptions& options, int mod
     layout = layout_from_plan(plan, model_layers);
     if (options.global_batch == 0) options.global_batch = layout.global_batch;
     if (layout.global_batch != options.global_batch)
-      throw UsageError(fmt::format("the plan's global batch is {} sequences but the checkpoint trains with {}: "
-                                   "a resumed run keeps its global batch", layout.global_batch, options.global_batch));
+      throw UsageError(
+          fmt::format("the plan's global batch is {} sequences but the checkpoint trains with {}: "
+                      "a resumed run keeps its global batch",
+                      layout.global_batch, options.global_batch));
     // The checkpoint records the plan's micro-batching, so a run resumed
     // without a plan splits the batch the same way.
     options.batch_size = layout.mbs;
@@ -188,8 +189,10 @@ void check_same_inputs(Communicator& comm, const std::string& model_id, const st
     const char* what[] = {"model files", "training data", "options or plan"};
     for (int i = 0; i < 3; ++i)
       if (field(all[r], i) != field(all[0], i))
-        throw UsageError(fmt::format("rank {}'s {} differ from rank 0's (fingerprint {} vs {}): every worker must "
-                                     "read the same inputs", r, what[i], field(all[r], i), field(all[0], i)));
+        throw UsageError(
+            fmt::format("rank {}'s {} differ from rank 0's (fingerprint {} vs {}): every worker must "
+                        "read the same inputs",
+                        r, what[i], field(all[r], i), field(all[0], i)));
   }
 }
 
@@ -207,7 +210,8 @@ struct StepTimes {
     const double seconds = std::chrono::duration<double>(now - since).count();
     bucket += seconds;
     if (tracing)
-      spans.push_back({{"name", name}, {"cat", category},
+      spans.push_back({{"name", name},
+                       {"cat", category},
                        {"ts", std::chrono::duration<double, std::micro>(since - step_start).count()},
                        {"dur", seconds * 1e6}});
   }
@@ -261,8 +265,8 @@ class StageRunner {
   torch::Tensor gather_whole(const std::string& name, const torch::Tensor& t) {
     torch::NoGradGuard no_grad;
     auto local = t.detach().to(torch::kCPU, torch::kFloat32);
-    const auto spec = tp_group_ ? model::shard_spec(model_.config(), name, place_.tp_rank, stage_.tp)
-                                : model::ShardSpec{};
+    const auto spec =
+        tp_group_ ? model::shard_spec(model_.config(), name, place_.tp_rank, stage_.tp) : model::ShardSpec{};
     if (spec.dim < 0) return local.clone(torch::MemoryFormat::Contiguous);
     auto sizes = local.sizes().vec();
     sizes[static_cast<std::size_t>(spec.dim)] = spec.full;
@@ -330,7 +334,7 @@ class StageRunner {
           batch.tokens = batch.tokens.to(device_);
           batch.mask = batch.mask.to(device_);
           output = tp_group_ ? model::vocab_parallel_batch_loss(output, batch, static_cast<double>(divisor),
-                                                                 model_.vocab_start(), *tp_group_)
+                                                                model_.vocab_start(), *tp_group_)
                              : model::batch_loss(output.to(torch::kFloat32), batch, static_cast<double>(divisor));
           // Every TP rank has the whole loss; one of them reports it.
           if (place_.tp_rank == 0) loss_sum += output.item<double>();
@@ -454,9 +458,10 @@ class StageRunner {
     }
     const bool tied = model_.config().tie_word_embeddings && stages > 1;
     if (tied && layout_.stages.front().tp != layout_.stages.back().tp)
-      throw UsageError(fmt::format("the model ties its embedding and LM head, so its first and last stage need the "
-                                   "same TP degree (the plan has {} and {})", layout_.stages.front().tp,
-                                   layout_.stages.back().tp));
+      throw UsageError(
+          fmt::format("the model ties its embedding and LM head, so its first and last stage need the "
+                      "same TP degree (the plan has {} and {})",
+                      layout_.stages.front().tp, layout_.stages.back().tp));
     const int tp = stage_.tp;
     for (int r = 0; tied && r < layout_.dp; ++r) {
       for (int t = 0; t < tp; ++t) {
@@ -644,8 +649,10 @@ void write_trace(const fs::path& path, Communicator* comm, const Layout& layout,
     const auto place = layout.place(static_cast<int>(r));
     const int tid = place.stage * 1000 + place.replica;
     const auto& st = layout.stages[static_cast<std::size_t>(place.stage)];
-    trace.set_thread_name(1, tid, fmt::format("stage {} replica {} (rank {}, layers [{}, {}))", place.stage,
-                                              place.replica, r, st.first, st.last), tid);
+    trace.set_thread_name(
+        1, tid,
+        fmt::format("stage {} replica {} (rank {}, layers [{}, {}))", place.stage, place.replica, r, st.first, st.last),
+        tid);
     for (const auto& span : nlohmann::json::parse(all[r]))
       trace.add_complete(1, tid, span.at("name"), span.at("cat"), span.at("ts"), span.at("dur"));
   }
@@ -672,9 +679,9 @@ std::optional<double> predicted_step_energy(const std::filesystem::path& plan) {
 // comes from (a model folder or a checkpoint), or state handed over in memory.
 struct StartingPoint {
   std::int64_t step = 0;
-  fs::path source;            ///< read weights (and, when `checkpoint`, the optimizer) from here
+  fs::path source;  ///< read weights (and, when `checkpoint`, the optimizer) from here
   bool checkpoint = false;
-  bool in_memory = false;     ///< parameters and moments were handed over
+  bool in_memory = false;  ///< parameters and moments were handed over
 };
 
 // A NaN or infinity in the starting weights would surface steps later as
@@ -685,7 +692,6 @@ void check_finite_weights(const model::LlamaModel& model, int first, int last, c
       throw InputError("tensor '" + name + "' holds NaN or infinite values: the weights are damaged",
                        {source.string(), "", std::nullopt});
 }
-
 
 }  // namespace
 
@@ -701,8 +707,10 @@ TrainResult train(const TrainJob& requested) {
     // A worker that joins a running job takes the run's options from its
     // checkpoint (or accepts the folder of a run not checkpointed yet); its
     // state comes from the hand-over.
-    if (has_trainer_state(job.output)) job.resume = true;
-    else job.force = true;
+    if (has_trainer_state(job.output))
+      job.resume = true;
+    else
+      job.force = true;
   }
   WorldInfo world = world_from_environment();
   const bool elastic_job = std::getenv(kEnvElastic) != nullptr || elastic;
@@ -776,17 +784,16 @@ TrainResult train(const TrainJob& requested) {
         plan_source.published = members->plan;
         plan_source.published_name = fmt::format("the plan of generation {}", generation);
         const int member_rank = members->member_rank_of(elastic->worker_id());
-        if (member_rank < 0) throw UsageError("this worker is not a member of the job's generation " +
-                                              std::to_string(generation));
+        if (member_rank < 0)
+          throw UsageError("this worker is not a member of the job's generation " + std::to_string(generation));
         if (generation > 0)
           member_comm = std::make_unique<Communicator>(
               WorldInfo{member_rank, members->members(), 0, elastic->address(), elastic->port(), "elastic"},
-              control_keys::generation_prefix(generation) + "members/", timeout,
-              &elastic->interrupt());
+              control_keys::generation_prefix(generation) + "members/", timeout, &elastic->interrupt());
         const int rank = members->rank_of(elastic->worker_id());
         if (rank < 0) {
           // A spare or a leaving worker: hand its state over, then wait or leave.
-          result.rank = -1;  // reports nothing
+          result.rank = -1;   // reports nothing
           if (member_comm) {  // a spare of the first generation holds nothing yet
             hand_over_state(*member_comm, held, {});
             (void)member_comm.release();  // peers may still be finishing with it
@@ -802,7 +809,7 @@ TrainResult train(const TrainJob& requested) {
           if (!members) return result;
           continue;
         }
-        world = WorldInfo{rank, static_cast<int>(members->training.size()), 0, elastic->address(), elastic->port(),
+        world = WorldInfo{rank,     static_cast<int>(members->training.size()), 0, elastic->address(), elastic->port(),
                           "elastic"};
       }
       layout_holder = make_layout(plan_source, options, model_layers, world.world_size);
@@ -853,11 +860,13 @@ TrainResult train(const TrainJob& requested) {
           start.in_memory = start.checkpoint = false;  // nothing to write: the last checkpoint stays
         } else {
           const std::int64_t saved = trainer_state_step(job.output);
-          spdlog::warn("generation {}: some layer has no surviving holder; every rank reloads {}", generation,
-                       saved >= 0 ? "the checkpoint of step " + std::to_string(saved) : std::string("the initial model"));
-          start = saved >= 0 ? StartingPoint{saved, job.output, true, false} : StartingPoint{0, job.model, false, false};
-          run.history = saved >= 0 ? read_trainer_state(job.output).root().at("history").raw()
-                                   : nlohmann::json::array();
+          spdlog::warn(
+              "generation {}: some layer has no surviving holder; every rank reloads {}", generation,
+              saved >= 0 ? "the checkpoint of step " + std::to_string(saved) : std::string("the initial model"));
+          start =
+              saved >= 0 ? StartingPoint{saved, job.output, true, false} : StartingPoint{0, job.model, false, false};
+          run.history =
+              saved >= 0 ? read_trainer_state(job.output).root().at("history").raw() : nlohmann::json::array();
           runner->load_parameters(start.source);
         }
         runner->after_update();  // a tied head's copy follows the embedding
@@ -869,7 +878,9 @@ TrainResult train(const TrainJob& requested) {
       state_valid = true;
       if (elastic && generation > 0 && world.rank == 0)
         elastic->report_ready(generation, seconds_since(generation_started),
-                              start.in_memory ? "memory" : start.checkpoint ? "checkpoint" : "model");
+                              start.in_memory    ? "memory"
+                              : start.checkpoint ? "checkpoint"
+                                                 : "model");
 
       // Replica 0 of each stage writes that stage's shards.
       std::vector<int> writers;
@@ -908,9 +919,11 @@ TrainResult train(const TrainJob& requested) {
           std::vector<std::string> names;
           // "-" stays "-": a resumed run reads standard input again (the fingerprint checks it is the same text).
           for (const auto& f : run.data_files) names.push_back(is_stdio(f) ? f.string() : fs::absolute(f).string());
-          snapshot.trainer_state = make_trainer_state(
-              step_done, {{"options", options.to_json()}, {"data", names}, {"data_fingerprint", data.fingerprint},
-                          {"layout", layout.describe()}, {"history", run.history}});
+          snapshot.trainer_state = make_trainer_state(step_done, {{"options", options.to_json()},
+                                                                  {"data", names},
+                                                                  {"data_fingerprint", data.fingerprint},
+                                                                  {"layout", layout.describe()},
+                                                                  {"history", run.history}});
         }
         checkpoints->write_async(std::move(snapshot));
       };
@@ -996,10 +1009,17 @@ TrainResult train(const TrainJob& requested) {
         run.history.push_back({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm}});
         if (metrics.is_open()) {
           const double idle = std::max(0.0, step_seconds - times.compute - times.send - times.recv - times.allreduce);
-          nlohmann::json line = {{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
-                                 {"tokens_per_s", tokens_per_step / step_seconds}, {"step_s", step_seconds},
-                                 {"compute_s", times.compute}, {"send_s", times.send}, {"recv_wait_s", times.recv},
-                                 {"allreduce_s", times.allreduce}, {"idle_s", idle}};
+          nlohmann::json line = {{"step", step + 1},
+                                 {"loss", loss},
+                                 {"lr", lr},
+                                 {"grad_norm", grad_norm},
+                                 {"tokens_per_s", tokens_per_step / step_seconds},
+                                 {"step_s", step_seconds},
+                                 {"compute_s", times.compute},
+                                 {"send_s", times.send},
+                                 {"recv_wait_s", times.recv},
+                                 {"allreduce_s", times.allreduce},
+                                 {"idle_s", idle}};
           if (members) line["generation"] = generation;
           const std::optional<double> joules_after = energy_meter ? energy_meter->total_joules() : std::nullopt;
           if (joules_before && joules_after) {
@@ -1012,10 +1032,12 @@ TrainResult train(const TrainJob& requested) {
           metrics << line.dump() << "\n" << std::flush;
         }
         if (world.rank == 0 && job.log_every > 0 && ((step + 1) % job.log_every == 0 || step + 1 == end_step))
-          spdlog::info("step {}/{}: loss {:.4f}, lr {:.3g}, grad norm {:.3g}, {:.0f} tokens/s (compute {:.0f}%, "
-                       "send {:.0f}%, all-reduce {:.0f}%)", step + 1, options.steps, loss, lr, grad_norm,
-                       tokens_per_step / step_seconds, 100 * times.compute / step_seconds,
-                       100 * times.send / step_seconds, 100 * times.allreduce / step_seconds);
+          spdlog::info(
+              "step {}/{}: loss {:.4f}, lr {:.3g}, grad norm {:.3g}, {:.0f} tokens/s (compute {:.0f}%, "
+              "send {:.0f}%, all-reduce {:.0f}%)",
+              step + 1, options.steps, loss, lr, grad_norm, tokens_per_step / step_seconds,
+              100 * times.compute / step_seconds, 100 * times.send / step_seconds,
+              100 * times.allreduce / step_seconds);
         progress.advance();
         const bool stop_here = totals[2].item<double>() > 0 && step + 1 < end_step;
         if (elastic && stop_here) {
@@ -1031,8 +1053,10 @@ TrainResult train(const TrainJob& requested) {
           save_checkpoint(step + 1);
         if (stop_here) {
           // A preemption notice: everyone checkpoints this step and leaves, so no step is redone.
-          if (!elastic_job && asked_to_leave) result.stop_code = kExitTerminated;
-          else result.stop_code = asked_to_leave ? kExitPreempted : kExitStoppedWithPeers;
+          if (!elastic_job && asked_to_leave)
+            result.stop_code = kExitTerminated;
+          else
+            result.stop_code = asked_to_leave ? kExitPreempted : kExitStoppedWithPeers;
           end_step = step + 1;
           break;
         }
@@ -1069,9 +1093,9 @@ TrainResult train(const TrainJob& requested) {
     result.first_loss = result.losses.front();
     result.last_loss = result.losses.back();
   }
-  result.tokens_per_second =
-      seconds > 0 ? static_cast<double>(steps_run) * static_cast<double>(options.global_batch * options.seq_len) / seconds
-                  : 0;
+  result.tokens_per_second = seconds > 0 ? static_cast<double>(steps_run) *
+                                               static_cast<double>(options.global_batch * options.seq_len) / seconds
+                                         : 0;
   return result;
 }
 

@@ -25,16 +25,16 @@ struct TrainJob {
   std::filesystem::path output;             ///< checkpoint folder, rewritten atomically
   std::vector<std::filesystem::path> data;  ///< text files (unused when resuming: the checkpoint names them)
   model::TrainOptions options;
-  std::filesystem::path plan;               ///< a sailor-plan plan; empty: data parallelism over the ranks
+  std::filesystem::path plan;  ///< a sailor-plan plan; empty: data parallelism over the ranks
   bool resume = false;
-  bool force = false;                       ///< replace a non-empty output folder (a finished run included)
-  std::string device = "auto";              ///< cpu, cuda or auto; on CUDA the products run in bfloat16 (autocast)
-  std::int64_t checkpoint_every = 0;        ///< steps between checkpoints (0: only at the end)
-  std::int64_t stop_after = 0;              ///< stop (with a checkpoint) after this many steps of this run; 0: to the end
+  bool force = false;                 ///< replace a non-empty output folder (a finished run included)
+  std::string device = "auto";        ///< cpu, cuda or auto; on CUDA the products run in bfloat16 (autocast)
+  std::int64_t checkpoint_every = 0;  ///< steps between checkpoints (0: only at the end)
+  std::int64_t stop_after = 0;        ///< stop (with a checkpoint) after this many steps of this run; 0: to the end
   std::int64_t log_every = 10;
-  std::filesystem::path metrics;            ///< JSON lines, one object per step (rank 0 writes it); empty: none
-  std::filesystem::path trace;              ///< Perfetto trace of the run's last step (rank 0 writes it); empty: none
-  double timeout_seconds = 300;             ///< rendezvous and collective timeout
+  std::filesystem::path metrics;  ///< JSON lines, one object per step (rank 0 writes it); empty: none
+  std::filesystem::path trace;    ///< Perfetto trace of the run's last step (rank 0 writes it); empty: none
+  double timeout_seconds = 300;   ///< rendezvous and collective timeout
 };
 
 /// What a run did (on rank 0: the whole job's losses).
@@ -42,10 +42,10 @@ struct TrainResult {
   std::int64_t first_step = 0, last_step = 0;  ///< steps [first, last) ran
   double first_loss = 0, last_loss = 0;
   double tokens_per_second = 0;
-  std::vector<double> losses;                   ///< per step of this run
+  std::vector<double> losses;  ///< per step of this run
   int rank = 0, world_size = 1;
-  std::string layout;                           ///< Layout::describe()
-  int stop_code = 0;  ///< kExitPreempted / kExitStoppedWithPeers: left at a step boundary (elastic.h)
+  std::string layout;  ///< Layout::describe()
+  int stop_code = 0;   ///< kExitPreempted / kExitStoppedWithPeers: left at a step boundary (elastic.h)
 };
 
 /// Runs `job` as this process's rank of the job the environment describes

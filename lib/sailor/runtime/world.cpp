@@ -77,7 +77,8 @@ WorldInfo world_from_environment(const std::function<const char*(const char*)>& 
     if (nodes == nullptr) nodes = get("SLURM_NODELIST");
     if (nodes != nullptr) w.master_addr = first_slurm_host(nodes);
     // One port per job, so two jobs sharing a node do not meet.
-    if (const char* job = get("SLURM_JOB_ID")) w.master_port = 20000 + parse_int("SLURM_JOB_ID", job, 0, 1 << 30) % 20000;
+    if (const char* job = get("SLURM_JOB_ID"))
+      w.master_port = 20000 + parse_int("SLURM_JOB_ID", job, 0, 1 << 30) % 20000;
   } else {
     return w;
   }

@@ -90,16 +90,19 @@ Driver load_driver() {
 }
 #else
 Driver load_driver() {
-  return Driver{cuInit, cuDeviceGet, cuDevicePrimaryCtxRetain, cuCtxSetCurrent, cuModuleLoadData, cuModuleGetFunction,
-                cuMemAlloc, cuMemcpyHtoD, cuMemcpyDtoH, cuStreamCreate, cuStreamSynchronize, cuCtxSynchronize,
-                cuLaunchKernel, cuLaunchKernelEx, cuProfilerStart, cuProfilerStop};
+  return Driver{cuInit,          cuDeviceGet,         cuDevicePrimaryCtxRetain,
+                cuCtxSetCurrent, cuModuleLoadData,    cuModuleGetFunction,
+                cuMemAlloc,      cuMemcpyHtoD,        cuMemcpyDtoH,
+                cuStreamCreate,  cuStreamSynchronize, cuCtxSynchronize,
+                cuLaunchKernel,  cuLaunchKernelEx,    cuProfilerStart,
+                cuProfilerStop};
 }
 #endif
 
 struct Options {
-  long requests = 5;       // 0: until SIGTERM
-  int kernels = 4;         // per request
-  int distinct = 2;        // distinct kernel names
+  long requests = 5;  // 0: until SIGTERM
+  int kernels = 4;    // per request
+  int distinct = 2;   // distinct kernel names
   std::uint64_t duration_us = 1000;
   unsigned grid = 64, block = 256;
   std::string name = "kernel";
@@ -109,7 +112,7 @@ struct Options {
   std::uint64_t elements = 1024;
   std::uint64_t think_us = 0;
   std::string ready_file, wait_file;
-  long bench = 0;          // >0: launch-latency benchmark with this many launches
+  long bench = 0;  // >0: launch-latency benchmark with this many launches
   bool no_cuda = false;
   bool die_on_term = false;  // SIGTERM ends the process at once, mid-request (as most programs)
 };
@@ -128,24 +131,42 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) fail(("missing value for " + a).c_str());
       return argv[++i];
     };
-    if (a == "--requests") o.requests = std::stol(value());
-    else if (a == "--kernels") o.kernels = std::stoi(value());
-    else if (a == "--distinct") o.distinct = std::max(1, std::stoi(value()));
-    else if (a == "--duration-us") o.duration_us = std::stoull(value());
-    else if (a == "--grid") o.grid = static_cast<unsigned>(std::stoul(value()));
-    else if (a == "--block") o.block = static_cast<unsigned>(std::stoul(value()));
-    else if (a == "--name") o.name = value();
-    else if (a == "--markers") o.markers = true;
-    else if (a == "--launch-ex") o.launch_ex = true;
-    else if (a == "--streams") o.streams = std::max(1, std::stoi(value()));
-    else if (a == "--elements") o.elements = std::stoull(value());
-    else if (a == "--think-us") o.think_us = std::stoull(value());
-    else if (a == "--ready-file") o.ready_file = value();
-    else if (a == "--wait-file") o.wait_file = value();
-    else if (a == "--bench") o.bench = std::stol(value());
-    else if (a == "--no-cuda") o.no_cuda = true;
-    else if (a == "--die-on-term") o.die_on_term = true;
-    else fail(("unknown option " + a).c_str());
+    if (a == "--requests")
+      o.requests = std::stol(value());
+    else if (a == "--kernels")
+      o.kernels = std::stoi(value());
+    else if (a == "--distinct")
+      o.distinct = std::max(1, std::stoi(value()));
+    else if (a == "--duration-us")
+      o.duration_us = std::stoull(value());
+    else if (a == "--grid")
+      o.grid = static_cast<unsigned>(std::stoul(value()));
+    else if (a == "--block")
+      o.block = static_cast<unsigned>(std::stoul(value()));
+    else if (a == "--name")
+      o.name = value();
+    else if (a == "--markers")
+      o.markers = true;
+    else if (a == "--launch-ex")
+      o.launch_ex = true;
+    else if (a == "--streams")
+      o.streams = std::max(1, std::stoi(value()));
+    else if (a == "--elements")
+      o.elements = std::stoull(value());
+    else if (a == "--think-us")
+      o.think_us = std::stoull(value());
+    else if (a == "--ready-file")
+      o.ready_file = value();
+    else if (a == "--wait-file")
+      o.wait_file = value();
+    else if (a == "--bench")
+      o.bench = std::stol(value());
+    else if (a == "--no-cuda")
+      o.no_cuda = true;
+    else if (a == "--die-on-term")
+      o.die_on_term = true;
+    else
+      fail(("unknown option " + a).c_str());
   }
   return o;
 }

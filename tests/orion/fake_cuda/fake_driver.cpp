@@ -468,16 +468,36 @@ struct NamedEntry {
   void* fn;
 };
 
-#define FAKE_ENTRY(fn) NamedEntry{#fn, reinterpret_cast<void*>(&fn)}
+#define FAKE_ENTRY(fn) \
+  NamedEntry { #fn, reinterpret_cast < void*>(&fn) }
 const NamedEntry kEntries[] = {
-    FAKE_ENTRY(cuInit), FAKE_ENTRY(cuDriverGetVersion), FAKE_ENTRY(cuDeviceGetCount), FAKE_ENTRY(cuDeviceGet),
-    FAKE_ENTRY(cuDeviceGetName), FAKE_ENTRY(cuDeviceGetAttribute), FAKE_ENTRY(cuDevicePrimaryCtxRetain),
-    FAKE_ENTRY(cuCtxSetCurrent), FAKE_ENTRY(cuCtxGetCurrent), FAKE_ENTRY(cuCtxSynchronize),
-    FAKE_ENTRY(cuCtxGetStreamPriorityRange), FAKE_ENTRY(cuModuleLoadData), FAKE_ENTRY(cuModuleGetFunction),
-    FAKE_ENTRY(cuFuncGetName), FAKE_ENTRY(cuStreamCreate), FAKE_ENTRY(cuStreamCreateWithPriority),
-    FAKE_ENTRY(cuStreamGetPriority), FAKE_ENTRY(cuStreamSynchronize), FAKE_ENTRY(cuStreamIsCapturing),
-    FAKE_ENTRY(cuEventCreate), FAKE_ENTRY(cuEventRecord), FAKE_ENTRY(cuEventQuery), FAKE_ENTRY(cuEventSynchronize),
-    FAKE_ENTRY(cuLaunchKernel), FAKE_ENTRY(cuLaunchKernelEx), FAKE_ENTRY(cuProfilerStart), FAKE_ENTRY(cuProfilerStop),
+    FAKE_ENTRY(cuInit),
+    FAKE_ENTRY(cuDriverGetVersion),
+    FAKE_ENTRY(cuDeviceGetCount),
+    FAKE_ENTRY(cuDeviceGet),
+    FAKE_ENTRY(cuDeviceGetName),
+    FAKE_ENTRY(cuDeviceGetAttribute),
+    FAKE_ENTRY(cuDevicePrimaryCtxRetain),
+    FAKE_ENTRY(cuCtxSetCurrent),
+    FAKE_ENTRY(cuCtxGetCurrent),
+    FAKE_ENTRY(cuCtxSynchronize),
+    FAKE_ENTRY(cuCtxGetStreamPriorityRange),
+    FAKE_ENTRY(cuModuleLoadData),
+    FAKE_ENTRY(cuModuleGetFunction),
+    FAKE_ENTRY(cuFuncGetName),
+    FAKE_ENTRY(cuStreamCreate),
+    FAKE_ENTRY(cuStreamCreateWithPriority),
+    FAKE_ENTRY(cuStreamGetPriority),
+    FAKE_ENTRY(cuStreamSynchronize),
+    FAKE_ENTRY(cuStreamIsCapturing),
+    FAKE_ENTRY(cuEventCreate),
+    FAKE_ENTRY(cuEventRecord),
+    FAKE_ENTRY(cuEventQuery),
+    FAKE_ENTRY(cuEventSynchronize),
+    FAKE_ENTRY(cuLaunchKernel),
+    FAKE_ENTRY(cuLaunchKernelEx),
+    FAKE_ENTRY(cuProfilerStart),
+    FAKE_ENTRY(cuProfilerStop),
     FAKE_ENTRY(cuGetErrorString),
     // Versioned names are asked for by their base name, as the runtime does.
     NamedEntry{"cuMemAlloc", reinterpret_cast<void*>(&cuMemAlloc_v2)},
@@ -498,7 +518,8 @@ CUresult lookup(const char* symbol, void** pfn);
 FAKE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, cuuint64_t,
                                          CUdriverProcAddressQueryResult* status) {
   const CUresult r = lookup(symbol, pfn);
-  if (status != nullptr) *status = r == CUDA_SUCCESS ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  if (status != nullptr)
+    *status = r == CUDA_SUCCESS ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
   return r;
 }
 FAKE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int, cuuint64_t) { return lookup(symbol, pfn); }

@@ -117,13 +117,14 @@ void SbmmCudaMatrix::multiply_add(const float* x, std::int64_t n, float* y, void
   for (std::int64_t r0 = 0; r0 < n; r0 += kRowsPerPass) {
     const int rows = static_cast<int>(n - r0 < kRowsPerPass ? n - r0 : kRowsPerPass);
     sbmm_kernel<<<blocks, kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(layout_, x + r0 * layout_.cols, rows,
-                                                                             y + r0 * layout_.rows);
+                                                                               y + r0 * layout_.rows);
     check(cudaGetLastError(), "SBMM kernel launch");
   }
 }
 
 void SbmmCudaMatrix::multiply_add_host(const float* x, std::int64_t n, float* y) const {
-  const std::size_t x_count = static_cast<std::size_t>(n * layout_.cols), y_count = static_cast<std::size_t>(n * layout_.rows);
+  const std::size_t x_count = static_cast<std::size_t>(n * layout_.cols),
+                    y_count = static_cast<std::size_t>(n * layout_.rows);
   float* dx = upload(x, x_count);
   float* dy = upload(y, y_count);
   multiply_add(dx, n, dy);

@@ -84,7 +84,8 @@ bool ok(CUptiResult r, const char* what) {
 
 extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   g_lines = new std::vector<std::string>();
-  if (!ok(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks")) return 0;
+  if (!ok(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks"))
+    return 0;
   if (!ok(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "enabling kernel records")) return 0;
   ok(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DEVICE), "enabling device records");
   CUpti_SubscriberHandle subscriber{};

@@ -46,8 +46,8 @@ std::string device_record_line(const CuptiDeviceRecord& d) {
 }
 
 std::string marker_line(std::uint64_t t, bool begin) {
-  return "{\"kind\":\"marker\",\"what\":\"" + std::string(begin ? "begin" : "end") +
-         "\",\"t\":" + std::to_string(t) + "}";
+  return "{\"kind\":\"marker\",\"what\":\"" + std::string(begin ? "begin" : "end") + "\",\"t\":" + std::to_string(t) +
+         "}";
 }
 
 }  // namespace fleet::orion::live

@@ -444,11 +444,11 @@ constexpr std::array<Fn, sizeof...(I)> hook_table(std::index_sequence<I...>) {
   return {Hook<I>::fn...};
 }
 
-#define FLEET_HOOK_TABLE(name, Fn, hook)                                        \
-  template <std::size_t I>                                                      \
-  struct name##_at {                                                            \
-    static constexpr Fn fn = &hook<I>;                                          \
-  };                                                                            \
+#define FLEET_HOOK_TABLE(name, Fn, hook) \
+  template <std::size_t I>               \
+  struct name##_at {                     \
+    static constexpr Fn fn = &hook<I>;   \
+  };                                     \
   const std::array<Fn, kVariants> name = hook_table<Fn, name##_at>(std::make_index_sequence<kVariants>{});
 
 FLEET_HOOK_TABLE(launch_hooks, LaunchKernelFn, launch_hook)
@@ -523,8 +523,8 @@ FLEET_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, uns
   static auto real = driver<LaunchKernelFn>("cuLaunchKernel");
   return launch_kernel(real, false, f, gx, gy, gz, bx, by, bz, shared, s, p, e);
 }
-FLEET_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                                          unsigned by, unsigned bz, unsigned shared, CUstream s, void** p, void** e) {
+FLEET_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                          unsigned bz, unsigned shared, CUstream s, void** p, void** e) {
   static auto real = driver<LaunchKernelFn>("cuLaunchKernel_ptsz");
   return launch_kernel(real, true, f, gx, gy, gz, bx, by, bz, shared, s, p, e);
 }
