@@ -36,8 +36,8 @@ check_tree() {  # check_tree PREFIX: the installed files under PREFIX work
   done
   # A flag of a subcommand completes after the subcommand.
   offered=$(bash -c "source '$prefix/share/bash-completion/completions/dz-compress';
-    COMP_WORDS=(dz-compress compress --emb); COMP_CWORD=2; _dz_compress; echo \"\${COMPREPLY[*]}\"")
-  [ "$offered" = "--embedding-bits" ] || fail "completing 'dz-compress compress --emb': '$offered'"
+    COMP_WORDS=(dz-compress inspect --js); COMP_CWORD=2; _dz_compress; echo \"\${COMPREPLY[*]}\"")
+  [ "$offered" = "--json" ] || fail "completing 'dz-compress inspect --js': '$offered'"
 }
 
 expect_rc 0 cmake --install "$build" --prefix "$tmp/prefix"
