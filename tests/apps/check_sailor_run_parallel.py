@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from elastic_jobs import measure_planner_inputs
+from elastic_jobs import measure_planner_inputs, wait_until
 
 try:
     import torch
@@ -246,9 +246,7 @@ def main():
                                      "--data", str(tmp / "base.txt"), "-o", str(tmp / "crash"), *COMMON, "--steps",
                                      "100000", "--checkpoint-every", "1", "--force"],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            deadline = time.time() + 300
-            while checkpointed_step() < target and proc.poll() is None and time.time() < deadline:
-                time.sleep(0.02)
+            wait_until(lambda: checkpointed_step() >= target or proc.poll() is not None, timeout=300)
             for pid in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split():
                 os.kill(int(pid), signal.SIGKILL)
             proc.wait(timeout=60)
@@ -370,9 +368,7 @@ def main():
                                 "--metrics", tmp / "bad6.jsonl")
                    for r in range(2)]
         # Killed once the pair trains (rank 0 logged a step), however slow the start was.
-        deadline = time.time() + 120
-        while time.time() < deadline and not ((tmp / "bad6.jsonl").exists() and (tmp / "bad6.jsonl").read_text()):
-            time.sleep(0.02)
+        wait_until(lambda: (tmp / "bad6.jsonl").exists() and (tmp / "bad6.jsonl").read_text(), timeout=120)
         workers[1].send_signal(signal.SIGKILL)
         try:
             _, err = workers[0].communicate(timeout=90)
@@ -386,11 +382,10 @@ def main():
         proc = subprocess.Popen([RUN, "launch", "--nprocs", "2", "--", "train", "--model", str(tmp / "init"),
                                  "--data", str(tmp / "base.txt"), "-o", str(tmp / "bad7"), *COMMON, "--steps", "100000"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.time() + 120
-        children = []
-        while time.time() < deadline and len(children) < 2 and proc.poll() is None:
-            children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
-            time.sleep(0.02)
+        def launched():
+            return subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        wait_until(lambda: len(launched()) >= 2 or proc.poll() is not None, timeout=120)
+        children = launched()
         check(len(children) == 2, f"the launcher runs {len(children)} workers")
         if children:
             os.kill(int(children[-1]), signal.SIGKILL)
