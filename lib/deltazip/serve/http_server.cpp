@@ -447,7 +447,7 @@ class Frontend {
     std::shared_ptr<RequestStream> stream;
     std::shared_ptr<TextStream> text;
     std::shared_ptr<LogprobsWriter> logprobs;  ///< when the request asked for them
-    std::string out;
+    std::string out;  ///< not streaming: the text, tokens and log-probabilities so far
     std::vector<std::int64_t> tokens;
     std::vector<model::TokenLogprobs> token_logprobs, prompt_logprobs;
     double cumulative_logprob = 0;  ///< of the tokens the text took: best_of's ranking
@@ -510,35 +510,31 @@ class Frontend {
     return seqs;
   }
 
-  // Reads a sequence's next update into it; true when it has ended.
-  static bool advance(Sequence& s, std::chrono::milliseconds wait, std::string* piece = nullptr,
-                      std::size_t* new_logprobs = nullptr) {
+  // What one update of a sequence adds: its text, and the tokens the text
+  // took with their log-probabilities (when the request asked for them).
+  struct Piece {
+    std::string text;
+    std::vector<std::int64_t> tokens;
+    std::vector<model::TokenLogprobs> logprobs;
+  };
+
+  // Reads a sequence's next update: its piece; `s.done` says whether it ended.
+  static Piece advance(Sequence& s, std::chrono::milliseconds wait) {
     auto u = s.stream->wait(wait);
     for (auto& l : u.prompt_logprobs) s.prompt_logprobs.push_back(std::move(l));
     const auto before = s.text->tokens();
-    std::string text = s.text->push(u.tokens);
-    const auto n = taken(u, *s.text, before);
-    for (std::size_t k = 0; k < n; ++k) s.cumulative_logprob += u.logprobs[k].logprob;
-    if (piece == nullptr && s.logprobs) {
-      s.tokens.insert(s.tokens.end(), u.tokens.begin(), u.tokens.begin() + static_cast<std::ptrdiff_t>(n));
-      s.token_logprobs.insert(s.token_logprobs.end(), u.logprobs.begin(),
-                              u.logprobs.begin() + static_cast<std::ptrdiff_t>(n));
+    Piece piece{s.text->push(u.tokens), {}, {}};
+    const auto n = static_cast<std::ptrdiff_t>(taken(u, *s.text, before));
+    for (std::ptrdiff_t k = 0; k < n; ++k) s.cumulative_logprob += u.logprobs[static_cast<std::size_t>(k)].logprob;
+    if (s.logprobs) {
+      piece.tokens.assign(u.tokens.begin(), u.tokens.begin() + n);
+      piece.logprobs.assign(u.logprobs.begin(), u.logprobs.begin() + n);
     }
     if (s.text->stopped()) s.stream->cancel();
     s.done = u.finished || s.text->stopped();
-    if (s.done && u.error.empty()) text += s.text->flush();
-    if (piece != nullptr) {
-      *piece = std::move(text);
-      *new_logprobs = s.logprobs ? n : 0;
-      if (n > 0 && s.logprobs) {
-        s.tokens.assign(u.tokens.begin(), u.tokens.begin() + static_cast<std::ptrdiff_t>(n));
-        s.token_logprobs.assign(u.logprobs.begin(), u.logprobs.begin() + static_cast<std::ptrdiff_t>(n));
-      }
-    } else {
-      s.out += text;
-    }
-    if (u.finished || s.done) s.last = std::move(u);
-    return s.done;
+    if (s.done && u.error.empty()) piece.text += s.text->flush();
+    if (s.done) s.last = std::move(u);
+    return piece;
   }
 
   static std::string finish_reason(const Sequence& s, bool score_only = false) {
@@ -573,9 +569,14 @@ class Frontend {
       stream_reply(p, id, std::move(seqs), res);
       return;
     }
-    for (Sequence& s : seqs)  // the engine runs them all at once; each is read to its end in turn
-      while (!advance(s, std::chrono::milliseconds(200))) {
+    for (Sequence& s : seqs) {  // the engine runs them all at once; each is read to its end in turn
+      while (!s.done) {
+        Piece piece = advance(s, std::chrono::milliseconds(200));
+        s.out += piece.text;
+        s.tokens.insert(s.tokens.end(), piece.tokens.begin(), piece.tokens.end());
+        s.token_logprobs.insert(s.token_logprobs.end(), piece.logprobs.begin(), piece.logprobs.end());
       }
+    }
     for (const Sequence& s : seqs) {
       if (s.last.error.empty()) continue;
       send_json(res, s.last.error_status, error_body(s.last.error, s.last.error_type, "", s.last.error_code));
@@ -646,16 +647,14 @@ class Frontend {
             for (std::size_t k = 0; k < seqs->size(); ++k) {
               Sequence& s = (*seqs)[k];
               if (s.done) continue;
-              std::string piece;
-              std::size_t n = 0;
-              const bool done = advance(s, wait, &piece, &n);
-              if (!piece.empty() || n > 0) {
-                auto c = choice(p, k, piece, nullptr, true);
-                if (n > 0) c["logprobs"] = s.logprobs->write(s.tokens, s.token_logprobs);
+              const Piece piece = advance(s, wait);
+              if (!piece.text.empty() || !piece.tokens.empty()) {
+                auto c = choice(p, k, piece.text, nullptr, true);
+                if (!piece.tokens.empty()) c["logprobs"] = s.logprobs->write(piece.tokens, piece.logprobs);
                 if (!write(sse(chunk_of(std::move(c))))) return false;
                 wrote = true;
               }
-              if (!done) {
+              if (!s.done) {
                 all_done = false;
                 continue;
               }
