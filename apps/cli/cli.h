@@ -62,6 +62,13 @@ CLI::Validator in_range(double min, double max);
 /// the same thing (see normalize_output_path).
 CLI::Validator output_path();
 
+/// A numeric option with its default shown and its range checked (in_range).
+template <typename T>
+CLI::Option* add_number_option(CLI::App* command, const std::string& name, T& value, const std::string& help,
+                               double min, double max) {
+  return command->add_option(name, value, help)->capture_default_str()->check(in_range(min, max));
+}
+
 /// Adds `--threads N` (CPU threads of libtorch and of the BLAS it calls; 0
 /// keeps their defaults), checked to lie in [0, 1024].
 CLI::Option* add_threads_option(CLI::App* command, int* threads);

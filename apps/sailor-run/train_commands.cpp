@@ -1,0 +1,105 @@
+#include "sailor-run/train_commands.h"
+
+namespace fleet {
+
+void add_train_commands(Tool& tool, TrainCommands& c) {
+  using namespace fleet::sailor::runtime;
+  auto& train = c.train;
+  auto& job = train.job;
+  auto& o = job.options;
+  auto& data = c.data;
+  CLI::App* train_cmd = tool.add_command(
+      "train", "Train a model on text files: one process, or one rank of a job (RANK/WORLD_SIZE or SLURM)", [&c] {
+        for (const auto& d : c.data) c.train.job.data.emplace_back(d);
+        return run_train(c.train);
+      });
+  train_cmd->add_option("--model", job.model, "Model folder to start from");
+  train_cmd->add_option("--data", data, "Training text files (repeatable)");
+  train_cmd->add_option("-o,--output", job.output, "Checkpoint folder (model + optimizer + step), rewritten atomically")
+      ->transform(output_path())
+      ->required();
+  train_cmd->add_flag("--resume", job.resume, "Continue the run checkpointed in --output (its options and data)");
+  train_cmd->add_flag("--force", job.force, "Replace a non-empty output folder (a finished run included)");
+  add_number_option(train_cmd, "--steps", o.steps, "Optimizer steps of the whole run", 1, 1e9);
+  train_cmd->add_option("--plan", job.plan, "A sailor-plan plan (stages, replicas, mbs, global batch) to train with")
+      ->check(CLI::ExistingFile);
+  train_cmd->add_option("--metrics", job.metrics, "Append one JSON object per step to this file (rank 0)")
+      ->transform(output_path());
+  train_cmd->add_option("--trace", job.trace, "Write a Perfetto trace of the last step, one row per rank")
+      ->transform(output_path());
+  add_number_option(train_cmd, "--timeout", job.timeout_seconds, "Seconds to wait for the rendezvous and for a peer", 1,
+                    1e6);
+  add_number_option(train_cmd, "--batch-size", o.batch_size, "Sequences per micro-batch (a plan's mbs replaces it)", 1,
+                    65536);
+  add_number_option(train_cmd, "--seq-len", o.seq_len, "Tokens per sequence", 2, 1e6);
+  add_number_option(train_cmd, "--grad-accumulation", o.grad_accumulation,
+                    "Micro-batches per step and replica (global batch = ranks x batch size x this)", 1, 1e6);
+  add_number_option(train_cmd, "--lr", o.lr, "Peak learning rate", 1e-12, 10);
+  add_number_option(train_cmd, "--min-lr-ratio", o.min_lr_ratio, "Final learning rate as a fraction of --lr", 0, 1);
+  add_number_option(train_cmd, "--warmup", o.warmup_steps, "Linear warm-up steps", 0, 1e9);
+  add_number_option(train_cmd, "--adam-eps", o.eps, "AdamW epsilon", 1e-30, 1);
+  add_number_option(train_cmd, "--weight-decay", o.weight_decay, "AdamW weight decay (matrices only)", 0, 10);
+  add_number_option(train_cmd, "--clip-norm", o.clip_norm, "Clip the gradient norm to this (0: off)", 0, 1e9);
+  add_number_option(train_cmd, "--seed", o.seed, "Seed of the batch sampling", 0, 9.2e18);
+  train_cmd
+      ->add_option("--data-mode", o.data_mode,
+                   "stream: random windows of the concatenated files; lines: one sequence per line")
+      ->capture_default_str();
+  train_cmd->add_option("--loss-after", o.loss_after, "Lines mode: train only on what follows this marker");
+  add_number_option(train_cmd, "--checkpoint-every", job.checkpoint_every,
+                    "Steps between checkpoints (0: at the end only)", 0, 1e9);
+  train_cmd->add_option("--stop-after", job.stop_after, "Stop after this many steps of this invocation (resume later)")
+      ->check(in_range(0, 1e9));
+  add_number_option(train_cmd, "--log-every", job.log_every, "Steps between loss log lines", 0, 1e9);
+  train_cmd->add_option("--device", job.device, "cpu, cuda or auto (the GPU when libtorch sees one; bfloat16 autocast)")
+      ->capture_default_str();
+  add_threads_option(train_cmd, &train.threads);
+  add_json_flag(train_cmd, &train.json);
+
+  auto& profile = c.profile;
+  CLI::App* profile_cmd = tool.add_command(
+      "profile", "Measure per-layer forward/backward/update times and activation memory for sailor-plan",
+      [&c] { return run_profile(c.profile); });
+  profile_cmd->add_option("--model", profile.model, "Model folder to profile")->required();
+  profile_cmd->add_option("--gpu-type", profile.gpu_type, "Name of this device in the cluster description")->required();
+  profile_cmd->add_option("--mbs", profile.mbs, "Micro-batch sizes (comma-separated)")->delimiter(',');
+  profile_cmd
+      ->add_option("--tp", profile.tp,
+                   "Tensor-parallel degrees (comma-separated); above 1, run under sailor-run launch --nprocs "
+                   "(the largest degree)")
+      ->delimiter(',')
+      ->capture_default_str();
+  profile_cmd->add_option("--seq-len", profile.seq_len, "Tokens per sequence (default: min(max positions, 1024))")
+      ->check(in_range(2, 1e6));
+  profile_cmd->add_option("--repeats", profile.repeats, "Timed runs per layer (median)")->check(in_range(1, 1e3));
+  profile_cmd->add_option("--warmup", profile.warmup, "Untimed runs per layer first")->check(in_range(0, 1e3));
+  profile_cmd->add_option("--device", profile.device, "cpu, cuda or auto")->capture_default_str();
+  add_number_option(profile_cmd, "--timeout", profile.timeout_seconds,
+                    "Under launch: seconds to wait for the rendezvous and peers", 1, 1e6);
+  profile_cmd->add_option("-o,--output", profile.output, "profile.json to write")->transform(output_path())->required();
+  profile_cmd->add_option("--model-out", profile.model_output, "model.json to write (default: beside -o)")
+      ->transform(output_path());
+  add_threads_option(profile_cmd, &profile.threads);
+  add_json_flag(profile_cmd, &profile.json);
+
+  auto& net = c.net;
+  CLI::App* net_cmd =
+      tool.add_command("profile-net", "On 2+ ranks: fit the point-to-point bandwidth curve and write a cluster.json",
+                       [&c] { return run_network_profile(c.net); });
+  net_cmd->add_option("--gpu-type", net.gpu_type, "Name of the devices in the cluster description")->required();
+  net_cmd->add_option("--link-class", net.link_class, "same_node, same_zone, cross_zone or cross_region")
+      ->capture_default_str();
+  net_cmd->add_option("--min-bytes", net.min_bytes, "Smallest message")->check(in_range(1, 1e10));
+  net_cmd->add_option("--max-bytes", net.max_bytes, "Largest message")->check(in_range(1, 1e10));
+  add_number_option(net_cmd, "--repeats", net.repeats, "Round trips per size (median)", 1, 1000);
+  net_cmd->add_option("--memory", net.memory_bytes, "Device memory in bytes for cluster.json (default: this RAM)")
+      ->check(in_range(1, 1e15));
+  net_cmd->add_option("--price", net.price_per_hour, "$ per device-hour for cluster.json")->check(in_range(0, 1e6));
+  net_cmd->add_option("--timeout", net.timeout_seconds, "Rendezvous timeout, seconds")->check(in_range(1, 1e6));
+  net_cmd->add_option("-o,--output", net.output, "cluster.json to write (rank 0)")
+      ->transform(output_path())
+      ->required();
+  add_json_flag(net_cmd, &net.json);
+}
+
+}  // namespace fleet
