@@ -32,12 +32,11 @@ bool complementary(KernelClass a, KernelClass b) {
 
 // Orion: HP kernels at once. A BE kernel goes freely while no HP request is
 // in flight; during one, only when its SM need is under the threshold and
-// one wave of it fits in what the request can still lose within its bound
-// (twice the wave beside an HP kernel of its own class). Outstanding BE work
-// stays under DUR_THRESHOLD.
+// what one wave of it costs the request fits in what the request can still
+// lose within its bound. Outstanding BE work stays under DUR_THRESHOLD.
 class OrionPolicy : public Policy {
  public:
-  OrionPolicy(const Workload& w, const PolicyOptions& o) : options_(o) {
+  OrionPolicy(const Workload& w, const PolicyOptions& o, const ContentionModel& model) : options_(o), model_(model) {
     sm_threshold_ = o.sm_threshold;
     bool hp_training = false;
     std::int64_t be_max = 0;
@@ -55,6 +54,7 @@ class OrionPolicy : public Policy {
           launched_us += launch_us;
           end_us = std::max(end_us, launched_us) + k.duration_us;
           hp_alone_end_us_.push_back(end_us);
+          hp_kernels_.push_back({k.sm_need, k.cls});
         }
       }
       if (!c.high_priority) {
@@ -111,9 +111,8 @@ class OrionPolicy : public Policy {
     // kernels for one wave of its blocks at most.
     const double waves =
         std::ceil(static_cast<double>(std::max<std::int64_t>(1, k.sm_usage)) / std::max(1, v.device_sms));
-    double cost_us = k.duration_us / waves;
-    if (v.hp_current != nullptr && !v.hp_current_done && !complementary(v.hp_current->cls, k.cls)) cost_us *= 2;
-    return cost_us <= spare_us(v);
+    const double wave_us = k.duration_us / waves;
+    return wave_us * hp_loss_per_wave(v, k, wave_us) <= spare_us(v);
   }
 
  private:
@@ -131,7 +130,45 @@ class OrionPolicy : public Policy {
     return options_.hp_slowdown_limit * alone_us - (v.now_us - v.hp_request_start_us) - remaining_us;
   }
 
+  // What one wave of BE kernel k costs the active HP request, in waves: the
+  // share of its blocks on SMs that the HP kernels due within the wave need
+  // (freed SMs go to the HP, so those kernels wait for the wave at most),
+  // plus what the HP loses running beside it, 1 - 1/load with the load the
+  // simulator's contention model gives the two. With the fixed slack (no
+  // limit), or without the HP's kernels or its request's start (a live HP
+  // command that marks no requests): the whole wave, twice beside an HP
+  // kernel of the same class.
+  double hp_loss_per_wave(const SchedulerView& v, const SimKernel& k, double wave_us) const {
+    if (!(options_.hp_slowdown_limit > 0) || hp_kernels_.empty() || v.hp_request_start_us < 0) {
+      const bool same = v.hp_current != nullptr && !v.hp_current_done && !complementary(v.hp_current->cls, k.cls);
+      return same ? 2.0 : 1.0;
+    }
+    const std::size_t first = v.hp_kernels_done;
+    if (first >= hp_kernels_.size()) return 0.0;  // every HP kernel has run: nothing left to delay
+    const double from_us = first == 0 ? 0.0 : hp_alone_end_us_[first - 1];
+    HpKernel hp = hp_kernels_[first];  // the largest due within the wave
+    for (std::size_t j = first + 1; j < hp_kernels_.size() && hp_alone_end_us_[j - 1] < from_us + wave_us; ++j) {
+      if (hp_kernels_[j].sm_need > hp.sm_need) hp = hp_kernels_[j];
+    }
+    const int sms = std::max(1, v.device_sms);
+    const int units = std::clamp(k.sm_need, 1, sms);
+    const double blocked = static_cast<double>(std::max(0, units + hp.sm_need - sms)) / units;
+    const auto use = [&](const double(&of)[3], KernelClass cls, int n) {
+      return of[static_cast<int>(cls) + 1] * n / sms;
+    };
+    const double load =
+        std::max({1.0, use(model_.compute_use, hp.cls, hp.sm_need) + use(model_.compute_use, k.cls, units),
+                  use(model_.memory_use, hp.cls, hp.sm_need) + use(model_.memory_use, k.cls, units)});
+    return blocked + (1.0 - 1.0 / load);
+  }
+
+  struct HpKernel {
+    int sm_need;
+    KernelClass cls;
+  };
   PolicyOptions options_;
+  ContentionModel model_;
+  std::vector<HpKernel> hp_kernels_;  // the HP client's kernels: SMs each can use, class
   int sm_threshold_ = 0;
   std::vector<double> hp_alone_end_us_;  // when each HP kernel would end alone, from its request's start
   // Online tuning (a bisection over [low_, high_]).
@@ -215,13 +252,14 @@ const std::vector<std::string>& policy_names() {
   return names;
 }
 
-std::unique_ptr<Policy> make_policy(std::string_view name, const Workload& workload, const PolicyOptions& options) {
+std::unique_ptr<Policy> make_policy(std::string_view name, const Workload& workload, const PolicyOptions& options,
+                                    const ContentionModel& model) {
   const bool has_hp = std::any_of(workload.clients.begin(), workload.clients.end(),
                                   [](const ClientSpec& c) { return c.high_priority; });
   if ((name == "orion" || name == "reef") && !has_hp) {
     throw InputError("policy '" + std::string(name) + "' protects a high-priority client; the workload has none");
   }
-  if (name == "orion") return std::make_unique<OrionPolicy>(workload, options);
+  if (name == "orion") return std::make_unique<OrionPolicy>(workload, options, model);
   if (name == "streams") return std::make_unique<StreamsPolicy>();
   if (name == "mps") return std::make_unique<MpsPolicy>();
   if (name == "temporal") return std::make_unique<TemporalPolicy>();

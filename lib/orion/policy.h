@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "orion/contention_model.h"
 #include "orion/workload.h"
 
 namespace fleet::orion {
@@ -34,10 +35,11 @@ struct PolicyOptions {
   /// may find queued ahead of it), and the fixed co-run slack when
   /// hp_slowdown_limit is 0 (below).
   double dur_threshold_fraction = 0.025;
-  /// orion: during an HP request, a BE kernel may run beside it when one
-  /// wave of its blocks (the longest it can keep SMs from the HP kernels;
-  /// twice that for a kernel of the HP kernel's own class, which contends
-  /// for the same unit) fits in the request's spare time: hp_slowdown_limit
+  /// orion: during an HP request, a BE kernel may run beside it when what
+  /// one wave of its blocks costs the request (the part of the wave whose
+  /// SMs the HP kernels of that time need, which wait for it, plus what the
+  /// HP loses to contention beside it; docs/orion-simulator.md, "Orion's
+  /// co-run rule") fits in the request's spare time: hp_slowdown_limit
   /// times the request's service time alone (kernels back to back, launches
   /// paced by the launch overhead), less the time it has taken so far and
   /// the time its remaining kernels take alone. Each request then ends
@@ -95,7 +97,10 @@ class Policy {
 /// Names accepted by make_policy, in table order ("dedicated" is a run mode, listed too).
 const std::vector<std::string>& policy_names();
 /// Creates a policy: orion, temporal, streams, mps, reef, tick-tock. InputError otherwise.
-std::unique_ptr<Policy> make_policy(std::string_view name, const Workload& workload, const PolicyOptions& options = {});
+/// `model` is the contention the simulator charges co-running kernels; orion
+/// estimates with it what a best-effort kernel costs the HP request.
+std::unique_ptr<Policy> make_policy(std::string_view name, const Workload& workload, const PolicyOptions& options = {},
+                                    const ContentionModel& model = {});
 
 /// The policies `orion-run simulate -p SPEC` runs beside the dedicated
 /// baseline, in table order. SPEC is one name, "all" (every policy that

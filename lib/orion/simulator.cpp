@@ -807,7 +807,7 @@ SimResult simulate(const Workload& workload, std::string_view policy_name, const
                    ChromeTrace* trace) {
   check_simulation_size(workload);  // before any memory goes to a run that cannot finish
   if (policy_name != "dedicated") {
-    auto policy = make_policy(policy_name, workload, options.policy);
+    auto policy = make_policy(policy_name, workload, options.policy, options.model);
     return Simulation(workload, *policy, options, trace).run();
   }
   // Dedicated: every client alone on its own GPU. Clients that run "until the

@@ -32,38 +32,66 @@ struct PolicyFixture : ::testing::Test {
 };
 
 TEST_F(PolicyFixture, OrionLetsBestEffortWavesUseTheHpRequestsSpareTime) {
-  // The HP request alone: one 500 us kernel (no launch overhead); within the
-  // default limit (1.15x) it may take 575 us. At its start 75 us are spare.
+  // The HP request alone: one 500 us kernel on all 80 SMs (no launch
+  // overhead); within the default limit (1.15x) it may take 575 us. At its
+  // start 75 us are spare. A BE wave beside it holds SMs the HP kernel needs
+  // (1 wave) and slows it by 1 - 1/load, the load from the default
+  // contention model: compute use 1.0 x 80/80 + the BE's use x 20/80.
   auto orion = make_policy("orion", w);
   SchedulerView v = hp_running();
   v.hp_request_start_us = 0;
   v.now_us = 0;
   auto fits = [&](double us, int sms, KernelClass cls) { return orion->admit(v, 0, 0, 1, kernel(us, sms, cls)); };
   EXPECT_TRUE(orion->admit(v, 1, 0, 1, hp_conv));     // HP always
-  EXPECT_TRUE(fits(70, 20, KernelClass::kMemory));    // memory beside compute: 70 <= 75
-  EXPECT_FALSE(fits(80, 20, KernelClass::kMemory));   // 80 > 75
-  EXPECT_TRUE(fits(37, 20, KernelClass::kCompute));   // same class counts twice: 74 <= 75
-  EXPECT_FALSE(fits(40, 20, KernelClass::kCompute));  // 80 > 75
-  EXPECT_TRUE(fits(70, 20, KernelClass::kUnknown));   // unknown pairs with anything
+  EXPECT_TRUE(fits(71, 20, KernelClass::kMemory));    // load 1.05: 71 x 1.048 = 74.4 <= 75
+  EXPECT_FALSE(fits(72, 20, KernelClass::kMemory));   // 75.4 > 75
+  EXPECT_TRUE(fits(62, 20, KernelClass::kCompute));   // same class, load 1.25: 62 x 1.2 = 74.4
+  EXPECT_FALSE(fits(63, 20, KernelClass::kCompute));  // 75.6
+  EXPECT_TRUE(fits(66, 20, KernelClass::kUnknown));   // load 1.15: 74.6
+  EXPECT_FALSE(fits(67, 20, KernelClass::kUnknown));  // 75.7
   // A kernel of several waves keeps SMs from the HP for one wave at a time:
-  // 392 SMs on 80 are 5 waves, of 70 us each here, of 80 us there.
-  EXPECT_TRUE(fits(350, 392, KernelClass::kMemory));
-  EXPECT_FALSE(fits(400, 392, KernelClass::kMemory));
+  // 392 SMs on 80 are 5 waves of 80 SMs (load 1.23: x 1.187), 63 us each
+  // here, 64 there.
+  EXPECT_TRUE(fits(315, 392, KernelClass::kMemory));
+  EXPECT_FALSE(fits(320, 392, KernelClass::kMemory));
   // 50 us later the HP kernel still runs: the request has lost 50 us.
   v.now_us = 50;
-  EXPECT_TRUE(fits(25, 20, KernelClass::kMemory));
-  EXPECT_FALSE(fits(30, 20, KernelClass::kMemory));
-  // Its kernel done at 520 us: 55 us left of the bound, for any class.
+  EXPECT_TRUE(fits(23, 20, KernelClass::kMemory));   // 24.1 <= 25
+  EXPECT_FALSE(fits(24, 20, KernelClass::kMemory));  // 25.1
+  // Its kernel done at 520 us: nothing of the request is left to delay.
   v.now_us = 520;
   v.hp_kernels_done = 1;
   v.hp_current_done = true;
-  EXPECT_TRUE(fits(55, 20, KernelClass::kCompute));
-  EXPECT_FALSE(fits(60, 20, KernelClass::kCompute));
+  EXPECT_TRUE(fits(5000, 392, KernelClass::kCompute));
   // Past the bound nothing goes; with no HP request, anything.
   v.now_us = 600;
   EXPECT_FALSE(fits(1, 1, KernelClass::kMemory));
   v.hp_request_active = false;
   EXPECT_TRUE(fits(5000, 392, KernelClass::kCompute));
+}
+
+TEST_F(PolicyFixture, OrionChargesOnlyContentionForSmsTheHpKernelsDueLeaveFree) {
+  // HP request: a 200 us memory kernel on 30 SMs, then a 300 us compute
+  // kernel on all 80; alone 500 us, 575 within the bound: 75 us spare.
+  Workload two = testing::workload(
+      {testing::client("be", {be_small_memory}, false, true, 0),
+       testing::client("hp", {kernel(200, 30, KernelClass::kMemory), kernel(300, 80, KernelClass::kCompute)}, true,
+                       false, 10, 10)});
+  auto orion = make_policy("orion", two);
+  SchedulerView v = hp_running();
+  v.hp_request_start_us = 0;
+  v.now_us = 0;
+  auto fits = [&](double us, int sms, KernelClass cls) { return orion->admit(v, 0, 0, 1, kernel(us, sms, cls)); };
+  // 50 SMs are free beside the first kernel: a wave that ends before the
+  // second is due costs the HP nothing (load 0.3 x 30/80 + 0.93 x 50/80 < 1).
+  EXPECT_TRUE(fits(190, 50, KernelClass::kMemory));
+  // A wave that reaches into the second kernel's time holds SMs it needs.
+  EXPECT_FALSE(fits(210, 50, KernelClass::kMemory));
+  // On 60 SMs, 10 of them are the first kernel's: a sixth of the wave, and
+  // the memory contention (load 1.05), 190 x (1/6 + 0.04) = 40 us: fits; a
+  // 500 us wave reaches the second kernel.
+  EXPECT_TRUE(fits(190, 60, KernelClass::kMemory));
+  EXPECT_FALSE(fits(500, 60, KernelClass::kMemory));
 }
 
 TEST_F(PolicyFixture, OrionFallsBackToAFixedSlackWithoutARequestStartOrALimit) {

@@ -236,7 +236,8 @@ TEST(Simulator, OrionMeetsItsTargetOnTheReferenceWorkload) {
   const SimResult reef = simulate(w, "reef");
   const std::size_t hp = 1, be = 0;
   ASSERT_TRUE(w.clients[hp].high_priority);
-  EXPECT_LE(orion.clients[hp].p99_ms, 1.15 * dedicated.clients[hp].p99_ms);
+  // Each request is held to about 1.15x its time alone; the tail target is 1.2x.
+  EXPECT_LE(orion.clients[hp].p99_ms, 1.2 * dedicated.clients[hp].p99_ms);
   EXPECT_GE(orion.clients[be].throughput_per_s, 0.70 * dedicated.clients[be].throughput_per_s);
   EXPECT_GT(orion.busy_fraction, dedicated.busy_fraction);
   // The baselines behave differently: without stream priorities (mps) HP
