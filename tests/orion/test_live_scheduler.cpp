@@ -327,7 +327,9 @@ TEST(LiveScheduler, TemporalSharingGivesABestEffortRequestHeldTooLongTheNextBoun
   HpLaunch second(f);
   const bool be_went_first = be_kernel.released_within(2000);
   EXPECT_TRUE(be_went_first);
-  if (be_went_first) EXPECT_FALSE(f.poll_until(second.returned, 30));  // the BE request has the GPU now
+  if (be_went_first) {
+    EXPECT_FALSE(f.poll_until(second.returned, 30));  // the BE request has the GPU now
+  }
   // Whoever went first finishes; then the other goes (without the rule the
   // HP's second request would keep the BE launch waiting: end it too).
   if (!be_went_first) {
@@ -509,7 +511,7 @@ TEST(LiveScheduler, ClientsRunUngatedWhenTheSchedulerIsGone) {
 
   // A scheduler that dies while a launch waits: the launch goes ahead.
   Fixture f("orion");
-  LaunchEntry* h = f.hp_request_with("hp_gemm");
+  f.hp_request_with("hp_gemm");  // an HP request in flight holds the big BE kernel
   PendingLaunch big(f, "be_big");
   EXPECT_FALSE(big.released_within(20));
   f.segment.header()->scheduler_pid = dead_pid();
@@ -521,7 +523,7 @@ TEST(LiveScheduler, ClientsRunUngatedWhenTheSchedulerIsGone) {
 
 TEST(LiveScheduler, ADeadClientsSlotIsFreedAndItsWorkForgotten) {
   Fixture f("orion");
-  LaunchEntry* h = f.hp_request_with("hp_gemm");
+  f.hp_request_with("hp_gemm");
   ClientSlot* hp_slot = nullptr;
   for (ClientSlot& s : f.segment.header()->slots) {
     if (s.state.load() == kSlotActive && s.role == kRoleHighPriority) hp_slot = &s;
