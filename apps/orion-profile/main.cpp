@@ -1,7 +1,7 @@
 // orion-profile: Profile GPU kernels: duration, SMs needed, compute- or memory-bound.
 #include "cli/cli.h"
 #include "devices/device_info.h"
-#include "orion/commands.h"
+#include "orion-profile/profile_commands.h"
 #include "orion/live/capture_command.h"
 
 int main(int argc, char** argv) {

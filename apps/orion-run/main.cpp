@@ -1,7 +1,7 @@
 // orion-run: collocate a latency-critical job with best-effort jobs on one GPU under Orion's kernel scheduling.
 #include "cli/cli.h"
 #include "devices/device_info.h"
-#include "orion/commands.h"
+#include "orion-run/simulate_command.h"
 #include "orion/live/exec_command.h"
 
 namespace {

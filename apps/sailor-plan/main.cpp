@@ -1,7 +1,7 @@
 // sailor-plan: plan distributed training on heterogeneous, multi-zone GPU pools.
 #include "cli/cli.h"
 #include "devices/device_info.h"
-#include "sailor/commands.h"
+#include "sailor-plan/commands.h"
 
 namespace {
 

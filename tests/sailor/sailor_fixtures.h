@@ -25,8 +25,8 @@ inline PlannerInputs tiny_inputs() {
       in.profiles.gpus["slow"][{mbs, tp}] = std::vector<LayerTimes>(4, LayerTimes{0.02, 0.04, 0.002});
     }
   }
-  in.cluster.gpu_types["fast"] = {4, 80e9, 3.6};
-  in.cluster.gpu_types["slow"] = {4, 16e9, 1.8};
+  in.cluster.gpu_types["fast"] = {4, 80e9, 3.6, {}};
+  in.cluster.gpu_types["slow"] = {4, 16e9, 1.8, {}};
   in.cluster.zone_region = {{"z1a", "r1"}, {"z1b", "r1"}, {"z2a", "r2"}};
   for (const char* gpu : {"fast", "slow"}) {
     for (const char* zone : {"z1a", "z1b", "z2a"}) in.cluster.quotas[gpu][zone] = 16;

@@ -9,7 +9,7 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "sailor/calibration.h"
-#include "sailor/commands.h"
+#include "sailor/planner_inputs.h"
 #include "sailor/import_sailor.h"
 #include "sailor/search.h"
 #include "sailor_fixtures.h"

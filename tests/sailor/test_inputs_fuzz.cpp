@@ -11,7 +11,7 @@
 #include "common/file_io.h"
 #include "common/json.h"
 #include "fuzz_util.h"
-#include "sailor/commands.h"
+#include "sailor/planner_inputs.h"
 #include "sailor/estimator.h"
 #include "sailor/plan.h"
 #include "test_util.h"
@@ -45,7 +45,9 @@ void fuzz_input(const std::string& name, int iterations, std::uint64_t seed) {
     const Plan plan = plan_from_json(doc.root(), inputs.job);
     validate_plan(plan, inputs.model, inputs.cluster);
     const Estimate e = estimate_plan(plan, inputs);
-    if (e.fits) EXPECT_TRUE(std::isfinite(e.iteration_s) && e.iteration_s > 0) << e.iteration_s;
+    if (e.fits) {
+      EXPECT_TRUE(std::isfinite(e.iteration_s) && e.iteration_s > 0) << e.iteration_s;
+    }
   });
   EXPECT_GT(counts.rejected, iterations / 5) << name;
 }

@@ -109,7 +109,9 @@ TEST_P(SearchAgreesWithExhaustive, ForEveryObjectiveAndBound) {
                                std::to_string(opt.min_throughput) + ", max J " +
                                std::to_string(opt.max_energy_per_iteration) + ")";
       ASSERT_EQ(h.has_value(), e.has_value()) << what;
-      if (e) EXPECT_NEAR(*h, *e, 1e-9 * std::abs(*e)) << what;
+      if (e) {
+        EXPECT_NEAR(*h, *e, 1e-9 * std::abs(*e)) << what;
+      }
     }
   }
 }

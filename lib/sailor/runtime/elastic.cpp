@@ -21,7 +21,7 @@
 #include "common/error.h"
 #include "common/output_check.h"
 #include "common/temporary_folder.h"
-#include "sailor/commands.h"
+#include "sailor/planner_inputs.h"
 #include "sailor/runtime/control_store.h"
 #include "sailor/runtime/trainer_state.h"
 #include "sailor/search.h"

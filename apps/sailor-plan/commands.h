@@ -1,27 +1,15 @@
-// Entry points of sailor-plan's subcommands.
+// sailor-plan's subcommands: the options each takes and the run that does
+// the work and prints (one source file per subcommand).
 #pragma once
 
 #include <filesystem>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "sailor/planner_inputs.h"
+
 namespace fleet::sailor {
-
-struct PlannerInputs;
-
-/// Where the four inputs are: a folder with model.json, profile.json,
-/// cluster.json and job.json, each replaceable by its own path.
-struct InputPaths {
-  std::filesystem::path inputs;
-  std::filesystem::path model, profile, cluster, job;
-  /// The path of one input: the explicit one, else `inputs`/`name`.
-  std::filesystem::path resolve(const std::filesystem::path& explicit_path, const char* name) const;
-};
-
-/// Loads the four inputs and checks they are about the same model.
-PlannerInputs load_inputs(const InputPaths& paths);
 
 /// Options of `sailor-plan import-sailor`.
 struct ImportCommand {

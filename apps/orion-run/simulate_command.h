@@ -1,5 +1,5 @@
-// Entry points of orion-profile and orion-run: each takes its options,
-// does the work, prints to stdout and returns the exit code.
+// `orion-run simulate`: its options, and the run that prints the comparison
+// with the dedicated baseline.
 #pragma once
 
 #include <filesystem>
@@ -32,24 +32,5 @@ struct SimulateOptions {
 
 /// Runs the simulation(s) and prints the comparison with the dedicated baseline.
 int run_simulate(const SimulateOptions& options);
-
-/// Options of `orion-profile import-ncu`.
-struct ImportNcuOptions {
-  std::filesystem::path input;
-  std::string device = "v100";
-  std::filesystem::path output;
-};
-
-/// Converts an Nsight Compute CSV export to our profile CSV.
-int run_import_ncu(const ImportNcuOptions& options);
-
-/// Options of `orion-profile summarize`.
-struct SummarizeOptions {
-  std::filesystem::path profile;
-  bool json = false;
-};
-
-/// Prints kernel count, total time, time per class and the SM-need distribution.
-int run_summarize(const SummarizeOptions& options);
 
 }  // namespace fleet::orion
