@@ -4,7 +4,7 @@
 #include "fleet/config.h"
 #if FLEET_WITH_TORCH
 #include "deltazip/delta_compressor.h"
-#include "model/commands.h"
+#include "dz-compress/eval_commands.h"
 #endif
 
 #if FLEET_WITH_TORCH

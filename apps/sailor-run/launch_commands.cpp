@@ -1,8 +1,64 @@
 #include "sailor-run/launch_commands.h"
 
+#include <iostream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "sailor/runtime/control_store.h"
 #include "sailor/runtime/elastic.h"
 
 namespace fleet {
+namespace sailor::runtime {
+namespace {
+
+std::unique_ptr<ControlStore> connect_controller(const std::string& address) {
+  const auto [host, port] = parse_host_port(address);
+  return ControlStore::connect(host, port, std::chrono::seconds(10));
+}
+
+}  // namespace
+
+int run_join(const JobAddress& c) {
+  auto store = connect_controller(c.address);
+  if (store->get(control_keys::kDone)) throw InputError("the job at " + c.address + " has finished");
+  const auto total = store->add(control_keys::kJoinRequests, c.join_workers);
+  std::cout << fmt::format(
+      "asked the job at {} for {} more worker(s) ({} asked in all); they join at the next step "
+      "boundary\n",
+      c.address, c.join_workers, total);
+  return 0;
+}
+
+int run_status(const JobAddress& c) {
+  auto store = connect_controller(c.address);
+  const auto text = store->get(control_keys::kStatus);
+  if (!text) throw InputError("the store at " + c.address + " holds no elastic job");
+  const auto status = nlohmann::json::parse(*text);
+  if (c.json) {
+    std::cout << status.dump(2) << "\n";
+    return 0;
+  }
+  if (status.value("state", "") == "waiting") {
+    std::cout << fmt::format("waiting for workers: {} of {} registered (generation 0 starts when all have)\n",
+                             status.at("registered").get<std::int64_t>(), status.at("workers").get<int>());
+    return 0;
+  }
+  std::string stages;
+  for (const auto& st : status.at("plan").at("stages"))
+    stages += fmt::format("{}[{},{}) x{}", stages.empty() ? "" : " ", st.at("layers")[0].get<int>(),
+                          st.at("layers")[1].get<int>(), st.at("replicas").size());
+  std::cout << fmt::format(
+      "generation {} ({}): {} training worker(s) {}, other worker(s) {}\nplan: {}\n"
+      "last change: {}\nsteps finished: {}\n",
+      status.at("generation").get<int>(), status.at("state").get<std::string>(), status.at("training").size(),
+      status.at("training").dump(), status.at("others").dump(), stages, status.at("cause").get<std::string>(),
+      status.at("last_step").get<std::int64_t>());
+  return 0;
+}
+
+}  // namespace sailor::runtime
 
 namespace {
 

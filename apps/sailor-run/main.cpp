@@ -4,7 +4,7 @@
 #include "devices/device_info.h"
 #include "fleet/config.h"
 #if FLEET_WITH_TORCH
-#include "model/commands.h"
+#include "sailor-run/model_commands.h"
 #include "sailor-run/launch_commands.h"
 #include "sailor-run/train_commands.h"
 #endif

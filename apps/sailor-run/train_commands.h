@@ -7,11 +7,23 @@
 #include <vector>
 
 #include "cli/cli.h"
-#include "sailor/runtime/commands.h"
+#include "sailor/runtime/trainer.h"
 #include "sailor/runtime/network_profile.h"
 #include "sailor/runtime/profiler.h"
 
 namespace fleet {
+namespace sailor::runtime {
+
+/// `sailor-run train`: one rank of a job, or the whole job in one process.
+struct TrainCommand {
+  TrainJob job;
+  int threads = 0;  ///< 0: libtorch's default
+  bool json = false;
+};
+/// Trains, and prints the losses (rank 0); the exit code of a stopped run.
+int run_train(const TrainCommand& command);
+
+}  // namespace sailor::runtime
 
 struct TrainCommands {
   sailor::runtime::TrainCommand train;

@@ -21,7 +21,7 @@
 #include "deltazip/container.h"
 #include "deltazip/obs_compressor.h"
 #include "deltazip/reconstruct.h"
-#include "model/commands.h"
+#include "model/cpu_threads.h"
 #include "model/llama.h"
 #include "model/synthetic_tasks.h"
 #include "model/tensor_bridge.h"

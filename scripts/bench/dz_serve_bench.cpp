@@ -30,7 +30,7 @@
 #include "deltazip/container.h"
 #include "deltazip/reconstruct.h"
 #include "deltazip/serve/variant_delta.h"
-#include "model/commands.h"
+#include "model/cpu_threads.h"
 #include "model/device.h"
 #include "model/llama.h"
 #include "model/small_batch_linear.h"

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "model/commands.h"
+#include "model/cpu_threads.h"
 #include "model/llama.h"
 
 using namespace fleet::model;

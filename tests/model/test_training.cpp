@@ -13,7 +13,7 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/safetensors.h"
-#include "model/commands.h"
+#include "model/cpu_threads.h"
 #include "model/device.h"
 #include "model/generate.h"
 #include "model/llama.h"

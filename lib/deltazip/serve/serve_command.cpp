@@ -5,7 +5,7 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/logging.h"
-#include "model/commands.h"
+#include "model/cpu_threads.h"
 
 namespace fleet::deltazip {
 

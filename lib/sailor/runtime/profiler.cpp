@@ -19,7 +19,7 @@
 #include "common/logging.h"
 #include "common/output_check.h"
 #include "common/progress.h"
-#include "model/commands.h"
+#include "model/cpu_threads.h"
 #include "model/device.h"
 #include "model/llama.h"
 #include "model/torch_compat.h"

@@ -1,6 +1,4 @@
-#include "model/commands.h"
-
-#include <dlfcn.h>
+#include "dz-compress/eval_commands.h"
 
 #include <cstdio>
 #include <iostream>
@@ -20,86 +18,9 @@
 #include "model/tensor_bridge.h"
 #include "model/tokenizer.h"
 
+#include "model/cpu_threads.h"
+
 namespace fleet::model {
-namespace {
-
-std::string tokenizer_config_json(const Tokenizer& tokenizer, const LlamaConfig& config) {
-  nlohmann::ordered_json j = {{"tokenizer_class", "PreTrainedTokenizerFast"},
-                              {"model_max_length", config.max_position_embeddings},
-                              {"clean_up_tokenization_spaces", false}};
-  auto name = [&](std::int64_t id) { return tokenizer.token(static_cast<std::int32_t>(id)); };
-  if (config.bos_token_id >= 0 && config.bos_token_id < tokenizer.vocab_size())
-    j["bos_token"] = name(config.bos_token_id);
-  if (config.eos_token_id >= 0 && config.eos_token_id < tokenizer.vocab_size())
-    j["eos_token"] = name(config.eos_token_id);
-  if (config.pad_token_id >= 0 && config.pad_token_id < tokenizer.vocab_size())
-    j["pad_token"] = name(config.pad_token_id);
-  return j.dump(2) + "\n";
-}
-
-}  // namespace
-
-void set_cpu_threads(int threads) {
-  if (threads < 0) throw UsageError("--threads must be >= 0");
-  if (threads == 0) return;
-  torch::set_num_threads(threads);
-  // Debian's libtorch hands matrix products to the system BLAS. OpenBLAS keeps
-  // its own thread pool that torch::set_num_threads does not reach, so a
-  // "one thread" run would still use every core (and sum in a core-count
-  // dependent order). Its setter is found at run time: the BLAS behind
-  // libblas.so.3 is chosen by the system, not at link time.
-  using SetThreads = void (*)(int);
-  std::vector<void*> scopes = {RTLD_DEFAULT};
-  for (const char* library : {"libblas.so.3", "libopenblas.so.0"}) {  // when loaded without RTLD_GLOBAL
-    if (void* handle = ::dlopen(library, RTLD_LAZY | RTLD_NOLOAD)) scopes.push_back(handle);
-  }
-  for (void* scope : scopes) {
-    if (auto* set = reinterpret_cast<SetThreads>(::dlsym(scope, "openblas_set_num_threads"))) {
-      set(threads);
-      break;
-    }
-  }
-  for (std::size_t i = 1; i < scopes.size(); ++i) ::dlclose(scopes[i]);  // drops the references NOLOAD took
-}
-
-int run_init(const InitCommand& c) {
-  if (c.preset.empty() == c.config.empty()) throw UsageError("give exactly one of --preset or --config");
-  OutputCheck()
-      .input(c.config, "--config")
-      .input(c.tokenizer, "--tokenizer")
-      .folder(c.output, "--output")
-      .check(Existing::kNeedsForce, c.force);
-  LlamaConfig config = c.preset.empty() ? load_llama_config(c.config) : llama_preset(c.preset);
-  const auto dtype = parse_torch_dtype(c.dtype);
-  config.torch_dtype = c.dtype;
-  std::string tokenizer_json = c.tokenizer.empty() ? byte_tokenizer_json() : read_file(c.tokenizer);
-  auto tokenizer = Tokenizer::parse(tokenizer_json, c.tokenizer.empty() ? "byte tokenizer" : c.tokenizer.string());
-  if (tokenizer.vocab_size() > config.vocab_size)
-    throw InputError("the tokenizer has " + std::to_string(tokenizer.vocab_size()) + " tokens but vocab_size is " +
-                     std::to_string(config.vocab_size));
-  auto model = LlamaModel::random(config, c.seed);
-  write_directory_atomically(c.output, [&](const std::filesystem::path& dir) {
-    model.save(dir, dtype);
-    write_file_atomically(dir / "tokenizer.json", tokenizer_json);
-    write_file_atomically(dir / "tokenizer_config.json", tokenizer_config_json(tokenizer, config));
-    nlohmann::ordered_json generation = {{"bos_token_id", config.bos_token_id}, {"eos_token_id", config.eos_token_id}};
-    if (!config.more_eos_token_ids.empty()) generation["eos_token_id"] = config.eos_token_ids();
-    if (config.pad_token_id >= 0) generation["pad_token_id"] = config.pad_token_id;
-    write_file_atomically(dir / "generation_config.json", generation.dump(2) + "\n");
-  });
-  spdlog::info("wrote {} ({} parameters, {} layers, hidden {}, seed {})", c.output.string(), config.parameter_count(),
-               config.num_hidden_layers, config.hidden_size, c.seed);
-  return 0;
-}
-
-int run_make_corpus(const CorpusCommand& c) {
-  auto task = parse_synthetic_task(c.task);
-  OutputCheck().file(c.output, "--output").check(Existing::kReplace);
-  write_file_atomically(c.output, make_synthetic_corpus(task, c.lines, c.seed));
-  spdlog::info("wrote {} lines of '{}' to {}", c.lines, c.task, c.output.string());
-  return 0;
-}
-
 namespace {
 
 std::vector<SyntheticTask> parse_tasks(const std::vector<std::string>& names) {

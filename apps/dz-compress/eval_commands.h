@@ -1,42 +1,14 @@
-// Entry points of the model-related subcommands: `sailor-run init`,
-// `sailor-run make-corpus`, `dz-compress eval` and `compare` (training is
-// sailor/runtime/commands.h).
-// Torch-free header: the programs include it, the .cpp uses libtorch.
+// `dz-compress eval` and `compare`: perplexity on text and exact-match
+// accuracy on synthetic tasks, of one model or of several side by side.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "model/trainer.h"
-
 namespace fleet::model {
-
-/// Sets the CPU threads of libtorch and of the BLAS it calls (OpenBLAS keeps its
-/// own pool); 0 keeps the defaults; UsageError when negative.
-void set_cpu_threads(int threads);
-
-/// `sailor-run init`: a randomly initialised model folder.
-struct InitCommand {
-  std::string preset;               ///< built-in config name, or
-  std::filesystem::path config;     ///< a config.json
-  std::filesystem::path tokenizer;  ///< tokenizer.json (default: the byte tokenizer)
-  std::filesystem::path output;
-  std::uint64_t seed = 0;
-  std::string dtype = "float32";
-  bool force = false;  ///< replace an existing folder
-};
-int run_init(const InitCommand& command);
-
-/// `sailor-run make-corpus`.
-struct CorpusCommand {
-  std::string task;
-  std::size_t lines = 1000;
-  std::uint64_t seed = 0;
-  std::filesystem::path output;
-};
-int run_make_corpus(const CorpusCommand& command);
 
 /// `dz-compress eval`: perplexity on text files and accuracy on synthetic tasks.
 struct EvalCommand {
