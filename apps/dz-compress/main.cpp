@@ -4,7 +4,9 @@
 #include "fleet/config.h"
 #if FLEET_WITH_TORCH
 #include "deltazip/delta_compressor.h"
+#include "dz-compress/compress_command.h"
 #include "dz-compress/eval_commands.h"
+#include "dz-compress/inspect_command.h"
 #endif
 
 #if FLEET_WITH_TORCH
@@ -41,8 +43,9 @@ int main(int argc, char** argv) {
 #if FLEET_WITH_TORCH
   namespace dz = fleet::deltazip;
   dz::CompressCommand compress;
+  bool compress_json = false;
   CLI::App* cc = tool.add_command("compress", "Compress TARGET as a sparse low-bit delta from BASE into one HDF5 file",
-                                  [&] { return dz::run_compress(compress); });
+                                  [&] { return dz::run_compress(compress, compress_json); });
   cc->add_option("--base", compress.base, "Base model folder")->required();
   cc->add_option("--target", compress.target, "Fine-tuned model folder (same architecture and shapes)")->required();
   cc->add_option("-o,--output", compress.output, "Delta container to write (.h5)")
@@ -89,7 +92,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   fleet::add_threads_option(cc, &compress.threads);
   cc->add_flag("--force", compress.force, "Replace an existing output");
-  fleet::add_json_flag(cc, &compress.json);
+  fleet::add_json_flag(cc, &compress_json);
 
   dz::DecompressCommand decompress;
   CLI::App* dc = tool.add_command("decompress", "Rebuild the fine-tuned model folder from BASE and a delta",

@@ -3,11 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <iostream>
 #include <map>
 #include <set>
 
-#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "common/atomic_file.h"
@@ -139,7 +137,7 @@ std::int64_t default_calibration_samples(std::int64_t hidden_size, std::int64_t 
   return std::clamp<std::int64_t>((2 * widest + seq_len - 1) / std::max<std::int64_t>(seq_len, 1), 8, 64);
 }
 
-int run_compress(const CompressCommand& command) {
+CompressResult compress_delta(const CompressCommand& command) {
   CompressCommand c = command;
   model::set_cpu_threads(c.threads);
   CompressionOptions options;
@@ -159,8 +157,8 @@ int run_compress(const CompressCommand& command) {
   if (c.zstd_level < 1 || c.zstd_level > 22) throw UsageError("--zstd-level must be 1 to 22");
   if (c.embedding_bits != 0 && (c.embedding_bits < 2 || c.embedding_bits > 8))
     throw UsageError("--embedding-bits must be 0 (dense float16) or 2 to 8");
-  OutputCheck outputs;
-  outputs.input(c.base, "--base")
+  OutputCheck()
+      .input(c.base, "--base")
       .input(c.target, "--target")
       .input(c.calib, "--calib")
       .file(c.output, "--output")
@@ -225,7 +223,7 @@ int run_compress(const CompressCommand& command) {
       auto compressed = obs_compress(delta, h, options);
       writer.add_packed(name, compressed.pack(options));
       obs_error += weighted_error(delta, compressed.dequantized, h);
-      if (c.json || spdlog::should_log(spdlog::level::debug))
+      if (c.compare_with_rtn || spdlog::should_log(spdlog::level::debug))
         rtn_error += weighted_error(delta, rtn_compress(delta, options).dequantized, h);
       weight->copy_(base_w + compressed.dequantized);
     }
@@ -250,7 +248,7 @@ int run_compress(const CompressCommand& command) {
       auto compressed = obs_compress(delta, h, options);
       writer.add_packed(name, compressed.pack(options));
       obs_error += weighted_error(delta, compressed.dequantized, h);
-      if (c.json || spdlog::should_log(spdlog::level::debug))
+      if (c.compare_with_rtn || spdlog::should_log(spdlog::level::debug))
         rtn_error += weighted_error(delta, rtn_compress(delta, options).dequantized, h);
     }
   }
@@ -260,24 +258,17 @@ int run_compress(const CompressCommand& command) {
     if (name.find("_proj.weight") != std::string::npos || packed.count(name)) continue;
     add_dense_tensor(writer, name, t, base, c);
   }
-  const auto size = writer.commit();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  double params = static_cast<double>(target.config().parameter_count());
-  std::ostream& report = report_stream(outputs);  // "-o -": stdout carries the container
-  if (c.json) {
-    nlohmann::json out = {{"output", c.output.string()},
-                          {"bytes", size},
-                          {"seconds", seconds},
-                          {"seconds_per_million_parameters", seconds / (params / 1e6)},
-                          {"weighted_error", calibrate ? nlohmann::json(obs_error) : nlohmann::json()},
-                          {"weighted_error_rtn", calibrate ? nlohmann::json(rtn_error) : nlohmann::json()},
-                          {"settings", settings_json(c)}};
-    report << out.dump(2) << "\n";
-  } else {
-    report << fmt::format("wrote {}: {} bytes ({:.2f}x smaller than the fp16 model), {:.1f} s\n", c.output.string(),
-                          size, 2 * params / static_cast<double>(size), seconds);
+  CompressResult result;
+  result.output = c.output;
+  result.bytes = writer.commit();
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  result.parameters = target.config().parameter_count();
+  if (calibrate) {
+    result.weighted_error = obs_error;
+    if (c.compare_with_rtn) result.weighted_error_rtn = rtn_error;
   }
-  return 0;
+  result.settings_json = settings_json(c).dump();
+  return result;
 }
 
 torch::Tensor dense_tensor(const DenseEntry& entry) {
@@ -347,114 +338,6 @@ int run_decompress(const DecompressCommand& c) {
     model::copy_tokenizer_files(c.base, dir);
   });
   spdlog::info("wrote {} (base {} + delta {})", c.output.string(), c.base.string(), c.delta.string());
-  return 0;
-}
-
-namespace {
-
-// The class of a model tensor, for inspect's summary.
-const char* tensor_class(const std::string& name) {
-  if (name.find("_proj.weight") != std::string::npos) return "linear layers";
-  if (name == "lm_head.weight") return "LM head";
-  if (name.find("embed_tokens") != std::string::npos) return "embedding";
-  if (name.find("norm") != std::string::npos) return "norms";
-  return "other";
-}
-
-}  // namespace
-
-int run_inspect(const InspectCommand& c) {
-  DeltaReader reader(c.delta);
-  struct Row {
-    std::string name, kind;
-    std::int64_t elements;
-    std::uint64_t bytes;
-  };
-  struct Total {
-    std::int64_t elements = 0;
-    std::uint64_t bytes = 0;
-  };
-  std::vector<Row> rows;
-  for (const auto& n : reader.packed_names()) {
-    auto p = reader.packed(n);
-    rows.push_back(
-        {n, fmt::format("{}-bit {}", p.bits, p.sparsity.to_string()), reader.elements(n), reader.stored_bytes(n)});
-  }
-  for (const auto& n : reader.dense_names()) {
-    auto e = reader.dense(n);
-    rows.push_back({n, e.form, reader.elements(n), reader.stored_bytes(n)});
-  }
-  std::map<std::string, Total> classes;  // by tensor_class
-  Total all;
-  for (const auto& r : rows) {
-    Total& t = classes[tensor_class(r.name)];
-    t.elements += r.elements;
-    t.bytes += r.bytes;
-    all.elements += r.elements;
-    all.bytes += r.bytes;
-  }
-  const Total linear = classes["linear layers"];
-  const auto file_bytes = reader.file_bytes();
-  auto bpw = [](std::uint64_t bytes, std::int64_t n) {
-    return n ? 8.0 * static_cast<double>(bytes) / static_cast<double>(n) : 0.0;
-  };
-  nlohmann::json settings = parse_json(reader.header().settings_json, c.delta.string() + ":settings").json();
-  if (c.json) {
-    nlohmann::json tensors = nlohmann::json::array();
-    for (const auto& r : rows)
-      tensors.push_back({{"name", r.name},
-                         {"kind", r.kind},
-                         {"elements", r.elements},
-                         {"bytes", r.bytes},
-                         {"bits_per_weight", bpw(r.bytes, r.elements)}});
-    nlohmann::json by_class = nlohmann::json::object();
-    for (const auto& [name, t] : classes) {
-      if (t.elements == 0) continue;
-      by_class[name] = {{"elements", t.elements},
-                        {"bytes", t.bytes},
-                        {"bits_per_weight", bpw(t.bytes, t.elements)},
-                        {"share_of_file", static_cast<double>(t.bytes) / static_cast<double>(file_bytes)}};
-    }
-    nlohmann::json out = {
-        {"file", c.delta.string()},
-        {"file_bytes", file_bytes},
-        {"base_identity", reader.header().base_identity},
-        {"settings", settings},
-        {"tensors", tensors},
-        {"classes", by_class},
-        {"linear",
-         {{"elements", linear.elements},
-          {"bytes", linear.bytes},
-          {"bits_per_weight", bpw(linear.bytes, linear.elements)},
-          {"ratio_vs_fp16_delta",
-           linear.bytes ? 2.0 * static_cast<double>(linear.elements) / static_cast<double>(linear.bytes) : 0.0}}},
-        {"total",
-         {{"elements", all.elements},
-          {"bytes", all.bytes},
-          {"bits_per_weight", bpw(all.bytes, all.elements)},
-          {"ratio_vs_fp16_model", 2.0 * static_cast<double>(all.elements) / static_cast<double>(file_bytes)}}}};
-    std::cout << out.dump(2) << "\n";
-    return 0;
-  }
-  std::cout << fmt::format("{}: {} bytes, base identity {}\nsettings: {}\n", c.delta.string(), file_bytes,
-                           reader.header().base_identity, settings.dump());
-  std::cout << fmt::format("{:<44} {:<24} {:>12} {:>12} {:>8}\n", "tensor", "stored as", "weights", "bytes", "bits/w");
-  for (const auto& r : rows)
-    std::cout << fmt::format("{:<44} {:<24} {:>12} {:>12} {:>8.3f}\n", r.name, r.kind, r.elements, r.bytes,
-                             bpw(r.bytes, r.elements));
-  std::cout << fmt::format("{:<16} {:>12} {:>12} {:>8} {:>8}\n", "class", "weights", "bytes", "bits/w", "of file");
-  for (const auto& [name, t] : classes) {
-    if (t.elements == 0) continue;
-    std::cout << fmt::format("{:<16} {:>12} {:>12} {:>8.3f} {:>7.1f}%\n", name, t.elements, t.bytes,
-                             bpw(t.bytes, t.elements),
-                             100.0 * static_cast<double>(t.bytes) / static_cast<double>(file_bytes));
-  }
-  std::cout << fmt::format("linear layers: {:.3f} bits/weight, {:.2f}x smaller than their fp16 delta\n",
-                           bpw(linear.bytes, linear.elements),
-                           linear.bytes ? 16.0 / bpw(linear.bytes, linear.elements) : 0.0);
-  std::cout << fmt::format("whole file: {:.3f} bits/weight, {:.2f}x smaller than the fp16 model\n",
-                           bpw(file_bytes, all.elements),
-                           2.0 * static_cast<double>(all.elements) / static_cast<double>(file_bytes));
   return 0;
 }
 

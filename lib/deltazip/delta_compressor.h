@@ -1,10 +1,11 @@
 // DeltaZip's pipeline: compress a fine-tuned model as its delta from a base
-// model, layer by layer with calibration; reconstruct it; describe a
-// container. Torch-free header: the programs include it.
+// model, layer by layer with calibration; reconstruct it. Torch-free
+// header: the programs include it.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,9 +32,26 @@ struct CompressCommand {
   int threads = 0;
   std::string device = "auto";  ///< cpu, cuda or auto (model forward and OBS sweeps)
   bool force = false;
-  bool json = false;
+  /// Also measure what round-to-nearest would have lost, for comparison
+  /// (CompressResult::weighted_error_rtn; one more quantization per matrix).
+  bool compare_with_rtn = false;
 };
-int run_compress(const CompressCommand& command);
+
+/// What compress_delta wrote.
+struct CompressResult {
+  std::filesystem::path output;
+  std::uint64_t bytes = 0;
+  double seconds = 0;
+  std::int64_t parameters = 0;  ///< of the fine-tuned model
+  /// OBS: the layers' output error, tr((delta - q) H (delta - q)^T) summed
+  /// over the linear layers; and round-to-nearest's, when compared. Unset
+  /// for round-to-nearest.
+  std::optional<double> weighted_error, weighted_error_rtn;
+  std::string settings_json;  ///< the settings recorded in the container
+};
+/// Compresses `command.target` as a delta from `command.base` into
+/// `command.output` (replaced only with `force`), with progress on stderr.
+CompressResult compress_delta(const CompressCommand& command);
 
 /// Calibration sequences of `seq_len` tokens when none are asked for: two
 /// tokens per input of the widest linear layer (its Hessian needs about as
@@ -49,12 +67,5 @@ struct DecompressCommand {
   bool force = false;
 };
 int run_decompress(const DecompressCommand& command);
-
-/// `dz-compress inspect`.
-struct InspectCommand {
-  std::filesystem::path delta;
-  bool json = false;
-};
-int run_inspect(const InspectCommand& command);
 
 }  // namespace fleet::deltazip

@@ -70,7 +70,7 @@ class Serving : public ::testing::Test {
       c.calib_samples = 8;
       c.seq_len = 32;
       c.threads = 1;
-      ASSERT_EQ(run_compress(c), 0);
+      EXPECT_GT(compress_delta(c).bytes, 0u);
     };
     compress("ft1", "base", 4, "rtn", "delta-zstd", "ft1.h5");
     compress("ft2", "base", 2, "obs", "full", "ft2.h5");
