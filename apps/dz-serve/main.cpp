@@ -2,6 +2,7 @@
 // and load-test such a server.
 #include "cli/cli.h"
 #include "deltazip/serve/serve_command.h"
+#include "dz-serve/bench_command.h"
 #include "devices/device_info.h"
 #include "fleet/config.h"
 
@@ -91,10 +92,11 @@ int main(int argc, char** argv) {
 #endif
 
   dz::BenchCommand bench;
+  bool bench_json = false;
   CLI::App* bc = tool.add_command("bench",
                                   "Open-loop load test of a running server: Poisson arrivals, streamed "
                                   "completions; throughput, TTFT and latency percentiles",
-                                  [&] { return dz::run_bench(bench); });
+                                  [&] { return dz::run_bench(bench, bench_json); });
   bc->add_option("--url", bench.url, "Server address, http://HOST:PORT")->capture_default_str();
   bc->add_option("--variants", bench.variants, "Model names to request; popularity rank is the order given")
       ->required()
@@ -119,6 +121,6 @@ int main(int argc, char** argv) {
   bc->add_option("--max-in-flight", bench.max_in_flight, "Outstanding requests before arrivals count as errors")
       ->capture_default_str()
       ->check(fleet::in_range(1, 1e5));
-  fleet::add_json_flag(bc, &bench.json);
+  fleet::add_json_flag(bc, &bench_json);
   return tool.run(argc, argv);
 }

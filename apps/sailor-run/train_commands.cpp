@@ -57,6 +57,42 @@ int run_train(const TrainCommand& c) {
   return 0;
 }
 
+int run_profile(const ProfileCommand& c, bool json) {
+  const auto result = profile_layers(c);
+  if (!result) return 0;  // another rank reports
+  if (json) {
+    std::cout << nlohmann::json({{"profile", result->profile.string()},
+                                 {"model", result->model.string()},
+                                 {"entries", nlohmann::json::parse(result->entries_json)}})
+                     .dump(2)
+              << "\n";
+    return 0;
+  }
+  for (const ProfileTotals& t : result->totals) {
+    // Kept bytes are counted by the CPU allocator only: on a GPU they are unknown, not zero.
+    const std::string kept = t.kept_bytes
+                                 ? fmt::format("{:.1f} MiB kept for backward per rank", *t.kept_bytes / (1 << 20))
+                                 : std::string("activation memory not measured on a GPU");
+    std::cout << fmt::format("TP {}, mbs {}: forward {:.4f} s, backward {:.4f} s, update {:.4f} s over {} layers; {}\n",
+                             t.tp, t.mbs, t.forward_s, t.backward_s, t.update_s, result->layers, kept);
+  }
+  std::cout << fmt::format("wrote {} and {}\n", result->profile.string(), result->model.string());
+  return 0;
+}
+
+int run_network_profile(const NetworkProfileCommand& c, bool json) {
+  const auto result = profile_network(c);
+  if (!result) return 0;  // rank 0 reports
+  if (json) {
+    std::cout << result->cluster_json << "\n";
+    return 0;
+  }
+  std::cout << fmt::format(
+      "{} link: GB/s = {:.4g} x^2 + {:.4g} x + {:.4g} (x = log2 MB), at most {:.2f} GB/s; wrote {}\n", c.link_class,
+      result->fit[0], result->fit[1], result->fit[2], result->max_bytes_per_s / 1e9, c.output.string());
+  return 0;
+}
+
 }  // namespace sailor::runtime
 
 void add_train_commands(Tool& tool, TrainCommands& c) {
@@ -116,7 +152,7 @@ void add_train_commands(Tool& tool, TrainCommands& c) {
   auto& profile = c.profile;
   CLI::App* profile_cmd = tool.add_command(
       "profile", "Measure per-layer forward/backward/update times and activation memory for sailor-plan",
-      [&c] { return run_profile(c.profile); });
+      [&c] { return run_profile(c.profile, c.profile_json); });
   profile_cmd->add_option("--model", profile.model, "Model folder to profile")->required();
   profile_cmd->add_option("--gpu-type", profile.gpu_type, "Name of this device in the cluster description")->required();
   profile_cmd->add_option("--mbs", profile.mbs, "Micro-batch sizes (comma-separated)")->delimiter(',');
@@ -137,12 +173,12 @@ void add_train_commands(Tool& tool, TrainCommands& c) {
   profile_cmd->add_option("--model-out", profile.model_output, "model.json to write (default: beside -o)")
       ->transform(output_path());
   add_threads_option(profile_cmd, &profile.threads);
-  add_json_flag(profile_cmd, &profile.json);
+  add_json_flag(profile_cmd, &c.profile_json);
 
   auto& net = c.net;
   CLI::App* net_cmd =
       tool.add_command("profile-net", "On 2+ ranks: fit the point-to-point bandwidth curve and write a cluster.json",
-                       [&c] { return run_network_profile(c.net); });
+                       [&c] { return run_network_profile(c.net, c.net_json); });
   net_cmd->add_option("--gpu-type", net.gpu_type, "Name of the devices in the cluster description")->required();
   net_cmd->add_option("--link-class", net.link_class, "same_node, same_zone, cross_zone or cross_region")
       ->capture_default_str();
@@ -156,7 +192,7 @@ void add_train_commands(Tool& tool, TrainCommands& c) {
   net_cmd->add_option("-o,--output", net.output, "cluster.json to write (rank 0)")
       ->transform(output_path())
       ->required();
-  add_json_flag(net_cmd, &net.json);
+  add_json_flag(net_cmd, &c.net_json);
 }
 
 }  // namespace fleet

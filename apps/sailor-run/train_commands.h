@@ -22,6 +22,10 @@ struct TrainCommand {
 };
 /// Trains, and prints the losses (rank 0); the exit code of a stopped run.
 int run_train(const TrainCommand& command);
+/// `profile`: measures, and rank 0 prints the totals per (TP, mbs), or JSON.
+int run_profile(const ProfileCommand& command, bool json);
+/// `profile-net`: measures, and rank 0 prints the fitted curve, or the cluster.json.
+int run_network_profile(const NetworkProfileCommand& command, bool json);
 
 }  // namespace sailor::runtime
 
@@ -29,7 +33,9 @@ struct TrainCommands {
   sailor::runtime::TrainCommand train;
   std::vector<std::string> data;  ///< --data, as given
   sailor::runtime::ProfileCommand profile;
+  bool profile_json = false;
   sailor::runtime::NetworkProfileCommand net;
+  bool net_json = false;
 };
 void add_train_commands(Tool& tool, TrainCommands& commands);
 

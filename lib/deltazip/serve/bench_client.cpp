@@ -4,7 +4,6 @@
 // each streamed so that the time to the first token is measured.
 #include <atomic>
 #include <cmath>
-#include <iostream>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -132,7 +131,7 @@ Outcome send_one(const BenchCommand& c, const std::string& model, const std::str
 
 }  // namespace
 
-int run_bench(const BenchCommand& c) {
+BenchResult run_load(const BenchCommand& c) {
   if (c.url.rfind("http://", 0) != 0 && c.url.rfind("https://", 0) != 0)
     throw UsageError("--url must be http://HOST:PORT (or https://), got '" + c.url + "'");
   if (c.variants.empty()) throw UsageError("--variants needs at least one model name");
@@ -182,48 +181,45 @@ int run_bench(const BenchCommand& c) {
   for (auto& t : threads) t.join();
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
 
+  BenchResult r;
+  r.requests = static_cast<std::int64_t>(arrivals.size());
+  r.elapsed_s = elapsed;
   std::vector<double> ttft, latency;
-  std::int64_t tokens = 0, failed = 0;
-  std::map<std::string, std::int64_t> errors;
   for (const auto& o : outcomes) {
     if (!o.ok) {
-      failed++;
-      errors[o.error]++;
+      r.failed++;
+      r.errors[o.error]++;
       continue;
     }
     ttft.push_back(o.ttft);
     latency.push_back(o.latency);
-    tokens += o.tokens;
+    r.tokens += o.tokens;
   }
-  const auto t = summarize(ttft), l = summarize(latency);
-  const auto completed = static_cast<double>(latency.size());
-  nlohmann::json report = {{"url", c.url},
-                           {"rate", c.rate},
-                           {"duration_s", c.duration},
-                           {"popularity", c.popularity},
-                           {"variants", c.variants},
-                           {"max_tokens", c.max_tokens},
-                           {"requests", arrivals.size()},
-                           {"completed", latency.size()},
-                           {"failed", failed},
-                           {"elapsed_s", elapsed},
-                           {"throughput_requests_per_s", completed / elapsed},
-                           {"throughput_tokens_per_s", static_cast<double>(tokens) / elapsed},
-                           {"ttft_s", {{"p50", t.p50}, {"p90", t.p90}, {"p99", t.p99}, {"mean", t.mean}}},
-                           {"latency_s", {{"p50", l.p50}, {"p90", l.p90}, {"p99", l.p99}, {"mean", l.mean}}},
-                           {"errors", errors}};
-  if (c.json) {
-    std::cout << report.dump(2) << "\n";
-  } else {
-    std::cout << fmt::format("requests {} completed {} failed {} in {:.1f} s\n", arrivals.size(), latency.size(),
-                             failed, elapsed)
-              << fmt::format("throughput {:.3f} requests/s, {:.1f} tokens/s\n", completed / elapsed,
-                             static_cast<double>(tokens) / elapsed)
-              << fmt::format("TTFT     p50 {:.3f} s  p90 {:.3f} s  p99 {:.3f} s\n", t.p50, t.p90, t.p99)
-              << fmt::format("latency  p50 {:.3f} s  p90 {:.3f} s  p99 {:.3f} s\n", l.p50, l.p90, l.p99);
-    for (const auto& [e, n] : errors) std::cout << fmt::format("error x{}: {}\n", n, e);
-  }
-  return failed == 0 ? 0 : 1;
+  r.completed = static_cast<std::int64_t>(latency.size());
+  r.ttft_s = summarize(ttft);
+  r.latency_s = summarize(latency);
+  return r;
+}
+
+nlohmann::json BenchResult::to_json(const BenchCommand& c) const {
+  const auto quantiles = [](const Summary& s) {
+    return nlohmann::json{{"p50", s.p50}, {"p90", s.p90}, {"p99", s.p99}, {"mean", s.mean}};
+  };
+  return {{"url", c.url},
+          {"rate", c.rate},
+          {"duration_s", c.duration},
+          {"popularity", c.popularity},
+          {"variants", c.variants},
+          {"max_tokens", c.max_tokens},
+          {"requests", requests},
+          {"completed", completed},
+          {"failed", failed},
+          {"elapsed_s", elapsed_s},
+          {"throughput_requests_per_s", requests_per_s()},
+          {"throughput_tokens_per_s", tokens_per_s()},
+          {"ttft_s", quantiles(ttft_s)},
+          {"latency_s", quantiles(latency_s)},
+          {"errors", errors}};
 }
 
 }  // namespace fleet::deltazip

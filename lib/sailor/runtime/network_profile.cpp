@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <iostream>
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -56,7 +55,7 @@ std::vector<double> fit_quadratic(const std::vector<double>& x, const std::vecto
   return {a[0][3] / a[0][0], a[1][3] / a[1][1], a[2][3] / a[2][2]};
 }
 
-int run_network_profile(const NetworkProfileCommand& c) {
+std::optional<NetworkProfileResult> profile_network(const NetworkProfileCommand& c) {
   const WorldInfo world = world_from_environment();
   if (!world.distributed())
     throw UsageError(
@@ -99,7 +98,7 @@ int run_network_profile(const NetworkProfileCommand& c) {
     spdlog::info("{:>10.0f} bytes: {:.3f} GB/s ({:.1f} us one way)", sizes[i], gbps.back(), seconds * 1e6);
   }
   comm.world().barrier();
-  if (world.rank != 0) return 0;
+  if (world.rank != 0) return std::nullopt;
 
   const auto fit = fit_quadratic(x, gbps);
   const double max_rate = *std::max_element(gbps.begin(), gbps.end()) * 1e9;
@@ -125,15 +124,7 @@ int run_network_profile(const NetworkProfileCommand& c) {
       {"egress_usd_per_gb", {{"same_zone", 0}, {"cross_zone", 0}, {"cross_region", 0}}},
       {"measured", {{"bytes", sizes}, {"gb_per_s", gbps}}}};
   write_file_atomically(c.output, cluster.dump(2) + "\n");
-  if (c.json) {
-    std::cout << cluster.dump(2) << "\n";
-  } else {
-    std::cout << fmt::format(
-        "{} link: GB/s = {:.4g} x^2 + {:.4g} x + {:.4g} (x = log2 MB), at most {:.2f} GB/s; "
-        "wrote {}\n",
-        c.link_class, fit[0], fit[1], fit[2], max_rate / 1e9, c.output.string());
-  }
-  return 0;
+  return NetworkProfileResult{fit, max_rate, cluster.dump(2)};
 }
 
 }  // namespace fleet::sailor::runtime

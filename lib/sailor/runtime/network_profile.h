@@ -6,6 +6,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,10 +22,18 @@ struct NetworkProfileCommand {
   double price_per_hour = 0;
   double timeout_seconds = 300;
   std::filesystem::path output;  ///< cluster.json (rank 0 writes it)
-  bool json = false;
 };
 
-int run_network_profile(const NetworkProfileCommand& command);
+/// What rank 0 of `profile_network` measured and wrote.
+struct NetworkProfileResult {
+  std::vector<double> fit;  ///< c0, c1, c2 of GB/s = c0 x^2 + c1 x + c2, x = log2 MB
+  double max_bytes_per_s = 0;
+  std::string cluster_json;  ///< the cluster.json written
+};
+
+/// Sends messages of each size between the ranks, fits the curve and writes
+/// cluster.json: the result on rank 0, nothing on the others.
+std::optional<NetworkProfileResult> profile_network(const NetworkProfileCommand& command);
 
 /// Least-squares fit of y = c0 x^2 + c1 x + c2 (three or more points).
 std::vector<double> fit_quadratic(const std::vector<double>& x, const std::vector<double>& y);

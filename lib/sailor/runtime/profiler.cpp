@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <iostream>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -209,7 +208,7 @@ std::vector<LayerMeasurement> measure_layers(model::LlamaModel& model, int mbs, 
 
 }  // namespace
 
-int run_profile(const ProfileCommand& c) {
+std::optional<ProfileResult> profile_layers(const ProfileCommand& c) {
   model::set_cpu_threads(c.threads);
   if (c.gpu_type.empty()) throw UsageError("--gpu-type names this device as the cluster description does");
   const auto mbs_list = parse_positive(c.mbs, "--mbs");
@@ -287,7 +286,7 @@ int run_profile(const ProfileCommand& c) {
     if (comm) comm->world().barrier();
   }
   progress.finish();
-  if (!writer) return 0;
+  if (!writer) return std::nullopt;
   const std::string name =
       c.model.filename().empty() ? c.model.parent_path().filename().string() : c.model.filename().string();
   nlohmann::json profile = {
@@ -313,30 +312,24 @@ int run_profile(const ProfileCommand& c) {
   nlohmann::json model_json = to_json(spec);
   write_file_atomically(model_output, model_json.dump(2) + "\n");
 
-  if (c.json) {
-    std::cout << nlohmann::json(
-                     {{"profile", c.output.string()}, {"model", model_output.string()}, {"entries", entries}})
-                     .dump(2)
-              << "\n";
-  } else {
-    for (const auto& [key, measured] : all) {
-      double f = 0, b = 0, u = 0, kept = 0;
-      for (const auto& m : measured) {
-        f += m.forward_s;
-        b += m.backward_s;
-        u += m.update_s;
-        kept += m.kept_bytes;
-      }
-      // Kept bytes are counted by the CPU allocator only: on a GPU they are unknown, not zero.
-      const std::string kept_text = counter ? fmt::format("{:.1f} MiB kept for backward per rank", kept / (1 << 20))
-                                            : std::string("activation memory not measured on a GPU");
-      std::cout << fmt::format(
-          "TP {}, mbs {}: forward {:.4f} s, backward {:.4f} s, update {:.4f} s over {} layers; {}\n", key.first,
-          key.second, f, b, u, layers, kept_text);
+  ProfileResult result;
+  result.profile = c.output;
+  result.model = model_output;
+  result.layers = layers;
+  result.entries_json = entries.dump();
+  for (const auto& [key, measured] : all) {
+    ProfileTotals t{key.first, key.second, 0, 0, 0, std::nullopt};
+    double kept = 0;
+    for (const auto& m : measured) {
+      t.forward_s += m.forward_s;
+      t.backward_s += m.backward_s;
+      t.update_s += m.update_s;
+      kept += m.kept_bytes;
     }
-    std::cout << fmt::format("wrote {} and {}\n", c.output.string(), model_output.string());
+    if (counter) t.kept_bytes = kept;
+    result.totals.push_back(t);
   }
-  return 0;
+  return result;
 }
 
 }  // namespace fleet::sailor::runtime

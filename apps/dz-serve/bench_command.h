@@ -1,0 +1,11 @@
+// `dz-serve bench`: the load generator's run, and its report (a table or
+// JSON) on stdout; exit code 1 when any request failed.
+#pragma once
+
+#include "deltazip/serve/serve_command.h"
+
+namespace fleet::deltazip {
+
+int run_bench(const BenchCommand& command, bool json);
+
+}  // namespace fleet::deltazip
