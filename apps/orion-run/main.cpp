@@ -2,7 +2,7 @@
 #include "cli/cli.h"
 #include "devices/device_info.h"
 #include "orion-run/simulate_command.h"
-#include "orion/live/exec_command.h"
+#include "orion-run/exec_report.h"
 
 namespace {
 
@@ -90,12 +90,13 @@ int main(int argc, char** argv) {
   fleet::add_json_flag(simulate, &sim.json);
 
   fleet::orion::live::ExecOptions ex;
+  bool exec_json = false;
   std::string hp, log;
   CLI::App* exec = tool.add_command(
       "exec", "Run a high-priority command beside best-effort ones on one GPU, scheduling their kernels", [&] {
         if (exec->count("--hp") > 0) ex.hp = hp;
         if (!log.empty()) ex.log = log;
-        return fleet::orion::live::run_exec(ex);
+        return fleet::orion::live::run_exec(ex, exec_json);
       });
   exec->add_option("--hp", hp, "High-priority command (shell syntax, e.g. 'python serve.py')");
   exec->add_option("--be", ex.be, "Best-effort command (repeatable)");
@@ -121,6 +122,6 @@ int main(int argc, char** argv) {
                  "p99 and throughput against that (implies --report)");
   exec->add_option("--log", log, "Write every scheduling event as JSON lines")->transform(fleet::output_path());
   exec->add_flag("--report", ex.report, "Print per-client latency, throughput and gating at the end");
-  fleet::add_json_flag(exec, &ex.json);
+  fleet::add_json_flag(exec, &exec_json);
   return tool.run(argc, argv);
 }

@@ -221,7 +221,7 @@ RunOutcome run_commands(const RunSetup& setup, LiveConfig config, std::vector<Ch
 
 }  // namespace
 
-int run_exec(const ExecOptions& o) {
+ExecOutcome exec_commands(const ExecOptions& o) {
   // Everything that can be wrong with the input is found before anything starts.
   LiveConfig config = build_config(o);
   std::optional<std::filesystem::path> log_path;
@@ -307,17 +307,15 @@ int run_exec(const ExecOptions& o) {
     }
   }
 
-  const nlohmann::json report = report_json(together.stats, policy_name, alone);
+  ExecOutcome outcome;
+  outcome.code = code;
   if (o.report || o.alone) {
     if (const std::string notice = early_window_end_notice(together.stats); !notice.empty()) {
       std::fprintf(stderr, "orion-run exec: %s\n", notice.c_str());
     }
-    if (o.json)
-      std::printf("%s\n", report.dump(2).c_str());
-    else
-      std::printf("%s", report_table(report).c_str());
+    outcome.report = report_json(together.stats, policy_name, alone);
   }
-  return code;
+  return outcome;
 }
 
 }  // namespace fleet::orion::live

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/json.h"
 #include "orion/policy.h"
 
 namespace fleet::orion::live {
@@ -27,12 +28,16 @@ struct ExecOptions {
   bool start_mps = false;
   bool alone = false;                        ///< after the shared run, run each command by itself to compare
   std::optional<std::filesystem::path> log;  ///< JSON lines of every scheduling event
-  bool report = false;
-  bool json = false;
+  bool report = false;                       ///< measure per client (also with `alone`)
 };
 
-/// Runs the commands under the scheduler; returns the exit code (the HP
-/// command's, else the first failing command's, else 0).
-int run_exec(const ExecOptions& options);
+struct ExecOutcome {
+  int code = 0;  ///< the HP command's exit code, else the first failing command's, else 0
+  /// Per client, with `report` or `alone` (live_report.h: report_json).
+  std::optional<nlohmann::json> report;
+};
+/// Runs the commands under the scheduler (and alone, with `alone`). Notices
+/// go to stderr; the report is returned.
+ExecOutcome exec_commands(const ExecOptions& options);
 
 }  // namespace fleet::orion::live
