@@ -129,17 +129,9 @@ void add_dense_tensor(DeltaWriter& writer, const std::string& name, const torch:
                    {static_cast<const std::byte*>(stored.data_ptr()), stored.nbytes()});
 }
 
-}  // namespace
-
-std::int64_t default_calibration_samples(std::int64_t hidden_size, std::int64_t intermediate_size,
-                                         std::int64_t seq_len) {
-  const std::int64_t widest = std::max(hidden_size, intermediate_size);
-  return std::clamp<std::int64_t>((2 * widest + seq_len - 1) / std::max<std::int64_t>(seq_len, 1), 8, 64);
-}
-
-CompressResult compress_delta(const CompressCommand& command) {
-  CompressCommand c = command;
-  model::set_cpu_threads(c.threads);
+// The compression options of `c`, checked, and every other setting of `c`
+// checked: UsageError before any file is read.
+CompressionOptions checked_options(const CompressCommand& c) {
   CompressionOptions options;
   options.bits = c.bits;
   options.sparsity = SparsityPattern::parse(c.sparsity);
@@ -157,6 +149,81 @@ CompressResult compress_delta(const CompressCommand& command) {
   if (c.zstd_level < 1 || c.zstd_level > 22) throw UsageError("--zstd-level must be 1 to 22");
   if (c.embedding_bits != 0 && (c.embedding_bits < 2 || c.embedding_bits > 8))
     throw UsageError("--embedding-bits must be 0 (dense float16) or 2 to 8");
+  return options;
+}
+
+// Compresses one linear layer's delta into the container: by OBS with the
+// Hessian of its inputs, or round-to-nearest without one. Sums the OBS
+// output error (and round-to-nearest's, when compared).
+struct LinearCompressor {
+  DeltaWriter& writer;
+  const CompressionOptions& options;
+  bool compare_with_rtn = false;
+  double obs_error = 0, rtn_error = 0;
+
+  // The dequantized delta as stored.
+  torch::Tensor add(const std::string& name, const torch::Tensor& delta, const torch::Tensor& hessian) {
+    if (!hessian.defined()) {
+      auto compressed = rtn_compress(delta, options);
+      writer.add_packed(name, compressed.pack(options));
+      return compressed.dequantized;
+    }
+    auto compressed = obs_compress(delta, hessian, options);
+    writer.add_packed(name, compressed.pack(options));
+    obs_error += weighted_error(delta, compressed.dequantized, hessian);
+    if (compare_with_rtn) rtn_error += weighted_error(delta, rtn_compress(delta, options).dequantized, hessian);
+    return compressed.dequantized;
+  }
+};
+
+// The decoder layers' linear deltas, layer by layer. With calibration
+// `hidden` holds the calibration inputs' hidden states: each layer's
+// Hessians come from its inputs in the fine-tuned model whose earlier layers
+// already carry their compressed deltas, and `hidden` leaves as the last
+// layer's output.
+void compress_layers(LlamaModel& target, const SafetensorsCheckpoint& base, LinearCompressor& linears,
+                     torch::Tensor& hidden, torch::Device device) {
+  const bool calibrate = hidden.defined();
+  Progress progress("compress", target.num_layers(), "layers");
+  for (std::size_t l = 0; l < target.num_layers(); ++l) {
+    std::map<std::string, torch::Tensor> hessians;
+    if (calibrate) {
+      auto inputs = target.layer_inputs(l, hidden);
+      hessians = {{"attention", hessian_of(inputs.attention_in)},
+                  {"projection", hessian_of(inputs.projection_in)},
+                  {"mlp", hessian_of(inputs.mlp_in)},
+                  {"down", hessian_of(inputs.down_in)}};
+    }
+    auto& w = target.layer(l);
+    const std::vector<std::tuple<const char*, torch::Tensor*, const char*>> layer_linears{
+        {"self_attn.q_proj.weight", &w.q_proj, "attention"}, {"self_attn.k_proj.weight", &w.k_proj, "attention"},
+        {"self_attn.v_proj.weight", &w.v_proj, "attention"}, {"self_attn.o_proj.weight", &w.o_proj, "projection"},
+        {"mlp.gate_proj.weight", &w.gate_proj, "mlp"},       {"mlp.up_proj.weight", &w.up_proj, "mlp"},
+        {"mlp.down_proj.weight", &w.down_proj, "down"}};
+    for (const auto& [suffix, weight, input] : layer_linears) {
+      const std::string name = "model.layers." + std::to_string(l) + "." + suffix;
+      auto base_w = base_tensor(base, name).to(device);
+      auto stored = linears.add(name, *weight - base_w, calibrate ? hessians.at(input) : torch::Tensor());
+      if (calibrate) weight->copy_(base_w + stored);
+    }
+    if (calibrate) hidden = target.layer_inputs(l, hidden).output;
+    progress.advance();
+  }
+  progress.finish();
+}
+
+}  // namespace
+
+std::int64_t default_calibration_samples(std::int64_t hidden_size, std::int64_t intermediate_size,
+                                         std::int64_t seq_len) {
+  const std::int64_t widest = std::max(hidden_size, intermediate_size);
+  return std::clamp<std::int64_t>((2 * widest + seq_len - 1) / std::max<std::int64_t>(seq_len, 1), 8, 64);
+}
+
+CompressResult compress_delta(const CompressCommand& command) {
+  CompressCommand c = command;
+  model::set_cpu_threads(c.threads);
+  const CompressionOptions options = checked_options(c);
   OutputCheck()
       .input(c.base, "--base")
       .input(c.target, "--target")
@@ -180,79 +247,31 @@ CompressResult compress_delta(const CompressCommand& command) {
   }
   // Round-to-nearest needs no calibration: no tokens, no forward passes.
   const bool calibrate = c.method == "obs";
-  torch::Tensor tokens;
-  if (calibrate) tokens = calibration_tokens(c, model::Tokenizer::load(c.target)).to(device);
+  torch::NoGradGuard no_grad;
+  torch::Tensor hidden;
+  if (calibrate) hidden = target.embed(calibration_tokens(c, model::Tokenizer::load(c.target)).to(device));
 
   DeltaHeader header;
   header.settings_json = settings_json(c).dump();
   header.base_identity = base_identity(c.base);
   header.config_json = read_file(c.target / "config.json");
   DeltaWriter writer(c.output, header, c.zstd_level);
-
-  torch::NoGradGuard no_grad;
   const auto started = std::chrono::steady_clock::now();
-  Progress progress("compress", target.num_layers(), "layers");
-  torch::Tensor hidden = calibrate ? target.embed(tokens) : torch::Tensor();
-  double obs_error = 0, rtn_error = 0;
-  for (std::size_t l = 0; l < target.num_layers(); ++l) {
-    // Hessians from this layer's inputs in the fine-tuned model whose earlier
-    // layers already carry their compressed deltas.
-    std::map<std::string, torch::Tensor> hessians;
-    if (calibrate) {
-      auto inputs = target.layer_inputs(l, hidden);
-      hessians = {{"attention", hessian_of(inputs.attention_in)},
-                  {"projection", hessian_of(inputs.projection_in)},
-                  {"mlp", hessian_of(inputs.mlp_in)},
-                  {"down", hessian_of(inputs.down_in)}};
-    }
-    auto& w = target.layer(l);
-    const std::vector<std::tuple<const char*, torch::Tensor*, const char*>> linears{
-        {"self_attn.q_proj.weight", &w.q_proj, "attention"}, {"self_attn.k_proj.weight", &w.k_proj, "attention"},
-        {"self_attn.v_proj.weight", &w.v_proj, "attention"}, {"self_attn.o_proj.weight", &w.o_proj, "projection"},
-        {"mlp.gate_proj.weight", &w.gate_proj, "mlp"},       {"mlp.up_proj.weight", &w.up_proj, "mlp"},
-        {"mlp.down_proj.weight", &w.down_proj, "down"}};
-    for (const auto& [suffix, weight, input] : linears) {
-      const std::string name = "model.layers." + std::to_string(l) + "." + suffix;
-      auto base_w = base_tensor(base, name).to(device);
-      auto delta = *weight - base_w;
-      if (!calibrate) {
-        writer.add_packed(name, rtn_compress(delta, options).pack(options));
-        continue;
-      }
-      const auto& h = hessians.at(input);
-      auto compressed = obs_compress(delta, h, options);
-      writer.add_packed(name, compressed.pack(options));
-      obs_error += weighted_error(delta, compressed.dequantized, h);
-      if (c.compare_with_rtn || spdlog::should_log(spdlog::level::debug))
-        rtn_error += weighted_error(delta, rtn_compress(delta, options).dequantized, h);
-      weight->copy_(base_w + compressed.dequantized);
-    }
-    if (calibrate) hidden = target.layer_inputs(l, hidden).output;
-    progress.advance();
-  }
+  LinearCompressor linears{writer, options, c.compare_with_rtn || spdlog::should_log(spdlog::level::debug)};
+  compress_layers(target, base, linears, hidden, device);
   // The LM head is a linear layer too, its input the final norm of the last
   // layer's output. A tied head is the embedding matrix, which a lookup
   // also reads: it stays dense below.
   std::set<std::string> packed{};
   if (!target.config().tie_word_embeddings) {
     const std::string name = "lm_head.weight";
-    torch::Tensor head;
-    for (const auto& [param, t] : target.named_parameters())
-      if (param == name) head = t;
-    auto delta = head - base_tensor(base, name).to(device);
-    packed.insert(name);
-    if (!calibrate) {
-      writer.add_packed(name, rtn_compress(delta, options).pack(options));
-    } else {
-      const auto h = hessian_of(target.head_input(hidden));
-      auto compressed = obs_compress(delta, h, options);
-      writer.add_packed(name, compressed.pack(options));
-      obs_error += weighted_error(delta, compressed.dequantized, h);
-      if (c.compare_with_rtn || spdlog::should_log(spdlog::level::debug))
-        rtn_error += weighted_error(delta, rtn_compress(delta, options).dequantized, h);
+    for (const auto& [param, head] : target.named_parameters()) {
+      if (param != name) continue;
+      linears.add(name, head - base_tensor(base, name).to(device),
+                  calibrate ? hessian_of(target.head_input(hidden)) : torch::Tensor());
     }
+    packed.insert(name);
   }
-  progress.finish();
   // Embeddings and norms.
   for (const auto& [name, t] : target.named_parameters()) {
     if (name.find("_proj.weight") != std::string::npos || packed.count(name)) continue;
@@ -264,8 +283,8 @@ CompressResult compress_delta(const CompressCommand& command) {
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   result.parameters = target.config().parameter_count();
   if (calibrate) {
-    result.weighted_error = obs_error;
-    if (c.compare_with_rtn) result.weighted_error_rtn = rtn_error;
+    result.weighted_error = linears.obs_error;
+    if (c.compare_with_rtn) result.weighted_error_rtn = linears.rtn_error;
   }
   result.settings_json = settings_json(c).dump();
   return result;
