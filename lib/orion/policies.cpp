@@ -135,16 +135,16 @@ class OrionPolicy : public Policy {
   // (freed SMs go to the HP, so those kernels wait for the wave at most),
   // plus what the HP loses running beside it, 1 - 1/load with the load the
   // simulator's contention model gives the two. With the fixed slack (no
-  // limit), or without the HP's kernels or its request's start (a live HP
-  // command that marks no requests): the whole wave, twice beside an HP
-  // kernel of the same class.
+  // limit), without the HP's kernels or its request's start (a live HP
+  // command that marks no requests), or once the request has run more
+  // kernels than its profile lists (a live request longer than profiled):
+  // the whole wave, twice beside an HP kernel of the same class.
   double hp_loss_per_wave(const SchedulerView& v, const SimKernel& k, double wave_us) const {
-    if (!(options_.hp_slowdown_limit > 0) || hp_kernels_.empty() || v.hp_request_start_us < 0) {
+    const std::size_t first = v.hp_kernels_done;
+    if (!(options_.hp_slowdown_limit > 0) || first >= hp_kernels_.size() || v.hp_request_start_us < 0) {
       const bool same = v.hp_current != nullptr && !v.hp_current_done && !complementary(v.hp_current->cls, k.cls);
       return same ? 2.0 : 1.0;
     }
-    const std::size_t first = v.hp_kernels_done;
-    if (first >= hp_kernels_.size()) return 0.0;  // every HP kernel has run: nothing left to delay
     const double from_us = first == 0 ? 0.0 : hp_alone_end_us_[first - 1];
     HpKernel hp = hp_kernels_[first];  // the largest due within the wave
     for (std::size_t j = first + 1; j < hp_kernels_.size() && hp_alone_end_us_[j - 1] < from_us + wave_us; ++j) {

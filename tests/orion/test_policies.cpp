@@ -58,11 +58,14 @@ TEST_F(PolicyFixture, OrionLetsBestEffortWavesUseTheHpRequestsSpareTime) {
   v.now_us = 50;
   EXPECT_TRUE(fits(23, 20, KernelClass::kMemory));   // 24.1 <= 25
   EXPECT_FALSE(fits(24, 20, KernelClass::kMemory));  // 25.1
-  // Its kernel done at 520 us: nothing of the request is left to delay.
+  // Its kernel done at 520 us, 55 us left of the bound: past the profile's
+  // last kernel (live, a request may run more than profiled) a wave is
+  // charged whole, for any class.
   v.now_us = 520;
   v.hp_kernels_done = 1;
   v.hp_current_done = true;
-  EXPECT_TRUE(fits(5000, 392, KernelClass::kCompute));
+  EXPECT_TRUE(fits(55, 20, KernelClass::kCompute));
+  EXPECT_FALSE(fits(60, 20, KernelClass::kCompute));
   // Past the bound nothing goes; with no HP request, anything.
   v.now_us = 600;
   EXPECT_FALSE(fits(1, 1, KernelClass::kMemory));
