@@ -16,17 +16,10 @@
 #include "orion/simulator.h"
 
 namespace fleet::orion {
+namespace {
 
-int run_simulate(const SimulateOptions& options) {
-  OutputCheck check;
-  check.input(options.workload, "--workload");
-  for (const auto& dir : options.profile_dirs) check.input(dir, "--profiles");
-  if (options.contention) check.input(*options.contention, "--contention");
-  check.file(options.trace.value_or(""), "--trace")
-      .file(options.csv.value_or(""), "--csv")
-      .file(options.latencies_csv.value_or(""), "--latencies")
-      .check(Existing::kReplace);
-  std::ostream& report = report_stream(check);
+// The workload file with --seed, --requests and --launch-overhead-us applied.
+Workload workload_with_flags(const SimulateOptions& options) {
   Workload workload = load_workload(options.workload, options.profile_dirs);
   if (options.seed) workload.seed = *options.seed;
   if (options.requests) {
@@ -44,6 +37,73 @@ int run_simulate(const SimulateOptions& options) {
     workload.launch_overhead_us = *options.launch_overhead_us;
     for (ClientSpec& c : workload.clients) c.launch_overhead_us = -1;  // the workload's, now the flag's
   }
+  return workload;
+}
+
+// What the dedicated runs say about the flags and the workload: an HP
+// iteration target no threshold can meet, a client overloaded even alone.
+void warn_about_dedicated_runs(const Workload& workload, const SimResult& dedicated, const PolicyOptions& policy) {
+  if (policy.hp_limit_ms > 0) {
+    for (std::size_t i = 0; i < workload.clients.size(); ++i) {
+      const ClientResult& alone = dedicated.clients[i];
+      if (workload.clients[i].high_priority && workload.clients[i].training && alone.completed > 0 &&
+          policy.hp_limit_ms < alone.mean_ms) {
+        spdlog::warn(
+            "--hp-limit {:g} ms is below the iteration time of '{}' alone ({:.2f} ms): no SM threshold "
+            "meets it, so orion's search ends at 0 (best-effort kernels then run outside HP iterations, "
+            "or after --max-be-wait)",
+            policy.hp_limit_ms, alone.name, alone.mean_ms);
+      }
+    }
+  }
+  for (const ClientResult& alone : dedicated.clients) {
+    if (alone.overloaded) {
+      spdlog::warn(
+          "'{}' is overloaded even alone: its requests arrive faster than they are served (offered load "
+          "{:.2f}: arrival rate x service time), so its queue and latencies grow with the run's length; "
+          "its latencies are not compared (outcome 'overloaded'); lower its rate to measure the sharing",
+          alone.name, alone.offered_load);
+    }
+  }
+}
+
+// The comparison as JSON, with what was simulated and the policies' summaries.
+nlohmann::json comparison_json(const std::vector<ComparisonRow>& rows, const std::vector<SimResult>& table,
+                               const Workload& workload, const SimulateOptions& options) {
+  nlohmann::json out = comparison_to_json(rows);
+  out["device"] = workload.device.name;
+  out["workload"] = workload.source;
+  out["seed"] = workload.seed;
+  out["launch_overhead_us"] = workload.launch_overhead_us;
+  out["contention_model"] = options.contention ? nlohmann::json(options.contention->string()) : nlohmann::json();
+  nlohmann::json summaries = nlohmann::json::object();
+  for (const SimResult& r : table)
+    if (!r.policy_summary.empty()) summaries[r.policy] = r.policy_summary;
+  if (!summaries.empty()) out["policy_summaries"] = summaries;
+  return out;
+}
+
+// The comparison as a table, then each policy's summary line.
+std::string comparison_text(const std::vector<ComparisonRow>& rows, const std::vector<SimResult>& table) {
+  std::string out = format_comparison_table(rows);
+  for (const SimResult& r : table)
+    if (!r.policy_summary.empty()) out += r.policy + ": " + r.policy_summary + "\n";
+  return out;
+}
+
+}  // namespace
+
+int run_simulate(const SimulateOptions& options) {
+  OutputCheck check;
+  check.input(options.workload, "--workload");
+  for (const auto& dir : options.profile_dirs) check.input(dir, "--profiles");
+  if (options.contention) check.input(*options.contention, "--contention");
+  check.file(options.trace.value_or(""), "--trace")
+      .file(options.csv.value_or(""), "--csv")
+      .file(options.latencies_csv.value_or(""), "--latencies")
+      .check(Existing::kReplace);
+  std::ostream& report = report_stream(check);
+  Workload workload = workload_with_flags(options);
   options.tuning.validate();
   check_simulation_size(workload);  // with the flags applied, before anything starts
 
@@ -66,28 +126,7 @@ int run_simulate(const SimulateOptions& options) {
   sim.max_be_wait_us = options.tuning.max_be_wait_ms * 1e3;
   spdlog::info("simulating {} client(s) on {} from {}", workload.clients.size(), workload.device.name, workload.source);
   SimResult dedicated = simulate(workload, "dedicated", sim);
-  if (sim.policy.hp_limit_ms > 0) {
-    for (std::size_t i = 0; i < workload.clients.size(); ++i) {
-      const ClientResult& alone = dedicated.clients[i];
-      if (workload.clients[i].high_priority && workload.clients[i].training && alone.completed > 0 &&
-          sim.policy.hp_limit_ms < alone.mean_ms) {
-        spdlog::warn(
-            "--hp-limit {:g} ms is below the iteration time of '{}' alone ({:.2f} ms): no SM threshold "
-            "meets it, so orion's search ends at 0 (best-effort kernels then run outside HP iterations, "
-            "or after --max-be-wait)",
-            sim.policy.hp_limit_ms, alone.name, alone.mean_ms);
-      }
-    }
-  }
-  for (const ClientResult& alone : dedicated.clients) {
-    if (alone.overloaded) {
-      spdlog::warn(
-          "'{}' is overloaded even alone: its requests arrive faster than they are served (offered load "
-          "{:.2f}: arrival rate x service time), so its queue and latencies grow with the run's length; "
-          "its latencies are not compared (outcome 'overloaded'); lower its rate to measure the sharing",
-          alone.name, alone.offered_load);
-    }
-  }
+  warn_about_dedicated_runs(workload, dedicated, sim.policy);
   std::vector<SimResult> results;
   ChromeTrace trace;
   for (std::size_t i = 0; i < policies.size(); ++i) {
@@ -113,23 +152,8 @@ int run_simulate(const SimulateOptions& options) {
   if (options.latencies_csv) files.emplace_back(*options.latencies_csv, latencies_csv(table));
   write_files_atomically(files);
   if (options.trace) spdlog::info("wrote timeline of policy {} to {}", table.at(1).policy, options.trace->string());
-  if (options.json) {
-    nlohmann::json out = comparison_to_json(rows);
-    out["device"] = workload.device.name;
-    out["workload"] = workload.source;
-    out["seed"] = workload.seed;
-    out["launch_overhead_us"] = workload.launch_overhead_us;
-    out["contention_model"] = options.contention ? nlohmann::json(options.contention->string()) : nlohmann::json();
-    nlohmann::json summaries = nlohmann::json::object();
-    for (const SimResult& r : table)
-      if (!r.policy_summary.empty()) summaries[r.policy] = r.policy_summary;
-    if (!summaries.empty()) out["policy_summaries"] = summaries;
-    report << out.dump(2) << "\n";
-  } else {
-    report << format_comparison_table(rows);
-    for (const SimResult& r : table)
-      if (!r.policy_summary.empty()) report << r.policy << ": " << r.policy_summary << "\n";
-  }
+  report << (options.json ? comparison_json(rows, table, workload, options).dump(2) + "\n"
+                          : comparison_text(rows, table));
   return 0;
 }
 
