@@ -51,15 +51,38 @@ int main(int argc, char** argv) {
   cc->add_option("-o,--output", compress.output, "Delta container to write (.h5)")
       ->transform(fleet::output_path())
       ->required();
-  cc->add_option("--bits", compress.bits, "Bits per kept weight: 2, 3, 4 or 8")
-      ->capture_default_str()
-      ->check(fleet::in_range(2, 8));
+  CLI::Option* bits_option = cc->add_option("--bits", compress.bits,
+                                            "Bits per kept weight: 1 (sign x scale), 2, 3, 4 or 8 (--grid ternary: 2)")
+                                 ->capture_default_str()
+                                 ->check(fleet::in_range(1, 8));
   cc->add_option("--sparsity", compress.sparsity, "none, N:M (N of every M pruned, e.g. 2:4) or a pruned fraction")
       ->capture_default_str();
   cc->add_option("--group-size", compress.group_size, "Input columns per scale (-1: one scale per row)")
       ->capture_default_str()
       ->check(fleet::in_range(-1, 1e6));
   cc->add_flag("--sym,!--asym", compress.symmetric, "Symmetric (default) or asymmetric quantization grid");
+  cc->add_option("--grid", compress.grid,
+                 "Levels per row or group: minmax (uniform over the range), mse (range clipped to the least squared "
+                 "error) or ternary (-s, 0, +s)")
+      ->capture_default_str();
+  CLI::Option* ratio_option =
+      cc->add_option("--target-ratio", compress.target_ratio,
+                     "Size budget: the whole file at most the fp16 model's size / R; each linear layer's bits and "
+                     "sparsity are chosen to meet it (instead of --bits, --sparsity, --grid, --group-size)")
+          ->check(fleet::in_range(1, 1e6));
+  CLI::Option* max_bytes_option =
+      cc->add_option("--max-bytes", compress.max_bytes, "Size budget in bytes for the whole file (as --target-ratio)")
+          ->check(fleet::in_range(1, 1e18));
+  ratio_option->excludes(max_bytes_option);
+  cc->parse_complete_callback([&, bits_option, ratio_option, max_bytes_option] {
+    // Ternary levels are 2-bit codes: no need to say so twice.
+    if (compress.grid == "ternary" && bits_option->count() == 0) compress.bits = 2;
+    if (ratio_option->count() + max_bytes_option->count() == 0) return;
+    for (const char* fixed : {"--bits", "--sparsity", "--grid", "--group-size", "--asym"})
+      if (cc->count(fixed) > 0)
+        throw CLI::ValidationError(std::string(fixed) +
+                                   " fixes what a size budget chooses per layer; give one or the other");
+  });
   cc->add_flag("--act-order", compress.act_order, "Process columns by descending Hessian diagonal");
   cc->add_option("--damp", compress.damp, "Diagonal damping, fraction of the mean diagonal")
       ->capture_default_str()

@@ -98,8 +98,12 @@ void DeltaWriter::add_packed(const std::string& name, const PackedMatrix& m) {
     store_.write_tensor(prefix + part, dtype, shape, bytes_of(data, count * dtype_size(dtype)), write_options_);
   };
   write("codes", DType::kU8, m.codes.data(), m.codes.size());
-  write("scales", DType::kF16, m.scales.data(), m.scales.size());
-  write("zeros", DType::kU8, m.zeros.data(), m.zeros.size());
+  if (m.has_codebook()) {
+    write("codebook", DType::kF16, m.codebook.data(), m.codebook.size());
+  } else {
+    write("scales", DType::kF16, m.scales.data(), m.scales.size());
+    write("zeros", DType::kU8, m.zeros.data(), m.zeros.size());
+  }
   if (!m.indices.empty()) write("indices", DType::kU8, m.indices.data(), m.indices.size());
   const std::string object = prefix + "codes";
   store_.set_attribute(object, "shape", std::vector<std::int64_t>{m.rows, m.cols});
@@ -160,7 +164,7 @@ void DeltaReader::check_layout(const std::vector<model::ParameterShape>& model_t
   for (const auto& name : names) {
     std::string tensor, part;
     if (split_parts(name, kLinear, tensor, part)) {
-      if (part != "codes" && part != "scales" && part != "zeros" && part != "indices")
+      if (part != "codes" && part != "scales" && part != "zeros" && part != "indices" && part != "codebook")
         fail("unexpected entry '" + name + "'");
       linear_parts[tensor].insert(part);
     } else if (split_parts(name, kRows, tensor, part)) {
@@ -173,8 +177,12 @@ void DeltaReader::check_layout(const std::vector<model::ParameterShape>& model_t
     }
   }
   for (const auto& [tensor, parts] : linear_parts) {
-    for (const char* part : {"codes", "scales", "zeros"})
-      if (!parts.count(part)) fail(tensor + ": the packed matrix has no '" + part + "'");
+    if (!parts.count("codes")) fail(tensor + ": the packed matrix has no 'codes'");
+    if (parts.count("codebook") && (parts.count("scales") || parts.count("zeros")))
+      fail(tensor + ": the packed matrix has both a 'codebook' and scales");
+    if (!parts.count("codebook"))
+      for (const char* part : {"scales", "zeros"})
+        if (!parts.count(part)) fail(tensor + ": the packed matrix has no '" + part + "'");
     packed_.push_back(tensor);
   }
   for (const auto& [tensor, parts] : row_parts) {
@@ -232,8 +240,14 @@ PackedMatrix DeltaReader::packed(const std::string& name) const {
   // more than two bytes per weight: a larger dataset is corrupt, refused before allocating.
   const auto max_bytes = static_cast<std::uint64_t>(m.rows * m.cols) * 2 + 64;
   m.codes = read_vector<std::uint8_t>(store_, object, DType::kU8, max_bytes);
-  m.scales = read_vector<std::uint16_t>(store_, prefix + "scales", DType::kF16, max_bytes);
-  m.zeros = read_vector<std::uint8_t>(store_, prefix + "zeros", DType::kU8, max_bytes);
+  if (store_.contains(prefix + "codebook")) {
+    // Exactly 2^bits float16 levels per group; anything larger is refused unread.
+    const auto codebook_bytes = (static_cast<std::uint64_t>(m.rows * m.groups()) * 2 << m.bits) + 64;
+    m.codebook = read_vector<std::uint16_t>(store_, prefix + "codebook", DType::kF16, codebook_bytes);
+  } else {
+    m.scales = read_vector<std::uint16_t>(store_, prefix + "scales", DType::kF16, max_bytes);
+    m.zeros = read_vector<std::uint8_t>(store_, prefix + "zeros", DType::kU8, max_bytes);
+  }
   if (store_.contains(prefix + "indices")) {
     m.indices = read_vector<std::uint8_t>(store_, prefix + "indices", DType::kU8, max_bytes);
   }
@@ -288,7 +302,7 @@ std::uint64_t DeltaReader::stored_bytes(const std::string& name) const {
   }
   if (contains_sorted(dense_, name)) return store_.info(kDense + name).stored_bytes;
   std::uint64_t total = 0;
-  for (const char* part : {"codes", "scales", "zeros", "indices"}) {
+  for (const char* part : {"codes", "scales", "zeros", "indices", "codebook"}) {
     auto n = kLinear + name + "/" + part;
     if (store_.contains(n)) total += store_.info(n).stored_bytes;
   }

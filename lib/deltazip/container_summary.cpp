@@ -37,7 +37,8 @@ ContainerSummary summarize_container(const std::filesystem::path& path) {
   for (const auto& n : reader.packed_names()) {
     const PackedMatrix p = reader.packed(n);
     s.tensors.push_back(
-        {n, fmt::format("{}-bit {}", p.bits, p.sparsity.to_string()), reader.elements(n), reader.stored_bytes(n)});
+        {n, fmt::format("{}-bit {}{}", p.bits, p.sparsity.to_string(), p.has_codebook() ? " codebook" : ""),
+         reader.elements(n), reader.stored_bytes(n)});
   }
   for (const auto& n : reader.dense_names())
     s.tensors.push_back({n, reader.dense(n).form, reader.elements(n), reader.stored_bytes(n)});

@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <set>
+
+#include <fmt/format.h>
 
 #include <torch/torch.h>
 
@@ -16,9 +19,11 @@
 #include "common/logging.h"
 #include "common/progress.h"
 #include "common/safetensors.h"
+#include "common/temporary_folder.h"
 #include "deltazip/container.h"
 #include "deltazip/obs_compressor.h"
 #include "deltazip/reconstruct.h"
+#include "deltazip/size_budget.h"
 #include "model/cpu_threads.h"
 #include "model/llama.h"
 #include "model/synthetic_tasks.h"
@@ -31,6 +36,8 @@ namespace {
 
 using model::LlamaConfig;
 using model::LlamaModel;
+
+constexpr const char* kHead = "lm_head.weight";
 
 // Base and target must be the same architecture with the same shapes.
 void check_same_shape(const LlamaConfig& base, const LlamaConfig& target) {
@@ -87,21 +94,35 @@ torch::Tensor hessian_of(const torch::Tensor& inputs) {
   return (2.0 / static_cast<double>(x.size(0)) * x.t().matmul(x)).to(torch::kFloat32);
 }
 
-nlohmann::json settings_json(const CompressCommand& c) {
-  return {{"method", c.method},
-          {"bits", c.bits},
-          {"sparsity", c.sparsity},
-          {"group_size", c.group_size},
-          {"symmetric", c.symmetric},
-          {"act_order", c.act_order},
-          {"damp", c.damp},
-          {"block_size", c.block_size},
-          {"calibration", c.calib.empty() ? std::string("built-in synthetic corpus") : c.calib.filename().string()},
-          {"calib_samples", c.calib_samples},
-          {"seq_len", c.seq_len},
-          {"dense_policy", c.dense_policy},
-          {"embedding_bits", c.dense_policy == "full" ? 0 : c.embedding_bits},
-          {"zstd_level", c.zstd_level}};
+// The settings as the container records them. With a size budget the form
+// of each layer is the allocator's: the budget and how many layers took
+// each form replace bits, sparsity and grid (each matrix records its own).
+nlohmann::json settings_json(const CompressCommand& c, std::uint64_t budget_bytes = 0,
+                             const std::map<std::string, int>& allocation = {}) {
+  nlohmann::json settings = {
+      {"method", c.method},
+      {"act_order", c.act_order},
+      {"damp", c.damp},
+      {"block_size", c.block_size},
+      {"calibration", c.calib.empty() ? std::string("built-in synthetic corpus") : c.calib.filename().string()},
+      {"calib_samples", c.calib_samples},
+      {"seq_len", c.seq_len},
+      {"dense_policy", c.dense_policy},
+      {"embedding_bits", c.dense_policy == "full" ? 0 : c.embedding_bits},
+      {"zstd_level", c.zstd_level}};
+  if (c.target_ratio > 0 || c.max_bytes > 0) {
+    nlohmann::json forms = nlohmann::json::object();
+    for (const auto& [form, layers] : allocation) forms[form] = layers;
+    settings["budget"] = {{"bytes", budget_bytes}, {"layers_per_form", forms}};
+    if (c.target_ratio > 0) settings["budget"]["target_ratio"] = c.target_ratio;
+    return settings;
+  }
+  settings["bits"] = c.bits;
+  settings["sparsity"] = c.sparsity;
+  settings["group_size"] = c.group_size;
+  settings["symmetric"] = c.symmetric;
+  settings["grid"] = c.grid;
+  return settings;
 }
 
 void add_dense_tensor(DeltaWriter& writer, const std::string& name, const torch::Tensor& target,
@@ -137,6 +158,7 @@ CompressionOptions checked_options(const CompressCommand& c) {
   options.sparsity = SparsityPattern::parse(c.sparsity);
   options.group_size = c.group_size;
   options.symmetric = c.symmetric;
+  options.grid = parse_grid_fit(c.grid);
   options.act_order = c.act_order;
   options.damp = c.damp;
   options.block_size = c.block_size;
@@ -149,20 +171,32 @@ CompressionOptions checked_options(const CompressCommand& c) {
   if (c.zstd_level < 1 || c.zstd_level > 22) throw UsageError("--zstd-level must be 1 to 22");
   if (c.embedding_bits != 0 && (c.embedding_bits < 2 || c.embedding_bits > 8))
     throw UsageError("--embedding-bits must be 0 (dense float16) or 2 to 8");
+  if (!(c.target_ratio >= 0) || (c.target_ratio > 0 && c.target_ratio < 1))
+    throw UsageError("--target-ratio must be at least 1 (times smaller than the fp16 model)");
+  if (c.target_ratio > 0 && c.max_bytes > 0) throw UsageError("give --target-ratio or --max-bytes, not both");
   return options;
 }
 
-// Compresses one linear layer's delta into the container: by OBS with the
-// Hessian of its inputs, or round-to-nearest without one. Sums the OBS
-// output error (and round-to-nearest's, when compared).
+// What becomes of one linear layer's delta [out, in], given the Hessian of
+// its inputs (undefined without calibration): returns the dequantized delta
+// the later layers' calibration should see, or an undefined tensor to leave
+// the layer as fine-tuned.
+using LinearStep =
+    std::function<torch::Tensor(const std::string& name, const torch::Tensor& delta, const torch::Tensor& hessian)>;
+
+// Compresses each linear layer's delta into the container: by OBS with the
+// Hessian of its inputs, or round-to-nearest without one, in the form
+// `form_of` names for it. Sums the OBS output error (and round-to-nearest's,
+// when compared).
 struct LinearCompressor {
   DeltaWriter& writer;
-  const CompressionOptions& options;
+  std::function<const CompressionOptions&(const std::string&)> form_of;
   bool compare_with_rtn = false;
   double obs_error = 0, rtn_error = 0;
 
   // The dequantized delta as stored.
   torch::Tensor add(const std::string& name, const torch::Tensor& delta, const torch::Tensor& hessian) {
+    const CompressionOptions& options = form_of(name);
     if (!hessian.defined()) {
       auto compressed = rtn_compress(delta, options);
       writer.add_packed(name, compressed.pack(options));
@@ -176,15 +210,15 @@ struct LinearCompressor {
   }
 };
 
-// The decoder layers' linear deltas, layer by layer. With calibration
-// `hidden` holds the calibration inputs' hidden states: each layer's
-// Hessians come from its inputs in the fine-tuned model whose earlier layers
-// already carry their compressed deltas, and `hidden` leaves as the last
-// layer's output.
-void compress_layers(LlamaModel& target, const SafetensorsCheckpoint& base, LinearCompressor& linears,
-                     torch::Tensor& hidden, torch::Device device) {
+// Every linear layer's delta through `step`: the decoder layers layer by
+// layer, then the LM head. With calibration `hidden` holds the calibration
+// inputs' hidden states: each layer's Hessians come from its inputs in the
+// fine-tuned model whose earlier layers carry what `step` returned for them,
+// and `hidden` leaves as the last layer's output.
+void for_each_linear(LlamaModel& target, const SafetensorsCheckpoint& base, const LinearStep& step,
+                     torch::Tensor& hidden, torch::Device device, const char* what) {
   const bool calibrate = hidden.defined();
-  Progress progress("compress", target.num_layers(), "layers");
+  Progress progress(what, target.num_layers(), "layers");
   for (std::size_t l = 0; l < target.num_layers(); ++l) {
     std::map<std::string, torch::Tensor> hessians;
     if (calibrate) {
@@ -203,13 +237,75 @@ void compress_layers(LlamaModel& target, const SafetensorsCheckpoint& base, Line
     for (const auto& [suffix, weight, input] : layer_linears) {
       const std::string name = "model.layers." + std::to_string(l) + "." + suffix;
       auto base_w = base_tensor(base, name).to(device);
-      auto stored = linears.add(name, *weight - base_w, calibrate ? hessians.at(input) : torch::Tensor());
-      if (calibrate) weight->copy_(base_w + stored);
+      auto stored = step(name, *weight - base_w, calibrate ? hessians.at(input) : torch::Tensor());
+      if (calibrate && stored.defined()) weight->copy_(base_w + stored);
     }
     if (calibrate) hidden = target.layer_inputs(l, hidden).output;
     progress.advance();
   }
   progress.finish();
+  // The LM head is a linear layer too, its input the final norm of the last
+  // layer's output. A tied head is the embedding matrix, which a lookup
+  // also reads: it stays dense.
+  if (target.config().tie_word_embeddings) return;
+  for (const auto& [param, head] : target.named_parameters())
+    if (param == kHead)
+      step(param, head - base_tensor(base, param).to(device),
+           calibrate ? hessian_of(target.head_input(hidden)) : torch::Tensor());
+}
+
+// The inputs of one compression run, checked and loaded.
+struct Job {
+  CompressCommand command;
+  CompressionOptions options;
+  torch::Device device{torch::kCPU};
+  model::LlamaConfig base_config;
+  DeltaHeader header;
+};
+
+LlamaModel load_target(const Job& job) { return LlamaModel::load(job.command.target, torch::kFloat32, job.device); }
+
+// The calibration inputs' embeddings in `target`, or an undefined tensor
+// for round-to-nearest, which needs no calibration.
+torch::Tensor calibration_hidden(const Job& job, LlamaModel& target) {
+  if (job.command.method != "obs") return {};
+  return target.embed(calibration_tokens(job.command, model::Tokenizer::load(job.command.target)).to(job.device));
+}
+
+// Embeddings and norms (and a tied head): everything but the packed layers.
+void add_dense_tensors(DeltaWriter& writer, LlamaModel& target, const SafetensorsCheckpoint& base, const Job& job) {
+  for (const auto& [name, t] : target.named_parameters()) {
+    if (name.find("_proj.weight") != std::string::npos || (name == kHead && !target.config().tie_word_embeddings))
+      continue;
+    add_dense_tensor(writer, name, t, base, job.command);
+  }
+}
+
+struct Written {
+  std::uint64_t bytes = 0;
+  double obs_error = 0, rtn_error = 0;
+};
+
+// One container at `path`: every linear layer in the form `form_of` names.
+Written write_container(const Job& job, const std::filesystem::path& path,
+                        const std::function<const CompressionOptions&(const std::string&)>& form_of) {
+  const CompressCommand& c = job.command;
+  auto target = load_target(job);
+  SafetensorsCheckpoint base(model::model_weights_path(c.base));
+  torch::NoGradGuard no_grad;
+  torch::Tensor hidden = calibration_hidden(job, target);
+  DeltaWriter writer(path, job.header, c.zstd_level);
+  LinearCompressor linears{writer, form_of, c.compare_with_rtn || spdlog::should_log(spdlog::level::debug)};
+  for_each_linear(
+      target, base,
+      [&](const std::string& n, const torch::Tensor& d, const torch::Tensor& h) { return linears.add(n, d, h); },
+      hidden, job.device, "compress");
+  add_dense_tensors(writer, target, base, job);
+  Written w;
+  w.bytes = writer.commit();
+  w.obs_error = linears.obs_error;
+  w.rtn_error = linears.rtn_error;
+  return w;
 }
 
 }  // namespace
@@ -220,10 +316,139 @@ std::int64_t default_calibration_samples(std::int64_t hidden_size, std::int64_t 
   return std::clamp<std::int64_t>((2 * widest + seq_len - 1) / std::max<std::int64_t>(seq_len, 1), 8, 64);
 }
 
-CompressResult compress_delta(const CompressCommand& command) {
-  CompressCommand c = command;
+namespace {
+
+// The forms a size budget chooses from for each linear layer, from the
+// most bytes to the fewest: uniform grids with one scale per row, dense,
+// 2:4, 1-bit sign x scale, and the largest 10 % or 2 % of the delta kept.
+// Which is best per byte differs by layer; the allocator measures each.
+constexpr std::pair<int, const char*> kBudgetForms[] = {{4, "none"}, {4, "2:4"},  {3, "2:4"}, {2, "none"},
+                                                        {2, "2:4"},  {1, "none"}, {2, "0.9"}, {2, "0.98"}};
+// HDF5 metadata per array of a packed matrix (object header, chunk index,
+// filter and checksum attributes), as measured on small containers; the
+// allocator's estimate only: the written file is checked against the budget.
+constexpr std::uint64_t kArrayOverhead = 440;
+
+std::string form_name(const CompressionOptions& o) { return fmt::format("{}-bit {}", o.bits, o.sparsity.to_string()); }
+
+std::vector<CompressionOptions> budget_forms(const CompressionOptions& settings) {
+  std::vector<CompressionOptions> forms;
+  for (const auto& [bits, sparsity] : kBudgetForms) {
+    CompressionOptions o = settings;  // damping, block size, column order
+    o.bits = bits;
+    o.sparsity = SparsityPattern::parse(sparsity);
+    o.group_size = -1;
+    o.symmetric = true;
+    o.grid = GridFit::kMinMax;
+    o.validate();
+    forms.push_back(o);
+  }
+  return forms;
+}
+
+// What each candidate form would cost and leave for every linear layer,
+// and what the rest of the container takes: one sweep per form and layer,
+// with each layer's Hessians from the fine-tuned model's own inputs (the
+// choice of the earlier layers is not known yet).
+struct Measured {
+  std::vector<std::string> names;
+  std::vector<std::vector<FormCost>> costs;
+  std::uint64_t rest_bytes = 0;  ///< header, embeddings, norms and file metadata
+};
+
+Measured measure_forms(const Job& job, const std::vector<CompressionOptions>& forms,
+                       const std::filesystem::path& scratch) {
+  const CompressCommand& c = job.command;
+  auto target = load_target(job);
+  SafetensorsCheckpoint base(model::model_weights_path(c.base));
+  torch::NoGradGuard no_grad;
+  torch::Tensor hidden = calibration_hidden(job, target);
+  Measured m;
+  auto measure = [&](const std::string& name, const torch::Tensor& delta, const torch::Tensor& hessian) {
+    std::vector<FormCost> costs;
+    for (const auto& form : forms) {
+      const auto compressed = hessian.defined() ? obs_compress(delta, hessian, form) : rtn_compress(delta, form);
+      // Without calibration the error is the plain squared error (an identity Hessian).
+      const double error = hessian.defined() ? weighted_error(delta, compressed.dequantized, hessian)
+                                             : (delta - compressed.dequantized).pow(2).sum().item<double>();
+      costs.push_back({estimated_container_bytes(compressed.pack(form), c.zstd_level, kArrayOverhead), error});
+    }
+    m.names.push_back(name);
+    m.costs.push_back(std::move(costs));
+    return torch::Tensor();  // later layers see this one as fine-tuned
+  };
+  for_each_linear(target, base, measure, hidden, job.device, "measure forms");
+  // The rest, exactly: a container of everything but the linear layers.
+  DeltaWriter rest(scratch, job.header, c.zstd_level);
+  add_dense_tensors(rest, target, base, job);
+  m.rest_bytes = rest.commit();
+  std::filesystem::remove(scratch);
+  return m;
+}
+
+struct BudgetOutcome {
+  Written written;
+  std::vector<std::pair<std::string, std::string>> allocation;
+  std::uint64_t budget_bytes = 0;
+};
+
+// Compresses to at most the budget: measures every form of every layer,
+// allocates bytes to the layers where they remove the most error, writes
+// the container in those forms (calibrated layer by layer as always), and
+// tightens the linear layers' share when the written file is over.
+BudgetOutcome compress_to_budget(Job& job) {
+  const CompressCommand& c = job.command;
+  BudgetOutcome out;
+  const double fp16_bytes = 2.0 * static_cast<double>(job.base_config.parameter_count());
+  out.budget_bytes = c.max_bytes > 0 ? c.max_bytes : static_cast<std::uint64_t>(fp16_bytes / c.target_ratio);
+  const auto forms = budget_forms(job.options);
+  // Containers not yet known to fit are written here, not at the output.
+  TemporaryFolder scratch("dz-compress-budget");
+  const auto attempt_path = scratch.path() / "attempt.h5";
+  job.header.settings_json = settings_json(c).dump();
+  const Measured m = measure_forms(job, forms, scratch.path() / "rest.h5");
+  if (m.rest_bytes >= out.budget_bytes)
+    throw UsageError(
+        fmt::format("the embeddings, norms and metadata alone take {} bytes, the whole budget is {} bytes: "
+                    "lower --embedding-bits or allow more bytes",
+                    m.rest_bytes, out.budget_bytes));
+  std::uint64_t linear_budget = out.budget_bytes - m.rest_bytes;
+  constexpr int kAttempts = 4;
+  for (int attempt = 1; attempt <= kAttempts; ++attempt) {
+    const auto choice = allocate_forms(m.costs, linear_budget);
+    std::map<std::string, std::size_t> form_of;
+    std::map<std::string, int> counts;
+    out.allocation.clear();
+    for (std::size_t l = 0; l < m.names.size(); ++l) {
+      form_of[m.names[l]] = choice[l];
+      out.allocation.emplace_back(m.names[l], form_name(forms[choice[l]]));
+      ++counts[form_name(forms[choice[l]])];
+    }
+    job.header.settings_json = settings_json(c, out.budget_bytes, counts).dump();
+    out.written = write_container(job, attempt_path, [&](const std::string& name) -> const CompressionOptions& {
+      return forms[form_of.at(name)];
+    });
+    if (out.written.bytes <= out.budget_bytes) {
+      write_file_atomically(c.output, read_file(attempt_path));
+      return out;
+    }
+    const std::uint64_t over = out.written.bytes - out.budget_bytes;
+    spdlog::info("{} bytes, {} over the budget of {}: tightening the linear layers' share (attempt {} of {})",
+                 out.written.bytes, over, out.budget_bytes, attempt, kAttempts);
+    linear_budget -= std::min(linear_budget, over + out.budget_bytes / 200);
+  }
+  throw InputError(fmt::format("no container within {} bytes after {} attempts (the last took {})", out.budget_bytes,
+                               kAttempts, out.written.bytes));
+}
+
+// The job: settings checked, inputs validated (both models' shapes from
+// their headers alone: no tensor data is read before the work starts).
+Job prepare_job(const CompressCommand& command) {
+  Job job;
+  job.command = command;
+  CompressCommand& c = job.command;
   model::set_cpu_threads(c.threads);
-  const CompressionOptions options = checked_options(c);
+  job.options = checked_options(c);
   OutputCheck()
       .input(c.base, "--base")
       .input(c.target, "--target")
@@ -231,62 +456,52 @@ CompressResult compress_delta(const CompressCommand& command) {
       .file(c.output, "--output")
       .check(Existing::kNeedsForce, c.force);
   if (!c.calib.empty()) check_input_file(c.calib);
-
-  // Validate both models before any work.
-  const auto device = model::torch_device(model::resolve_device(c.device));
-  const auto base_config = model::load_llama_config(c.base);
+  job.device = model::torch_device(model::resolve_device(c.device));
+  job.base_config = model::load_llama_config(c.base);
   if (c.calib_samples == 0)
-    c.calib_samples = default_calibration_samples(base_config.hidden_size, base_config.intermediate_size, c.seq_len);
-  auto target = LlamaModel::load(c.target, torch::kFloat32, device);
-  check_same_shape(base_config, target.config());
-  SafetensorsCheckpoint base(model::model_weights_path(c.base));
-  // Shapes from the headers alone: no tensor data is read before the work starts.
-  for (const auto& [name, t] : target.named_parameters()) {
-    if (!base.contains(name)) throw InputError("the base model has no tensor '" + name + "'");
-    if (base.info(name).shape != t.sizes().vec()) throw InputError("base and target shapes differ for '" + name + "'");
+    c.calib_samples =
+        default_calibration_samples(job.base_config.hidden_size, job.base_config.intermediate_size, c.seq_len);
+  const auto target_config = model::load_llama_config(c.target);
+  check_same_shape(job.base_config, target_config);
+  SafetensorsCheckpoint base(model::model_weights_path(c.base)), target(model::model_weights_path(c.target));
+  for (const auto& t : model::parameter_shapes(target_config)) {
+    if (!target.contains(t.name)) throw InputError("the fine-tuned model has no tensor '" + t.name + "'");
+    if (!base.contains(t.name)) throw InputError("the base model has no tensor '" + t.name + "'");
+    if (base.info(t.name).shape != target.info(t.name).shape)
+      throw InputError("base and target shapes differ for '" + t.name + "'");
   }
-  // Round-to-nearest needs no calibration: no tokens, no forward passes.
-  const bool calibrate = c.method == "obs";
-  torch::NoGradGuard no_grad;
-  torch::Tensor hidden;
-  if (calibrate) hidden = target.embed(calibration_tokens(c, model::Tokenizer::load(c.target)).to(device));
+  job.header.base_identity = base_identity(c.base);
+  job.header.config_json = read_file(c.target / "config.json");
+  return job;
+}
 
-  DeltaHeader header;
-  header.settings_json = settings_json(c).dump();
-  header.base_identity = base_identity(c.base);
-  header.config_json = read_file(c.target / "config.json");
-  DeltaWriter writer(c.output, header, c.zstd_level);
+}  // namespace
+
+CompressResult compress_delta(const CompressCommand& command) {
+  Job job = prepare_job(command);
+  const CompressCommand& c = job.command;
   const auto started = std::chrono::steady_clock::now();
-  LinearCompressor linears{writer, options, c.compare_with_rtn || spdlog::should_log(spdlog::level::debug)};
-  compress_layers(target, base, linears, hidden, device);
-  // The LM head is a linear layer too, its input the final norm of the last
-  // layer's output. A tied head is the embedding matrix, which a lookup
-  // also reads: it stays dense below.
-  std::set<std::string> packed{};
-  if (!target.config().tie_word_embeddings) {
-    const std::string name = "lm_head.weight";
-    for (const auto& [param, head] : target.named_parameters()) {
-      if (param != name) continue;
-      linears.add(name, head - base_tensor(base, name).to(device),
-                  calibrate ? hessian_of(target.head_input(hidden)) : torch::Tensor());
-    }
-    packed.insert(name);
-  }
-  // Embeddings and norms.
-  for (const auto& [name, t] : target.named_parameters()) {
-    if (name.find("_proj.weight") != std::string::npos || packed.count(name)) continue;
-    add_dense_tensor(writer, name, t, base, c);
-  }
   CompressResult result;
   result.output = c.output;
-  result.bytes = writer.commit();
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  result.parameters = target.config().parameter_count();
-  if (calibrate) {
-    result.weighted_error = linears.obs_error;
-    if (c.compare_with_rtn) result.weighted_error_rtn = linears.rtn_error;
+  result.parameters = job.base_config.parameter_count();
+  Written written;
+  if (c.target_ratio > 0 || c.max_bytes > 0) {
+    const BudgetOutcome outcome = compress_to_budget(job);
+    written = outcome.written;
+    result.allocation = outcome.allocation;
+    result.budget_bytes = outcome.budget_bytes;
+  } else {
+    job.header.settings_json = settings_json(c).dump();
+    written =
+        write_container(job, c.output, [&](const std::string&) -> const CompressionOptions& { return job.options; });
   }
-  result.settings_json = settings_json(c).dump();
+  result.bytes = written.bytes;
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (c.method == "obs") {
+    result.weighted_error = written.obs_error;
+    if (c.compare_with_rtn) result.weighted_error_rtn = written.rtn_error;
+  }
+  result.settings_json = job.header.settings_json;
   return result;
 }
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fleet::deltazip {
@@ -18,6 +19,7 @@ struct CompressCommand {
   std::string sparsity = "2:4";
   std::int64_t group_size = -1;
   bool symmetric = true;
+  std::string grid = "minmax";  ///< minmax, mse or ternary (obs_compressor.h GridFit)
   bool act_order = false;
   double damp = 0.01;
   std::int64_t block_size = 128;
@@ -29,6 +31,12 @@ struct CompressCommand {
   std::string dense_policy = "delta-zstd";  ///< or full
   int embedding_bits = 8;  ///< delta-zstd: the embedding's changed rows at this many bits (2-8); 0: dense float16
   int zstd_level = 9;
+  /// A size budget instead of bits and sparsity: the whole file at most the
+  /// fp16 model's size / target_ratio, or at most max_bytes (0: unused).
+  /// Each linear layer's form is then chosen where bytes remove the most
+  /// error (docs/deltazip.md, "Compressing to a size").
+  double target_ratio = 0;
+  std::uint64_t max_bytes = 0;
   int threads = 0;
   std::string device = "auto";  ///< cpu, cuda or auto (model forward and OBS sweeps)
   bool force = false;
@@ -48,6 +56,10 @@ struct CompressResult {
   /// for round-to-nearest.
   std::optional<double> weighted_error, weighted_error_rtn;
   std::string settings_json;  ///< the settings recorded in the container
+  /// With a size budget: the budget in bytes and each linear layer's form
+  /// ("2-bit 2:4"), in the order they were compressed.
+  std::uint64_t budget_bytes = 0;
+  std::vector<std::pair<std::string, std::string>> allocation;
 };
 /// Compresses `command.target` as a delta from `command.base` into
 /// `command.output` (replaced only with `force`), with progress on stderr.

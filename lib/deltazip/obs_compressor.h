@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include <torch/types.h>
 
@@ -11,9 +12,22 @@
 
 namespace fleet::deltazip {
 
+/// How a row's (or group's) quantization levels are fitted.
+enum class GridFit {
+  kMinMax,   ///< uniform over the full range (GPTQ's grid)
+  kMse,      ///< uniform, its range clipped to the least squared error
+  kTernary,  ///< -s, 0, +s (2-bit codes), s clipped to the least squared error
+  kLloyd,    ///< non-uniform: 2^bits levels per row or group fitted by Lloyd's algorithm, stored as a codebook
+};
+
+/// "minmax", "mse", "ternary" or "lloyd"; UsageError otherwise.
+GridFit parse_grid_fit(const std::string& text);
+std::string to_string(GridFit fit);
+
 struct CompressionOptions {
-  int bits = 4;  ///< 2, 3, 4 or 8
+  int bits = 4;  ///< 1 (sign x scale), 2, 3, 4 or 8
   bool symmetric = true;
+  GridFit grid = GridFit::kMinMax;
   std::int64_t group_size = -1;  ///< input columns per scale; -1: one per row
   SparsityPattern sparsity;
   bool act_order = false;  ///< process columns by descending Hessian diagonal
@@ -31,6 +45,7 @@ struct CompressedMatrix {
   torch::Tensor kept;         ///< bool [rows, cols]
   torch::Tensor scales;       ///< float32 [rows, groups], exactly representable in float16
   torch::Tensor zeros;        ///< uint8 [rows, groups]
+  torch::Tensor codebook;     ///< float32 [rows, groups, 2^bits], exact in float16: lloyd only (then no scales)
   double loss = 0;            ///< sum over columns of (w - q)^2 / (2 U_cc^2), the OBS loss
   torch::Tensor hessian;      ///< the damped Hessian the sweep used (for checking the loss)
   torch::Tensor weight;       ///< the matrix after dead-column zeroing (likewise)

@@ -1,5 +1,6 @@
 #include "deltazip/packing.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
@@ -78,7 +79,7 @@ std::string SparsityPattern::to_string() const {
 }
 
 std::uint64_t PackedMatrix::stored_bytes() const {
-  return codes.size() + indices.size() + scales.size() * 2 + zeros.size();
+  return codes.size() + indices.size() + scales.size() * 2 + zeros.size() + codebook.size() * 2;
 }
 
 double PackedMatrix::bits_per_weight() const {
@@ -117,8 +118,16 @@ void PackedMatrix::validate(const std::string& name) const {
   if (bits < 1 || bits > 8) fail("bits must be 1 to 8, got " + std::to_string(bits));
   if (group_size <= 0) fail("group size must be positive");
   const auto expected_groups = static_cast<std::size_t>(rows * groups());
-  if (scales.size() != expected_groups || zeros.size() != expected_groups)
+  if (has_codebook()) {
+    if (codebook.size() != expected_groups << bits)
+      fail("has a codebook of " + std::to_string(codebook.size()) + " levels for " + std::to_string(expected_groups) +
+           " groups of " + std::to_string(1 << bits));
+    if (!scales.empty() || !zeros.empty()) fail("has both a codebook and scales");
+  } else if (scales.size() != expected_groups || zeros.size() != expected_groups) {
     fail("has " + std::to_string(scales.size()) + " scales for " + std::to_string(expected_groups) + " groups");
+  }
+  if (bits == 1 && std::any_of(zeros.begin(), zeros.end(), [](std::uint8_t z) { return z != 0; }))
+    fail("1-bit codes are the sign grid, but a zero point is not 0");
   std::vector<std::uint8_t> mask;
   if (sparsity.kind == SparsityPattern::Kind::kNOfM) {
     if (cols % sparsity.m != 0) fail("columns are not a multiple of the n:m group");
@@ -136,7 +145,7 @@ void PackedMatrix::validate(const std::string& name) const {
 PackedMatrix pack_matrix(std::int64_t rows, std::int64_t cols, int bits, std::int64_t group_size,
                          const SparsityPattern& sparsity, std::span<const std::uint8_t> codes,
                          std::span<const std::uint8_t> kept, std::vector<std::uint16_t> scales,
-                         std::vector<std::uint8_t> zeros) {
+                         std::vector<std::uint8_t> zeros, std::vector<std::uint16_t> codebook) {
   PackedMatrix p;
   p.rows = rows;
   p.cols = cols;
@@ -145,6 +154,7 @@ PackedMatrix pack_matrix(std::int64_t rows, std::int64_t cols, int bits, std::in
   p.sparsity = sparsity;
   p.scales = std::move(scales);
   p.zeros = std::move(zeros);
+  p.codebook = std::move(codebook);
   const auto total = static_cast<std::size_t>(rows * cols);
   if (codes.size() != total || kept.size() != total) throw InputError("codes and mask must hold rows x cols entries");
   std::vector<std::uint8_t> stored, positions;
@@ -190,13 +200,16 @@ void unpack_matrix(const PackedMatrix& p, std::span<float> out) {
   std::vector<std::uint8_t> mask;
   if (p.sparsity.kind == SparsityPattern::Kind::kUnstructured) mask = unpack_bits(p.indices, 1, total);
   const auto codes = unpack_bits(p.codes, p.bits, kept_count(p, mask));
-  std::vector<float> scale(p.scales.size());
-  for (std::size_t i = 0; i < scale.size(); ++i) scale[i] = f16_to_float(p.scales[i]);
+  std::vector<LevelMap> levels(p.scales.size());
+  for (std::size_t i = 0; i < levels.size(); ++i) levels[i] = level_map(p.bits, f16_to_float(p.scales[i]), p.zeros[i]);
+  std::vector<float> codebook(p.codebook.size());
+  for (std::size_t i = 0; i < codebook.size(); ++i) codebook[i] = f16_to_float(p.codebook[i]);
   const auto groups = static_cast<std::size_t>(p.groups());
   auto value = [&](std::size_t index, std::uint8_t code) {
     const std::size_t row = index / static_cast<std::size_t>(p.cols), col = index % static_cast<std::size_t>(p.cols);
     const std::size_t g = row * groups + col / static_cast<std::size_t>(p.group_size);
-    return scale[g] * (static_cast<float>(code) - static_cast<float>(p.zeros[g]));
+    if (!codebook.empty()) return codebook[(g << p.bits) + code];
+    return levels[g].scale * (static_cast<float>(code) - levels[g].zero);
   };
   std::fill(out.begin(), out.end(), 0.0f);
   std::size_t next = 0;

@@ -114,6 +114,76 @@ print(f"h5py + hdf5plugin read the container; embedding: {len(rows)} of 260 rows
 PY
 fi
 
+# The grids beyond the uniform one: a 2-bit Lloyd codebook per group of 32
+# columns and 1-bit sign x scale, decoded by numpy from docs/formats.md alone
+# and compared with what decompress rebuilds.
+run "$bin/dz-compress" -q compress --base "$tmp/base" --target "$tmp/ft" -o "$tmp/lloyd.h5" --bits 2 --grid lloyd \
+  --sparsity none --group-size 32 --calib "$tmp/copy.txt" --threads 1
+run "$bin/dz-compress" -q decompress "$tmp/lloyd.h5" --base "$tmp/base" -o "$tmp/rec-lloyd"
+run "$bin/dz-compress" -q compress --base "$tmp/base" --target "$tmp/ft" -o "$tmp/sign.h5" --bits 1 --sparsity none \
+  --calib "$tmp/copy.txt" --threads 1
+run "$bin/dz-compress" -q decompress "$tmp/sign.h5" --base "$tmp/base" -o "$tmp/rec-sign"
+run "$bin/dz-compress" inspect "$tmp/lloyd.h5"
+grep -q "model.layers.0.mlp.down_proj.weight  *2-bit none" "$tmp/out" || fail "inspect of a codebook form: $(cat "$tmp/out")"
+if [ -n "$python" ]; then
+  "$python" - "$tmp" <<'PY' || fail "numpy decoding of the codebook and sign forms"
+import sys, h5py, hdf5plugin  # noqa: F401
+import numpy as np
+from safetensors.numpy import load_file
+tmp = sys.argv[1]
+base = load_file(tmp + "/base/model.safetensors")
+name = "model.layers.1.mlp.down_proj.weight"  # [128, 384]
+def codes_of(g, bits, count):
+    raw = np.unpackbits(g["codes"][:], bitorder="little")[: count * bits].reshape(count, bits)
+    return (raw * (1 << np.arange(bits))).sum(axis=1)
+with h5py.File(tmp + "/lloyd.h5", "r") as f:
+    g = f["linear/" + name]
+    assert "scales" not in g and "zeros" not in g
+    book = g["codebook"][:].astype(np.float32).reshape(128, 384 // 32, 4)
+    assert np.all(np.diff(book, axis=2) >= 0), "levels are not ascending"
+    codes = codes_of(g, 2, 128 * 384).reshape(128, 384)
+    decoded = np.take_along_axis(book[:, np.arange(384) // 32, :], codes[:, :, None], axis=2)[:, :, 0]
+rec = load_file(tmp + "/rec-lloyd/model.safetensors")
+assert np.allclose(rec[name], base[name] + decoded, atol=1e-6), "codebook form decoded differently"
+with h5py.File(tmp + "/sign.h5", "r") as f:
+    g = f["linear/" + name]
+    assert g["codes"].attrs["bits"] == 1 and not g["zeros"][:].any()
+    scales = g["scales"][:].astype(np.float32)
+    codes = codes_of(g, 1, 128 * 384).reshape(128, 384)
+    decoded = scales[:, None] * (2 * codes - 1)
+rec = load_file(tmp + "/rec-sign/model.safetensors")
+assert np.allclose(rec[name], base[name] + decoded, atol=1e-6), "sign form decoded differently"
+print("numpy decoded the Lloyd codebook and the 1-bit sign forms as decompress did")
+PY
+fi
+
+# A size budget instead of knobs: at the bytes of the uniform 2-bit 2:4
+# file, the per-layer choice fits and leaves far less Hessian-weighted error
+# (measured: ~10x less); a budget below what the smallest forms take, or a
+# budget beside --bits, is refused and writes nothing.
+run "$bin/dz-compress" -q compress --base "$tmp/base" --target "$tmp/ft" -o "$tmp/u24.h5" --bits 2 --sparsity 2:4 \
+  --calib "$tmp/copy.txt" --threads 1 --json
+uniform_bytes=$(json_number bytes "$tmp/out") uniform_error=$(json_number weighted_error "$tmp/out")
+run "$bin/dz-compress" -q compress --base "$tmp/base" --target "$tmp/ft" -o "$tmp/budget.h5" \
+  --max-bytes "$uniform_bytes" --calib "$tmp/copy.txt" --threads 1 --json
+budget_bytes=$(json_number bytes "$tmp/out") budget_error=$(json_number weighted_error "$tmp/out")
+[ "$(grep -c '"model.layers.[0-9]*\.[a-z_]*\.[a-z_]*_proj.weight": "[1-8]-bit [0-9.:none]*"' "$tmp/out")" = 28 ] ||
+  fail "the allocation names a form for each of the 28 linear layers: $(cat "$tmp/out")"
+[ "$(stat -c %s "$tmp/budget.h5")" = "$budget_bytes" ] && [ "$budget_bytes" -le "$uniform_bytes" ] ||
+  fail "budgeted file $budget_bytes bytes against the budget $uniform_bytes"
+awk -v b="$budget_error" -v u="$uniform_error" 'BEGIN { exit !(b * 3 < u) }' ||
+  fail "weighted error with the budget $budget_error, uniform 2-bit 2:4 $uniform_error"
+echo "at $uniform_bytes bytes: uniform 2-bit 2:4 error $uniform_error, per-layer forms $budget_error ($budget_bytes bytes)"
+run "$bin/dz-compress" inspect "$tmp/budget.h5"
+grep -q '"budget":{"bytes":'"$uniform_bytes" "$tmp/out" || fail "inspect shows the budget: $(head -n 2 "$tmp/out")"
+expect_rc 2 "$bin/dz-compress" compress --base "$tmp/base" --target "$tmp/ft" -o "$tmp/nobudget.h5" --max-bytes 20000 \
+  --threads 1
+grep -q "more than the .* bytes the budget leaves them\|alone take .* bytes" "$tmp/err" || fail "impossible budget: $(cat "$tmp/err")"
+expect_rc 2 "$bin/dz-compress" compress --base "$tmp/base" --target "$tmp/ft" -o "$tmp/nobudget.h5" --target-ratio 8 \
+  --bits 2 --threads 1
+grep -q "fixes what a size budget chooses" "$tmp/err" || fail "--bits beside --target-ratio: $(cat "$tmp/err")"
+[ ! -e "$tmp/nobudget.h5" ] || fail "a refused budget left a file"
+
 # --dense-policy full stores the fine-tuned embeddings and norms as they are:
 # the reconstruction's copies are bit-identical to the fine-tune's.
 run "$bin/dz-compress" -q compress --base "$tmp/base" --target "$tmp/ft" -o "$tmp/full.h5" --bits 8 --sparsity none \

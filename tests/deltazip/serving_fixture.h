@@ -80,13 +80,14 @@ class Serving : public ::testing::Test {
 
   static std::filesystem::path path(const std::string& name) { return *dir_ / name; }
 
+ public:
   // The base with both fine-tunes loaded as deltas over it and as the
   // models `dz-compress decompress` would rebuild.
   struct TwoVariants {
-    TwoVariants()
+    explicit TwoVariants(const std::string& first = "ft1.h5", const std::string& second = "ft2.h5")
         : base(model::LlamaModel::load(path("base"))),
-          r1(path("ft1.h5")),
-          r2(path("ft2.h5")),
+          r1(path(first)),
+          r2(path(second)),
           v1(VariantDelta::load("ft1", r1, base)),
           v2(VariantDelta::load("ft2", r2, base)),
           m1(reconstruct_model(r1, base)),

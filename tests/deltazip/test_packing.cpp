@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/half.h"
 #include "deltazip/packing.h"
+#include "deltazip/size_budget.h"
 
 namespace fleet::deltazip {
 namespace {
@@ -105,6 +106,115 @@ TEST(PackMatrix, TruncatedDataIsRejected) {
   p = pack_matrix(4, 8, 4, -1, {}, codes, kept, std::vector<std::uint16_t>(4, 0x3C00), std::vector<std::uint8_t>(4, 8));
   p.scales.pop_back();
   EXPECT_THROW(p.validate("t"), InputError);
+}
+
+// 1-bit codes are sign x scale: code 0 is -scale, code 1 +scale, whatever the
+// sparsity; a non-zero zero point makes the matrix invalid.
+TEST(PackMatrix, OneBitCodesAreTheSignGrid) {
+  const std::vector<std::uint8_t> codes{0, 1, 1, 0, 1, 1, 0, 0}, kept(8, 1);
+  const std::vector<std::uint16_t> scales{float_to_f16(0.5f), float_to_f16(0.25f)};
+  auto p = pack_matrix(2, 4, 1, -1, {}, codes, kept, scales, std::vector<std::uint8_t>(2, 0));
+  EXPECT_EQ(p.codes.size(), 1u);
+  std::vector<float> out(8);
+  unpack_matrix(p, out);
+  EXPECT_EQ(out, (std::vector<float>{-0.5f, 0.5f, 0.5f, -0.5f, 0.25f, 0.25f, -0.25f, -0.25f}));
+  p.zeros[1] = 1;
+  EXPECT_THROW(p.validate("t"), InputError);
+}
+
+// A codebook gives each group 2^bits levels of its own: code k is level k of
+// the weight's row and column group; scales and zero points are then absent.
+TEST(PackMatrix, CodebookLevelsDecodePerGroup) {
+  // 2 rows x 4 columns, groups of 2 columns, 1-bit codes, 2:4 sparsity.
+  const std::vector<std::uint8_t> codes{1, 0, 1, 0, 0, 1, 0, 1}, kept{1, 0, 0, 1, 1, 1, 0, 0};
+  std::vector<std::uint16_t> levels;
+  for (float v : {-1.0f, 2.0f, -3.0f, 4.0f, -5.0f, 6.0f, -7.0f, 8.0f}) levels.push_back(float_to_f16(v));
+  auto p = pack_matrix(2, 4, 1, 2, SparsityPattern::parse("2:4"), codes, kept, {}, {}, levels);
+  EXPECT_TRUE(p.has_codebook());
+  // codes (1 byte) + positions (1 byte) + 8 float16 levels.
+  EXPECT_EQ(p.stored_bytes(), 2u + 16u);
+  std::vector<float> out(8);
+  unpack_matrix(p, out);
+  // Row 0: column 0 in group 0 (code 1: 2), column 3 in group 1 (code 0: -3).
+  // Row 1: column 0 in group 0 (code 0: -5), column 1 in group 0 (code 1: 6).
+  EXPECT_EQ(out, (std::vector<float>{2.0f, 0.0f, 0.0f, -3.0f, -5.0f, 6.0f, 0.0f, 0.0f}));
+  auto short_book = p;
+  short_book.codebook.pop_back();
+  EXPECT_THROW(short_book.validate("t"), InputError);
+  auto both = p;
+  both.scales.assign(4, 0x3C00);
+  both.zeros.assign(4, 0);
+  EXPECT_THROW(both.validate("t"), InputError);
+}
+
+// The size allocator: a budget the smallest forms cannot meet is refused,
+// a budget everything fits takes the least error everywhere, and a tight
+// one spends its bytes where they remove the most error.
+TEST(AllocateForms, SpendsBytesWhereTheyRemoveTheMostError) {
+  const std::vector<std::vector<FormCost>> two{{{10, 0}, {5, 10}}, {{10, 0}, {5, 100}}};
+  EXPECT_THROW(allocate_forms(two, 9), UsageError);
+  EXPECT_EQ(allocate_forms(two, 20), (std::vector<std::size_t>{0, 0}));
+  EXPECT_EQ(allocate_forms(two, 15), (std::vector<std::size_t>{1, 0}));  // error 10, not 100
+  EXPECT_EQ(allocate_forms(two, 10), (std::vector<std::size_t>{1, 1}));
+}
+
+// On random instances: the choice fits, beats every uniform choice that
+// fits, and no single layer can move to another form that fits and lowers
+// the total error.
+TEST(AllocateForms, FitsAndIsLocallyOptimalOnRandomInstances) {
+  std::mt19937 rng(5);
+  for (int instance = 0; instance < 200; ++instance) {
+    const std::size_t layers = 1 + rng() % 12, forms = 1 + rng() % 6;
+    std::vector<std::vector<FormCost>> costs(layers);
+    for (auto& layer : costs)
+      for (std::size_t f = 0; f < forms; ++f)
+        layer.push_back({100 + rng() % 1000, static_cast<double>(rng() % 10000) / 7.0});
+    std::uint64_t low = 0, high = 0;
+    for (const auto& layer : costs) {
+      std::uint64_t lo = UINT64_MAX, hi = 0;
+      for (const auto& c : layer) lo = std::min(lo, c.bytes), hi = std::max(hi, c.bytes);
+      low += lo;
+      high += hi;
+    }
+    const std::uint64_t budget = low + rng() % (high - low + 1);
+    const auto choice = allocate_forms(costs, budget);
+    std::uint64_t bytes = 0;
+    double error = 0;
+    for (std::size_t l = 0; l < layers; ++l) bytes += costs[l][choice[l]].bytes, error += costs[l][choice[l]].error;
+    ASSERT_LE(bytes, budget) << "instance " << instance;
+    for (std::size_t f = 0; f < forms; ++f) {
+      std::uint64_t uniform_bytes = 0;
+      double uniform_error = 0;
+      for (const auto& layer : costs) uniform_bytes += layer[f].bytes, uniform_error += layer[f].error;
+      if (uniform_bytes <= budget) {
+        EXPECT_LE(error, uniform_error + 1e-9) << "instance " << instance;
+      }
+    }
+    for (std::size_t l = 0; l < layers; ++l)
+      for (std::size_t f = 0; f < forms; ++f) {
+        const auto& now = costs[l][choice[l]];
+        if (bytes - now.bytes + costs[l][f].bytes <= budget) {
+          EXPECT_GE(costs[l][f].error, now.error) << "instance " << instance << " layer " << l;
+        }
+      }
+  }
+}
+
+// The estimate of a matrix's bytes counts each array through zstd plus its
+// metadata: zeros compress to almost nothing, random codes do not.
+TEST(EstimatedContainerBytes, CompressesEachArray) {
+  std::mt19937 rng(9);
+  std::vector<std::uint8_t> random_codes(64 * 256), zero_codes(64 * 256, 0), kept(64 * 256, 1);
+  for (auto& c : random_codes) c = static_cast<std::uint8_t>(rng() % 16);
+  const std::vector<std::uint16_t> scales(64, 0x3C00);
+  const std::vector<std::uint8_t> zeros(64, 8);
+  const auto noisy = pack_matrix(64, 256, 4, -1, {}, random_codes, kept, scales, zeros);
+  const auto flat = pack_matrix(64, 256, 4, -1, {}, zero_codes, kept, scales, zeros);
+  const auto noisy_bytes = estimated_container_bytes(noisy, 9, 0), flat_bytes = estimated_container_bytes(flat, 9, 0);
+  EXPECT_GE(noisy_bytes, noisy.codes.size() * 95 / 100);
+  EXPECT_LE(noisy_bytes, noisy.stored_bytes());
+  EXPECT_LT(flat_bytes, 200u);
+  EXPECT_EQ(estimated_container_bytes(flat, 9, 100), flat_bytes + 3 * 100);  // codes, scales, zeros
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The SBMM kernel against dequantize-then-matmul, for every bit width and
-// sparsity form, per-row and per-group scales, one and several input rows.
+// sparsity form, per-row and per-group scales or codebooks, one and several
+// input rows.
 #include <random>
 
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@ struct Case {
   int bits;
   std::string sparsity;
   std::int64_t group_size;
+  bool codebook = false;  ///< non-uniform levels per group instead of scales
 };
 
 // A random packed matrix of the given form.
@@ -36,11 +38,17 @@ PackedMatrix random_matrix(std::int64_t rows, std::int64_t cols, const Case& c, 
   } else if (pattern.kind == SparsityPattern::Kind::kUnstructured) {
     for (auto& k : kept) k = unit(rng) >= pattern.fraction;
   }
+  if (c.codebook) {
+    std::vector<std::uint16_t> levels(static_cast<std::size_t>(rows * groups) << c.bits);
+    std::uniform_real_distribution<float> level(-0.1f, 0.1f);
+    for (auto& v : levels) v = float_to_f16(level(rng));
+    return pack_matrix(rows, cols, c.bits, c.group_size, pattern, codes, kept, {}, {}, std::move(levels));
+  }
   std::vector<std::uint16_t> scales(static_cast<std::size_t>(rows * groups));
   std::vector<std::uint8_t> zeros(scales.size());
   for (std::size_t i = 0; i < scales.size(); ++i) {
     scales[i] = float_to_f16(scale(rng));
-    zeros[i] = static_cast<std::uint8_t>(code(rng));
+    zeros[i] = c.bits == 1 ? 0 : static_cast<std::uint8_t>(code(rng));  // 1 bit: the sign grid
   }
   return pack_matrix(rows, cols, c.bits, c.group_size, pattern, codes, kept, std::move(scales), std::move(zeros));
 }
@@ -113,20 +121,22 @@ TEST_P(SbmmAgainstDequantized, EqualsDequantizeThenMatmul) {
   restore_default_kernels();
 }
 
-INSTANTIATE_TEST_SUITE_P(Forms, SbmmAgainstDequantized,
-                         ::testing::Values(Case{2, "none", -1}, Case{3, "none", -1}, Case{4, "none", -1},
-                                           Case{8, "none", -1}, Case{2, "2:4", -1}, Case{3, "2:4", -1},
-                                           Case{4, "2:4", -1}, Case{8, "2:4", -1}, Case{4, "4:8", -1},
-                                           Case{4, "2:4", 32}, Case{2, "none", 32}, Case{3, "0.5", -1},
-                                           Case{4, "0.7", 32}, Case{8, "0.3", -1}),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           std::string s = info.param.sparsity;
-                           for (auto& ch : s)
-                             if (ch == ':' || ch == '.') ch = '_';
-                           return "bits" + std::to_string(info.param.bits) + "_" + s + "_group" +
-                                  (info.param.group_size < 0 ? std::string("row")
-                                                             : std::to_string(info.param.group_size));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Forms, SbmmAgainstDequantized,
+    ::testing::Values(Case{2, "none", -1}, Case{3, "none", -1}, Case{4, "none", -1}, Case{8, "none", -1},
+                      Case{2, "2:4", -1}, Case{3, "2:4", -1}, Case{4, "2:4", -1}, Case{8, "2:4", -1},
+                      Case{4, "4:8", -1}, Case{4, "2:4", 32}, Case{2, "none", 32}, Case{3, "0.5", -1},
+                      Case{4, "0.7", 32}, Case{8, "0.3", -1}, Case{1, "none", -1}, Case{1, "2:4", 32},
+                      Case{2, "2:4", -1, true}, Case{4, "2:4", -1, true}, Case{1, "none", 32, true},
+                      Case{3, "0.5", -1, true}, Case{2, "none", 32, true}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      std::string s = info.param.sparsity;
+      for (auto& ch : s)
+        if (ch == ':' || ch == '.') ch = '_';
+      return "bits" + std::to_string(info.param.bits) + "_" + s + "_group" +
+             (info.param.group_size < 0 ? std::string("row") : std::to_string(info.param.group_size)) +
+             (info.param.codebook ? "_codebook" : "");
+    });
 
 // The x86 kernels (AVX2, and AVX-512 where the CPU has it) against the
 // portable ones on the fused 2:4 form: the same decoded weights bit for bit,

@@ -12,7 +12,7 @@ namespace fleet::deltazip {
 namespace {
 
 PackedMatrix random_form(std::int64_t rows, std::int64_t cols, int bits, const std::string& sparsity,
-                         std::int64_t group_size, std::mt19937& rng) {
+                         std::int64_t group_size, bool codebook, std::mt19937& rng) {
   const auto pattern = SparsityPattern::parse(sparsity);
   const std::int64_t group = group_size <= 0 ? cols : group_size, groups = (cols + group - 1) / group;
   std::vector<std::uint8_t> codes(static_cast<std::size_t>(rows * cols)), kept(codes.size(), 1);
@@ -27,11 +27,16 @@ PackedMatrix random_form(std::int64_t rows, std::int64_t cols, int bits, const s
   } else if (pattern.kind == SparsityPattern::Kind::kUnstructured) {
     for (auto& k : kept) k = (rng() % 1000) >= pattern.fraction * 1000;
   }
+  if (codebook) {
+    std::vector<std::uint16_t> levels(static_cast<std::size_t>(rows * groups) << bits);
+    for (auto& v : levels) v = float_to_f16(static_cast<float>(rng() % 2001) * 1e-4f - 0.1f);
+    return pack_matrix(rows, cols, bits, group_size, pattern, codes, kept, {}, {}, std::move(levels));
+  }
   std::vector<std::uint16_t> scales(static_cast<std::size_t>(rows * groups));
   std::vector<std::uint8_t> zeros(scales.size());
   for (std::size_t i = 0; i < scales.size(); ++i) {
     scales[i] = float_to_f16(0.001f + static_cast<float>(rng() % 1000) * 5e-5f);
-    zeros[i] = static_cast<std::uint8_t>(rng() % (1u << bits));
+    zeros[i] = bits == 1 ? 0 : static_cast<std::uint8_t>(rng() % (1u << bits));  // 1 bit: the sign grid
   }
   return pack_matrix(rows, cols, bits, group_size, pattern, codes, kept, std::move(scales), std::move(zeros));
 }
@@ -44,11 +49,13 @@ TEST(SbmmGpu, EqualsTheCpuKernelOnEveryForm) {
     int bits;
     const char* sparsity;
     std::int64_t group;
+    bool codebook = false;
   };
   for (const Form f : {Form{4, "2:4", -1}, Form{2, "2:4", -1}, Form{3, "2:4", -1}, Form{8, "none", -1},
-                       Form{4, "4:8", 64}, Form{3, "0.5", -1}, Form{2, "none", 128}})
+                       Form{4, "4:8", 64}, Form{3, "0.5", -1}, Form{2, "none", 128}, Form{1, "none", -1},
+                       Form{2, "2:4", -1, true}, Form{1, "none", 64, true}, Form{3, "0.5", -1, true}})
     for (std::int64_t n : {1, 3, 8, 13}) {
-      const SbmmMatrix cpu(random_form(200, 512, f.bits, f.sparsity, f.group, rng));
+      const SbmmMatrix cpu(random_form(200, 512, f.bits, f.sparsity, f.group, f.codebook, rng));
       const SbmmCudaMatrix gpu(cpu.layout());
       std::normal_distribution<float> normal;
       std::vector<float> x(static_cast<std::size_t>(n * 512)), y_cpu(static_cast<std::size_t>(n * 200), 0.25f);
@@ -58,7 +65,8 @@ TEST(SbmmGpu, EqualsTheCpuKernelOnEveryForm) {
       gpu.multiply_add_host(x.data(), n, y_gpu.data());
       for (std::size_t i = 0; i < y_cpu.size(); ++i)
         ASSERT_NEAR(y_gpu[i], y_cpu[i], 1e-4f * (1.0f + std::abs(y_cpu[i])))
-            << f.bits << "-bit " << f.sparsity << " group " << f.group << ", " << n << " rows, element " << i;
+            << f.bits << "-bit " << f.sparsity << " group " << f.group << (f.codebook ? " codebook" : "") << ", " << n
+            << " rows, element " << i;
     }
 }
 

@@ -4,6 +4,7 @@
 // every mode), and requests it cannot serve are refused with the right status.
 #include <future>
 #include <map>
+#include <set>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -27,9 +28,10 @@ namespace {
 
 using model::LlamaModel;
 
-TEST_F(Serving, MixedBatchLogitsEqualEachReconstructedModelAlone) {
+// One mixed batch of two variants and the base through the delta overlay,
+// against each variant's reconstructed model run alone.
+void expect_mixed_batch_equals_models_alone(Serving::TwoVariants& loaded) {
   torch::NoGradGuard no_grad;
-  TwoVariants loaded;
   auto& [base, r1, r2, v1, v2, m1, m2] = loaded;
   // Rows: ft1, ft1, base, ft2 (sorted by variant, as the engine sorts them).
   const std::vector<const LlamaModel*> alone = {&m1, &m1, &base, &m2};
@@ -50,8 +52,45 @@ TEST_F(Serving, MixedBatchLogitsEqualEachReconstructedModelAlone) {
   // The deltas are not trivial: each variant's logits differ from the base's.
   EXPECT_GT((mixed[0] - mixed[2]).abs().max().item<float>(), 1e-2);
   EXPECT_GT((mixed[3] - mixed[2]).abs().max().item<float>(), 1e-2);
+}
+
+TEST_F(Serving, MixedBatchLogitsEqualEachReconstructedModelAlone) {
+  TwoVariants loaded;
+  expect_mixed_batch_equals_models_alone(loaded);
   // Packed form: far fewer bytes than the float32 weights it stands for.
-  EXPECT_LT(v1->bytes, 4 * static_cast<std::uint64_t>(base.config().hidden_size) * 260 + 500000);
+  EXPECT_LT(loaded.v1->bytes, 4 * static_cast<std::uint64_t>(loaded.base.config().hidden_size) * 260 + 500000);
+}
+
+// The forms beyond the uniform grid serve as they reconstruct: a 2-bit Lloyd
+// codebook per group of 32 columns beside a size-budgeted container whose
+// layers took different forms (1-bit sign and sparse ones among them).
+TEST_F(Serving, CodebookAndBudgetedFormsServeLikeTheirReconstruction) {
+  CompressCommand c;
+  c.base = path("base");
+  c.target = path("ft1");
+  c.output = path("ft1-lloyd.h5");
+  c.bits = 2;
+  c.grid = "lloyd";
+  c.group_size = 32;
+  c.calib_samples = 8;
+  c.seq_len = 32;
+  c.threads = 1;
+  c.force = true;
+  compress_delta(c);
+  CompressCommand b = c;
+  b.target = path("ft2");
+  b.output = path("ft2-budget.h5");
+  b.bits = 4;
+  b.grid = "minmax";
+  b.group_size = -1;
+  b.target_ratio = 9;
+  const auto budgeted = compress_delta(b);
+  std::set<std::string> forms;
+  for (const auto& [layer, form] : budgeted.allocation) forms.insert(form);
+  EXPECT_GE(forms.size(), 2u) << "the budget chose one form for every layer";
+  EXPECT_LE(budgeted.bytes, budgeted.budget_bytes);
+  TwoVariants loaded("ft1-lloyd.h5", "ft2-budget.h5");
+  expect_mixed_batch_equals_models_alone(loaded);
 }
 
 torch::Tensor parameter(const LlamaModel& m, const std::string& name) {

@@ -40,9 +40,12 @@ SbmmMatrix::SbmmMatrix(const PackedMatrix& p)
   indices_ = padded(p.indices);
   scales_.resize(p.scales.size());
   zeros_.resize(p.zeros.size());
+  levels_.resize(p.codebook.size());
+  for (std::size_t i = 0; i < levels_.size(); ++i) levels_[i] = f16_to_float(p.codebook[i]);
   for (std::size_t i = 0; i < scales_.size(); ++i) {
-    scales_[i] = f16_to_float(p.scales[i]);
-    zeros_[i] = static_cast<float>(p.zeros[i]);
+    const auto levels = level_map(p.bits, f16_to_float(p.scales[i]), p.zeros[i]);
+    scales_[i] = levels.scale;
+    zeros_[i] = levels.zero;
   }
   if (sparsity_.kind == SparsityPattern::Kind::kNOfM)
     index_bits_ = std::bit_width(static_cast<unsigned>(sparsity_.m - 1));
@@ -81,7 +84,7 @@ bool SbmmMatrix::vectorised() const { return fused_2of4() && distinct_positions_
 
 bool SbmmMatrix::fused_2of4() const {
   return sparsity_.kind == SparsityPattern::Kind::kNOfM && sparsity_.m == 4 && sparsity_.n == 2 && groups_ == 1 &&
-         (bits_ == 2 || bits_ == 4) && cols_ % 8 == 0;
+         (bits_ == 2 || bits_ == 4) && cols_ % 8 == 0 && levels_.empty();
 }
 
 SbmmLayout SbmmMatrix::layout() const {
@@ -101,14 +104,15 @@ SbmmLayout SbmmMatrix::layout() const {
   l.code_bytes = codes_.size();
   l.indices = indices_.data();
   l.index_bytes = indices_.size();
-  l.scales = scales_.data();
-  l.zeros = zeros_.data();
+  l.scales = scales_.empty() ? nullptr : scales_.data();
+  l.zeros = zeros_.empty() ? nullptr : zeros_.data();
+  l.levels = levels_.empty() ? nullptr : levels_.data();
   l.row_code_bit = row_code_bit_.empty() ? nullptr : row_code_bit_.data();
   return l;
 }
 
 std::uint64_t SbmmMatrix::bytes() const {
-  return codes_.size() + indices_.size() + (scales_.size() + zeros_.size()) * sizeof(float) +
+  return codes_.size() + indices_.size() + (scales_.size() + zeros_.size() + levels_.size()) * sizeof(float) +
          row_code_bit_.size() * sizeof(std::uint64_t);
 }
 
@@ -154,8 +158,6 @@ void unpack_codes(const std::uint8_t* data, std::uint64_t bit, std::int64_t coun
 }  // namespace
 
 std::int64_t SbmmMatrix::kept_row(std::int64_t o, float* values, std::int32_t* columns) const {
-  const float* scale = scales_.data() + o * groups_;
-  const float* zero = zeros_.data() + o * groups_;
   thread_local std::vector<std::uint8_t> codes, positions;
   std::int64_t kept = cols_;
   std::uint64_t code_bit = 0;
@@ -199,6 +201,17 @@ std::int64_t SbmmMatrix::kept_row(std::int64_t o, float* values, std::int32_t* c
   codes.resize(static_cast<std::size_t>(kept));
   unpack_codes(codes_.data(), code_bit, kept, bits_, codes.data());
   const std::uint8_t* q = codes.data();
+  if (!levels_.empty()) {
+    const float* table = levels_.data() + ((o * groups_) << bits_);
+    if (groups_ == 1) {
+      for (std::int64_t k = 0; k < kept; ++k) values[k] = table[q[k]];
+    } else {
+      for (std::int64_t k = 0; k < kept; ++k) values[k] = table[((columns[k] / group_size_) << bits_) + q[k]];
+    }
+    return kept;
+  }
+  const float* scale = scales_.data() + o * groups_;
+  const float* zero = zeros_.data() + o * groups_;
   if (groups_ == 1) {
     // One scale per row: a table of the 2^bits values replaces a multiply per weight.
     float table[256];

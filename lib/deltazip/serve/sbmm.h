@@ -28,7 +28,7 @@ class SbmmMatrix {
   /// Bytes this form keeps in memory.
   std::uint64_t bytes() const;
   /// True for the form with a fused kernel (2:4, one scale per row, 2 or 4
-  /// bits), which multiply_add runs fast for up to 16 input rows.
+  /// bits, no codebook), which multiply_add runs fast for up to 16 input rows.
   bool fused_2of4() const;
   /// The arrays, for the GPU kernel's upload.
   SbmmLayout layout() const;
@@ -72,6 +72,7 @@ class SbmmMatrix {
   SparsityPattern sparsity_;
   std::vector<std::uint8_t> codes_, indices_;  ///< packed streams + 8 bytes of padding
   std::vector<float> scales_, zeros_;          ///< [rows, groups]
+  std::vector<float> levels_;                  ///< codebook [rows, groups, 2^bits]: replaces scales and zeros
   std::vector<std::uint64_t> row_code_bit_;    ///< unstructured: first code bit of each row
   bool distinct_positions_ = true;             ///< 2:4: no group names one position twice
   bool vectorised() const;                     ///< fused form on the AVX2 kernels

@@ -20,8 +20,11 @@ struct SbmmLayout {
   std::size_t code_bytes = 0;
   const std::uint8_t* indices = nullptr;  ///< n:m positions, or 1 bit per weight (unstructured)
   std::size_t index_bytes = 0;
-  const float* scales = nullptr;                ///< [rows, groups]
-  const float* zeros = nullptr;                 ///< [rows, groups]
+  const float* scales = nullptr;  ///< [rows, groups], as level_map gives them
+  const float* zeros = nullptr;   ///< [rows, groups]
+  /// Non-uniform grid: each group's 2^bits levels, [rows, groups, 2^bits];
+  /// then scales and zeros are null.
+  const float* levels = nullptr;
   const std::uint64_t* row_code_bit = nullptr;  ///< unstructured: first code bit of each row, rows + 1 entries
 };
 

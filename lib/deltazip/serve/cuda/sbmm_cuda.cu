@@ -31,6 +31,7 @@ __device__ __forceinline__ unsigned read_bits(const std::uint8_t* data, std::uin
 
 __device__ __forceinline__ float weight(const SbmmLayout& l, std::int64_t o, std::int64_t c, unsigned q) {
   const std::int64_t g = o * l.groups + c / l.group_size;
+  if (l.levels) return l.levels[(g << l.bits) + q];
   return l.scales[g] * (static_cast<float>(q) - l.zeros[g]);
 }
 
@@ -98,8 +99,9 @@ SbmmCudaMatrix::SbmmCudaMatrix(const SbmmLayout& host) : layout_(host) {
   const std::size_t scale_count = static_cast<std::size_t>(host.rows * host.groups);
   layout_.codes = upload(host.codes, host.code_bytes);
   layout_.indices = upload(host.indices, host.index_bytes);
-  layout_.scales = upload(host.scales, scale_count);
-  layout_.zeros = upload(host.zeros, scale_count);
+  layout_.scales = upload(host.scales, host.scales ? scale_count : 0);
+  layout_.zeros = upload(host.zeros, host.zeros ? scale_count : 0);
+  layout_.levels = upload(host.levels, host.levels ? scale_count << host.bits : 0);
   if (host.row_code_bit) layout_.row_code_bit = upload(host.row_code_bit, static_cast<std::size_t>(host.rows) + 1);
 }
 
@@ -108,6 +110,7 @@ SbmmCudaMatrix::~SbmmCudaMatrix() {
   cudaFree(const_cast<std::uint8_t*>(layout_.indices));
   cudaFree(const_cast<float*>(layout_.scales));
   cudaFree(const_cast<float*>(layout_.zeros));
+  cudaFree(const_cast<float*>(layout_.levels));
   cudaFree(const_cast<std::uint64_t*>(layout_.row_code_bit));
 }
 
