@@ -178,155 +178,188 @@ void CompressionOptions::validate() const {
     throw UsageError("--block-size must be a multiple of the n:m group (" + std::to_string(sparsity.m) + ")");
 }
 
-CompressedMatrix obs_compress(const torch::Tensor& weight, const torch::Tensor& hessian, const CompressionOptions& o) {
-  o.validate();
-  torch::NoGradGuard no_grad;
-  auto W = weight.to(torch::kFloat32).clone();
-  auto H = hessian.to(torch::kFloat32).clone();
-  const std::int64_t rows = W.size(0), cols = W.size(1);
-  if (H.dim() != 2 || H.size(0) != cols || H.size(1) != cols)
-    throw InputError("the Hessian must be [" + std::to_string(cols) + ", " + std::to_string(cols) + "]");
-  if (o.sparsity.kind == SparsityPattern::Kind::kNOfM && cols % o.sparsity.m != 0)
-    throw InputError("n:m sparsity needs the input dimension (" + std::to_string(cols) + ") to be a multiple of " +
-                     std::to_string(o.sparsity.m));
-  const std::int64_t group = o.group_size < 0 ? cols : o.group_size;
-  const std::int64_t groups = (cols + group - 1) / group;
+namespace {
 
-  // Inputs that never fire carry no information: their weights go to zero.
-  auto dead = H.diagonal() == 0;
-  H.diagonal().masked_fill_(dead, 1.0);
-  W.index_put_({torch::indexing::Slice(), dead}, 0.0);
+// The grids a sweep chooses, per row and group of original columns: scales
+// and zero points, or codebooks for the non-uniform fit.
+struct GridTable {
+  torch::Tensor scales, zeros, codebook;
 
-  // Damping keeps the inverse well conditioned.
-  H.diagonal().add_(o.damp * H.diagonal().mean().item<double>());
-  auto damped_hessian = H.clone();
-  auto original_weight = W.clone();
+  GridTable(std::int64_t rows, std::int64_t groups, const CompressionOptions& o, const torch::TensorOptions& options)
+      : scales(torch::zeros({rows, groups}, options)), zeros(torch::zeros({rows, groups}, options)) {
+    if (o.grid == GridFit::kLloyd) codebook = torch::zeros({rows, groups, std::int64_t{1} << o.bits}, options);
+  }
+  void store(std::int64_t group, const Grid& grid) {
+    if (codebook.defined()) {
+      codebook.select(1, group).copy_(grid.levels);
+      return;
+    }
+    scales.narrow(1, group, 1).copy_(grid.scale);
+    zeros.narrow(1, group, 1).copy_(grid.zero);
+  }
+};
 
-  torch::Tensor perm, inverse_perm;
-  if (o.act_order) {
-    if (o.sparsity.kind == SparsityPattern::Kind::kNOfM) {
-      // Reorder whole n:m groups (by their summed diagonal), so that every
-      // group of m stays m consecutive input columns.
-      const std::int64_t m = o.sparsity.m;
-      auto group_order = torch::argsort(H.diagonal().view({cols / m, m}).sum(1), 0, /*descending=*/true);
+// One OBS sweep over the columns of a matrix: set up (dead inputs, damping,
+// column order, the Cholesky factor of H^-1), then block by block each
+// column pruned, quantized, and its error spread over the columns after it.
+class ObsSweep {
+ public:
+  ObsSweep(const torch::Tensor& weight, const torch::Tensor& hessian, const CompressionOptions& o)
+      : o_(o),
+        W_(weight.to(torch::kFloat32).clone()),
+        rows_(W_.size(0)),
+        cols_(W_.size(1)),
+        group_(o.group_size < 0 ? cols_ : o.group_size),
+        grids_(rows_, (cols_ + group_ - 1) / group_, o, W_.options()) {
+    auto H = hessian.to(torch::kFloat32).clone();
+    if (H.dim() != 2 || H.size(0) != cols_ || H.size(1) != cols_)
+      throw InputError("the Hessian must be [" + std::to_string(cols_) + ", " + std::to_string(cols_) + "]");
+    if (o.sparsity.kind == SparsityPattern::Kind::kNOfM && cols_ % o.sparsity.m != 0)
+      throw InputError("n:m sparsity needs the input dimension (" + std::to_string(cols_) + ") to be a multiple of " +
+                       std::to_string(o.sparsity.m));
+    // Inputs that never fire carry no information: their weights go to zero.
+    auto dead = H.diagonal() == 0;
+    H.diagonal().masked_fill_(dead, 1.0);
+    W_.index_put_({torch::indexing::Slice(), dead}, 0.0);
+    // Damping keeps the inverse well conditioned.
+    H.diagonal().add_(o.damp * H.diagonal().mean().item<double>());
+    damped_hessian_ = H.clone();
+    original_weight_ = W_.clone();
+    order_.resize(static_cast<std::size_t>(cols_));
+    for (std::int64_t c = 0; c < cols_; ++c) order_[static_cast<std::size_t>(c)] = c;
+    if (o.act_order) reorder(H);
+    // Upper Cholesky factor of H^-1.
+    auto L = torch::linalg_cholesky(H);
+    U_ = torch::linalg_cholesky(torch::cholesky_inverse(L)).transpose(0, 1).contiguous();
+    // Grids: static per group of original columns (computed before the
+    // sweep) when reordering, so that each group stays contiguous in
+    // storage; else per group as the sweep reaches it, from the updated
+    // weights, as GPTQ does.
+    if (o.act_order || group_ == cols_) {
+      for (std::int64_t g = 0; g * group_ < cols_; ++g) {
+        static_grids_.push_back(
+            find_grid(original_weight_.narrow(1, g * group_, std::min(group_, cols_ - g * group_)), o));
+        grids_.store(g, static_grids_.back());
+      }
+    }
+    Q_ = torch::zeros_like(W_);
+    codes_ = torch::zeros_like(W_);
+    pruned_ = torch::zeros({rows_, cols_}, W_.options().dtype(torch::kBool));
+  }
+
+  CompressedMatrix run() {
+    for (std::int64_t first = 0; first < cols_; first += o_.block_size) sweep_block(first);
+    if (o_.act_order) {
+      Q_ = Q_.index_select(1, inverse_perm_);
+      codes_ = codes_.index_select(1, inverse_perm_);
+      pruned_ = pruned_.index_select(1, inverse_perm_);
+    }
+    CompressedMatrix out;
+    out.dequantized = Q_;
+    out.codes = codes_.to(torch::kUInt8);
+    out.kept = pruned_.logical_not();
+    out.scales = grids_.scales;
+    out.zeros = grids_.zeros.to(torch::kUInt8);
+    out.codebook = grids_.codebook;
+    out.loss = loss_;
+    out.hessian = damped_hessian_;
+    out.weight = original_weight_;
+    return out;
+  }
+
+ private:
+  // Columns by descending Hessian diagonal (whole n:m groups by their
+  // summed diagonal, so that every group of m stays m consecutive columns).
+  void reorder(torch::Tensor& H) {
+    torch::Tensor perm;
+    if (o_.sparsity.kind == SparsityPattern::Kind::kNOfM) {
+      const std::int64_t m = o_.sparsity.m;
+      auto group_order = torch::argsort(H.diagonal().view({cols_ / m, m}).sum(1), 0, /*descending=*/true);
       perm = (group_order.unsqueeze(1) * m + torch::arange(m, group_order.options()).unsqueeze(0)).flatten();
     } else {
       perm = torch::argsort(H.diagonal(), 0, /*descending=*/true);
     }
-    inverse_perm = torch::argsort(perm);
-    W = W.index_select(1, perm);
+    inverse_perm_ = torch::argsort(perm);
+    W_ = W_.index_select(1, perm);
     H = H.index_select(0, perm).index_select(1, perm);
-  }
-  // Upper Cholesky factor of H^-1.
-  auto L = torch::linalg_cholesky(H);
-  auto Hinv = torch::cholesky_inverse(L);
-  auto U = torch::linalg_cholesky(Hinv).transpose(0, 1).contiguous();
-
-  // Grids: static per group of original columns (computed before the sweep)
-  // when reordering, so that each group stays contiguous in storage; else
-  // per group as the sweep reaches it, from the updated weights, as GPTQ does.
-  auto scales = torch::zeros({rows, groups}, W.options());
-  auto zeros = torch::zeros({rows, groups}, W.options());
-  torch::Tensor codebook;
-  if (o.grid == GridFit::kLloyd) codebook = torch::zeros({rows, groups, std::int64_t{1} << o.bits}, W.options());
-  auto store_grid = [&](std::int64_t g, const Grid& grid) {
-    if (codebook.defined()) {
-      codebook.select(1, g).copy_(grid.levels);
-      return;
-    }
-    scales.narrow(1, g, 1).copy_(grid.scale);
-    zeros.narrow(1, g, 1).copy_(grid.zero);
-  };
-  std::vector<Grid> static_grids;
-  if (o.act_order || group == cols) {
-    for (std::int64_t g = 0; g < groups; ++g) {
-      auto grid = find_grid(original_weight.narrow(1, g * group, std::min(group, cols - g * group)), o);
-      static_grids.push_back(grid);
-      store_grid(g, grid);
-    }
-  }
-  std::vector<std::int64_t> order(static_cast<std::size_t>(cols));
-  if (o.act_order) {
     auto p = perm.to(torch::kCPU, torch::kInt64).contiguous();
-    std::copy(p.data_ptr<std::int64_t>(), p.data_ptr<std::int64_t>() + cols, order.begin());
-  } else {
-    for (std::int64_t c = 0; c < cols; ++c) order[static_cast<std::size_t>(c)] = c;
+    std::copy(p.data_ptr<std::int64_t>(), p.data_ptr<std::int64_t>() + cols_, order_.begin());
   }
 
-  auto Q = torch::zeros_like(W);
-  auto codes = torch::zeros_like(W);
-  auto pruned = torch::zeros({rows, cols}, W.options().dtype(torch::kBool));
-  double loss = 0;
-  Grid current;
-  for (std::int64_t i1 = 0; i1 < cols; i1 += o.block_size) {
-    const std::int64_t count = std::min(o.block_size, cols - i1);
-    auto W1 = W.narrow(1, i1, count).clone();
+  // The grid for sweep column `column` (the i-th of the block in W1).
+  const Grid& grid_for(std::int64_t column, std::int64_t i, const torch::Tensor& W1, std::int64_t first,
+                       std::int64_t count) {
+    if (!static_grids_.empty())
+      return static_grids_[static_cast<std::size_t>(order_[static_cast<std::size_t>(column)] / group_)];
+    if (column % group_ == 0) {
+      // The group's current values: updated in this block, or beyond it.
+      const std::int64_t len = std::min(group_, cols_ - column), inside = std::min(len, count - i);
+      auto values = inside == len ? W1.narrow(1, i, len)
+                                  : torch::cat({W1.narrow(1, i, inside), W_.narrow(1, first + count, len - inside)}, 1);
+      current_ = find_grid(values, o_);
+      grids_.store(column / group_, current_);
+    }
+    return current_;
+  }
+
+  void sweep_block(std::int64_t first) {
+    const std::int64_t count = std::min(o_.block_size, cols_ - first);
+    auto W1 = W_.narrow(1, first, count).clone();
     auto Err1 = torch::zeros_like(W1);
-    auto U1 = U.narrow(0, i1, count).narrow(1, i1, count);
+    auto U1 = U_.narrow(0, first, count).narrow(1, first, count);
     auto diag1 = U1.diagonal();
-    auto mask1 = torch::zeros({rows, count}, W.options().dtype(torch::kBool));
-    if (o.sparsity.kind == SparsityPattern::Kind::kUnstructured) {
+    auto mask1 = torch::zeros({rows_, count}, W_.options().dtype(torch::kBool));
+    if (o_.sparsity.kind == SparsityPattern::Kind::kUnstructured) {
       auto score = W1.pow(2) / diag1.pow(2).unsqueeze(0);
       auto sorted = std::get<0>(score.flatten().sort());
-      auto k = static_cast<std::int64_t>(static_cast<double>(score.numel()) * o.sparsity.fraction);
+      auto k = static_cast<std::int64_t>(static_cast<double>(score.numel()) * o_.sparsity.fraction);
       if (k > 0) mask1 = score <= sorted[k - 1];
     }
     for (std::int64_t i = 0; i < count; ++i) {
-      const std::int64_t column = i1 + i, original = order[static_cast<std::size_t>(column)];
+      const std::int64_t column = first + i;
       auto w = W1.select(1, i);
       const double d = diag1[i].item<double>();
-      if (o.sparsity.kind == SparsityPattern::Kind::kNOfM && i % o.sparsity.m == 0) {
+      if (o_.sparsity.kind == SparsityPattern::Kind::kNOfM && i % o_.sparsity.m == 0) {
         // Prune the n of the next m weights per row whose removal costs least.
-        auto score = W1.narrow(1, i, o.sparsity.m).pow(2) / diag1.narrow(0, i, o.sparsity.m).pow(2).unsqueeze(0);
-        auto smallest = std::get<1>(score.topk(o.sparsity.n, 1, /*largest=*/false));
-        mask1.narrow(1, i, o.sparsity.m).scatter_(1, smallest, true);
+        auto score = W1.narrow(1, i, o_.sparsity.m).pow(2) / diag1.narrow(0, i, o_.sparsity.m).pow(2).unsqueeze(0);
+        auto smallest = std::get<1>(score.topk(o_.sparsity.n, 1, /*largest=*/false));
+        mask1.narrow(1, i, o_.sparsity.m).scatter_(1, smallest, true);
       }
-      const Grid* grid;
-      if (!static_grids.empty()) {
-        grid = &static_grids[static_cast<std::size_t>(original / group)];
-      } else {
-        if (column % group == 0) {
-          // The group's current values: updated in this block, or beyond it.
-          const std::int64_t len = std::min(group, cols - column), inside = std::min(len, count - i);
-          auto values = inside == len ? W1.narrow(1, i, len)
-                                      : torch::cat({W1.narrow(1, i, inside), W.narrow(1, i1 + count, len - inside)}, 1);
-          current = find_grid(values, o);
-          store_grid(column / group, current);
-        }
-        grid = &current;
-      }
-      auto code = quantize_codes(w.unsqueeze(1), *grid).squeeze(1);
-      auto q = dequantize(code.unsqueeze(1), *grid).squeeze(1);
+      const Grid& grid = grid_for(column, i, W1, first, count);
+      auto code = quantize_codes(w.unsqueeze(1), grid).squeeze(1);
+      auto q = dequantize(code.unsqueeze(1), grid).squeeze(1);
       auto is_pruned = mask1.select(1, i);
       q = q.masked_fill(is_pruned, 0.0);
-      codes.select(1, column).copy_(code.masked_fill(is_pruned, 0.0));
-      pruned.select(1, column).copy_(is_pruned);
-      Q.select(1, column).copy_(q);
+      codes_.select(1, column).copy_(code.masked_fill(is_pruned, 0.0));
+      pruned_.select(1, column).copy_(is_pruned);
+      Q_.select(1, column).copy_(q);
       auto err = (w - q) / d;
-      loss += (w - q).pow(2).sum().item<double>() / (2 * d * d);
+      loss_ += (w - q).pow(2).sum().item<double>() / (2 * d * d);
       W1.narrow(1, i, count - i).sub_(err.unsqueeze(1).matmul(U1.select(0, i).narrow(0, i, count - i).unsqueeze(0)));
       Err1.select(1, i).copy_(err);
     }
-    if (i1 + count < cols)
-      W.narrow(1, i1 + count, cols - i1 - count)
-          .sub_(Err1.matmul(U.narrow(0, i1, count).narrow(1, i1 + count, cols - i1 - count)));
+    if (first + count < cols_)
+      W_.narrow(1, first + count, cols_ - first - count)
+          .sub_(Err1.matmul(U_.narrow(0, first, count).narrow(1, first + count, cols_ - first - count)));
   }
-  if (o.act_order) {
-    Q = Q.index_select(1, inverse_perm);
-    codes = codes.index_select(1, inverse_perm);
-    pruned = pruned.index_select(1, inverse_perm);
-  }
-  CompressedMatrix out;
-  out.dequantized = Q;
-  out.codes = codes.to(torch::kUInt8);
-  out.kept = pruned.logical_not();
-  out.scales = scales;
-  out.zeros = zeros.to(torch::kUInt8);
-  out.codebook = codebook;
-  out.loss = loss;
-  out.hessian = damped_hessian;
-  out.weight = original_weight;
-  return out;
+
+  const CompressionOptions& o_;
+  torch::Tensor W_;
+  std::int64_t rows_, cols_, group_;
+  GridTable grids_;
+  torch::Tensor U_, inverse_perm_, damped_hessian_, original_weight_, Q_, codes_, pruned_;
+  std::vector<std::int64_t> order_;  ///< original column of each sweep position
+  std::vector<Grid> static_grids_;
+  Grid current_;
+  double loss_ = 0;
+};
+
+}  // namespace
+
+CompressedMatrix obs_compress(const torch::Tensor& weight, const torch::Tensor& hessian, const CompressionOptions& o) {
+  o.validate();
+  torch::NoGradGuard no_grad;
+  return ObsSweep(weight, hessian, o).run();
 }
 
 CompressedMatrix rtn_compress(const torch::Tensor& weight, const CompressionOptions& options) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # DeltaZip under a size budget: quality against the whole file's ratio to the
-# fp16 model, with `--target-ratio` (forms chosen per layer) beside uniform
-# forms of about the same size.
+# fp16 model, with `--target-ratio` (forms chosen per layer) beside one form
+# for every layer (grids: minmax, lloyd codebooks, ternary; 1 bit: sign).
 #   scripts/bench/deltazip_budget.sh BASE TARGET CALIB_TEXT METRIC RATIO...
 # METRIC is `copy` (exact-match accuracy on 200 copy examples: the demo's copy
 # fine-tune) or a held-out text file (the mean NLL gap, nats per token, of
@@ -49,11 +49,12 @@ row() {  # row LABEL FILE
   fi
 }
 printf '%-28s %9s %10s\n' "form" "file x" "$header"
-for setting in "4 2:4" "2 none" "2 2:4" "1 none"; do
+for setting in "4 2:4 minmax" "2 none minmax" "2 2:4 minmax" "2 2:4 lloyd" "2 none ternary" "1 none minmax" \
+  "1 none lloyd"; do
   set -- $setting
   "$bin/dz-compress" -q compress --base "$base" --target "$target" -o "$tmp/u.h5" --bits "$1" --sparsity "$2" \
-    --calib "$calib" --threads 1
-  row "uniform $1-bit $2" "$tmp/u.h5"
+    --grid "$3" --calib "$calib" --threads 1
+  row "$1-bit $2 $3" "$tmp/u.h5"
 done
 for ratio in "${ratios[@]}"; do
   "$bin/dz-compress" -q compress --base "$base" --target "$target" -o "$tmp/b.h5" --target-ratio "$ratio" \
