@@ -265,11 +265,17 @@ struct Job {
 
 LlamaModel load_target(const Job& job) { return LlamaModel::load(job.command.target, torch::kFloat32, job.device); }
 
-// The calibration inputs' embeddings in `target`, or an undefined tensor
-// for round-to-nearest, which needs no calibration.
-torch::Tensor calibration_hidden(const Job& job, LlamaModel& target) {
+// The calibration sequences on the job's device, or an undefined tensor for
+// round-to-nearest, which needs no calibration.
+torch::Tensor calibration_tokens_of(const Job& job) {
   if (job.command.method != "obs") return {};
-  return target.embed(calibration_tokens(job.command, model::Tokenizer::load(job.command.target)).to(job.device));
+  return calibration_tokens(job.command, model::Tokenizer::load(job.command.target)).to(job.device);
+}
+
+// Their embeddings in `target` (undefined without calibration).
+torch::Tensor calibration_hidden(const Job& job, LlamaModel& target) {
+  const auto tokens = calibration_tokens_of(job);
+  return tokens.defined() ? target.embed(tokens) : torch::Tensor();
 }
 
 // Embeddings and norms (and a tied head): everything but the packed layers.
@@ -329,6 +335,11 @@ constexpr std::pair<int, const char*> kBudgetForms[] = {{4, "none"}, {4, "2:4"},
 // allocator's estimate only: the written file is checked against the budget.
 constexpr std::uint64_t kArrayOverhead = 440;
 
+// The form whose added loss calibrates each layer's errors: 1-bit sign, in
+// the middle of the ladder, large enough an error to measure and small
+// enough a change that the loss still answers to it about linearly.
+constexpr std::size_t kSensitivityProbe = 5;
+
 std::string form_name(const CompressionOptions& o) { return fmt::format("{}-bit {}", o.bits, o.sparsity.to_string()); }
 
 std::vector<CompressionOptions> budget_forms(const CompressionOptions& settings) {
@@ -353,7 +364,8 @@ std::vector<CompressionOptions> budget_forms(const CompressionOptions& settings)
 struct Measured {
   std::vector<std::string> names;
   std::vector<std::vector<FormCost>> costs;
-  std::uint64_t rest_bytes = 0;  ///< header, embeddings, norms and file metadata
+  std::uint64_t rest_bytes = 0;    ///< header, embeddings, norms and file metadata
+  std::vector<double> loss_added;  ///< calibrated: loss added by each layer's probe form alone
 };
 
 Measured measure_forms(const Job& job, const std::vector<CompressionOptions>& forms,
@@ -362,22 +374,64 @@ Measured measure_forms(const Job& job, const std::vector<CompressionOptions>& fo
   auto target = load_target(job);
   SafetensorsCheckpoint base(model::model_weights_path(c.base));
   torch::NoGradGuard no_grad;
-  torch::Tensor hidden = calibration_hidden(job, target);
+  torch::Tensor tokens = calibration_tokens_of(job);
+  torch::Tensor hidden = tokens.defined() ? target.embed(tokens) : torch::Tensor();
+  // A layer's output error costs the model more or less loss depending on
+  // where the layer sits: each layer's errors are scaled by the loss its
+  // 1-bit form adds on the calibration text per unit of its error.
+  auto loss = [&] {
+    auto logits = target.forward(tokens);
+    const auto v = logits.size(-1);
+    return torch::nn::functional::cross_entropy(logits.narrow(1, 0, tokens.size(1) - 1).reshape({-1, v}),
+                                                tokens.narrow(1, 1, tokens.size(1) - 1).reshape({-1}))
+        .item<double>();
+  };
+  const double reference = tokens.defined() ? loss() : 0.0;
+  std::map<std::string, torch::Tensor> parameters;
+  for (const auto& [name, t] : target.named_parameters()) parameters.emplace(name, t);
   Measured m;
   auto measure = [&](const std::string& name, const torch::Tensor& delta, const torch::Tensor& hessian) {
     std::vector<FormCost> costs;
-    for (const auto& form : forms) {
+    torch::Tensor probe;
+    for (std::size_t f = 0; f < forms.size(); ++f) {
+      const auto& form = forms[f];
       const auto compressed = hessian.defined() ? obs_compress(delta, hessian, form) : rtn_compress(delta, form);
       // Without calibration the error is the plain squared error (an identity Hessian).
       const double error = hessian.defined() ? weighted_error(delta, compressed.dequantized, hessian)
                                              : (delta - compressed.dequantized).pow(2).sum().item<double>();
       costs.push_back({estimated_container_bytes(compressed.pack(form), c.zstd_level, kArrayOverhead), error});
+      if (f == kSensitivityProbe) probe = compressed.dequantized;
+    }
+    if (hessian.defined()) {
+      // The fine-tuned weight with this layer alone in its probe form.
+      auto& weight = parameters.at(name);
+      const auto fine_tuned = weight.clone();
+      weight.sub_(delta).add_(probe);
+      const double added = loss() - reference;
+      weight.copy_(fine_tuned);
+      m.loss_added.push_back(added);
+      spdlog::debug("{} in {} alone adds {:.5f} to the calibration loss", name, form_name(forms[kSensitivityProbe]),
+                    added);
     }
     m.names.push_back(name);
     m.costs.push_back(std::move(costs));
     return torch::Tensor();  // later layers see this one as fine-tuned
   };
   for_each_linear(target, base, measure, hidden, job.device, "measure forms");
+  if (!m.loss_added.empty()) {
+    // A layer whose probe barely moved the loss (or lowered it: noise at
+    // this size) still costs something: at least a tenth of the mean
+    // positive loss a probe added, so that its errors are not free.
+    double positive = 0;
+    int count = 0;
+    for (double added : m.loss_added)
+      if (added > 0) positive += added, ++count;
+    const double floor = count > 0 ? 0.1 * positive / count : 1.0;
+    for (std::size_t l = 0; l < m.costs.size(); ++l) {
+      const double per_error = std::max(m.loss_added[l], floor) / std::max(m.costs[l][kSensitivityProbe].error, 1e-30);
+      for (auto& cost : m.costs[l]) cost.error *= per_error;
+    }
+  }
   // The rest, exactly: a container of everything but the linear layers.
   DeltaWriter rest(scratch, job.header, c.zstd_level);
   add_dense_tensors(rest, target, base, job);

@@ -9,8 +9,9 @@
 # gain over the base kept). Example on the demo's models:
 #   scripts/bench/deltazip_budget.sh build/demo/models/base build/demo/models/ft-copy \
 #     build/demo/models/copy.txt copy 4 5 6 7 8 10
+# BUDGETS_ONLY=1 leaves out the rows of one form for every layer.
 set -euo pipefail
-[ $# -ge 5 ] || { sed -n '2,11p' "$0" >&2; exit 2; }
+[ $# -ge 5 ] || { sed -n '2,12p' "$0" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=$root/build/bin
 base=$1 target=$2 calib=$3 metric=$4
@@ -51,13 +52,14 @@ row() {  # row LABEL FILE
 printf '%-28s %9s %10s\n' "form" "file x" "$header"
 for setting in "4 2:4 minmax" "2 none minmax" "2 2:4 minmax" "2 2:4 lloyd" "2 none ternary" "1 none minmax" \
   "1 none lloyd"; do
+  [ "${BUDGETS_ONLY:-0}" = 1 ] && break
   set -- $setting
   "$bin/dz-compress" -q compress --base "$base" --target "$target" -o "$tmp/u.h5" --bits "$1" --sparsity "$2" \
-    --grid "$3" --calib "$calib" --threads 1
+    --grid "$3" --calib "$calib" --threads 1 --force >/dev/null
   row "$1-bit $2 $3" "$tmp/u.h5"
 done
 for ratio in "${ratios[@]}"; do
-  "$bin/dz-compress" -q compress --base "$base" --target "$target" -o "$tmp/b.h5" --target-ratio "$ratio" \
+  "$bin/dz-compress" -q compress --base "$base" --target "$target" -o "$tmp/b.h5" --force --target-ratio "$ratio" \
     --calib "$calib" --threads 1 --json >"$tmp/b.json" || { echo "--target-ratio $ratio: refused (above)"; continue; }
   row "--target-ratio $ratio" "$tmp/b.h5"
 done

@@ -158,9 +158,10 @@ PY
 fi
 
 # A size budget instead of knobs: at the bytes of the uniform 2-bit 2:4
-# file, the per-layer choice fits and leaves far less Hessian-weighted error
-# (measured: ~10x less); a budget below what the smallest forms take, or a
-# budget beside --bits, is refused and writes nothing.
+# file, the per-layer choice fits and keeps the copy task at least as well
+# (measured: 100 % against 85 %, with 2.5x less Hessian-weighted error); a
+# budget below what the smallest forms take, or a budget beside --bits, is
+# refused and writes nothing.
 run "$bin/dz-compress" -q compress --base "$tmp/base" --target "$tmp/ft" -o "$tmp/u24.h5" --bits 2 --sparsity 2:4 \
   --calib "$tmp/copy.txt" --threads 1 --json
 uniform_bytes=$(json_number bytes "$tmp/out") uniform_error=$(json_number weighted_error "$tmp/out")
@@ -171,9 +172,15 @@ budget_bytes=$(json_number bytes "$tmp/out") budget_error=$(json_number weighted
   fail "the allocation names a form for each of the 28 linear layers: $(cat "$tmp/out")"
 [ "$(stat -c %s "$tmp/budget.h5")" = "$budget_bytes" ] && [ "$budget_bytes" -le "$uniform_bytes" ] ||
   fail "budgeted file $budget_bytes bytes against the budget $uniform_bytes"
-awk -v b="$budget_error" -v u="$uniform_error" 'BEGIN { exit !(b * 3 < u) }' ||
+run "$bin/dz-compress" -q decompress "$tmp/u24.h5" --base "$tmp/base" -o "$tmp/rec-u24"
+run "$bin/dz-compress" -q decompress "$tmp/budget.h5" --base "$tmp/base" -o "$tmp/rec-budget"
+uniform_acc=$(accuracy "$tmp/rec-u24") budget_acc=$(accuracy "$tmp/rec-budget")
+echo "at $uniform_bytes bytes: uniform 2-bit 2:4 accuracy $uniform_acc %, error $uniform_error;" \
+  "per-layer forms $budget_acc %, error $budget_error ($budget_bytes bytes)"
+awk -v b="$budget_acc" -v u="$uniform_acc" -v f="$ft_acc" 'BEGIN { exit !(b >= u - 5 && b >= f - 15) }' ||
+  fail "copy accuracy with the budget $budget_acc %, uniform 2-bit 2:4 $uniform_acc %, fine-tune $ft_acc %"
+awk -v b="$budget_error" -v u="$uniform_error" 'BEGIN { exit !(b < u) }' ||
   fail "weighted error with the budget $budget_error, uniform 2-bit 2:4 $uniform_error"
-echo "at $uniform_bytes bytes: uniform 2-bit 2:4 error $uniform_error, per-layer forms $budget_error ($budget_bytes bytes)"
 run "$bin/dz-compress" inspect "$tmp/budget.h5"
 grep -q '"budget":{"bytes":'"$uniform_bytes" "$tmp/out" || fail "inspect shows the budget: $(head -n 2 "$tmp/out")"
 expect_rc 2 "$bin/dz-compress" compress --base "$tmp/base" --target "$tmp/ft" -o "$tmp/nobudget.h5" --max-bytes 20000 \
