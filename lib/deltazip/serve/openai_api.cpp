@@ -53,67 +53,56 @@ std::string text_content(const nlohmann::json& content, std::size_t index) {
   return out;
 }
 
-}  // namespace
-
-CompletionParams parse_completion_request(std::string_view body_text, bool chat, const ApiLimits& limits) {
-  nlohmann::json body;
-  try {
-    body = nlohmann::json::parse(body_text);
-  } catch (const nlohmann::json::exception& e) {
-    bad(std::string("the body is not valid JSON: ") + e.what(), "");
+// A chat's messages: role and text of each.
+void read_messages(const nlohmann::json& body, CompletionParams& p) {
+  auto messages = body.find("messages");
+  if (messages == body.end() || !messages->is_array() || messages->empty())
+    bad("messages must be a non-empty array", "messages");
+  for (std::size_t i = 0; i < messages->size(); ++i) {
+    const auto& m = (*messages)[i];
+    const std::string param = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+      bad(param + " must be an object with a string role", param);
+    const auto role = m["role"].get<std::string>();
+    if (role != "system" && role != "user" && role != "assistant" && role != "developer")
+      bad(param + ".role must be system, developer, user or assistant", param + ".role");
+    p.messages.push_back({role, text_content(m.contains("content") ? m["content"] : nlohmann::json(), i)});
   }
-  if (!body.is_object()) bad("the body must be a JSON object", "");
-  CompletionParams p;
-  p.chat = chat;
-  auto model = body.find("model");
-  if (model == body.end() || !model->is_string() || model->get<std::string>().empty())
-    bad("model must be a non-empty string", "model");
-  p.model = model->get<std::string>();
+}
 
-  if (chat) {
-    auto messages = body.find("messages");
-    if (messages == body.end() || !messages->is_array() || messages->empty())
-      bad("messages must be a non-empty array", "messages");
-    for (std::size_t i = 0; i < messages->size(); ++i) {
-      const auto& m = (*messages)[i];
-      const std::string param = "messages[" + std::to_string(i) + "]";
-      if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-        bad(param + " must be an object with a string role", param);
-      const auto role = m["role"].get<std::string>();
-      if (role != "system" && role != "user" && role != "assistant" && role != "developer")
-        bad(param + ".role must be system, developer, user or assistant", param + ".role");
-      p.messages.push_back({role, text_content(m.contains("content") ? m["content"] : nlohmann::json(), i)});
-    }
+// A completion's prompt: a string, a list of token ids, or a batch of either.
+void read_prompts(const nlohmann::json& body, CompletionParams& p) {
+  auto prompt = body.find("prompt");
+  if (prompt == body.end() || prompt->is_null()) bad("prompt is required", "prompt");
+  auto token_ids = [&](const nlohmann::json& ids) {
+    CompletionPrompt one;
+    for (const auto& t : ids) one.tokens.push_back(integer_field(t, "prompt"));
+    if (one.tokens.empty()) bad("prompt is empty", "prompt");
+    return one;
+  };
+  // A string, a list of token ids, or a batch: a list of strings or of token-id lists.
+  if (prompt->is_string()) {
+    p.prompts.push_back({prompt->get<std::string>(), {}});
+  } else if (!prompt->is_array() || prompt->empty()) {
+    bad(prompt->is_array() ? "prompt is empty" : "prompt must be a string, a list of token ids, or a list of those",
+        "prompt");
+  } else if ((*prompt)[0].is_number()) {
+    p.prompts.push_back(token_ids(*prompt));
   } else {
-    auto prompt = body.find("prompt");
-    if (prompt == body.end() || prompt->is_null()) bad("prompt is required", "prompt");
-    auto token_ids = [&](const nlohmann::json& ids) {
-      CompletionPrompt one;
-      for (const auto& t : ids) one.tokens.push_back(integer_field(t, "prompt"));
-      if (one.tokens.empty()) bad("prompt is empty", "prompt");
-      return one;
-    };
-    // A string, a list of token ids, or a batch: a list of strings or of token-id lists.
-    if (prompt->is_string()) {
-      p.prompts.push_back({prompt->get<std::string>(), {}});
-    } else if (!prompt->is_array() || prompt->empty()) {
-      bad(prompt->is_array() ? "prompt is empty" : "prompt must be a string, a list of token ids, or a list of those",
-          "prompt");
-    } else if ((*prompt)[0].is_number()) {
-      p.prompts.push_back(token_ids(*prompt));
-    } else {
-      const bool texts = (*prompt)[0].is_string();
-      for (const auto& item : *prompt) {
-        if (texts && item.is_string())
-          p.prompts.push_back({item.get<std::string>(), {}});
-        else if (!texts && item.is_array())
-          p.prompts.push_back(token_ids(item));
-        else
-          bad("a batch of prompts must be all strings or all lists of token ids", "prompt");
-      }
+    const bool texts = (*prompt)[0].is_string();
+    for (const auto& item : *prompt) {
+      if (texts && item.is_string())
+        p.prompts.push_back({item.get<std::string>(), {}});
+      else if (!texts && item.is_array())
+        p.prompts.push_back(token_ids(item));
+      else
+        bad("a batch of prompts must be all strings or all lists of token ids", "prompt");
     }
   }
+}
 
+// max_tokens (max_completion_tokens for a chat, when given).
+void read_max_tokens(const nlohmann::json& body, bool chat, const ApiLimits& limits, CompletionParams& p) {
   const char* max_key = chat && body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   auto max_tokens = body.find(max_key);
   if (max_tokens == body.end() || max_tokens->is_null()) {
@@ -125,6 +114,10 @@ CompletionParams parse_completion_request(std::string_view body_text, bool chat,
     if (p.max_tokens < 0 || (p.max_tokens == 0 && !(bool_field(body, "echo") && !chat)))
       bad(std::string(max_key) + " must be at least 1", max_key);
   }
+}
+
+// Temperature, nucleus, penalties and logit bias.
+void read_sampling(const nlohmann::json& body, CompletionParams& p) {
   p.temperature = number_field(body, "temperature", 1.0, 0.0, 2.0);
   p.top_p = number_field(body, "top_p", 1.0, 0.0, 1.0);
   if (p.top_p <= 0) bad("top_p must be greater than 0", "top_p");
@@ -142,6 +135,10 @@ CompletionParams parse_completion_request(std::string_view body_text, bool chat,
       p.logit_bias.emplace_back(std::stoll(key), it->get<float>());
     }
   }
+}
+
+// Function calling and structured output: refused, never ignored.
+void refuse_tools_and_formats(const nlohmann::json& body) {
   if (auto tools = body.find("tools");
       tools != body.end() && !tools->is_null() && !(tools->is_array() && tools->empty()))
     bad("tools (function calling) are not supported", "tools");
@@ -150,6 +147,10 @@ CompletionParams parse_completion_request(std::string_view body_text, bool chat,
   if (auto format = body.find("response_format");
       format != body.end() && !format->is_null() && !(format->is_object() && format->value("type", "") == "text"))
     bad("response_format other than {\"type\": \"text\"} is not supported", "response_format");
+}
+
+// The sampling seed, and vLLM's extensions (refused unless off).
+void read_seed_and_vllm_extensions(const nlohmann::json& body, CompletionParams& p) {
   if (auto seed = body.find("seed"); seed != body.end() && !seed->is_null())
     p.seed = static_cast<std::uint64_t>(integer_field(*seed, "seed"));
   // vLLM's sampling extensions: refused unless at their "off" value, never
@@ -168,6 +169,10 @@ CompletionParams parse_completion_request(std::string_view body_text, bool chat,
   refuse_unless("min_p", 0.0);
   refuse_unless("repetition_penalty", 1.0);
   refuse_unless("ignore_eos", false);
+}
+
+// How many sequences: n returned, best_of generated, within the limit.
+void read_counts(const nlohmann::json& body, bool chat, const ApiLimits& limits, CompletionParams& p) {
   if (auto n = body.find("n"); n != body.end() && !n->is_null()) p.n = integer_field(*n, "n");
   if (p.n < 1) bad("n must be at least 1", "n");
   p.best_of = p.n;
@@ -180,6 +185,10 @@ CompletionParams parse_completion_request(std::string_view body_text, bool chat,
   if (p.best_of > limits.max_sequences || sequences > limits.max_sequences)
     bad("at most " + std::to_string(limits.max_sequences) + " sequences per request (prompts x best_of)",
         p.best_of > p.n ? "best_of" : "n");
+}
+
+// Log-probabilities of the chosen tokens and their alternatives.
+void read_logprobs(const nlohmann::json& body, bool chat, CompletionParams& p) {
   // Log-probabilities: a completion's logprobs is how many alternatives
   // (0-20); a chat's is true or false, with top_logprobs alternatives.
   auto alternatives = [&](const nlohmann::json& v, const char* key) {
@@ -203,8 +212,10 @@ CompletionParams parse_completion_request(std::string_view body_text, bool chat,
       p.logprobs = alternatives(*lp, "logprobs");
     if (top_n > 0) bad("top_logprobs is a chat parameter; completions take logprobs: N", "top_logprobs");
   }
-  p.echo = bool_field(body, "echo");
-  if (p.echo && chat) bad("echo is a completions parameter", "echo");
+}
+
+// Insertion, the function-calling API before tools, and output other than text.
+void refuse_other_outputs(const nlohmann::json& body) {
   if (auto suffix = body.find("suffix"); suffix != body.end() && !suffix->is_null() &&
                                          !(suffix->is_string() && suffix->get_ref<const std::string&>().empty()))
     bad("suffix (inserting text) is not supported", "suffix");
@@ -219,6 +230,10 @@ CompletionParams parse_completion_request(std::string_view body_text, bool chat,
     bad("only text output is supported", "modalities");
   if (auto audio = body.find("audio"); audio != body.end() && !audio->is_null())
     bad("audio output is not supported", "audio");
+}
+
+// Stop strings, within the limits on their number and length.
+void read_stop(const nlohmann::json& body, const ApiLimits& limits, CompletionParams& p) {
   if (auto stop = body.find("stop"); stop != body.end() && !stop->is_null()) {
     if (stop->is_string()) {
       p.stop.push_back(stop->get<std::string>());
@@ -236,6 +251,10 @@ CompletionParams parse_completion_request(std::string_view body_text, bool chat,
       if (s.empty() || s.size() > limits.max_stop_length)
         bad("stop strings must have 1 to " + std::to_string(limits.max_stop_length) + " bytes", "stop");
   }
+}
+
+// stream and stream_options, and what cannot be streamed.
+void read_streaming(const nlohmann::json& body, CompletionParams& p) {
   p.stream = bool_field(body, "stream");
   if (p.echo && p.stream) bad("echo is supported without stream", "echo");
   if (p.stream && p.best_of > p.n) bad("best_of above n needs every sequence finished: not with stream", "best_of");
@@ -244,6 +263,40 @@ CompletionParams parse_completion_request(std::string_view body_text, bool chat,
     if (!options->is_object()) bad("stream_options must be an object", "stream_options");
     p.include_usage = bool_field(*options, "include_usage");
   }
+}
+
+}  // namespace
+
+CompletionParams parse_completion_request(std::string_view body_text, bool chat, const ApiLimits& limits) {
+  nlohmann::json body;
+  try {
+    body = nlohmann::json::parse(body_text);
+  } catch (const nlohmann::json::exception& e) {
+    bad(std::string("the body is not valid JSON: ") + e.what(), "");
+  }
+  if (!body.is_object()) bad("the body must be a JSON object", "");
+  CompletionParams p;
+  p.chat = chat;
+  auto model = body.find("model");
+  if (model == body.end() || !model->is_string() || model->get<std::string>().empty())
+    bad("model must be a non-empty string", "model");
+  p.model = model->get<std::string>();
+  // In this order, so that a request with several faults hears of the first.
+  if (chat)
+    read_messages(body, p);
+  else
+    read_prompts(body, p);
+  read_max_tokens(body, chat, limits, p);
+  read_sampling(body, p);
+  refuse_tools_and_formats(body);
+  read_seed_and_vllm_extensions(body, p);
+  read_counts(body, chat, limits, p);
+  read_logprobs(body, chat, p);
+  p.echo = bool_field(body, "echo");
+  if (p.echo && chat) bad("echo is a completions parameter", "echo");
+  refuse_other_outputs(body);
+  read_stop(body, limits, p);
+  read_streaming(body, p);
   return p;
 }
 
