@@ -91,53 +91,79 @@ double egress_price(LinkClass link, const ClusterSpec& cluster) {
 
 }  // namespace
 
-Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
-  const Calibration& cal = in.calibration;
-  const int stages = static_cast<int>(plan.stages.size());
-  const int dp = plan.dp();
-  const int mbs = plan.mbs;
-  Estimate est;
-  est.blocking_transfers = in.job.runtime == TrainingRuntime::kDeepSpeed;
-  est.microbatches = static_cast<int>(std::ceil(static_cast<double>(plan.global_batch) / (mbs * dp)));
-  const int nb = est.microbatches;
-  const double wire = in.job.wire_bytes();
-  const bool fp32 = in.job.precision == "fp32";
-  const double weight_b = fp32 ? 4 : cal.weight_bytes_per_param;
-  const double grad_b = fp32 ? 4 : cal.gradient_bytes_per_param;
-  double egress_bytes_usd = 0;
-  bool energy_known = true;
-  double busy_gpu_s = 0, idle_watts = 0, busy_joules_above_idle = 0;
-  FitCache fits(in.cluster);
-  GpuTypeCache types(in.cluster);
+namespace {
 
-  for (int i = 0; i < stages; ++i) {
-    const Stage& s = plan.stages[static_cast<std::size_t>(i)];
-    StageEstimate se;
-    se.overhead_s = cal.microbatch_overhead_s;
-    // Replicas of one GPU type and TP degree share their layer sums: compute each kind once.
-    struct Kind {
-      const std::string* gpu;
-      int tp;
-      LayerTimes sum;
-    };
-    std::vector<Kind> per_type;
-    int min_tp = s.replicas.empty() ? s.tp : s.tp_of(s.replicas.front());
+// Replicas of one GPU type and TP degree share their layer sums: each kind
+// is computed once per stage.
+struct ReplicaKind {
+  const std::string* gpu;
+  int tp;
+  LayerTimes sum;
+};
+
+// One plan's estimate, stage by stage: compute, sends, the gradient
+// all-reduce, busy time for energy, memory; then the 1F1B iteration and
+// its price.
+class PlanEstimator {
+ public:
+  PlanEstimator(const Plan& plan, const PlannerInputs& in)
+      : plan_(plan),
+        in_(in),
+        cal_(in.calibration),
+        stages_(static_cast<int>(plan.stages.size())),
+        dp_(plan.dp()),
+        mbs_(plan.mbs),
+        wire_(in.job.wire_bytes()),
+        fits_(in.cluster),
+        types_(in.cluster) {
+    est_.blocking_transfers = in.job.runtime == TrainingRuntime::kDeepSpeed;
+    est_.microbatches = static_cast<int>(std::ceil(static_cast<double>(plan.global_batch) / (mbs_ * dp_)));
+    nb_ = est_.microbatches;
+  }
+
+  Estimate run() {
+    for (int i = 0; i < stages_; ++i) {
+      const Stage& s = plan_.stages[static_cast<std::size_t>(i)];
+      StageEstimate se;
+      se.overhead_s = cal_.microbatch_overhead_s;
+      int min_tp = s.replicas.empty() ? s.tp : s.tp_of(s.replicas.front());
+      const auto kinds = replica_kinds(s, min_tp);
+      compute(kinds, se);
+      if (i + 1 < stages_) sends(s, plan_.stages[static_cast<std::size_t>(i + 1)], se);
+      const double params = in_.model.params(s.first_layer, s.last_layer, s.tp);
+      if (dp_ > 1) allreduce(s, min_tp, params, se);
+      busy_time(s, kinds, se);
+      memory(i, s, params, se);
+      est_.stages.push_back(std::move(se));
+    }
+    iteration();
+    return est_;
+  }
+
+ private:
+  std::vector<ReplicaKind> replica_kinds(const Stage& s, int& min_tp) const {
+    std::vector<ReplicaKind> kinds;
     for (const Replica& r : s.replicas) {
       const int tp = s.tp_of(r);
       min_tp = std::min(min_tp, tp);
       auto known =
-          std::find_if(per_type.begin(), per_type.end(), [&](const Kind& k) { return k.tp == tp && *k.gpu == r.gpu; });
-      if (known != per_type.end()) continue;
+          std::find_if(kinds.begin(), kinds.end(), [&](const ReplicaKind& k) { return k.tp == tp && *k.gpu == r.gpu; });
+      if (known != kinds.end()) continue;
       LayerTimes sum{0, 0, 0};
       for (int l = s.first_layer; l < s.last_layer; ++l) {
-        const LayerTimes& t = in.profiles.at(r.gpu, mbs, tp, l);
+        const LayerTimes& t = in_.profiles.at(r.gpu, mbs_, tp, l);
         sum[0] += t[0];
         sum[1] += t[1];
         sum[2] += t[2];
       }
-      per_type.push_back({&r.gpu, tp, sum});
+      kinds.push_back({&r.gpu, tp, sum});
     }
-    for (const auto& [gpu, tp, t] : per_type) {
+    return kinds;
+  }
+
+  // The slowest kind's forward + backward paces the stage.
+  static void compute(const std::vector<ReplicaKind>& kinds, StageEstimate& se) {
+    for (const auto& [gpu, tp, t] : kinds) {
       const double f = t[0], b = t[1], u = t[2];
       if (f + b > se.compute_s) {
         se.compute_s = f + b;
@@ -146,121 +172,143 @@ Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) {
       }
       se.update_s = std::max(se.update_s, u);
     }
+  }
 
-    // Activations to the next stage and gradients back, replica r to replica r.
-    if (i + 1 < stages) {
-      const Stage& next = plan.stages[static_cast<std::size_t>(i + 1)];
-      for (int r = 0; r < dp; ++r) {
-        const Replica& a = s.replicas[static_cast<std::size_t>(r)];
-        const Replica& b = next.replicas[static_cast<std::size_t>(r)];
-        const double message = in.model.act_output(s.last_layer - 1, s.tp_of(a)) * mbs * wire;
-        const LinkClass link = link_of(a, b, in.cluster);
-        const double one_way = message / fits.bytes_per_s(link, a.gpu, b.gpu, message);
-        se.send_s = std::max(se.send_s, 2 * one_way);
-        if (link == LinkClass::kCrossZone || link == LinkClass::kCrossRegion) {
-          egress_bytes_usd += 2 * message * nb / 1e9 * egress_price(link, in.cluster);
-        }
+  // Activations to the next stage and gradients back, replica r to replica r.
+  void sends(const Stage& s, const Stage& next, StageEstimate& se) {
+    for (int r = 0; r < dp_; ++r) {
+      const Replica& a = s.replicas[static_cast<std::size_t>(r)];
+      const Replica& b = next.replicas[static_cast<std::size_t>(r)];
+      const double message = in_.model.act_output(s.last_layer - 1, s.tp_of(a)) * mbs_ * wire_;
+      const LinkClass link = link_of(a, b, in_.cluster);
+      const double one_way = message / fits_.bytes_per_s(link, a.gpu, b.gpu, message);
+      se.send_s = std::max(se.send_s, 2 * one_way);
+      if (link == LinkClass::kCrossZone || link == LinkClass::kCrossRegion) {
+        egress_bytes_usd_ += 2 * message * nb_ / 1e9 * egress_price(link, in_.cluster);
       }
     }
+  }
 
-    // Ring all-reduce of this stage's gradients across its replicas. When
-    // their TP degrees differ, the replica with the fewest TP ranks holds
-    // the largest shard per GPU and paces the ring.
-    const double params = in.model.params(s.first_layer, s.last_layer, s.tp);
-    if (dp > 1) {
-      const double grad_bytes = (min_tp == s.tp ? params : in.model.params(s.first_layer, s.last_layer, min_tp)) * wire;
-      const double per_link = 2.0 * (dp - 1) / dp * grad_bytes;
-      double slowest = 0;
-      const BandwidthFit* last_fit = nullptr;
-      for (int r = 0; r < dp; ++r) {
-        const Replica& a = s.replicas[static_cast<std::size_t>(r)];
-        const Replica& b = s.replicas[static_cast<std::size_t>((r + 1) % dp)];
-        const LinkClass link = link_of(a, b, in.cluster);
-        const BandwidthFit& fit = fits.get(link, a.gpu, b.gpu);
-        if (&fit == last_fit) continue;  // same link kind as the previous pair: same time, and egress only across zones
-        last_fit = link == LinkClass::kSameZone || link == LinkClass::kSameNode ? &fit : nullptr;
-        const double bw = fits.bytes_per_s(link, a.gpu, b.gpu, std::min(cal.allreduce_bucket_bytes, grad_bytes));
-        slowest = std::max(slowest, per_link / bw);
-        if (link == LinkClass::kCrossZone || link == LinkClass::kCrossRegion) {
-          egress_bytes_usd += per_link * s.tp_of(a) / 1e9 * egress_price(link, in.cluster);
-        }
+  // Ring all-reduce of this stage's gradients across its replicas. When
+  // their TP degrees differ, the replica with the fewest TP ranks holds the
+  // largest shard per GPU and paces the ring.
+  void allreduce(const Stage& s, int min_tp, double params, StageEstimate& se) {
+    const double grad_bytes = (min_tp == s.tp ? params : in_.model.params(s.first_layer, s.last_layer, min_tp)) * wire_;
+    const double per_link = 2.0 * (dp_ - 1) / dp_ * grad_bytes;
+    double slowest = 0;
+    const BandwidthFit* last_fit = nullptr;
+    for (int r = 0; r < dp_; ++r) {
+      const Replica& a = s.replicas[static_cast<std::size_t>(r)];
+      const Replica& b = s.replicas[static_cast<std::size_t>((r + 1) % dp_)];
+      const LinkClass link = link_of(a, b, in_.cluster);
+      const BandwidthFit& fit = fits_.get(link, a.gpu, b.gpu);
+      if (&fit == last_fit) continue;  // same link kind as the previous pair: same time, and egress only across zones
+      last_fit = link == LinkClass::kSameZone || link == LinkClass::kSameNode ? &fit : nullptr;
+      const double bw = fits_.bytes_per_s(link, a.gpu, b.gpu, std::min(cal_.allreduce_bucket_bytes, grad_bytes));
+      slowest = std::max(slowest, per_link / bw);
+      if (link == LinkClass::kCrossZone || link == LinkClass::kCrossRegion) {
+        egress_bytes_usd_ += per_link * s.tp_of(a) / 1e9 * egress_price(link, in_.cluster);
       }
-      se.allreduce_s = slowest;
-      // sailor-run reduces buckets while the last micro-batch's backward runs;
-      // DeepSpeed's pipeline engine puts the whole all-reduce on the critical path.
-      se.allreduce_exposed_s =
-          in.job.runtime == TrainingRuntime::kSailorRun ? std::max(0.0, slowest - se.backward_s) : slowest;
     }
+    se.allreduce_s = slowest;
+    // sailor-run reduces buckets while the last micro-batch's backward runs;
+    // DeepSpeed's pipeline engine puts the whole all-reduce on the critical path.
+    se.allreduce_exposed_s =
+        in_.job.runtime == TrainingRuntime::kSailorRun ? std::max(0.0, slowest - se.backward_s) : slowest;
+  }
 
-    // Busy time of each GPU of the stage, for energy: every micro-batch's
-    // forward and backward on its own kind, the part of the all-reduce that
-    // is not under the last backward (that part is already counted busy),
-    // and the optimizer step. Sends and the pipeline's bubbles are idle.
+  // Busy time of each GPU of the stage, for energy: every micro-batch's
+  // forward and backward on its own kind, the part of the all-reduce that is
+  // not under the last backward (that part is already counted busy), and the
+  // optimizer step. Sends and the pipeline's bubbles are idle.
+  void busy_time(const Stage& s, const std::vector<ReplicaKind>& kinds, const StageEstimate& se) {
     for (const Replica& r : s.replicas) {
       const int tp = s.tp_of(r);
       const auto kind =
-          std::find_if(per_type.begin(), per_type.end(), [&](const Kind& k) { return k.tp == tp && *k.gpu == r.gpu; });
-      const double busy = nb * (kind->sum[0] + kind->sum[1]) + kind->sum[2] + se.allreduce_exposed_s;
-      const GpuPower& power = types.get(r.gpu).power;
-      energy_known = energy_known && power.known();
-      busy_gpu_s += tp * busy;
-      idle_watts += tp * power.idle_watts;
-      busy_joules_above_idle += tp * busy * (power.busy_watts - power.idle_watts);
+          std::find_if(kinds.begin(), kinds.end(), [&](const ReplicaKind& k) { return k.tp == tp && *k.gpu == r.gpu; });
+      const double busy = nb_ * (kind->sum[0] + kind->sum[1]) + kind->sum[2] + se.allreduce_exposed_s;
+      const GpuPower& power = types_.get(r.gpu).power;
+      energy_known_ = energy_known_ && power.known();
+      busy_gpu_s_ += tp * busy;
+      idle_watts_ += tp * power.idle_watts;
+      busy_joules_above_idle_ += tp * busy * (power.busy_watts - power.idle_watts);
     }
+  }
 
-    // Memory of one GPU: states of its parameter shard, activations of the
-    // micro-batches 1F1B keeps in flight on this stage, runtime overhead.
-    se.in_flight = std::min(stages - i, nb);
+  // Memory of one GPU: states of its parameter shard, activations of the
+  // micro-batches 1F1B keeps in flight on this stage, runtime overhead.
+  void memory(int i, const Stage& s, double params, StageEstimate& se) {
+    const bool fp32 = in_.job.precision == "fp32";
+    const double weight_b = fp32 ? 4 : cal_.weight_bytes_per_param;
+    const double grad_b = fp32 ? 4 : cal_.gradient_bytes_per_param;
+    se.in_flight = std::min(stages_ - i, nb_);
     const double act =
-        in.model.act_memory(s.first_layer, s.last_layer, s.tp) * mbs * se.in_flight * cal.activation_bytes_per_float;
+        in_.model.act_memory(s.first_layer, s.last_layer, s.tp) * mbs_ * se.in_flight * cal_.activation_bytes_per_float;
     for (const Replica& r : s.replicas) {
       const int tp = s.tp_of(r);
-      const double own_params = tp == s.tp ? params : in.model.params(s.first_layer, s.last_layer, tp);
+      const double own_params = tp == s.tp ? params : in_.model.params(s.first_layer, s.last_layer, tp);
       MemoryBreakdown m;
       m.weights = own_params * weight_b;
       m.gradients = own_params * grad_b;
-      m.optimizer = own_params * cal.optimizer_bytes_per_param;
+      m.optimizer = own_params * cal_.optimizer_bytes_per_param;
       m.activations = tp == s.tp ? act
-                                 : in.model.act_memory(s.first_layer, s.last_layer, tp) * mbs * se.in_flight *
-                                       cal.activation_bytes_per_float;
-      m.overhead = cal.runtime_overhead_bytes;
-      const double capacity = types.get(r.gpu).memory_bytes;
-      est.fits = est.fits && m.total() <= capacity;
-      est.peak_memory_bytes = std::max(est.peak_memory_bytes, m.total());
+                                 : in_.model.act_memory(s.first_layer, s.last_layer, tp) * mbs_ * se.in_flight *
+                                       cal_.activation_bytes_per_float;
+      m.overhead = cal_.runtime_overhead_bytes;
+      const double capacity = types_.get(r.gpu).memory_bytes;
+      est_.fits = est_.fits && m.total() <= capacity;
+      est_.peak_memory_bytes = std::max(est_.peak_memory_bytes, m.total());
       se.memory.push_back(m);
       se.capacity.push_back(capacity);
     }
-    est.stages.push_back(std::move(se));
   }
 
   // 1F1B: the slowest stage (compute, its sends and the runtime's work per
   // micro-batch) paces the steady state; fill and drain add one pass
-  // through every stage; the exposed all-reduce and the optimizer step follow.
-  // With blocking transfers (DeepSpeed) a stage also waits out the ones on
-  // the link to its predecessor: activations in, gradients out.
-  double bottleneck = 0, sum = 0, exposed = 0, update = 0;
-  for (std::size_t i = 0; i < est.stages.size(); ++i) {
-    const StageEstimate& se = est.stages[i];
-    const double inbound = est.blocking_transfers && i > 0 ? est.stages[i - 1].send_s : 0.0;
-    const double slot = se.compute_s + se.send_s + inbound + se.overhead_s;
-    bottleneck = std::max(bottleneck, slot);
-    sum += slot;
-    exposed = std::max(exposed, se.allreduce_exposed_s);
-    update = std::max(update, se.update_s);
-  }
-  est.iteration_s = (nb - 1) * bottleneck + sum + exposed + update;
-  est.iterations_per_s = 1.0 / est.iteration_s;
-  for (const Stage& s : plan.stages) {
-    for (const Replica& r : s.replicas) {
-      est.compute_usd += s.tp_of(r) * types.get(r.gpu).price_per_hour / 3600.0 * est.iteration_s;
+  // through every stage; the exposed all-reduce and the optimizer step
+  // follow. With blocking transfers (DeepSpeed) a stage also waits out the
+  // ones on the link to its predecessor: activations in, gradients out.
+  void iteration() {
+    double bottleneck = 0, sum = 0, exposed = 0, update = 0;
+    for (std::size_t i = 0; i < est_.stages.size(); ++i) {
+      const StageEstimate& se = est_.stages[i];
+      const double inbound = est_.blocking_transfers && i > 0 ? est_.stages[i - 1].send_s : 0.0;
+      const double slot = se.compute_s + se.send_s + inbound + se.overhead_s;
+      bottleneck = std::max(bottleneck, slot);
+      sum += slot;
+      exposed = std::max(exposed, se.allreduce_exposed_s);
+      update = std::max(update, se.update_s);
     }
+    est_.iteration_s = (nb_ - 1) * bottleneck + sum + exposed + update;
+    est_.iterations_per_s = 1.0 / est_.iteration_s;
+    for (const Stage& s : plan_.stages) {
+      for (const Replica& r : s.replicas) {
+        est_.compute_usd += s.tp_of(r) * types_.get(r.gpu).price_per_hour / 3600.0 * est_.iteration_s;
+      }
+    }
+    est_.egress_usd = egress_bytes_usd_;
+    est_.busy_gpu_s = busy_gpu_s_;
+    est_.energy_known = energy_known_;
+    est_.energy_j = energy_known_ ? idle_watts_ * est_.iteration_s + busy_joules_above_idle_ : 0.0;
   }
-  est.egress_usd = egress_bytes_usd;
-  est.busy_gpu_s = busy_gpu_s;
-  est.energy_known = energy_known;
-  est.energy_j = energy_known ? idle_watts * est.iteration_s + busy_joules_above_idle : 0.0;
-  return est;
-}
+
+  const Plan& plan_;
+  const PlannerInputs& in_;
+  const Calibration& cal_;
+  const int stages_, dp_, mbs_;
+  const double wire_;
+  FitCache fits_;
+  GpuTypeCache types_;
+  Estimate est_;
+  int nb_ = 0;
+  double egress_bytes_usd_ = 0;
+  bool energy_known_ = true;
+  double busy_gpu_s_ = 0, idle_watts_ = 0, busy_joules_above_idle_ = 0;
+};
+
+}  // namespace
+
+Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) { return PlanEstimator(plan, in).run(); }
 
 void trace_plan(const Plan& plan, const Estimate& est, ChromeTrace& trace) {
   const int stages = static_cast<int>(plan.stages.size());
