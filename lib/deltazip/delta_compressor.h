@@ -34,7 +34,7 @@ struct CompressCommand {
   /// A size budget instead of bits and sparsity: the whole file at most the
   /// fp16 model's size / target_ratio, or at most max_bytes (0: unused).
   /// Each linear layer's form is then chosen where bytes remove the most
-  /// error (docs/deltazip.md, "Compressing to a size").
+  /// error (docs/usage.md, "Compressing to a size").
   double target_ratio = 0;
   std::uint64_t max_bytes = 0;
   int threads = 0;

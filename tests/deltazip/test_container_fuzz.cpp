@@ -62,8 +62,12 @@ void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); 
 namespace fleet::deltazip {
 namespace {
 
-// A 2-bit 2:4 matrix with random codes and plausible scales.
-PackedMatrix random_packed(std::int64_t rows, std::int64_t cols, std::uint32_t seed) {
+// The stored forms a container holds: 2-bit 2:4 with scales and zero
+// points, 2-bit 2:4 with a codebook per row, 1-bit sign x scale.
+enum class Form { kAffine, kCodebook, kSign };
+
+// A matrix of the given form with random codes and plausible scales or levels.
+PackedMatrix random_packed(std::int64_t rows, std::int64_t cols, std::uint32_t seed, Form form = Form::kAffine) {
   std::mt19937 rng(seed);
   std::vector<std::uint8_t> codes(static_cast<std::size_t>(rows * cols)), kept(codes.size(), 1);
   for (auto& c : codes) c = static_cast<std::uint8_t>(rng() % 4);
@@ -71,11 +75,22 @@ PackedMatrix random_packed(std::int64_t rows, std::int64_t cols, std::uint32_t s
     const std::size_t a = rng() % 4, b = (a + 1 + rng() % 3) % 4;
     kept[g + a] = kept[g + b] = 0;
   }
+  if (form == Form::kCodebook) {
+    std::vector<std::uint16_t> levels(static_cast<std::size_t>(rows) * 4);
+    for (auto& v : levels) v = float_to_f16(0.001f * static_cast<float>(static_cast<int>(rng() % 101) - 50));
+    return pack_matrix(rows, cols, 2, -1, SparsityPattern::parse("2:4"), codes, kept, {}, {}, levels);
+  }
   std::vector<std::uint16_t> scales(static_cast<std::size_t>(rows));
   std::vector<std::uint8_t> zeros(scales.size());
   for (std::size_t i = 0; i < scales.size(); ++i) {
     scales[i] = float_to_f16(0.001f * static_cast<float>(1 + rng() % 50));
     zeros[i] = static_cast<std::uint8_t>(rng() % 4);
+  }
+  if (form == Form::kSign) {
+    for (auto& c : codes) c &= 1;
+    std::fill(zeros.begin(), zeros.end(), 0);
+    std::fill(kept.begin(), kept.end(), 1);
+    return pack_matrix(rows, cols, 1, -1, SparsityPattern::parse("none"), codes, kept, scales, zeros);
   }
   return pack_matrix(rows, cols, 2, -1, SparsityPattern::parse("2:4"), codes, kept, scales, zeros);
 }
@@ -116,8 +131,13 @@ class ContainerFuzz : public ::testing::Test {
         {"self_attn.o_proj", 16, 16}, {"mlp.gate_proj", 32, 16},    {"mlp.up_proj", 32, 16},
         {"mlp.down_proj", 16, 32}};
     std::uint32_t seed = 1;
-    for (const auto& [name, rows, cols] : linear)
-      writer.add_packed(std::string("model.layers.0.") + name + ".weight", random_packed(rows, cols, seed++));
+    for (const auto& [name, rows, cols] : linear) {
+      const std::string which = name;
+      const Form form = which == "mlp.gate_proj"      ? Form::kCodebook
+                        : which == "self_attn.k_proj" ? Form::kSign
+                                                      : Form::kAffine;
+      writer.add_packed(std::string("model.layers.0.") + name + ".weight", random_packed(rows, cols, seed++, form));
+    }
     std::vector<std::uint16_t> embed(24 * 16);
     for (std::size_t i = 0; i < embed.size(); ++i) embed[i] = float_to_f16(0.01f * static_cast<float>(i % 97) - 0.4f);
     // The embedding as a row delta, some rows untouched (not stored).
