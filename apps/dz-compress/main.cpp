@@ -63,7 +63,8 @@ int main(int argc, char** argv) {
   cc->add_flag("--sym,!--asym", compress.symmetric, "Symmetric (default) or asymmetric quantization grid");
   cc->add_option("--grid", compress.grid,
                  "Levels per row or group: minmax (uniform over the range), mse (range clipped to the least squared "
-                 "error) or ternary (-s, 0, +s)")
+                 "error), ternary (-s, 0, +s) or lloyd (2^bits levels fitted by Lloyd's algorithm, stored as a "
+                 "codebook)")
       ->capture_default_str();
   CLI::Option* ratio_option =
       cc->add_option("--target-ratio", compress.target_ratio,
