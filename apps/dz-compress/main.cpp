@@ -74,11 +74,12 @@ int main(int argc, char** argv) {
   CLI::Option* max_bytes_option =
       cc->add_option("--max-bytes", compress.max_bytes, "Size budget in bytes for the whole file (as --target-ratio)")
           ->check(fleet::in_range(1, 1e18));
-  ratio_option->excludes(max_bytes_option);
   cc->parse_complete_callback([&, bits_option, ratio_option, max_bytes_option] {
     // Ternary levels are 2-bit codes: no need to say so twice.
     if (compress.grid == "ternary" && bits_option->count() == 0) compress.bits = 2;
     if (ratio_option->count() + max_bytes_option->count() == 0) return;
+    if (ratio_option->count() > 0 && max_bytes_option->count() > 0)
+      throw CLI::ValidationError("give --target-ratio or --max-bytes, not both");
     for (const char* fixed : {"--bits", "--sparsity", "--grid", "--group-size", "--asym"})
       if (cc->count(fixed) > 0)
         throw CLI::ValidationError(std::string(fixed) +
