@@ -11,7 +11,7 @@
 # Needs the Debian packages bible-kjv, fortunes-de and fortunes-min
 # (apt-get install bible-kjv fortunes-de fortunes-min).
 set -euo pipefail
-[ $# -ge 1 ] || { sed -n '2,13p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,12p' "$0" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=$root/build/bin
 work=$1
