@@ -78,8 +78,7 @@ int main(int argc, char** argv) {
     // Ternary levels are 2-bit codes: no need to say so twice.
     if (compress.grid == "ternary" && bits_option->count() == 0) compress.bits = 2;
     if (ratio_option->count() + max_bytes_option->count() == 0) return;
-    if (ratio_option->count() > 0 && max_bytes_option->count() > 0)
-      throw CLI::ValidationError("give --target-ratio or --max-bytes, not both");
+    // Both budgets at once: the library refuses it (checked_options).
     for (const char* fixed : {"--bits", "--sparsity", "--grid", "--group-size", "--asym"})
       if (cc->count(fixed) > 0)
         throw CLI::ValidationError(std::string(fixed) +
