@@ -381,6 +381,8 @@ std::optional<std::int64_t> hand_over_state(Communicator& members, const HeldSta
     target.copy_(buffer);
   }
   for (auto& w : sends) members.world().wait(w);
+  // Every member got all it needed: `members` may be destroyed on return.
+  members.world().barrier();
   return step;
 }
 

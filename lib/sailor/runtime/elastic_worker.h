@@ -99,9 +99,9 @@ class ElasticWorker {
   int port_;
   std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Store> store_;
-  // The current generation's interrupt. Waits of an ended generation may
-  // still hold theirs (their groups are abandoned, never destroyed), so
-  // every interrupt lives as long as the process.
+  // The current generation's interrupt. Groups of an ended generation may
+  // still hold theirs while they are destroyed (retired_groups.h), so every
+  // interrupt lives as long as the worker.
   std::atomic<Interrupt*> interrupt_{nullptr};
   std::vector<std::unique_ptr<Interrupt>> interrupts_;
   std::atomic<int> watched_{0};
@@ -116,6 +116,7 @@ class ElasticWorker {
 /// together from the slices of another tensor-parallel degree. Returns that
 /// step, or nothing when some part a rank needs is held by nobody (then
 /// every member gets nothing, and the training ranks reload the checkpoint).
+/// On return no member uses `members` any more: it can be destroyed.
 std::optional<std::int64_t> hand_over_state(Communicator& members, const HeldState& held,
                                             const std::vector<HandOverTarget>& targets);
 

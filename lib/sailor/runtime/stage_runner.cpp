@@ -186,14 +186,14 @@ double StageRunner::gradient_sum_of_squares() const {
   return total;
 }
 
-void StageRunner::abandon_groups() {
-  if (tp_group_) (void)tp_group_.release();
-  if (dp_group_) (void)dp_group_.release();
-  if (embedding_group_) (void)embedding_group_.release();
+void StageRunner::retire_groups(RetiredGroups& retired) {
+  retired.retire(std::move(tp_group_));
+  retired.retire(std::move(dp_group_));
+  retired.retire(std::move(embedding_group_));
 }
 
 model::ShardSpec StageRunner::slice_spec(const std::string& name) const {
-  // From the layout, not the group: it still holds after abandon_groups().
+  // From the layout, not the group: it still holds after retire_groups().
   return stage_.tp > 1 ? model::shard_spec(model_.config(), name, place_.tp_rank, stage_.tp) : model::ShardSpec{};
 }
 

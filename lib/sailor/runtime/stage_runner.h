@@ -20,6 +20,7 @@
 #include "model/training_parts.h"
 #include "sailor/runtime/communicator.h"
 #include "sailor/runtime/layout.h"
+#include "sailor/runtime/retired_groups.h"
 
 namespace fleet::sailor::runtime {
 
@@ -80,8 +81,9 @@ class StageRunner {
   double gradient_sum_of_squares() const;
 
   // An elastic generation ended with work of these groups still in flight:
-  // destroying a Gloo group waits for that work, so they are left alive.
-  void abandon_groups();
+  // destroying a Gloo group waits for that work, so `retired` destroys them
+  // on its own thread.
+  void retire_groups(RetiredGroups& retired);
   /// The part of the whole tensor `name` (a parameter or its moment) this
   /// rank holds: dim < 0 for the whole.
   model::ShardSpec slice_spec(const std::string& name) const;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -232,10 +233,6 @@ void write_trace(const fs::path& path, Communicator* comm, const Layout& layout,
   trace.write(path);
 }
 
-}  // namespace
-
-namespace {
-
 // The plan's predicted energy per step (the `predictions` that `sailor-plan
 // search -o` writes), if it has one: the metrics' figure without a meter.
 std::optional<double> predicted_step_energy(const std::filesystem::path& plan) {
@@ -266,410 +263,547 @@ void check_finite_weights(const model::LlamaModel& model, int first, int last, c
                        {source.string(), "", std::nullopt});
 }
 
-}  // namespace
+// SIGTERM (a preemption notice, scancel, the launcher stopping its workers)
+// ends the job at the next step boundary with a checkpoint of that step, so
+// no finished step is lost.
+void leave_at_next_boundary_on_sigterm() {
+  struct sigaction action {};
+  action.sa_handler = request_leave;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGTERM, &action, nullptr);
+}
 
-TrainResult train(const TrainJob& requested) {
-  const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(requested.timeout_seconds * 1000));
-  const auto elastic = ElasticWorker::from_environment(timeout);
+// What one generation builds (a job that is not elastic in place has one):
+// its communicators, this rank's stage and optimizer, its checkpoint writer.
+// Members are destroyed in reverse order: the writer first, the
+// communicators last.
+struct Generation {
+  int number = 0;
+  PlanSource plan_source;
+  std::int64_t committed = 0;  ///< the last step every rank applied
+  std::int64_t saved_step = -1;
+  bool state_valid = false;  ///< the runner's parameters and moments are the job's state
+  Clock::time_point started = Clock::now();
+  std::unique_ptr<Communicator> member_comm;  ///< the hand-over's (in-place generations after the first)
+  std::unique_ptr<Communicator> comm;         ///< the training ranks' (several ranks only)
+  std::optional<Layout> layout;
+  std::optional<model::LlamaModel> model;
+  std::optional<StageRunner> runner;
+  std::optional<model::AdamW> optimizer;
+  std::optional<CheckpointWriter> checkpoints;
+  std::ofstream metrics;
+};
+
+// How a generation ended for this worker.
+enum class GenerationEnd {
+  kFinished,  ///< the job's last step (or --stop-after) is done and saved
+  kBoundary,  ///< the controller starts a new generation at a step boundary
+  kFailed,    ///< a peer was lost: the state of the last committed step is kept
+  kSpare,     ///< this worker trains nothing in this generation
+  kLeave,     ///< this worker's part of the job is over (the result says why)
+};
+
+// What one training step produced, as every rank agrees on it.
+struct StepOutcome {
+  double loss = 0, grad_norm = 0, lr = 0, seconds = 0;
+  StepTimes times;
+  std::optional<double> joules_before;  ///< the GPU's energy counter when the step began
+  bool asked_to_leave = false;          ///< this rank got SIGTERM
+  bool stop_requested = false;          ///< some rank asked to leave, or the controller to regroup
+  std::vector<int> leaving;             ///< ranks that asked to leave
+};
+
+// A training job on this process: its inputs, read once, and the
+// generations it runs (one, or one per re-plan of an in-place elastic job),
+// each set up, trained step by step, and ended.
+class TrainingSession {
+ public:
+  explicit TrainingSession(const TrainJob& requested);
+  TrainResult run();
+
+ private:
+  void read_inputs();
+  void open_energy_meter();
+  GenerationEnd run_generation(Generation& g);
+  std::optional<GenerationEnd> join_as_member(Generation& g);
+  void build_stage(Generation& g);
+  void take_over_state(Generation& g);
+  void open_checkpoints(Generation& g);
+  void save_checkpoint(Generation& g, std::int64_t step_done);
+  GenerationEnd save_handed_over_state(Generation& g);
+  bool train_steps(Generation& g);
+  StepOutcome train_step(Generation& g, std::int64_t step);
+  void record_step(Generation& g, std::int64_t step, const StepOutcome& o);
+  void abandon(Generation& g, const PeerLost& e);
+  TrainResult finish() const;
+
+  const TrainOptions& options() const { return run_.options; }
+  bool leading() const { return world_.rank == 0; }
+
+  TrainJob job_;
+  std::chrono::milliseconds timeout_;
+  std::unique_ptr<ElasticWorker> elastic_;
+  std::optional<Membership> members_;
+  WorldInfo world_;
+  bool elastic_job_ = false;
+  RunState run_;
+  model::ComputeDevice device_ = model::ComputeDevice::kCpu;
+  torch::Device on_device_{torch::kCPU};
+  std::optional<model::LlamaConfig> config_;
+  std::optional<model::TrainingData> data_;
+  int model_layers_ = 0;
+  std::int64_t end_step_ = 0;
+  TrainResult result_;
+  Clock::time_point started_ = Clock::now();
+  std::int64_t steps_run_ = 0;
+  HeldState held_;
+  StartingPoint start_;
+  // Energy per step for the metrics: measured on the GPU where the driver
+  // reports it (only single-process runs train on a GPU), else the plan's prediction.
+  std::unique_ptr<GpuEnergyMeter> energy_meter_;
+  std::optional<double> predicted_energy_;
+  RetiredGroups retired_;  // destroyed before elastic_, whose interrupts the groups hold
+};
+
+TrainingSession::TrainingSession(const TrainJob& requested)
+    : job_(requested),
+      timeout_(static_cast<std::int64_t>(requested.timeout_seconds * 1000)),
+      elastic_(ElasticWorker::from_environment(timeout_)) {
   // In-place elastic jobs run generation after generation in this process;
   // every other job runs one.
-  std::optional<Membership> members;
-  if (elastic) members = elastic->first_membership();
-  TrainJob job = requested;
-  if (members && members->generation > 0 && !job.resume && !job.force) {
+  if (elastic_) members_ = elastic_->first_membership();
+  if (members_ && members_->generation > 0 && !job_.resume && !job_.force) {
     // A worker that joins a running job takes the run's options from its
     // checkpoint (or accepts the folder of a run not checkpointed yet); its
     // state comes from the hand-over.
-    if (has_trainer_state(job.output))
-      job.resume = true;
+    if (has_trainer_state(job_.output))
+      job_.resume = true;
     else
-      job.force = true;
+      job_.force = true;
   }
-  WorldInfo world = world_from_environment();
-  const bool elastic_job = std::getenv(kEnvElastic) != nullptr || elastic;
-  RunState run = read_run_state(job, world.rank == 0 && !elastic_job);
-  TrainOptions& options = run.options;
-  for (const auto& f : run.data_files) check_input_file(f);
-  auto device = model::resolve_device(job.device);
-  if (world.distributed() && device == model::ComputeDevice::kCuda) {
-    if (job.device == "cuda")
+  world_ = world_from_environment();
+  elastic_job_ = std::getenv(kEnvElastic) != nullptr || elastic_;
+  run_ = read_run_state(job_, leading() && !elastic_job_);
+  read_inputs();
+  end_step_ = options().steps;
+  if (job_.stop_after > 0) end_step_ = std::min(end_step_, run_.start_step + job_.stop_after);
+  leave_at_next_boundary_on_sigterm();
+  result_.first_step = run_.start_step;
+  start_ = StartingPoint{run_.start_step, run_.source, job_.resume, false};
+  open_energy_meter();
+}
+
+// The device, the model's configuration and tokenizer, and the training
+// data, checked against each other and against a checkpoint's record.
+void TrainingSession::read_inputs() {
+  for (const auto& f : run_.data_files) check_input_file(f);
+  device_ = model::resolve_device(job_.device);
+  if (world_.distributed() && device_ == model::ComputeDevice::kCuda) {
+    if (job_.device == "cuda")
       throw UsageError("training on several processes runs on the CPU (Gloo) so far; use --device cpu");
-    device = model::ComputeDevice::kCpu;
+    device_ = model::ComputeDevice::kCpu;
   }
-  const auto on_device = model::torch_device(device);
-  const auto config = model::load_llama_config(run.source);
-  auto tokenizer = model::Tokenizer::load(run.source);
-  if (tokenizer.vocab_size() > config.vocab_size)
+  on_device_ = model::torch_device(device_);
+  config_ = model::load_llama_config(run_.source);
+  const auto tokenizer = model::Tokenizer::load(run_.source);
+  if (tokenizer.vocab_size() > config_->vocab_size)
     throw InputError("the tokenizer has " + std::to_string(tokenizer.vocab_size()) +
-                     " tokens, more than the model's vocab_size " + std::to_string(config.vocab_size));
-  const auto data = model::load_training_data(run.data_files, tokenizer, config, options);
-  if (run.expected_fingerprint && data.fingerprint != *run.expected_fingerprint)
-    throw InputError("the training data changed since the checkpoint in " + job.output.string() +
+                     " tokens, more than the model's vocab_size " + std::to_string(config_->vocab_size));
+  data_ = model::load_training_data(run_.data_files, tokenizer, *config_, run_.options);
+  if (run_.expected_fingerprint && data_->fingerprint != *run_.expected_fingerprint)
+    throw InputError("the training data changed since the checkpoint in " + job_.output.string() +
                      " (token fingerprint differs); resume needs the same files");
-  const int model_layers = config.num_hidden_layers + 2;
+  model_layers_ = config_->num_hidden_layers + 2;
+}
 
-  std::int64_t end_step = options.steps;
-  if (job.stop_after > 0) end_step = std::min(end_step, run.start_step + job.stop_after);
-  {
-    // SIGTERM (a preemption notice, scancel, the launcher stopping its
-    // workers) ends the job at the next step boundary with a checkpoint of
-    // that step, so no finished step is lost.
-    struct sigaction action {};
-    action.sa_handler = request_leave;
-    sigemptyset(&action.sa_mask);
-    ::sigaction(SIGTERM, &action, nullptr);
-  }
-  TrainResult result;
-  result.first_step = run.start_step;
-  const auto started = Clock::now();
-  std::int64_t steps_run = 0;
+void TrainingSession::open_energy_meter() {
+  if (!leading() || job_.metrics.empty()) return;
+  std::string why;
+  if (device_ == model::ComputeDevice::kCuda) energy_meter_ = GpuEnergyMeter::open(&why);
+  if (!energy_meter_) predicted_energy_ = predicted_step_energy(job_.plan);
+  if (device_ == model::ComputeDevice::kCuda && !energy_meter_)
+    spdlog::info("no measured GPU energy in the metrics: {}", why);
+}
 
-  HeldState held;
-  StartingPoint start{run.start_step, run.source, job.resume, false};
-  // Energy per step for the metrics: measured on the GPU where the driver
-  // reports it (only single-process runs train on a GPU), else the plan's
-  // prediction.
-  std::unique_ptr<GpuEnergyMeter> energy_meter;
-  std::optional<double> predicted_energy;
-  if (world.rank == 0 && !job.metrics.empty()) {
-    std::string why;
-    if (device == model::ComputeDevice::kCuda) energy_meter = GpuEnergyMeter::open(&why);
-    if (!energy_meter) predicted_energy = predicted_step_energy(job.plan);
-    if (device == model::ComputeDevice::kCuda && !energy_meter)
-      spdlog::info("no measured GPU energy in the metrics: {}", why);
-  }
+TrainResult TrainingSession::run() {
   for (;;) {
-    const int generation = members ? members->generation : 0;
-    PlanSource plan_source{job.plan, std::nullopt, {}};
-    std::unique_ptr<Communicator> comm;
-    std::optional<model::LlamaModel> model;
-    std::optional<StageRunner> runner;
-    std::optional<model::AdamW> optimizer;
-    std::optional<CheckpointWriter> checkpoints;
-    std::optional<Layout> layout_holder;
-    std::int64_t committed = start.step;
-    bool left_at_boundary = false;
-    bool state_valid = false;  // the runner's parameters and moments are the job's state
-    const auto generation_started = Clock::now();
+    Generation g;
+    g.number = members_ ? members_->generation : 0;
+    g.plan_source = PlanSource{job_.plan, std::nullopt, {}};
+    g.committed = start_.step;
+    GenerationEnd end;
     try {
-      std::unique_ptr<Communicator> member_comm;
-      if (members) {
-        plan_source.published = members->plan;
-        plan_source.published_name = fmt::format("the plan of generation {}", generation);
-        const int member_rank = members->member_rank_of(elastic->worker_id());
-        if (member_rank < 0)
-          throw UsageError("this worker is not a member of the job's generation " + std::to_string(generation));
-        if (generation > 0)
-          member_comm = std::make_unique<Communicator>(
-              WorldInfo{member_rank, members->members(), 0, elastic->address(), elastic->port(), "elastic"},
-              control_keys::generation_prefix(generation) + "members/", timeout, &elastic->interrupt());
-        const int rank = members->rank_of(elastic->worker_id());
-        if (rank < 0) {
-          // A spare or a leaving worker: hand its state over, then wait or leave.
-          result.rank = -1;   // reports nothing
-          if (member_comm) {  // a spare of the first generation holds nothing yet
-            hand_over_state(*member_comm, held, {});
-            (void)member_comm.release();  // peers may still be finishing with it
-          }
-          if (std::find(members->leaving.begin(), members->leaving.end(), elastic->worker_id()) !=
-              members->leaving.end()) {
-            result.stop_code = kExitPreempted;
-            result.last_step = held.step;
-            return result;
-          }
-          spdlog::info("worker {}: a spare in generation {}", elastic->worker_id(), generation);
-          members = elastic->next_generation(generation);
-          if (!members) return result;
-          continue;
-        }
-        world = WorldInfo{rank,     static_cast<int>(members->training.size()), 0, elastic->address(), elastic->port(),
-                          "elastic"};
-      }
-      layout_holder = make_layout(plan_source, options, model_layers, world.world_size);
-      const Layout& layout = *layout_holder;
-      const auto& own = layout.stages[static_cast<std::size_t>(layout.place(world.rank).stage)];
-      if (member_comm) {
-        // The state comes from the previous generation's members: only the shapes here.
-        model.emplace(model::LlamaModel::uninitialized(config));
-        model->keep_only_layers(own.first, own.last);
-      } else {
-        // Each rank reads only its stage's weights.
-        model.emplace(model::LlamaModel::load_layers(start.source, own.first, own.last, torch::kFloat32, on_device));
-        check_finite_weights(*model, own.first, own.last, start.source);
-      }
-
-      if (members) {
-        if (world.distributed())
-          comm = std::make_unique<Communicator>(world, control_keys::generation_prefix(generation) + "train/", timeout,
-                                                &elastic->interrupt());
-      } else if (world.distributed()) {
-        comm = std::make_unique<Communicator>(world, timeout);
-      }
-      if (comm && generation == 0)
-        check_same_inputs(*comm, fmt::format("{:016x}", model_files_fingerprint(run.source)),
-                          fmt::format("{:016x}", data.fingerprint),
-                          options.to_json().dump() + " " + layout.describe() + " " + job.output.string());
-      if (world.rank == 0)
-        spdlog::info("{}training {} on {} rank(s): {}", members ? fmt::format("generation {}: ", generation) : "",
-                     start.source.string(), world.world_size, layout.describe());
-
-      runner.emplace(layout, world.rank, comm.get(), *model, data, options, on_device);
-      optimizer.emplace(runner->parameters(), options);
-      if (member_comm) {
-        // Parameters and moments from the members that hold them (this
-        // rank's tensor-parallel slice of each), point to point.
-        std::vector<HandOverTarget> targets;
-        const NamedTensors moments = optimizer->state();  // the optimizer's own tensors
-        for (const auto* list : {&runner->parameters(), &moments})
-          for (const auto& [name, t] : *list) targets.push_back({name, t, runner->slice_spec(name)});
-        const auto step = hand_over_state(*member_comm, held, targets);
-        (void)member_comm.release();
-        if (step) {
-          start = {*step, run.source, false, true};
-          run.history = nlohmann::json::array();
-          for (const auto& h : held.history)
-            if (h.at("step").get<std::int64_t>() <= *step) run.history.push_back(h);
-        } else if (members->save_only) {
-          start.in_memory = start.checkpoint = false;  // nothing to write: the last checkpoint stays
-        } else {
-          const std::int64_t saved = trainer_state_step(job.output);
-          spdlog::warn(
-              "generation {}: some layer has no surviving holder; every rank reloads {}", generation,
-              saved >= 0 ? "the checkpoint of step " + std::to_string(saved) : std::string("the initial model"));
-          start =
-              saved >= 0 ? StartingPoint{saved, job.output, true, false} : StartingPoint{0, job.model, false, false};
-          run.history =
-              saved >= 0 ? read_trainer_state(job.output).root().at("history").raw() : nlohmann::json::array();
-          runner->load_parameters(start.source);
-        }
-        runner->after_update();  // a tied head's copy follows the embedding
-        committed = start.step;
-      }
-      if (start.checkpoint)
-        optimizer->load(start.source,
-                        [&](const std::string& name, const torch::Tensor& t) { return runner->slice_of(name, t); });
-      state_valid = true;
-      if (elastic && generation > 0 && world.rank == 0)
-        elastic->report_ready(generation, seconds_since(generation_started),
-                              start.in_memory    ? "memory"
-                              : start.checkpoint ? "checkpoint"
-                                                 : "model");
-
-      // Replica 0 of each stage writes that stage's shards.
-      std::vector<int> writers;
-      for (int st = 0; st < layout.pipeline_stages(); ++st) writers.push_back(layout.rank_of(st, 0, 0));
-      // Rank 0 clears what earlier runs left half-written before anyone
-      // writes: the token's all-gather is the barrier (a save-only
-      // generation writes at once, with no step in between).
-      if (world.rank == 0) CheckpointWriter::remove_stale_staging(job.output);
-      std::string token = fmt::format("{:08x}", std::random_device()());
-      if (comm) token = comm->all_gather_strings("token", token).front();
-      checkpoints.emplace(job.output, world, writers, token, timeout);
-      if (elastic) checkpoints->set_interrupt(&elastic->interrupt());
-      // Copies taken between two steps; the files are written while training goes on.
-      std::int64_t saved_step = -1;
-      auto save_checkpoint = [&](std::int64_t step_done) {
-        saved_step = step_done;
-        CheckpointSnapshot snapshot;
-        snapshot.step = step_done;
-        auto copy = [&](const NamedTensors& tensors, NamedTensors& into) {
-          for (const auto& [name, t] : tensors) {
-            // A tied head on a later stage: the first stage writes the embedding.
-            if (runner->holds_tied_copy() && name.find(kTiedName) != std::string::npos) continue;
-            auto whole = runner->gather_whole(name, t);
-            if (runner->writes_checkpoint()) into.emplace_back(name, std::move(whole));
-          }
-        };
-        if (runner->gathers_checkpoint()) {
-          copy(runner->parameters(), snapshot.model);
-          copy(optimizer->state(), snapshot.optimizer);
-        }
-        if (world.rank == 0) {
-          auto cfg = model->config();
-          cfg.torch_dtype = "float32";
-          snapshot.config_json = model::llama_config_json(cfg);
-          snapshot.tokenizer_source = run.source;
-          std::vector<std::string> names;
-          // "-" stays "-": a resumed run reads standard input again (the fingerprint checks it is the same text).
-          for (const auto& f : run.data_files) names.push_back(is_stdio(f) ? f.string() : fs::absolute(f).string());
-          snapshot.trainer_state = make_trainer_state(step_done, {{"options", options.to_json()},
-                                                                  {"data", names},
-                                                                  {"data_fingerprint", data.fingerprint},
-                                                                  {"layout", layout.describe()},
-                                                                  {"history", run.history}});
-        }
-        checkpoints->write_async(std::move(snapshot));
-      };
-
-      if (members && members->save_only) {
-        // The workers left admit no plan: write the state they handed over, then stop.
-        if (start.in_memory) {
-          save_checkpoint(start.step);
-          checkpoints->wait();
-        }
-        if (world.rank == 0) elastic->report_saved(generation, start.in_memory ? start.step : -1);
-        result.rank = world.rank;
-        result.stop_code = kExitNoPlan;
-        result.last_step = start.in_memory ? start.step : -1;
-        return result;
-      }
-
-      std::ofstream metrics;
-      if (world.rank == 0 && !job.metrics.empty()) {
-        metrics.open(job.metrics, job.resume || generation > 0 ? std::ios::app : std::ios::trunc);
-        if (!metrics) throw IoError("cannot write --metrics " + job.metrics.string());
-      }
-      result.rank = world.rank;
-      result.world_size = world.world_size;
-      result.layout = layout.describe();
-      Progress progress("train", static_cast<std::uint64_t>(std::max<std::int64_t>(0, end_step - start.step)), "steps",
-                        world.rank == 0 ? ProgressStyle::kAuto : ProgressStyle::kSilent);
-      const double tokens_per_step = static_cast<double>(options.global_batch * options.seq_len);
-      for (std::int64_t step = start.step; step < end_step; ++step) {
-        const auto step_started = Clock::now();
-        const std::optional<double> joules_before = energy_meter ? energy_meter->total_joules() : std::nullopt;
-        StepTimes times;
-        times.step_start = step_started;
-        times.tracing = !job.trace.empty() && step + 1 == end_step;
-        double loss_part = 0;
-        {
-          // Weights, gradients and optimizer state stay float32; on a GPU the
-          // matrix products run in bfloat16 under autocast (mixed precision).
-          // The guard ends with the step's forward and backward passes: autocast
-          // caches each weight's bfloat16 copy until it is switched off, so a
-          // guard held across optimizer steps would train on stale weights.
-          std::optional<model::compat::CudaAutocast> autocast;
-          if (device == model::ComputeDevice::kCuda) autocast.emplace(torch::kBFloat16);
-          loss_part = runner->run_step(step, times);
-        }
-        // One all-reduce carries the gradient norm's parts, the loss, whether
-        // the job stops after this step (a rank asked to leave, or the elastic
-        // controller wants a new generation), and which ranks asked to leave.
-        const bool asked_to_leave = g_leave_requested.load() != 0;
-        const bool regroup_asked = elastic && world.rank == 0 && elastic->stop_requested(generation);
-        auto totals = torch::zeros({3 + world.world_size}, torch::kFloat64);
-        totals[0] = runner->gradient_sum_of_squares();
-        totals[1] = loss_part;
-        totals[2] = asked_to_leave || regroup_asked ? 1.0 : 0.0;
-        totals[3 + world.rank] = asked_to_leave ? 1.0 : 0.0;
-        if (comm) {
-          auto t = Clock::now();
-          comm->world().all_reduce_sum(totals);
-          times.add(times.allreduce, t, "loss and norm all-reduce", "allreduce");
-        }
-        // Every replica of a stage holds the same summed gradients: count one.
-        const double grad_norm = std::sqrt(totals[0].item<double>() / layout.dp);
-        const double loss = totals[1].item<double>();
-        if (!std::isfinite(loss))
-          throw RuntimeFailure("the loss became " + std::to_string(loss) + " at step " + std::to_string(step + 1) +
-                               "; lower --lr");
-        // Every training rank applies the step, or none does (a rank lost
-        // mid-step leaves the survivors' states at the same step).
-        if (elastic && !elastic->commit(generation, step, world.world_size))
-          throw PeerLost(fmt::format("step {} was not committed: the generation ended", step + 1));
-        model::clip_gradients(runner->parameters(), grad_norm, options.clip_norm);
-        const double lr = model::learning_rate(options, step);
-        auto t = Clock::now();
-        optimizer->step(lr, step + 1);
-        committed = step + 1;
-        if (held.step >= 0) held = HeldState{};  // superseded by this generation's state
-        times.add(times.compute, t, "optimizer step", "update");
-        runner->after_update();
-        if (times.tracing) write_trace(job.trace, comm.get(), layout, world.rank, times.spans);
-        const double step_seconds = seconds_since(step_started);
-        ++steps_run;
-        result.losses.push_back(loss);
-        run.history.push_back({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm}});
-        if (metrics.is_open()) {
-          const double idle = std::max(0.0, step_seconds - times.compute - times.send - times.recv - times.allreduce);
-          nlohmann::json line = {{"step", step + 1},
-                                 {"loss", loss},
-                                 {"lr", lr},
-                                 {"grad_norm", grad_norm},
-                                 {"tokens_per_s", tokens_per_step / step_seconds},
-                                 {"step_s", step_seconds},
-                                 {"compute_s", times.compute},
-                                 {"send_s", times.send},
-                                 {"recv_wait_s", times.recv},
-                                 {"allreduce_s", times.allreduce},
-                                 {"idle_s", idle}};
-          if (members) line["generation"] = generation;
-          const std::optional<double> joules_after = energy_meter ? energy_meter->total_joules() : std::nullopt;
-          if (joules_before && joules_after) {
-            line["energy_j"] = *joules_after - *joules_before;
-            line["energy_source"] = "nvml";
-          } else if (predicted_energy) {
-            line["energy_j"] = *predicted_energy;
-            line["energy_source"] = "model";
-          }
-          metrics << line.dump() << "\n" << std::flush;
-        }
-        if (world.rank == 0 && job.log_every > 0 && ((step + 1) % job.log_every == 0 || step + 1 == end_step))
-          spdlog::info(
-              "step {}/{}: loss {:.4f}, lr {:.3g}, grad norm {:.3g}, {:.0f} tokens/s (compute {:.0f}%, "
-              "send {:.0f}%, all-reduce {:.0f}%)",
-              step + 1, options.steps, loss, lr, grad_norm, tokens_per_step / step_seconds,
-              100 * times.compute / step_seconds, 100 * times.send / step_seconds,
-              100 * times.allreduce / step_seconds);
-        progress.advance();
-        const bool stop_here = totals[2].item<double>() > 0 && step + 1 < end_step;
-        if (elastic && stop_here) {
-          // A new generation at this boundary: hand the state over instead of checkpointing.
-          std::vector<int> leaving;
-          for (int r = 0; r < world.world_size; ++r)
-            if (totals[3 + r].item<double>() > 0) leaving.push_back(members->training[static_cast<std::size_t>(r)]);
-          if (world.rank == 0) elastic->report_boundary(generation, step + 1, leaving);
-          left_at_boundary = true;
-          break;
-        }
-        if (job.checkpoint_every > 0 && (step + 1) % job.checkpoint_every == 0 && step + 1 < end_step)
-          save_checkpoint(step + 1);
-        if (stop_here) {
-          // A preemption notice: everyone checkpoints this step and leaves, so no step is redone.
-          if (!elastic_job && asked_to_leave)
-            result.stop_code = kExitTerminated;
-          else
-            result.stop_code = asked_to_leave ? kExitPreempted : kExitStoppedWithPeers;
-          end_step = step + 1;
-          break;
-        }
-      }
-      progress.finish();
-      if (!left_at_boundary) {
-        if (saved_step != end_step) save_checkpoint(end_step);
-        checkpoints->wait();
-        if (elastic && world.rank == 0) elastic->report_done();
-        break;
-      }
-      checkpoints->wait();
+      end = run_generation(g);
     } catch (const PeerLost& e) {
-      if (!elastic) throw;
-      spdlog::warn("worker {}: generation {} ended ({}); keeping the state of step {}", elastic->worker_id(),
-                   generation, e.what(), committed);
-      elastic->report_failure(generation);
-      // Work in flight may still use these groups: abandon them, never wait for them.
-      if (runner) runner->abandon_groups();
-      (void)comm.release();
+      if (!elastic_) throw;
+      abandon(g, e);
+      end = GenerationEnd::kFailed;
     }
+    if (end == GenerationEnd::kLeave) return result_;
+    if (end == GenerationEnd::kFinished) break;
     // The generation ended: keep the state, wait for the next one.
-    if (runner && optimizer && state_valid) {
-      held = hold_state(*runner, optimizer->state(), committed, run.history);
-      start.step = committed;
+    if (g.runner && g.optimizer && g.state_valid) {
+      held_ = hold_state(*g.runner, g.optimizer->state(), g.committed, run_.history);
+      start_.step = g.committed;
     }
-    checkpoints.reset();
-    members = elastic->next_generation(generation);
-    if (!members) break;
+    g.checkpoints.reset();
+    members_ = elastic_->next_generation(g.number);
+    if (!members_) {
+      if (end == GenerationEnd::kSpare) return result_;  // a spare to the end reports nothing
+      break;
+    }
   }
-  const double seconds = seconds_since(started);
-  result.last_step = end_step;
+  return finish();
+}
+
+GenerationEnd TrainingSession::run_generation(Generation& g) {
+  if (members_)
+    if (const auto end = join_as_member(g)) return *end;
+  build_stage(g);
+  if (g.member_comm) take_over_state(g);
+  if (start_.checkpoint)
+    g.optimizer->load(start_.source,
+                      [&](const std::string& name, const torch::Tensor& t) { return g.runner->slice_of(name, t); });
+  g.state_valid = true;
+  if (elastic_ && g.number > 0 && leading())
+    elastic_->report_ready(g.number, seconds_since(g.started),
+                           start_.in_memory    ? "memory"
+                           : start_.checkpoint ? "checkpoint"
+                                               : "model");
+  open_checkpoints(g);
+  if (members_ && members_->save_only) return save_handed_over_state(g);
+  if (train_steps(g)) {
+    g.checkpoints->wait();
+    return GenerationEnd::kBoundary;
+  }
+  if (g.saved_step != end_step_) save_checkpoint(g, end_step_);
+  g.checkpoints->wait();
+  if (elastic_ && leading()) elastic_->report_done();
+  return GenerationEnd::kFinished;
+}
+
+// This worker's place in an in-place elastic generation: a training rank
+// (nothing returned; world_ is set), or a spare or leaving worker, which
+// hands its state over first.
+std::optional<GenerationEnd> TrainingSession::join_as_member(Generation& g) {
+  g.plan_source.published = members_->plan;
+  g.plan_source.published_name = fmt::format("the plan of generation {}", g.number);
+  const int member_rank = members_->member_rank_of(elastic_->worker_id());
+  if (member_rank < 0)
+    throw UsageError("this worker is not a member of the job's generation " + std::to_string(g.number));
+  if (g.number > 0)
+    g.member_comm = std::make_unique<Communicator>(
+        WorldInfo{member_rank, members_->members(), 0, elastic_->address(), elastic_->port(), "elastic"},
+        control_keys::generation_prefix(g.number) + "members/", timeout_, &elastic_->interrupt());
+  const int rank = members_->rank_of(elastic_->worker_id());
+  if (rank >= 0) {
+    world_ = WorldInfo{rank,     static_cast<int>(members_->training.size()), 0, elastic_->address(), elastic_->port(),
+                       "elastic"};
+    return std::nullopt;
+  }
+  result_.rank = -1;    // reports nothing
+  if (g.member_comm) {  // a spare of the first generation holds nothing yet
+    hand_over_state(*g.member_comm, held_, {});
+    g.member_comm.reset();
+  }
+  const auto& leaving = members_->leaving;
+  if (std::find(leaving.begin(), leaving.end(), elastic_->worker_id()) != leaving.end()) {
+    result_.stop_code = kExitPreempted;
+    result_.last_step = held_.step;
+    return GenerationEnd::kLeave;
+  }
+  spdlog::info("worker {}: a spare in generation {}", elastic_->worker_id(), g.number);
+  return GenerationEnd::kSpare;
+}
+
+// The layout, this rank's stage of the model, the training communicator,
+// the stage runner and its optimizer.
+void TrainingSession::build_stage(Generation& g) {
+  g.layout = make_layout(g.plan_source, run_.options, model_layers_, world_.world_size);
+  const Layout& layout = *g.layout;
+  const auto& own = layout.stages[static_cast<std::size_t>(layout.place(world_.rank).stage)];
+  if (g.member_comm) {
+    // The state comes from the previous generation's members: only the shapes here.
+    g.model.emplace(model::LlamaModel::uninitialized(*config_));
+    g.model->keep_only_layers(own.first, own.last);
+  } else {
+    // Each rank reads only its stage's weights.
+    g.model.emplace(model::LlamaModel::load_layers(start_.source, own.first, own.last, torch::kFloat32, on_device_));
+    check_finite_weights(*g.model, own.first, own.last, start_.source);
+  }
+  if (world_.distributed())
+    g.comm = members_ ? std::make_unique<Communicator>(world_, control_keys::generation_prefix(g.number) + "train/",
+                                                       timeout_, &elastic_->interrupt())
+                      : std::make_unique<Communicator>(world_, timeout_);
+  if (g.comm && g.number == 0)
+    check_same_inputs(*g.comm, fmt::format("{:016x}", model_files_fingerprint(run_.source)),
+                      fmt::format("{:016x}", data_->fingerprint),
+                      options().to_json().dump() + " " + layout.describe() + " " + job_.output.string());
+  if (leading())
+    spdlog::info("{}training {} on {} rank(s): {}", members_ ? fmt::format("generation {}: ", g.number) : "",
+                 start_.source.string(), world_.world_size, layout.describe());
+  g.runner.emplace(layout, world_.rank, g.comm.get(), *g.model, *data_, options(), on_device_);
+  g.optimizer.emplace(g.runner->parameters(), options());
+}
+
+// Parameters and moments from the members that hold them (this rank's
+// tensor-parallel slice of each), point to point; the checkpoint or the
+// initial model when some part is held by nobody.
+void TrainingSession::take_over_state(Generation& g) {
+  std::vector<HandOverTarget> targets;
+  const NamedTensors moments = g.optimizer->state();  // the optimizer's own tensors
+  for (const auto* list : {&g.runner->parameters(), &moments})
+    for (const auto& [name, t] : *list) targets.push_back({name, t, g.runner->slice_spec(name)});
+  const auto step = hand_over_state(*g.member_comm, held_, targets);
+  g.member_comm.reset();
+  if (step) {
+    start_ = {*step, run_.source, false, true};
+    run_.history = nlohmann::json::array();
+    for (const auto& h : held_.history)
+      if (h.at("step").get<std::int64_t>() <= *step) run_.history.push_back(h);
+  } else if (members_->save_only) {
+    start_.in_memory = start_.checkpoint = false;  // nothing to write: the last checkpoint stays
+  } else {
+    const std::int64_t saved = trainer_state_step(job_.output);
+    spdlog::warn("generation {}: some layer has no surviving holder; every rank reloads {}", g.number,
+                 saved >= 0 ? "the checkpoint of step " + std::to_string(saved) : std::string("the initial model"));
+    start_ = saved >= 0 ? StartingPoint{saved, job_.output, true, false} : StartingPoint{0, job_.model, false, false};
+    run_.history = saved >= 0 ? read_trainer_state(job_.output).root().at("history").raw() : nlohmann::json::array();
+    g.runner->load_parameters(start_.source);
+  }
+  g.runner->after_update();  // a tied head's copy follows the embedding
+  g.committed = start_.step;
+}
+
+void TrainingSession::open_checkpoints(Generation& g) {
+  // Replica 0 of each stage writes that stage's shards.
+  std::vector<int> writers;
+  for (int st = 0; st < g.layout->pipeline_stages(); ++st) writers.push_back(g.layout->rank_of(st, 0, 0));
+  // Rank 0 clears what earlier runs left half-written before anyone
+  // writes: the token's all-gather is the barrier (a save-only
+  // generation writes at once, with no step in between).
+  if (leading()) CheckpointWriter::remove_stale_staging(job_.output);
+  std::string token = fmt::format("{:08x}", std::random_device()());
+  if (g.comm) token = g.comm->all_gather_strings("token", token).front();
+  g.checkpoints.emplace(job_.output, world_, writers, token, timeout_);
+  if (elastic_) g.checkpoints->set_interrupt(&elastic_->interrupt());
+}
+
+// Copies taken between two steps; the files are written while training goes on.
+void TrainingSession::save_checkpoint(Generation& g, std::int64_t step_done) {
+  g.saved_step = step_done;
+  CheckpointSnapshot snapshot;
+  snapshot.step = step_done;
+  auto& runner = *g.runner;
+  auto copy = [&](const NamedTensors& tensors, NamedTensors& into) {
+    for (const auto& [name, t] : tensors) {
+      // A tied head on a later stage: the first stage writes the embedding.
+      if (runner.holds_tied_copy() && name.find(kTiedName) != std::string::npos) continue;
+      auto whole = runner.gather_whole(name, t);
+      if (runner.writes_checkpoint()) into.emplace_back(name, std::move(whole));
+    }
+  };
+  if (runner.gathers_checkpoint()) {
+    copy(runner.parameters(), snapshot.model);
+    copy(g.optimizer->state(), snapshot.optimizer);
+  }
+  if (leading()) {
+    auto cfg = g.model->config();
+    cfg.torch_dtype = "float32";
+    snapshot.config_json = model::llama_config_json(cfg);
+    snapshot.tokenizer_source = run_.source;
+    std::vector<std::string> names;
+    // "-" stays "-": a resumed run reads standard input again (the fingerprint checks it is the same text).
+    for (const auto& f : run_.data_files) names.push_back(is_stdio(f) ? f.string() : fs::absolute(f).string());
+    snapshot.trainer_state = make_trainer_state(step_done, {{"options", options().to_json()},
+                                                            {"data", names},
+                                                            {"data_fingerprint", data_->fingerprint},
+                                                            {"layout", g.layout->describe()},
+                                                            {"history", run_.history}});
+  }
+  g.checkpoints->write_async(std::move(snapshot));
+}
+
+// The workers left admit no plan: write the state they handed over, then stop.
+GenerationEnd TrainingSession::save_handed_over_state(Generation& g) {
+  if (start_.in_memory) {
+    save_checkpoint(g, start_.step);
+    g.checkpoints->wait();
+  }
+  if (leading()) elastic_->report_saved(g.number, start_.in_memory ? start_.step : -1);
+  result_.rank = world_.rank;
+  result_.stop_code = kExitNoPlan;
+  result_.last_step = start_.in_memory ? start_.step : -1;
+  return GenerationEnd::kLeave;
+}
+
+// The generation's steps, with checkpoints as asked. True when it ended at a
+// step boundary for a new generation (the state is handed over, not saved).
+bool TrainingSession::train_steps(Generation& g) {
+  if (leading() && !job_.metrics.empty()) {
+    g.metrics.open(job_.metrics, job_.resume || g.number > 0 ? std::ios::app : std::ios::trunc);
+    if (!g.metrics) throw IoError("cannot write --metrics " + job_.metrics.string());
+  }
+  result_.rank = world_.rank;
+  result_.world_size = world_.world_size;
+  result_.layout = g.layout->describe();
+  Progress progress("train", static_cast<std::uint64_t>(std::max<std::int64_t>(0, end_step_ - start_.step)), "steps",
+                    leading() ? ProgressStyle::kAuto : ProgressStyle::kSilent);
+  for (std::int64_t step = start_.step; step < end_step_; ++step) {
+    const StepOutcome o = train_step(g, step);
+    record_step(g, step, o);
+    progress.advance();
+    const bool stop_here = o.stop_requested && step + 1 < end_step_;
+    if (elastic_ && stop_here) {
+      // A new generation at this boundary: hand the state over instead of checkpointing.
+      std::vector<int> leaving;
+      for (const int r : o.leaving) leaving.push_back(members_->training[static_cast<std::size_t>(r)]);
+      if (leading()) elastic_->report_boundary(g.number, step + 1, leaving);
+      progress.finish();
+      return true;
+    }
+    if (job_.checkpoint_every > 0 && (step + 1) % job_.checkpoint_every == 0 && step + 1 < end_step_)
+      save_checkpoint(g, step + 1);
+    if (stop_here) {
+      // A preemption notice: everyone checkpoints this step and leaves, so no step is redone.
+      if (!elastic_job_ && o.asked_to_leave)
+        result_.stop_code = kExitTerminated;
+      else
+        result_.stop_code = o.asked_to_leave ? kExitPreempted : kExitStoppedWithPeers;
+      end_step_ = step + 1;
+      break;
+    }
+  }
+  progress.finish();
+  return false;
+}
+
+// One step: forwards and backwards, the global norm and loss, the commit
+// (elastic), clipping and the optimizer's update.
+StepOutcome TrainingSession::train_step(Generation& g, std::int64_t step) {
+  StepOutcome o;
+  const auto step_started = Clock::now();
+  o.joules_before = energy_meter_ ? energy_meter_->total_joules() : std::nullopt;
+  o.times.step_start = step_started;
+  o.times.tracing = !job_.trace.empty() && step + 1 == end_step_;
+  double loss_part = 0;
+  {
+    // Weights, gradients and optimizer state stay float32; on a GPU the
+    // matrix products run in bfloat16 under autocast (mixed precision).
+    // The guard ends with the step's forward and backward passes: autocast
+    // caches each weight's bfloat16 copy until it is switched off, so a
+    // guard held across optimizer steps would train on stale weights.
+    std::optional<model::compat::CudaAutocast> autocast;
+    if (device_ == model::ComputeDevice::kCuda) autocast.emplace(torch::kBFloat16);
+    loss_part = g.runner->run_step(step, o.times);
+  }
+  // One all-reduce carries the gradient norm's parts, the loss, whether
+  // the job stops after this step (a rank asked to leave, or the elastic
+  // controller wants a new generation), and which ranks asked to leave.
+  o.asked_to_leave = g_leave_requested.load() != 0;
+  const bool regroup_asked = elastic_ && leading() && elastic_->stop_requested(g.number);
+  auto totals = torch::zeros({3 + world_.world_size}, torch::kFloat64);
+  totals[0] = g.runner->gradient_sum_of_squares();
+  totals[1] = loss_part;
+  totals[2] = o.asked_to_leave || regroup_asked ? 1.0 : 0.0;
+  totals[3 + world_.rank] = o.asked_to_leave ? 1.0 : 0.0;
+  if (g.comm) {
+    auto t = Clock::now();
+    g.comm->world().all_reduce_sum(totals);
+    o.times.add(o.times.allreduce, t, "loss and norm all-reduce", "allreduce");
+  }
+  // Every replica of a stage holds the same summed gradients: count one.
+  o.grad_norm = std::sqrt(totals[0].item<double>() / g.layout->dp);
+  o.loss = totals[1].item<double>();
+  o.stop_requested = totals[2].item<double>() > 0;
+  for (int r = 0; r < world_.world_size; ++r)
+    if (totals[3 + r].item<double>() > 0) o.leaving.push_back(r);
+  if (!std::isfinite(o.loss))
+    throw RuntimeFailure("the loss became " + std::to_string(o.loss) + " at step " + std::to_string(step + 1) +
+                         "; lower --lr");
+  // Every training rank applies the step, or none does (a rank lost
+  // mid-step leaves the survivors' states at the same step).
+  if (elastic_ && !elastic_->commit(g.number, step, world_.world_size))
+    throw PeerLost(fmt::format("step {} was not committed: the generation ended", step + 1));
+  model::clip_gradients(g.runner->parameters(), o.grad_norm, options().clip_norm);
+  o.lr = model::learning_rate(options(), step);
+  auto t = Clock::now();
+  g.optimizer->step(o.lr, step + 1);
+  g.committed = step + 1;
+  if (held_.step >= 0) held_ = HeldState{};  // superseded by this generation's state
+  o.times.add(o.times.compute, t, "optimizer step", "update");
+  g.runner->after_update();
+  if (o.times.tracing) write_trace(job_.trace, g.comm.get(), *g.layout, world_.rank, o.times.spans);
+  o.seconds = seconds_since(step_started);
+  return o;
+}
+
+// The step in the run's history, the metrics file and the log.
+void TrainingSession::record_step(Generation& g, std::int64_t step, const StepOutcome& o) {
+  ++steps_run_;
+  result_.losses.push_back(o.loss);
+  run_.history.push_back({{"step", step + 1}, {"loss", o.loss}, {"lr", o.lr}, {"grad_norm", o.grad_norm}});
+  const double tokens_per_step = static_cast<double>(options().global_batch * options().seq_len);
+  const StepTimes& times = o.times;
+  if (g.metrics.is_open()) {
+    const double idle = std::max(0.0, o.seconds - times.compute - times.send - times.recv - times.allreduce);
+    nlohmann::json line = {{"step", step + 1},
+                           {"loss", o.loss},
+                           {"lr", o.lr},
+                           {"grad_norm", o.grad_norm},
+                           {"tokens_per_s", tokens_per_step / o.seconds},
+                           {"step_s", o.seconds},
+                           {"compute_s", times.compute},
+                           {"send_s", times.send},
+                           {"recv_wait_s", times.recv},
+                           {"allreduce_s", times.allreduce},
+                           {"idle_s", idle}};
+    if (members_) line["generation"] = g.number;
+    const std::optional<double> joules_after = energy_meter_ ? energy_meter_->total_joules() : std::nullopt;
+    if (o.joules_before && joules_after) {
+      line["energy_j"] = *joules_after - *o.joules_before;
+      line["energy_source"] = "nvml";
+    } else if (predicted_energy_) {
+      line["energy_j"] = *predicted_energy_;
+      line["energy_source"] = "model";
+    }
+    g.metrics << line.dump() << "\n" << std::flush;
+  }
+  if (leading() && job_.log_every > 0 && ((step + 1) % job_.log_every == 0 || step + 1 == end_step_))
+    spdlog::info(
+        "step {}/{}: loss {:.4f}, lr {:.3g}, grad norm {:.3g}, {:.0f} tokens/s (compute {:.0f}%, "
+        "send {:.0f}%, all-reduce {:.0f}%)",
+        step + 1, options().steps, o.loss, o.lr, o.grad_norm, tokens_per_step / o.seconds,
+        100 * times.compute / o.seconds, 100 * times.send / o.seconds, 100 * times.allreduce / o.seconds);
+}
+
+// A peer was lost: the generation's groups may still have work in flight
+// with it, so they are destroyed on the retired groups' thread, never waited for here.
+void TrainingSession::abandon(Generation& g, const PeerLost& e) {
+  spdlog::warn("worker {}: generation {} ended ({}); keeping the state of step {}", elastic_->worker_id(), g.number,
+               e.what(), g.committed);
+  elastic_->report_failure(g.number);
+  if (g.runner) g.runner->retire_groups(retired_);
+  retired_.retire(std::move(g.comm));
+  retired_.retire(std::move(g.member_comm));
+}
+
+TrainResult TrainingSession::finish() const {
+  TrainResult result = result_;
+  const double seconds = seconds_since(started_);
+  result.last_step = end_step_;
   if (!result.losses.empty()) {
     result.first_loss = result.losses.front();
     result.last_loss = result.losses.back();
   }
-  result.tokens_per_second = seconds > 0 ? static_cast<double>(steps_run) *
-                                               static_cast<double>(options.global_batch * options.seq_len) / seconds
+  result.tokens_per_second = seconds > 0 ? static_cast<double>(steps_run_) *
+                                               static_cast<double>(options().global_batch * options().seq_len) / seconds
                                          : 0;
   return result;
 }
+
+}  // namespace
+
+TrainResult train(const TrainJob& job) { return TrainingSession(job).run(); }
 
 }  // namespace fleet::sailor::runtime
