@@ -13,6 +13,7 @@
 #include "common/fnv_hash.h"
 #include "common/safetensors.h"
 #include "model/llama_config.h"
+#include "model/model_folder.h"
 
 namespace fleet::deltazip {
 namespace {
@@ -321,9 +322,13 @@ std::int64_t DeltaReader::elements(const std::string& name) const {
 }
 
 std::string base_identity(const std::filesystem::path& model_dir) {
+  return base_identity(model::ModelFolder(model_dir));
+}
+
+std::string base_identity(const model::ModelFolder& model) {
   Fnv1a64 fnv;
-  fnv.add_string(read_file(model_dir / "config.json"));
-  SafetensorsCheckpoint checkpoint(model::model_weights_path(model_dir));
+  fnv.add_string(model.config_text());
+  const SafetensorsCheckpoint& checkpoint = model.weights();
   for (const auto& name : checkpoint.names()) {
     const auto& info = checkpoint.info(name);
     fnv.add_string(name);

@@ -15,6 +15,10 @@
 #include "deltazip/row_delta.h"
 #include "model/llama_config.h"
 
+namespace fleet::model {
+class ModelFolder;
+}
+
 namespace fleet::deltazip {
 
 inline constexpr const char* kContainerFormat = "gpufleet-deltazip";
@@ -98,6 +102,7 @@ class DeltaReader {
 /// Identity of a model folder: FNV-1a over its config.json text, every
 /// tensor's name, dtype and shape, and samples of every tensor's bytes (the
 /// first and last 4 KiB and 16 evenly spaced 256-byte blocks), as 16 hex digits.
+std::string base_identity(const model::ModelFolder& model);
 std::string base_identity(const std::filesystem::path& model_dir);
 
 }  // namespace fleet::deltazip

@@ -26,6 +26,7 @@
 #include "deltazip/size_budget.h"
 #include "model/cpu_threads.h"
 #include "model/llama.h"
+#include "model/model_folder.h"
 #include "model/synthetic_tasks.h"
 #include "model/tensor_bridge.h"
 #include "model/tokenizer.h"
@@ -260,6 +261,9 @@ struct Job {
   CompressionOptions options;
   torch::Device device{torch::kCPU};
   model::LlamaConfig base_config;
+  // Opened once, mapped for the whole job (the target is loaded whole as a
+  // model instead, and not kept mapped beside it).
+  std::shared_ptr<const model::ModelFolder> base;
   DeltaHeader header;
 };
 
@@ -297,7 +301,7 @@ Written write_container(const Job& job, const std::filesystem::path& path,
                         const std::function<const CompressionOptions&(const std::string&)>& form_of) {
   const CompressCommand& c = job.command;
   auto target = load_target(job);
-  SafetensorsCheckpoint base(model::model_weights_path(c.base));
+  const SafetensorsCheckpoint& base = job.base->weights();
   torch::NoGradGuard no_grad;
   torch::Tensor hidden = calibration_hidden(job, target);
   DeltaWriter writer(path, job.header, c.zstd_level);
@@ -372,7 +376,7 @@ Measured measure_forms(const Job& job, const std::vector<CompressionOptions>& fo
                        const std::filesystem::path& scratch) {
   const CompressCommand& c = job.command;
   auto target = load_target(job);
-  SafetensorsCheckpoint base(model::model_weights_path(c.base));
+  const SafetensorsCheckpoint& base = job.base->weights();
   torch::NoGradGuard no_grad;
   torch::Tensor tokens = calibration_tokens_of(job);
   torch::Tensor hidden = tokens.defined() ? target.embed(tokens) : torch::Tensor();
@@ -511,21 +515,23 @@ Job prepare_job(const CompressCommand& command) {
       .check(Existing::kNeedsForce, c.force);
   if (!c.calib.empty()) check_input_file(c.calib);
   job.device = model::torch_device(model::resolve_device(c.device));
-  job.base_config = model::load_llama_config(c.base);
+  job.base = std::make_shared<const model::ModelFolder>(c.base);
+  job.base_config = job.base->config();
   if (c.calib_samples == 0)
     c.calib_samples =
         default_calibration_samples(job.base_config.hidden_size, job.base_config.intermediate_size, c.seq_len);
-  const auto target_config = model::load_llama_config(c.target);
+  const model::ModelFolder target_folder(c.target);
+  const auto& target_config = target_folder.config();
   check_same_shape(job.base_config, target_config);
-  SafetensorsCheckpoint base(model::model_weights_path(c.base)), target(model::model_weights_path(c.target));
+  const SafetensorsCheckpoint &base = job.base->weights(), &target = target_folder.weights();
   for (const auto& t : model::parameter_shapes(target_config)) {
     if (!target.contains(t.name)) throw InputError("the fine-tuned model has no tensor '" + t.name + "'");
     if (!base.contains(t.name)) throw InputError("the base model has no tensor '" + t.name + "'");
     if (base.info(t.name).shape != target.info(t.name).shape)
       throw InputError("base and target shapes differ for '" + t.name + "'");
   }
-  job.header.base_identity = base_identity(c.base);
-  job.header.config_json = read_file(c.target / "config.json");
+  job.header.base_identity = base_identity(*job.base);
+  job.header.config_json = target_folder.config_text();
   return job;
 }
 

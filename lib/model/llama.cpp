@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/safetensors.h"
+#include "model/model_folder.h"
 #include "model/small_batch_linear.h"
 #include "model/tensor_bridge.h"
 #include "model/tensor_parallel.h"
@@ -209,13 +210,21 @@ LlamaModel LlamaModel::uninitialized(const LlamaConfig& config, torch::ScalarTyp
 }
 
 LlamaModel LlamaModel::load(const std::filesystem::path& dir, torch::ScalarType dtype, torch::Device device) {
-  const LlamaConfig config = load_llama_config(dir);
-  return load_layers(dir, 0, config.num_hidden_layers + 2, dtype, device);
+  return load(ModelFolder(dir), dtype, device);
+}
+
+LlamaModel LlamaModel::load(const ModelFolder& folder, torch::ScalarType dtype, torch::Device device) {
+  return load_layers(folder, 0, folder.config().num_hidden_layers + 2, dtype, device);
 }
 
 LlamaModel LlamaModel::load_layers(const std::filesystem::path& dir, int first, int last, torch::ScalarType dtype,
                                    torch::Device device) {
-  LlamaConfig config = load_llama_config(dir);
+  return load_layers(ModelFolder(dir), first, last, dtype, device);
+}
+
+LlamaModel LlamaModel::load_layers(const ModelFolder& folder, int first, int last, torch::ScalarType dtype,
+                                   torch::Device device) {
+  const LlamaConfig& config = folder.config();
   const int blocks = config.num_hidden_layers;
   if (first < 0 || last > blocks + 2 || first >= last)
     throw InputError("layers [" + std::to_string(first) + ", " + std::to_string(last) + ") are not a range of this " +
@@ -230,11 +239,11 @@ LlamaModel LlamaModel::load_layers(const std::filesystem::path& dir, int first, 
     const auto i = std::stoi(name.substr(prefix.size()));
     return i >= first - 1 && i < last - 1;
   };
-  const auto weights = model_weights_path(dir);
-  SafetensorsCheckpoint checkpoint(weights);
+  const auto& weights = folder.weights_path();
+  const SafetensorsCheckpoint& checkpoint = folder.weights();
   // Every size config.json gives is checked against the weights before
   // anything is allocated from it.
-  const auto config_file = (dir / "config.json").string();
+  const auto config_file = (folder.path() / "config.json").string();
   const std::size_t needed = static_cast<std::size_t>(9 * config.num_hidden_layers + 2);
   if (checkpoint.names().size() < needed)
     throw InputError(std::to_string(config.num_hidden_layers) + " layers need at least " + std::to_string(needed) +

@@ -91,6 +91,8 @@ class WeightOverlay {
   virtual void add_head(const torch::Tensor& hidden, torch::Tensor& logits) const = 0;
 };
 
+class ModelFolder;
+
 class LlamaModel {
  public:
   /// Loads config.json and the safetensors weights (one file or sharded) of a
@@ -103,6 +105,11 @@ class LlamaModel {
   /// pipeline stage's; see forward_layers): every tensor is checked, the
   /// others are neither read nor kept, as after keep_only_layers.
   static LlamaModel load_layers(const std::filesystem::path& dir, int first, int last,
+                                torch::ScalarType dtype = torch::kFloat32, torch::Device device = torch::kCPU);
+  /// The same from a folder already opened (its config and weight index read once).
+  static LlamaModel load(const ModelFolder& folder, torch::ScalarType dtype = torch::kFloat32,
+                         torch::Device device = torch::kCPU);
+  static LlamaModel load_layers(const ModelFolder& folder, int first, int last,
                                 torch::ScalarType dtype = torch::kFloat32, torch::Device device = torch::kCPU);
   /// A freshly initialised model: normal(0, initializer_range) weights, unit
   /// norms, from a seeded generator (same seed, same weights).

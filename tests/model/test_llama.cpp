@@ -10,7 +10,9 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/safetensors.h"
+#include "common/file_io.h"
 #include "model/llama.h"
+#include "model/model_folder.h"
 #include "model/tensor_bridge.h"
 #include "test_util.h"
 
@@ -206,6 +208,30 @@ TEST(Llama, SaveLoadRoundTripsInEveryDtype) {
     // Loaded to float32, the rounded weights give nearly the same logits.
     expect_close(LlamaModel::load(dir.path()).forward(tokens), reference, 0.05);
   }
+}
+
+// A folder opened once is not re-entered: the model loads from it after
+// config.json and the weight file are gone from the path (the weights stay
+// mapped), the same as loading the path, and a stage loads only its layers.
+TEST(Llama, AnOpenedFolderLoadsWithoutReenteringThePath) {
+  testing::TempDir dir;
+  auto model = LlamaModel::random(small_config(true), 7);
+  auto tokens = random_tokens(9, 97, 2);
+  torch::NoGradGuard no_grad;
+  const auto reference = model.forward(tokens);
+  model.save(dir.path());
+  const std::string config_text = read_file(dir.path() / "config.json");
+  const ModelFolder folder(dir.path());
+  std::filesystem::remove(dir.path() / "config.json");
+  std::filesystem::remove(dir.path() / "model.safetensors");
+  EXPECT_EQ(folder.config_text(), config_text);
+  EXPECT_EQ(folder.config().num_hidden_layers, 2);
+  expect_close(LlamaModel::load(folder).forward(tokens), reference, 0);
+  const auto stage = LlamaModel::load_layers(folder, 1, 4);  // blocks 0-1, the norm and the tied head
+  EXPECT_EQ(stage.named_parameters(1, 4).size(), model.named_parameters(1, 4).size());
+  // The path itself is gone: opening it again says what is missing.
+  const auto message = testing::error_of([&] { ModelFolder again(dir.path()); });
+  EXPECT_NE(message.find("config.json"), std::string::npos) << message;
 }
 
 // Rewrites model.safetensors of `dir` without `drop`, or with `reshape` given a new shape.

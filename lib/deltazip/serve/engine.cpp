@@ -20,6 +20,7 @@
 #include "deltazip/reconstruct.h"
 #include "deltazip/serve/variant_delta.h"
 #include "fleet/config.h"
+#include "model/model_folder.h"
 #include "model/device.h"
 #include "model/llama.h"
 
@@ -300,22 +301,24 @@ Engine::Engine(EngineOptions options) {
     throw UsageError(
         "--device cuda in delta mode needs the CUDA SBMM kernel: this build has no CUDA toolkit "
         "(docs/gpu.md); swap and full modes run without it");
-  auto tokenizer = model::Tokenizer::load(options.base);
-  state_ = std::make_unique<State>(std::move(options), std::move(tokenizer));
+  // The base folder is opened once; its mapping ends with the constructor,
+  // when everything served from it has been copied out.
+  const model::ModelFolder folder(options.base);
+  state_ = std::make_unique<State>(std::move(options), folder.load_tokenizer());
   auto& s = *state_;
   if (s.options.base_name.empty()) s.options.base_name = std::filesystem::absolute(s.options.base).filename().string();
   // float32 on either device: the SBMM kernels read and write float32.
-  s.base = std::make_shared<const LlamaModel>(LlamaModel::load(s.options.base, torch::kFloat32, device));
-  s.identity = base_identity(s.options.base);
+  s.base = std::make_shared<const LlamaModel>(LlamaModel::load(folder, torch::kFloat32, device));
+  s.identity = base_identity(folder);
   try {
-    s.chat_template = model::load_chat_template(s.options.base);
+    s.chat_template = folder.load_chat_template();
   } catch (const InputError& e) {
     // Serving completions does not need it: say why and chat with the plain template.
     spdlog::warn("{}; chat requests use the plain template (docs/serving.md)", e.what());
   }
   // config.json's and generation_config.json's end-of-sequence ids, and the
   // chat template's end token (Llama 3 Instruct ends a turn with <|eot_id|>).
-  s.stop_ids = model::end_of_sequence_ids(s.options.base, s.base->config());
+  s.stop_ids = folder.end_of_sequence_ids();
   if (s.chat_template && !s.chat_template->eos_token.empty())
     if (auto id = s.tokenizer.token_id(s.chat_template->eos_token);
         id && std::find(s.stop_ids.begin(), s.stop_ids.end(), *id) == s.stop_ids.end())

@@ -25,6 +25,7 @@
 #include "common/safetensors.h"
 #include "model/device.h"
 #include "model/llama.h"
+#include "model/model_folder.h"
 #include "model/tensor_bridge.h"
 #include "model/tensor_parallel.h"
 #include "model/tokenizer.h"
@@ -55,11 +56,11 @@ using model::TrainOptions;
 // A content hash of a model folder's config and weight files, 8 bytes at a
 // time: every rank reads the files (mapped, not loaded) to check it trains
 // the same model as rank 0, whichever layers it keeps.
-std::uint64_t model_files_fingerprint(const fs::path& dir) {
+std::uint64_t model_files_fingerprint(const model::ModelFolder& folder) {
   std::uint64_t h = 1469598103934665603ull;
   auto mix = [&](std::uint64_t v) { h = (h ^ v) * 1099511628211ull; };
-  std::vector<fs::path> files{dir / "config.json"};
-  for (const auto& f : SafetensorsCheckpoint(model::model_weights_path(dir)).files()) files.push_back(f);
+  std::vector<fs::path> files{folder.path() / "config.json"};
+  for (const auto& f : folder.weights().files()) files.push_back(f);
   for (const auto& file : files) {
     MappedFile map(file);
     const auto bytes = map.bytes();
@@ -352,6 +353,7 @@ class TrainingSession {
   std::optional<model::LlamaConfig> config_;
   std::optional<model::TrainingData> data_;
   int model_layers_ = 0;
+  std::string model_fingerprint_;  ///< of the files trained from, compared between ranks
   std::int64_t end_step_ = 0;
   TrainResult result_;
   Clock::time_point started_ = Clock::now();
@@ -404,8 +406,9 @@ void TrainingSession::read_inputs() {
     device_ = model::ComputeDevice::kCpu;
   }
   on_device_ = model::torch_device(device_);
-  config_ = model::load_llama_config(run_.source);
-  const auto tokenizer = model::Tokenizer::load(run_.source);
+  const model::ModelFolder folder(run_.source);
+  config_ = folder.config();
+  const auto tokenizer = folder.load_tokenizer();
   if (tokenizer.vocab_size() > config_->vocab_size)
     throw InputError("the tokenizer has " + std::to_string(tokenizer.vocab_size()) +
                      " tokens, more than the model's vocab_size " + std::to_string(config_->vocab_size));
@@ -414,6 +417,8 @@ void TrainingSession::read_inputs() {
     throw InputError("the training data changed since the checkpoint in " + job_.output.string() +
                      " (token fingerprint differs); resume needs the same files");
   model_layers_ = config_->num_hidden_layers + 2;
+  // Several ranks compare it (an in-place elastic job learns its ranks from the controller).
+  if (world_.distributed() || elastic_) model_fingerprint_ = fmt::format("{:016x}", model_files_fingerprint(folder));
 }
 
 void TrainingSession::open_energy_meter() {
@@ -536,8 +541,7 @@ void TrainingSession::build_stage(Generation& g) {
                                                        timeout_, &elastic_->interrupt())
                       : std::make_unique<Communicator>(world_, timeout_);
   if (g.comm && g.number == 0)
-    check_same_inputs(*g.comm, fmt::format("{:016x}", model_files_fingerprint(run_.source)),
-                      fmt::format("{:016x}", data_->fingerprint),
+    check_same_inputs(*g.comm, model_fingerprint_, fmt::format("{:016x}", data_->fingerprint),
                       options().to_json().dump() + " " + layout.describe() + " " + job_.output.string());
   if (leading())
     spdlog::info("{}training {} on {} rank(s): {}", members_ ? fmt::format("generation {}: ", g.number) : "",
