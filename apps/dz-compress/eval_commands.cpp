@@ -11,7 +11,7 @@
 #include "common/file_io.h"
 #include "common/logging.h"
 #include "common/output_check.h"
-#include "model/device.h"
+#include "model/compute_device.h"
 #include "model/evaluation.h"
 #include "model/llama.h"
 #include "model/synthetic_tasks.h"

@@ -9,7 +9,7 @@
 #include "common/json.h"
 #include "common/output_check.h"
 #include "common/stats.h"
-#include "orion/device.h"
+#include "orion/device_spec.h"
 #include "orion/kernel_profile.h"
 #include "orion/ncu_import.h"
 

@@ -14,9 +14,9 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/file_io.h"
-#include "common/output_check.h"
 #include "common/json.h"
 #include "common/logging.h"
+#include "common/output_check.h"
 #include "common/progress.h"
 #include "common/safetensors.h"
 #include "common/temporary_folder.h"
@@ -30,7 +30,7 @@
 #include "model/synthetic_tasks.h"
 #include "model/tensor_bridge.h"
 #include "model/tokenizer.h"
-#include "model/trainer.h"
+#include "model/train_options.h"
 
 namespace fleet::deltazip {
 namespace {

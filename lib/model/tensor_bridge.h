@@ -8,7 +8,7 @@
 
 #include "common/dtype.h"
 #include "common/safetensors.h"
-#include "model/device.h"
+#include "model/compute_device.h"
 
 namespace fleet::model {
 

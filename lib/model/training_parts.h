@@ -15,7 +15,7 @@
 #include <torch/types.h>
 
 #include "model/llama_config.h"
-#include "model/trainer.h"
+#include "model/train_options.h"
 
 namespace fleet::model {
 

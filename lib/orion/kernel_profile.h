@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "orion/device.h"
+#include "orion/device_spec.h"
 
 namespace fleet::orion {
 

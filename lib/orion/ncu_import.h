@@ -6,7 +6,7 @@
 
 #include <string_view>
 
-#include "orion/device.h"
+#include "orion/device_spec.h"
 #include "orion/kernel_profile.h"
 
 namespace fleet::orion {

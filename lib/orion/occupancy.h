@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "orion/device.h"
+#include "orion/device_spec.h"
 
 namespace fleet::orion {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "orion/device.h"
+#include "orion/device_spec.h"
 #include "orion/kernel_profile.h"
 #include "orion/occupancy.h"
 

@@ -7,7 +7,7 @@
 #include "fuzz_util.h"
 #include "model/llama_config.h"
 #include "model/tokenizer.h"
-#include "model/trainer.h"
+#include "model/train_options.h"
 
 namespace fleet::model {
 namespace {

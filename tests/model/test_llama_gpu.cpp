@@ -8,7 +8,7 @@
 #include "model/llama.h"
 #include "model/synthetic_tasks.h"
 #include "model/tokenizer.h"
-#include "model/trainer.h"
+#include "model/train_options.h"
 
 namespace fleet::model {
 namespace {

@@ -13,15 +13,15 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/safetensors.h"
+#include "model/compute_device.h"
 #include "model/cpu_threads.h"
-#include "model/device.h"
 #include "model/generate.h"
 #include "model/llama.h"
 #include "model/sampler.h"
 #include "model/synthetic_tasks.h"
 #include "model/tensor_bridge.h"
 #include "model/tokenizer.h"
-#include "model/trainer.h"
+#include "model/train_options.h"
 #include "test_util.h"
 
 namespace fleet::model {

@@ -11,9 +11,9 @@
 #include <sstream>
 #include <thread>
 
-#include "orion/device.h"
-#include "orion/live/client_gate.h"
+#include "orion/device_spec.h"
 #include "orion/kernel_name.h"
+#include "orion/live/client_gate.h"
 #include "orion/live/live_report.h"
 #include "orion/live/live_scheduler.h"
 #include "test_util.h"

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
-#include "orion/device.h"
+#include "orion/device_spec.h"
 #include "orion/occupancy.h"
 #include "orion/sm_pool.h"
 #include "orion/workload.h"

@@ -20,9 +20,9 @@
 #include "deltazip/reconstruct.h"
 #include "deltazip/serve/variant_delta.h"
 #include "fleet/config.h"
-#include "model/model_folder.h"
-#include "model/device.h"
+#include "model/compute_device.h"
 #include "model/llama.h"
+#include "model/model_folder.h"
 
 namespace fleet::deltazip {
 namespace {

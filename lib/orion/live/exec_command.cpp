@@ -21,7 +21,7 @@
 #include "common/error.h"
 #include "common/helper_library.h"
 #include "common/output_check.h"
-#include "orion/device.h"
+#include "orion/device_spec.h"
 #include "orion/kernel_profile.h"
 #include "orion/live/live_report.h"
 #include "orion/live/live_scheduler.h"

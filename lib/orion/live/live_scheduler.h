@@ -15,7 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "orion/device.h"
+#include "orion/device_spec.h"
 #include "orion/kernel_profile.h"
 #include "orion/live/shm_layout.h"
 #include "orion/policy.h"

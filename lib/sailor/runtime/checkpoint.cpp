@@ -11,14 +11,14 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/fnv_hash.h"
-#include "sailor/runtime/trainer_state.h"
 #include "common/logging.h"
 #include "common/output_path.h"
-#include "common/signal_cleanup.h"
 #include "common/safetensors.h"
+#include "common/signal_cleanup.h"
 #include "model/tensor_bridge.h"
-#include "model/trainer.h"
+#include "model/train_options.h"
 #include "sailor/runtime/communicator.h"
+#include "sailor/runtime/trainer_state.h"
 
 namespace fleet::sailor::runtime {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "common/error.h"
 #include "common/safetensors.h"
-#include "model/device.h"
+#include "model/compute_device.h"
 #include "model/llama.h"
 #include "model/tensor_bridge.h"
 #include "model/tensor_parallel.h"

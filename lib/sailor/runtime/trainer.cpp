@@ -23,7 +23,7 @@
 #include "common/output_check.h"
 #include "common/progress.h"
 #include "common/safetensors.h"
-#include "model/device.h"
+#include "model/compute_device.h"
 #include "model/llama.h"
 #include "model/model_folder.h"
 #include "model/tensor_bridge.h"

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "model/trainer.h"
+#include "model/train_options.h"
 
 namespace fleet::sailor::runtime {
 

@@ -1,4 +1,4 @@
-#include "orion/device.h"
+#include "orion/device_spec.h"
 
 #include <algorithm>
 #include <cctype>

@@ -1,5 +1,5 @@
 // Where a model runs: the --device flag of every program that runs one.
-// Torch-free header: programs include it; device.cpp asks libtorch.
+// Torch-free header: programs include it; compute_device.cpp asks libtorch.
 #pragma once
 
 #include <string>

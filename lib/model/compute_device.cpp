@@ -1,4 +1,4 @@
-#include "model/device.h"
+#include "model/compute_device.h"
 
 #include <torch/torch.h>
 

@@ -1,4 +1,4 @@
-#include "model/trainer.h"
+#include "model/train_options.h"
 
 #include <cmath>
 
