@@ -277,22 +277,71 @@ torch::Tensor part(const torch::Tensor& t, int dim, std::int64_t offset, std::in
   return dim < 0 ? t : t.narrow(dim, offset, length);
 }
 
-}  // namespace
-
-std::optional<std::int64_t> hand_over_state(Communicator& members, const HeldState& held,
-                                            const std::vector<HandOverTarget>& targets) {
-  std::string held_text = std::to_string(held.step);
+// Every member's description of what it holds: the step, then one piece per line.
+std::string describe_held(const HeldState& held) {
+  std::string text = std::to_string(held.step);
   if (held.step >= 0)
     for (const auto& [name, t] : held.tensors) {
       auto it = held.slices.find(name);
-      held_text += "\n" + describe_piece(name, it == held.slices.end() ? model::ShardSpec{} : it->second);
+      text += "\n" + describe_piece(name, it == held.slices.end() ? model::ShardSpec{} : it->second);
     }
-  std::string need_text;
-  for (const auto& t : targets) need_text += (need_text.empty() ? "" : "\n") + describe_piece(t.name, t.spec);
-  const auto all_held = members.all_gather_strings("held", held_text);
-  const auto all_needs = members.all_gather_strings("needs", need_text);
+  return text;
+}
 
-  // Every member computes the same schedule from the same gathered lists.
+// Who holds what at the newest step, by name.
+struct Holding {
+  std::size_t member;
+  model::ShardSpec spec;
+};
+using Holdings = std::map<std::string, std::vector<Holding>>;
+
+// The moves that fill member `r`'s needs from `holders`; false when some
+// need is held by nobody. A holder of the whole tensor is this member
+// itself if it is one, else the holders take turns, so a stage held by
+// several replicas is sent by all; slices along one dimension are covered
+// piece by piece.
+bool plan_moves_for(std::size_t r, const std::string& needs, const Holdings& holders, std::vector<Move>& moves) {
+  const auto lines = split_lines(needs);
+  for (std::size_t k = 0; k < lines.size(); ++k) {
+    const Piece need = parse_piece(lines[k]);
+    auto it = holders.find(need.name);
+    if (it == holders.end()) return false;
+    const auto& hs = it->second;
+    std::vector<const Holding*> whole;
+    for (const auto& h : hs)
+      if (h.spec.dim < 0) whole.push_back(&h);
+    if (!whole.empty()) {
+      const Holding* h = whole[moves.size() % whole.size()];
+      for (const auto* w : whole)
+        if (w->member == r) h = w;
+      moves.push_back({h->member, r, need.name, k, need.spec.dim, need.spec.offset, 0, need.spec.length});
+      continue;
+    }
+    const int dim = hs.front().spec.dim;
+    if (need.spec.dim >= 0 && need.spec.dim != dim) return false;
+    const std::int64_t begin = need.spec.dim >= 0 ? need.spec.offset : 0;
+    const std::int64_t end = need.spec.dim >= 0 ? need.spec.offset + need.spec.length : hs.front().spec.full;
+    for (std::int64_t at = begin; at < end;) {
+      std::vector<const Holding*> covering;
+      for (const auto& h : hs)
+        if (h.spec.offset <= at && at < h.spec.offset + h.spec.length) covering.push_back(&h);
+      if (covering.empty()) return false;
+      const Holding* chosen = covering[moves.size() % covering.size()];
+      for (const auto* c : covering)
+        if (c->member == r) chosen = c;
+      const std::int64_t upto = std::min(end, chosen->spec.offset + chosen->spec.length);
+      moves.push_back({chosen->member, r, need.name, k, dim, at - chosen->spec.offset, at - begin, upto - at});
+      at = upto;
+    }
+  }
+  return true;
+}
+
+// The hand-over's schedule, the same on every member (it is computed from
+// the same gathered lists): the newest step anyone holds and the moves that
+// fill every need from its holders; nothing when some need has no holder.
+std::optional<std::pair<std::int64_t, std::vector<Move>>> plan_hand_over(const std::vector<std::string>& all_held,
+                                                                         const std::vector<std::string>& all_needs) {
   std::int64_t step = -1;
   std::vector<std::int64_t> held_step(all_held.size());
   std::vector<std::vector<Piece>> held_pieces(all_held.size());
@@ -303,56 +352,19 @@ std::optional<std::int64_t> hand_over_state(Communicator& members, const HeldSta
     step = std::max(step, held_step[r]);
   }
   if (step < 0) return std::nullopt;
-  // Who holds what at that step, by name.
-  struct Holding {
-    std::size_t member;
-    model::ShardSpec spec;
-  };
-  std::map<std::string, std::vector<Holding>> holders;
+  Holdings holders;
   for (std::size_t r = 0; r < all_held.size(); ++r)
     if (held_step[r] == step)
       for (const auto& p : held_pieces[r]) holders[p.name].push_back({r, p.spec});
-
   std::vector<Move> moves;
-  for (std::size_t r = 0; r < all_needs.size(); ++r) {
-    const auto lines = split_lines(all_needs[r]);
-    for (std::size_t k = 0; k < lines.size(); ++k) {
-      const Piece need = parse_piece(lines[k]);
-      auto it = holders.find(need.name);
-      if (it == holders.end()) return std::nullopt;
-      const auto& hs = it->second;
-      // A holder of the whole tensor: this rank itself if it is one, else
-      // the holders take turns, so a stage held by several replicas is sent by all.
-      std::vector<const Holding*> whole;
-      for (const auto& h : hs)
-        if (h.spec.dim < 0) whole.push_back(&h);
-      if (!whole.empty()) {
-        const Holding* h = whole[moves.size() % whole.size()];
-        for (const auto* w : whole)
-          if (w->member == r) h = w;
-        moves.push_back({h->member, r, need.name, k, need.spec.dim, need.spec.offset, 0, need.spec.length});
-        continue;
-      }
-      // Slices along one dimension: cover the needed range piece by piece.
-      const int dim = hs.front().spec.dim;
-      if (need.spec.dim >= 0 && need.spec.dim != dim) return std::nullopt;
-      const std::int64_t begin = need.spec.dim >= 0 ? need.spec.offset : 0;
-      const std::int64_t end = need.spec.dim >= 0 ? need.spec.offset + need.spec.length : hs.front().spec.full;
-      for (std::int64_t at = begin; at < end;) {
-        std::vector<const Holding*> covering;
-        for (const auto& h : hs)
-          if (h.spec.offset <= at && at < h.spec.offset + h.spec.length) covering.push_back(&h);
-        if (covering.empty()) return std::nullopt;
-        const Holding* chosen = covering[moves.size() % covering.size()];
-        for (const auto* c : covering)
-          if (c->member == r) chosen = c;
-        const std::int64_t upto = std::min(end, chosen->spec.offset + chosen->spec.length);
-        moves.push_back({chosen->member, r, need.name, k, dim, at - chosen->spec.offset, at - begin, upto - at});
-        at = upto;
-      }
-    }
-  }
+  for (std::size_t r = 0; r < all_needs.size(); ++r)
+    if (!plan_moves_for(r, all_needs[r], holders, moves)) return std::nullopt;
+  return std::make_pair(step, std::move(moves));
+}
 
+// This member's part of `moves`: its sends (started first), its own copies, its receives.
+void run_moves(Communicator& members, const HeldState& held, const std::vector<HandOverTarget>& targets,
+               const std::vector<Move>& moves) {
   torch::NoGradGuard no_grad;
   const std::size_t me = static_cast<std::size_t>(members.rank());
   std::vector<c10::intrusive_ptr<c10d::Work>> sends;
@@ -381,9 +393,22 @@ std::optional<std::int64_t> hand_over_state(Communicator& members, const HeldSta
     target.copy_(buffer);
   }
   for (auto& w : sends) members.world().wait(w);
+}
+
+}  // namespace
+
+std::optional<std::int64_t> hand_over_state(Communicator& members, const HeldState& held,
+                                            const std::vector<HandOverTarget>& targets) {
+  std::string need_text;
+  for (const auto& t : targets) need_text += (need_text.empty() ? "" : "\n") + describe_piece(t.name, t.spec);
+  const auto all_held = members.all_gather_strings("held", describe_held(held));
+  const auto all_needs = members.all_gather_strings("needs", need_text);
+  const auto schedule = plan_hand_over(all_held, all_needs);
+  if (!schedule) return std::nullopt;
+  run_moves(members, held, targets, schedule->second);
   // Every member got all it needed: `members` may be destroyed on return.
   members.world().barrier();
-  return step;
+  return schedule->first;
 }
 
 }  // namespace fleet::sailor::runtime
