@@ -222,34 +222,102 @@ ElasticStart elastic_start(const LaunchCommand& c) {
   return e;
 }
 
+// The workers' command line for one generation of a restart job: the job's,
+// with the generation's plan, and --resume once a checkpoint exists (--force
+// while none does, so that a new start accepts the folder).
+std::vector<std::string> restart_arguments(const LaunchCommand& c, const fs::path& plan_file, int generation,
+                                           const std::string& output) {
+  std::vector<std::string> args = c.arguments;
+  args.push_back("--plan");
+  args.push_back(plan_file.string());
+  const bool resume = generation > 0 && checkpoint_step(output) >= 0;
+  if (resume && std::find(args.begin(), args.end(), "--resume") == args.end()) args.push_back("--resume");
+  if (generation > 0 && !resume && std::find(args.begin(), args.end(), "--force") == args.end())
+    args.push_back("--force");  // nothing was checkpointed: start again
+  return args;
+}
+
+// Why generation `generation` ended and what it left: the metrics'
+// reconfiguration record before re-planning, and how many workers are left.
+struct GenerationLoss {
+  std::string cause;
+  int survivors = 0;
+  nlohmann::json record;
+  Clock::time_point detected;
+};
+
+GenerationLoss describe_loss(const LaunchCommand& c, const WorkerOutcome& outcome, int generation, int workers,
+                             const Plan& plan, std::int64_t last_step_seen) {
+  // Workers were lost (a failure) or left (a preemption notice): the job continues on the others.
+  const bool preempted = outcome.exit_code == 0;
+  GenerationLoss loss;
+  loss.cause = outcome.cause;
+  int lost = 1;
+  if (preempted) {
+    lost = static_cast<int>(outcome.left_ranks.size());
+    loss.cause =
+        fmt::format("worker(s) {} preempted (SIGTERM), left at a step boundary", fmt::join(outcome.left_ranks, ", "));
+  }
+  loss.detected = preempted ? outcome.all_stopped_at : outcome.failed_at;
+  loss.survivors = workers - lost;
+  loss.record = {{"event", "reconfiguration"},
+                 {"generation", generation + 1},
+                 {"recovery", c.recovery},
+                 {"cause", loss.cause},
+                 {"workers_before", workers},
+                 {"workers_after", loss.survivors},
+                 {"last_step_before", last_step_seen},
+                 {"old_plan", plan_to_json(plan)},
+                 {"detection_s", preempted ? 0.0 : seconds_between(outcome.last_alive, loss.detected)},
+                 {"stop_s", seconds_between(loss.detected, outcome.all_stopped_at)}};
+  return loss;
+}
+
+// The plan for the workers left, recorded in `loss.record`; NoSolutionError
+// (recorded in the metrics too) when they admit none.
+Plan replan_after(GenerationLoss& loss, const ElasticStart& start, const std::optional<std::string>& metrics,
+                  const std::string& output, std::int64_t last_step_seen) {
+  nlohmann::json& record = loss.record;
+  const Clock::time_point plan_start = Clock::now();
+  Plan plan;
+  try {
+    if (loss.survivors < 1) throw NoSolutionError("no workers are left");
+    plan = plan_for_workers(start.inputs, loss.survivors, start.search);
+  } catch (const NoSolutionError& e) {
+    record["plan_s"] = seconds_between(plan_start, Clock::now());
+    record["result"] = std::string("no plan: ") + e.what();
+    if (metrics) append_line(*metrics, record.dump());
+    throw NoSolutionError(
+        fmt::format("{}; {} worker(s) left admit no plan ({}); the last checkpoint (step {}) is in {}", loss.cause,
+                    loss.survivors, e.what(), checkpoint_step(output), output));
+  }
+  record["plan_s"] = seconds_between(plan_start, Clock::now());
+  record["new_plan"] = plan_to_json(plan);
+  record["resumed_from_step"] = std::max<std::int64_t>(0, checkpoint_step(output));
+  record["steps_redone"] = std::max<std::int64_t>(0, last_step_seen - record["resumed_from_step"].get<std::int64_t>());
+  spdlog::warn("{}: re-planned for {} worker(s) in {:.3f} s; restarting from the checkpoint of step {}", loss.cause,
+               loss.survivors, record["plan_s"].get<double>(), record["resumed_from_step"].get<std::int64_t>());
+  return plan;
+}
+
 int run_restart(const LaunchCommand& c) {
   ElasticStart start = elastic_start(c);
-  const std::optional<std::string> output = start.output.string();
+  const std::string output = start.output.string();
   std::optional<std::string> metrics;
   if (start.metrics) metrics = start.metrics->string();
-  const PlannerInputs& inputs = start.inputs;
   int workers = start.workers;
   Plan plan = start.plan;
 
   // The plan files of the generations, removed with the folder.
   const TemporaryFolder state("sailor-elastic");
-  const fs::path& state_dir = state.path();
-
   std::uintmax_t metrics_offset = 0;
   std::int64_t last_step_seen = 0;
   nlohmann::json last_record;      // the reconfiguration that led to this generation
   Clock::time_point last_failure;  // when its worker was found lost
   for (int generation = 0;; ++generation) {
-    const fs::path plan_file = state_dir / fmt::format("plan-{}.json", generation);
+    const fs::path plan_file = state.path() / fmt::format("plan-{}.json", generation);
     write_file_atomically(plan_file, plan_to_json(plan).dump(2) + "\n");
-    std::vector<std::string> args = c.arguments;
-    args.push_back("--plan");
-    args.push_back(plan_file.string());
-    const bool resume = generation > 0 && checkpoint_step(*output) >= 0;
-    if (resume && std::find(args.begin(), args.end(), "--resume") == args.end()) args.push_back("--resume");
-    if (generation > 0 && !resume && std::find(args.begin(), args.end(), "--force") == args.end()) {
-      args.push_back("--force");  // nothing was checkpointed: start again
-    }
+    const auto args = restart_arguments(c, plan_file, generation, output);
     const int port = c.master_port > 0 ? c.master_port + generation : free_local_port();
     spdlog::info("generation {}: {} worker(s) for a plan of {} stage(s) x {} replica(s), rendezvous at 127.0.0.1:{}",
                  generation, plan.gpus(), plan.stages.size(), plan.stages.empty() ? 0 : plan.stages[0].replicas.size(),
@@ -257,6 +325,7 @@ int run_restart(const LaunchCommand& c) {
 
     // The reconfiguration record waits for the first step of this generation.
     std::optional<nlohmann::json> pending_record;
+    if (generation > 0) pending_record = last_record;
     const Clock::time_point started = Clock::now();
     auto on_tick = [&] {
       if (!metrics) return;
@@ -271,7 +340,6 @@ int run_restart(const LaunchCommand& c) {
         last_step_seen = std::max(last_step_seen, step);
       }
     };
-    if (generation > 0) pending_record = last_record;
     const WorkerOutcome outcome = run_workers(c, args, plan.gpus(), port, on_tick);
     on_tick();
     if (pending_record && metrics) append_line(*metrics, pending_record->dump());
@@ -279,54 +347,15 @@ int run_restart(const LaunchCommand& c) {
     // Bad input is not a lost worker: every plan would meet it again.
     if (outcome.exit_code == static_cast<int>(ExitCode::kUsage)) throw_bad_input(outcome.cause);
 
-    // Workers were lost (a failure) or left (a preemption notice): the job continues on the others.
-    const bool preempted = outcome.exit_code == 0;
-    std::string cause = outcome.cause;
-    int lost = 1;
-    if (preempted) {
-      lost = static_cast<int>(outcome.left_ranks.size());
-      cause =
-          fmt::format("worker(s) {} preempted (SIGTERM), left at a step boundary", fmt::join(outcome.left_ranks, ", "));
-    }
-    const Clock::time_point detected = preempted ? outcome.all_stopped_at : outcome.failed_at;
-    const Plan old_plan = plan;
-    const int survivors = workers - lost;
-    last_failure = detected;
-    nlohmann::json record = {{"event", "reconfiguration"},
-                             {"generation", generation + 1},
-                             {"recovery", c.recovery},
-                             {"cause", cause},
-                             {"workers_before", workers},
-                             {"workers_after", survivors},
-                             {"last_step_before", last_step_seen},
-                             {"old_plan", plan_to_json(old_plan)},
-                             {"detection_s", preempted ? 0.0 : seconds_between(outcome.last_alive, detected)},
-                             {"stop_s", seconds_between(detected, outcome.all_stopped_at)}};
-    workers = survivors;
+    GenerationLoss loss = describe_loss(c, outcome, generation, workers, plan, last_step_seen);
+    last_failure = loss.detected;
+    workers = loss.survivors;
     if (generation + 1 > c.max_reconfigurations) {
       spdlog::error("{} reconfigurations: giving up", generation + 1);
       return outcome.exit_code;
     }
-    const Clock::time_point plan_start = Clock::now();
-    try {
-      if (workers < 1) throw NoSolutionError("no workers are left");
-      plan = plan_for_workers(inputs, workers, start.search);
-    } catch (const NoSolutionError& e) {
-      record["plan_s"] = seconds_between(plan_start, Clock::now());
-      record["result"] = std::string("no plan: ") + e.what();
-      if (metrics) append_line(*metrics, record.dump());
-      throw NoSolutionError(
-          fmt::format("{}; {} worker(s) left admit no plan ({}); the last checkpoint (step {}) is in {}", cause,
-                      workers, e.what(), checkpoint_step(*output), *output));
-    }
-    record["plan_s"] = seconds_between(plan_start, Clock::now());
-    record["new_plan"] = plan_to_json(plan);
-    record["resumed_from_step"] = std::max<std::int64_t>(0, checkpoint_step(*output));
-    record["steps_redone"] =
-        std::max<std::int64_t>(0, last_step_seen - record["resumed_from_step"].get<std::int64_t>());
-    spdlog::warn("{}: re-planned for {} worker(s) in {:.3f} s; restarting from the checkpoint of step {}", cause,
-                 workers, record["plan_s"].get<double>(), record["resumed_from_step"].get<std::int64_t>());
-    last_record = record;
+    plan = replan_after(loss, start, metrics, output, last_step_seen);
+    last_record = loss.record;
   }
 }
 
