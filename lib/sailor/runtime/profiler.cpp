@@ -21,6 +21,7 @@
 #include "model/compute_device.h"
 #include "model/cpu_threads.h"
 #include "model/llama.h"
+#include "model/model_folder.h"
 #include "model/tensor_bridge.h"
 #include "model/torch_compat.h"
 #include "model/training_parts.h"
@@ -206,117 +207,117 @@ std::vector<LayerMeasurement> measure_layers(model::LlamaModel& model, int mbs, 
   return measured;
 }
 
-}  // namespace
+// What a profile measures and where, checked before anything is measured.
+struct ProfileSetup {
+  std::vector<int> mbs_list, tp_list;
+  WorldInfo world;
+  bool writer = false;  ///< rank 0 writes the files
+  std::filesystem::path model_output;
+  model::ComputeDevice device = model::ComputeDevice::kCpu;
+  torch::Device on_device{torch::kCPU};
+  CountingCpuAllocator* counter = nullptr;  ///< counts kept bytes on the CPU
+  int seq_len = 0, layers = 0;
+};
 
-std::optional<ProfileResult> profile_layers(const ProfileCommand& c) {
-  model::set_cpu_threads(c.threads);
-  if (c.gpu_type.empty()) throw UsageError("--gpu-type names this device as the cluster description does");
-  const auto mbs_list = parse_positive(c.mbs, "--mbs");
-  const auto tp_list = parse_positive(c.tp, "--tp");
+ProfileSetup prepare_profile(const ProfileCommand& c) {
+  ProfileSetup p;
+  p.mbs_list = parse_positive(c.mbs, "--mbs");
+  p.tp_list = parse_positive(c.tp, "--tp");
   if (c.warmup < 0 || c.repeats < 1) throw UsageError("--repeats must be at least 1 and --warmup at least 0");
   // Tensor parallelism is measured on as many ranks as its degree: the
   // profile runs under `sailor-run launch --nprocs N` (N = the largest).
-  const WorldInfo world = world_from_environment();
-  if (tp_list.back() > world.world_size)
-    throw UsageError(fmt::format("--tp {} needs {} ranks: run sailor-run launch --nprocs {} -- profile ...",
-                                 tp_list.back(), tp_list.back(), tp_list.back()));
-  const bool writer = world.rank == 0;
-  const fs::path model_output = c.model_output.empty() ? c.output.parent_path() / "model.json" : c.model_output;
+  p.world = world_from_environment();
+  const int widest = p.tp_list.back();
+  if (widest > p.world.world_size)
+    throw UsageError(fmt::format("--tp {} needs {} ranks: run sailor-run launch --nprocs {} -- profile ...", widest,
+                                 widest, widest));
+  p.writer = p.world.rank == 0;
+  p.model_output = c.model_output.empty() ? c.output.parent_path() / "model.json" : c.model_output;
   OutputCheck check;
   check.input(c.model, "--model");
-  if (writer) check.file(c.output, "-o").file(model_output, "--model-out");
+  if (p.writer) check.file(c.output, "-o").file(p.model_output, "--model-out");
   check.check(Existing::kReplace);
-
-  const auto device = model::resolve_device(c.device);
-  if (world.distributed() && device == model::ComputeDevice::kCuda)
+  p.device = model::resolve_device(c.device);
+  if (p.world.distributed() && p.device == model::ComputeDevice::kCuda)
     throw UsageError("profiling tensor parallelism runs on the CPU (Gloo) so far; use --device cpu");
-  const auto on_device = model::torch_device(device);
-  auto* counter = device == model::ComputeDevice::kCpu ? counting_allocator() : nullptr;
-  const auto config = model::load_llama_config(c.model);
-  const int seq_len =
+  p.on_device = model::torch_device(p.device);
+  p.counter = p.device == model::ComputeDevice::kCpu ? counting_allocator() : nullptr;
+  return p;
+}
+
+// The sequence length and layer count from the model's config.
+void fit_to_model(ProfileSetup& p, const ProfileCommand& c, const model::ModelFolder& folder) {
+  const auto& config = folder.config();
+  p.seq_len =
       c.seq_len > 0 ? c.seq_len : static_cast<int>(std::min<std::int64_t>(config.max_position_embeddings, 1024));
-  if (seq_len < 2 || seq_len > config.max_position_embeddings)
+  if (p.seq_len < 2 || p.seq_len > config.max_position_embeddings)
     throw UsageError(
         fmt::format("--seq-len must be in [2, {}] (max_position_embeddings)", config.max_position_embeddings));
-  for (int tp : tp_list)
+  for (int tp : p.tp_list)
     if (tp > 1) model::check_tensor_parallel(config, tp);
-  const int layers = config.num_hidden_layers + 2;
-  std::unique_ptr<Communicator> comm;
-  if (world.distributed())
-    comm = std::make_unique<Communicator>(
-        world, std::chrono::milliseconds(static_cast<std::int64_t>(c.timeout_seconds * 1000)));
+  p.layers = config.num_hidden_layers + 2;
+}
 
-  nlohmann::json entries = nlohmann::json::array();
-  std::map<std::pair<int, int>, std::vector<LayerMeasurement>> all;  // (tp, mbs) -> layers
-  Progress progress("profile", static_cast<std::uint64_t>(mbs_list.size() * tp_list.size() * layers), "layers",
-                    writer ? ProgressStyle::kAuto : ProgressStyle::kSilent);
-  for (int tp : tp_list) {
-    // Ranks [0, tp) measure this degree; the others wait for them.
-    if (world.rank < tp) {
-      std::unique_ptr<TensorParallelGroupAdapter> group;
-      if (tp > 1) {
-        std::vector<int> ranks(static_cast<std::size_t>(tp));
-        for (int r = 0; r < tp; ++r) ranks[static_cast<std::size_t>(r)] = r;
-        group = std::make_unique<TensorParallelGroupAdapter>(comm->group(fmt::format("tp{}", tp), ranks), world.rank);
-      }
-      auto model = model::LlamaModel::load(c.model, torch::kFloat32, on_device);
-      // Every layer's parameters train as their own leaves (a tied head, too).
-      model.separate_tied_head();
-      if (group) {
-        model.shard_for_tensor_parallel(*group);
-        model.separate_tied_head();  // the head's slice
-      }
-      for (int mbs : mbs_list) {
-        const auto measured = measure_layers(model, mbs, seq_len, c, on_device, counter, group.get(), progress);
-        nlohmann::json times = nlohmann::json::array(), kept = nlohmann::json::array();
-        for (const auto& m : measured) {
-          times.push_back({m.forward_s, m.backward_s, m.update_s});
-          kept.push_back(m.kept_bytes);
-        }
-        // Bytes kept for backward are counted on the CPU only (null on a GPU); per TP rank.
-        entries.push_back({{"mbs", mbs},
-                           {"tp", tp},
-                           {"layers", times},
-                           {"activation_bytes", counter ? kept : nlohmann::json(nullptr)},
-                           {"seq_len", seq_len},
-                           {"device", device == model::ComputeDevice::kCuda ? "cuda" : "cpu"}});
-        all[{tp, mbs}] = measured;
-      }
-    }
-    if (comm) comm->world().barrier();
+using Measurements = std::map<std::pair<int, int>, std::vector<LayerMeasurement>>;  // (tp, mbs) -> layers
+
+// Every micro-batch size at tensor-parallel degree `tp`, on this rank's slice
+// of the model: the profile's entries, and the measurements by (tp, mbs).
+void measure_degree(const ProfileCommand& c, const ProfileSetup& p, const model::ModelFolder& folder, int tp,
+                    Communicator* comm, Progress& progress, nlohmann::json& entries, Measurements& all) {
+  std::unique_ptr<TensorParallelGroupAdapter> group;
+  if (tp > 1) {
+    std::vector<int> ranks(static_cast<std::size_t>(tp));
+    for (int r = 0; r < tp; ++r) ranks[static_cast<std::size_t>(r)] = r;
+    group = std::make_unique<TensorParallelGroupAdapter>(comm->group(fmt::format("tp{}", tp), ranks), p.world.rank);
   }
-  progress.finish();
-  if (!writer) return std::nullopt;
-  const std::string name =
-      c.model.filename().empty() ? c.model.parent_path().filename().string() : c.model.filename().string();
-  nlohmann::json profile = {
-      {"format", "gpufleet-sailor-profile"}, {"version", 1}, {"model", name}, {"gpus", {{c.gpu_type, entries}}}};
+  auto model = model::LlamaModel::load(folder, torch::kFloat32, p.on_device);
+  // Every layer's parameters train as their own leaves (a tied head, too).
+  model.separate_tied_head();
+  if (group) {
+    model.shard_for_tensor_parallel(*group);
+    model.separate_tied_head();  // the head's slice
+  }
+  for (int mbs : p.mbs_list) {
+    const auto measured = measure_layers(model, mbs, p.seq_len, c, p.on_device, p.counter, group.get(), progress);
+    nlohmann::json times = nlohmann::json::array(), kept = nlohmann::json::array();
+    for (const auto& m : measured) {
+      times.push_back({m.forward_s, m.backward_s, m.update_s});
+      kept.push_back(m.kept_bytes);
+    }
+    // Bytes kept for backward are counted on the CPU only (null on a GPU); per TP rank.
+    entries.push_back({{"mbs", mbs},
+                       {"tp", tp},
+                       {"layers", times},
+                       {"activation_bytes", p.counter ? kept : nlohmann::json(nullptr)},
+                       {"seq_len", p.seq_len},
+                       {"device", p.device == model::ComputeDevice::kCuda ? "cuda" : "cpu"}});
+    all[{tp, mbs}] = measured;
+  }
+}
 
-  // The planner's model: parameters and activations sent onward from the
-  // config; the activation memory kept for backward as measured (per
-  // sequence and TP rank, in the simulator's float units), where it could be.
-  const JsonDocument config_doc = load_json_file(c.model / "config.json");
+// The planner's model: parameters and activations sent onward from the
+// config; the activation memory kept for backward as measured (per
+// sequence and TP rank, in the simulator's float units), where it could be.
+ModelSpec planner_model(const ProfileSetup& p, const model::ModelFolder& folder, const std::string& name,
+                        const Measurements& all) {
+  const JsonDocument config_doc = parse_json(folder.config_text(), (folder.path() / "config.json").string());
   const double bytes_per_float = default_calibration().activation_bytes_per_float;
-  ModelSpec spec = model_spec_from_hf_config(config_doc.root(), seq_len, bytes_per_float, name);
-  if (counter != nullptr) {
-    for (int tp : tp_list) {
-      // The largest micro-batch measures the per-sequence figure best.
-      const auto& m = all.at({tp, mbs_list.back()});
-      const double sequences = mbs_list.back();
-      for (int l = 0; l < layers; ++l)
-        spec.layers[static_cast<std::size_t>(l)].act_memory[tp] =
-            m[static_cast<std::size_t>(l)].kept_bytes / sequences / bytes_per_float;
-    }
+  ModelSpec spec = model_spec_from_hf_config(config_doc.root(), p.seq_len, bytes_per_float, name);
+  if (p.counter == nullptr) return spec;
+  for (int tp : p.tp_list) {
+    // The largest micro-batch measures the per-sequence figure best.
+    const auto& m = all.at({tp, p.mbs_list.back()});
+    const double sequences = p.mbs_list.back();
+    for (int l = 0; l < p.layers; ++l)
+      spec.layers[static_cast<std::size_t>(l)].act_memory[tp] =
+          m[static_cast<std::size_t>(l)].kept_bytes / sequences / bytes_per_float;
   }
-  write_file_atomically(c.output, profile.dump(2) + "\n");
-  nlohmann::json model_json = to_json(spec);
-  write_file_atomically(model_output, model_json.dump(2) + "\n");
+  return spec;
+}
 
-  ProfileResult result;
-  result.profile = c.output;
-  result.model = model_output;
-  result.layers = layers;
-  result.entries_json = entries.dump();
+// Per (tp, mbs): the layers' summed times and kept bytes.
+std::vector<ProfileTotals> profile_totals(const Measurements& all, bool counted) {
+  std::vector<ProfileTotals> totals;
   for (const auto& [key, measured] : all) {
     ProfileTotals t{key.first, key.second, 0, 0, 0, std::nullopt};
     double kept = 0;
@@ -326,9 +327,50 @@ std::optional<ProfileResult> profile_layers(const ProfileCommand& c) {
       t.update_s += m.update_s;
       kept += m.kept_bytes;
     }
-    if (counter) t.kept_bytes = kept;
-    result.totals.push_back(t);
+    if (counted) t.kept_bytes = kept;
+    totals.push_back(t);
   }
+  return totals;
+}
+
+}  // namespace
+
+std::optional<ProfileResult> profile_layers(const ProfileCommand& c) {
+  model::set_cpu_threads(c.threads);
+  if (c.gpu_type.empty()) throw UsageError("--gpu-type names this device as the cluster description does");
+  ProfileSetup p = prepare_profile(c);
+  const model::ModelFolder folder(c.model);
+  fit_to_model(p, c, folder);
+  std::unique_ptr<Communicator> comm;
+  if (p.world.distributed())
+    comm = std::make_unique<Communicator>(
+        p.world, std::chrono::milliseconds(static_cast<std::int64_t>(c.timeout_seconds * 1000)));
+
+  nlohmann::json entries = nlohmann::json::array();
+  Measurements all;
+  Progress progress("profile", static_cast<std::uint64_t>(p.mbs_list.size() * p.tp_list.size() * p.layers), "layers",
+                    p.writer ? ProgressStyle::kAuto : ProgressStyle::kSilent);
+  for (int tp : p.tp_list) {
+    // Ranks [0, tp) measure this degree; the others wait for them.
+    if (p.world.rank < tp) measure_degree(c, p, folder, tp, comm.get(), progress, entries, all);
+    if (comm) comm->world().barrier();
+  }
+  progress.finish();
+  if (!p.writer) return std::nullopt;
+  const std::string name =
+      c.model.filename().empty() ? c.model.parent_path().filename().string() : c.model.filename().string();
+  const nlohmann::json profile = {
+      {"format", "gpufleet-sailor-profile"}, {"version", 1}, {"model", name}, {"gpus", {{c.gpu_type, entries}}}};
+  const ModelSpec spec = planner_model(p, folder, name, all);
+  write_file_atomically(c.output, profile.dump(2) + "\n");
+  write_file_atomically(p.model_output, to_json(spec).dump(2) + "\n");
+
+  ProfileResult result;
+  result.profile = c.output;
+  result.model = p.model_output;
+  result.layers = p.layers;
+  result.entries_json = entries.dump();
+  result.totals = profile_totals(all, p.counter != nullptr);
   return result;
 }
 
