@@ -74,98 +74,120 @@ torch::Tensor StageRunner::slice_of(const std::string& name, const torch::Tensor
   return spec.dim < 0 ? whole : whole.narrow(spec.dim, spec.offset, spec.length).clone();
 }
 
-double StageRunner::run_step(std::int64_t step, StepTimes& times) {
-  const std::int64_t divisor = model::loss_tokens(data_, options_, step, layout_.global_batch);
-  if (divisor == 0) throw InputError(fmt::format("step {}'s batch holds no token to train on", step + 1));
-  const int micro_batches = layout_.micro_batches(place_.replica);
-  const auto ops = one_f_one_b(place_.stage, layout_.pipeline_stages(), micro_batches);
-  std::vector<torch::Tensor> received(static_cast<std::size_t>(micro_batches)),
-      outputs(static_cast<std::size_t>(micro_batches));
-  for (auto& flat : flat_grads_) flat.zero_();
+// One step's micro-batches in flight on this rank, and whom it talks to.
+struct StageRunner::StepState {
+  std::int64_t step = 0;
+  std::int64_t divisor = 0;  ///< target tokens of the whole global batch
+  std::vector<torch::Tensor> received, outputs;
   std::vector<c10::intrusive_ptr<c10d::Work>> sends;
   double loss_sum = 0;
-  const std::int64_t pad = model_.config().pad_token_id;
-  const auto hidden = model_.config().hidden_size;
   // Every TP rank holds the whole activation between stages, so TP rank t
   // receives from rank t mod (the neighbour's TP degree) and sends to each
   // neighbour rank that maps onto it: t to t when the degrees are equal.
-  const int prev = is_first_ ? -1 : neighbour_rank(place_.stage - 1);
-  const int next = is_last_ ? -1 : neighbour_rank(place_.stage + 1);
-  const std::vector<int> prev_all = is_first_ ? std::vector<int>{} : ranks_fed_by_me(place_.stage - 1);
-  const std::vector<int> next_all = is_last_ ? std::vector<int>{} : ranks_fed_by_me(place_.stage + 1);
+  int prev = -1, next = -1;
+  std::vector<int> prev_all, next_all;
+};
+
+double StageRunner::run_step(std::int64_t step, StepTimes& times) {
+  StepState st;
+  st.step = step;
+  st.divisor = model::loss_tokens(data_, options_, step, layout_.global_batch);
+  if (st.divisor == 0) throw InputError(fmt::format("step {}'s batch holds no token to train on", step + 1));
+  const int micro_batches = layout_.micro_batches(place_.replica);
+  const auto ops = one_f_one_b(place_.stage, layout_.pipeline_stages(), micro_batches);
+  st.received.resize(static_cast<std::size_t>(micro_batches));
+  st.outputs.resize(static_cast<std::size_t>(micro_batches));
+  for (auto& flat : flat_grads_) flat.zero_();
+  if (!is_first_) {
+    st.prev = neighbour_rank(place_.stage - 1);
+    st.prev_all = ranks_fed_by_me(place_.stage - 1);
+  }
+  if (!is_last_) {
+    st.next = neighbour_rank(place_.stage + 1);
+    st.next_all = ranks_fed_by_me(place_.stage + 1);
+  }
   for (const auto& op : ops) {
-    const auto m = static_cast<std::size_t>(op.micro);
     // The last backward of the step: each bucket's all-reduce starts as
     // soon as the backward has produced every gradient in it.
     if (&op == &ops.back() && dp_group_) start_overlap();
-    const auto [first, last] = layout_.micro_batch(place_.replica, op.micro);
-    if (op.kind == PipelineOp::Kind::kForward) {
-      model::Batch batch;
-      if (is_first_ || is_last_) batch = model::sample_sequences(data_, options_, step, first, last - first, pad);
-      torch::Tensor input;
-      if (is_first_) {
-        input = batch.tokens.to(device_);
-      } else {
-        auto t = Clock::now();
-        input = torch::empty({last - first, options_.seq_len, hidden}, torch::kFloat32);
-        comm_->world().recv(input, prev, 2 * op.micro);
-        times.add(times.recv, t, "recv act " + std::to_string(op.micro), "recv");
-        // The received leaf goes through a view, so the gradients of its
-        // consumers add up in the same autograd buffer, in the same order,
-        // as they do when the previous layer runs in this process.
-        received[m] = input.to(device_).requires_grad_(true);
-        input = received[m].view_as(received[m]);
-      }
-      auto t = Clock::now();
-      auto output = model_.forward_layers(input, stage_.first, stage_.last);
-      if (is_last_) {
-        batch.tokens = batch.tokens.to(device_);
-        batch.mask = batch.mask.to(device_);
-        output = tp_group_ ? model::vocab_parallel_batch_loss(output, batch, static_cast<double>(divisor),
-                                                              model_.vocab_start(), *tp_group_)
-                           : model::batch_loss(output.to(torch::kFloat32), batch, static_cast<double>(divisor));
-        // Every TP rank has the whole loss; one of them reports it.
-        if (place_.tp_rank == 0) loss_sum += output.item<double>();
-      }
-      times.add(times.compute, t, "F" + std::to_string(op.micro), "forward");
-      if (!is_last_) {
-        t = Clock::now();
-        auto out = output.detach().to(torch::kCPU, torch::kFloat32).contiguous();
-        for (int to : next_all) sends.push_back(comm_->world().send(out, to, 2 * op.micro));
-        times.add(times.send, t, "send act " + std::to_string(op.micro), "send");
-      }
-      outputs[m] = output;
-    } else {
-      auto t = Clock::now();
-      if (is_last_) {
-        outputs[m].backward();
-      } else {
-        auto grad = torch::empty(outputs[m].sizes(), torch::kFloat32);
-        comm_->world().recv(grad, next, 2 * op.micro + 1);
-        times.add(times.recv, t, "recv grad " + std::to_string(op.micro), "recv");
-        t = Clock::now();
-        outputs[m].backward(grad.to(device_, outputs[m].scalar_type()));
-      }
-      overlap_ = false;
-      accumulate_gradients();
-      times.add(times.compute, t, "B" + std::to_string(op.micro), "backward");
-      if (!is_first_) {
-        t = Clock::now();
-        auto g = received[m].grad().to(torch::kCPU, torch::kFloat32).contiguous();
-        for (int to : prev_all) sends.push_back(comm_->world().send(g, to, 2 * op.micro + 1));
-        times.add(times.send, t, "send grad " + std::to_string(op.micro), "send");
-      }
-      received[m] = torch::Tensor();
-      outputs[m] = torch::Tensor();
-    }
+    if (op.kind == PipelineOp::Kind::kForward)
+      forward_micro_batch(op.micro, st, times);
+    else
+      backward_micro_batch(op.micro, st, times);
   }
   auto t = Clock::now();
-  for (auto& w : sends) comm_->world().wait(w);
+  for (auto& w : st.sends) comm_->world().wait(w);
   times.add(times.send, t, "wait for sends", "send");
   t = Clock::now();
   reduce_gradients();
   times.add(times.allreduce, t, "all-reduce", "allreduce");
-  return loss_sum;
+  return st.loss_sum;
+}
+
+void StageRunner::forward_micro_batch(int micro, StepState& st, StepTimes& times) {
+  const auto m = static_cast<std::size_t>(micro);
+  const auto [first, last] = layout_.micro_batch(place_.replica, micro);
+  model::Batch batch;
+  if (is_first_ || is_last_)
+    batch = model::sample_sequences(data_, options_, st.step, first, last - first, model_.config().pad_token_id);
+  torch::Tensor input;
+  if (is_first_) {
+    input = batch.tokens.to(device_);
+  } else {
+    auto t = Clock::now();
+    input = torch::empty({last - first, options_.seq_len, model_.config().hidden_size}, torch::kFloat32);
+    comm_->world().recv(input, st.prev, 2 * micro);
+    times.add(times.recv, t, "recv act " + std::to_string(micro), "recv");
+    // The received leaf goes through a view, so the gradients of its
+    // consumers add up in the same autograd buffer, in the same order,
+    // as they do when the previous layer runs in this process.
+    st.received[m] = input.to(device_).requires_grad_(true);
+    input = st.received[m].view_as(st.received[m]);
+  }
+  auto t = Clock::now();
+  auto output = model_.forward_layers(input, stage_.first, stage_.last);
+  if (is_last_) {
+    batch.tokens = batch.tokens.to(device_);
+    batch.mask = batch.mask.to(device_);
+    const auto divisor = static_cast<double>(st.divisor);
+    output = tp_group_ ? model::vocab_parallel_batch_loss(output, batch, divisor, model_.vocab_start(), *tp_group_)
+                       : model::batch_loss(output.to(torch::kFloat32), batch, divisor);
+    // Every TP rank has the whole loss; one of them reports it.
+    if (place_.tp_rank == 0) st.loss_sum += output.item<double>();
+  }
+  times.add(times.compute, t, "F" + std::to_string(micro), "forward");
+  if (!is_last_) {
+    t = Clock::now();
+    auto out = output.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+    for (int to : st.next_all) st.sends.push_back(comm_->world().send(out, to, 2 * micro));
+    times.add(times.send, t, "send act " + std::to_string(micro), "send");
+  }
+  st.outputs[m] = output;
+}
+
+void StageRunner::backward_micro_batch(int micro, StepState& st, StepTimes& times) {
+  const auto m = static_cast<std::size_t>(micro);
+  auto t = Clock::now();
+  if (is_last_) {
+    st.outputs[m].backward();
+  } else {
+    auto grad = torch::empty(st.outputs[m].sizes(), torch::kFloat32);
+    comm_->world().recv(grad, st.next, 2 * micro + 1);
+    times.add(times.recv, t, "recv grad " + std::to_string(micro), "recv");
+    t = Clock::now();
+    st.outputs[m].backward(grad.to(device_, st.outputs[m].scalar_type()));
+  }
+  overlap_ = false;
+  accumulate_gradients();
+  times.add(times.compute, t, "B" + std::to_string(micro), "backward");
+  if (!is_first_) {
+    t = Clock::now();
+    auto g = st.received[m].grad().to(torch::kCPU, torch::kFloat32).contiguous();
+    for (int to : st.prev_all) st.sends.push_back(comm_->world().send(g, to, 2 * micro + 1));
+    times.add(times.send, t, "send grad " + std::to_string(micro), "send");
+  }
+  st.received[m] = torch::Tensor();
+  st.outputs[m] = torch::Tensor();
 }
 
 double StageRunner::gradient_sum_of_squares() const {

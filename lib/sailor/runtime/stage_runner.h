@@ -102,6 +102,15 @@ class StageRunner {
 
   void build_groups();
 
+  // One step's micro-batches in flight (stage_runner.cpp).
+  struct StepState;
+  // Micro-batch `micro`'s forward: its input (sampled or received), this
+  // stage's layers, the loss on the last stage, the activation sent onward.
+  void forward_micro_batch(int micro, StepState& st, StepTimes& times);
+  // Its backward: the gradient (the loss's, or received), the gradients
+  // accumulated, the input's gradient sent back.
+  void backward_micro_batch(int micro, StepState& st, StepTimes& times);
+
   // Gradients add up in float64, in buckets of about kBucketBytes, last
   // layers first (the order backward produces them). A float64 sum of a few
   // float32 terms is exact, so it does not depend on the order the terms
