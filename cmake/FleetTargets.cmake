@@ -1,8 +1,26 @@
 # Helpers that give every target of the project the same shape.
 
+# Every library's sources live in one folder (docs/architecture.md): the
+# folders show the targets, and where the libtorch and CUDA boundaries are.
+# Configuring stops on a library that takes sources from several.
+function(fleet_check_one_folder name)
+  set(_dirs "")
+  foreach(_src ${ARGN})
+    get_filename_component(_abs "${_src}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_SOURCE_DIR}")
+    get_filename_component(_dir "${_abs}" DIRECTORY)
+    list(APPEND _dirs "${_dir}")
+  endforeach()
+  list(REMOVE_DUPLICATES _dirs)
+  list(LENGTH _dirs _count)
+  if(_count GREATER 1)
+    message(FATAL_ERROR "library ${name} takes sources from ${_count} folders (${_dirs}): one folder, one target")
+  endif()
+endfunction()
+
 # fleet_add_library(name SOURCES ... [DEPS ...]) — a static CPU library of a lib/ module.
 function(fleet_add_library name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  fleet_check_one_folder(${name} ${ARG_SOURCES})
   add_library(${name} STATIC ${ARG_SOURCES})
   target_include_directories(${name} PUBLIC
     "${PROJECT_SOURCE_DIR}/lib" "${PROJECT_BINARY_DIR}/generated")
@@ -40,6 +58,7 @@ endfunction()
 # that links the CPU library, never the reverse.
 function(fleet_add_cuda_library name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  fleet_check_one_folder(${name} ${ARG_SOURCES})
   add_library(${name} STATIC ${ARG_SOURCES})
   target_include_directories(${name} PUBLIC
     "${PROJECT_SOURCE_DIR}/lib" "${PROJECT_BINARY_DIR}/generated")

@@ -80,7 +80,7 @@ if [ "${FLEET_SKIP_SANITIZERS:-0}" != 1 ]; then
   # ASan, and the library reports an error, which the container fuzz tests
   # expect, instead of ASan aborting the process.
   (cd "$san" && ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
-      ctest --output-on-failure -j "$jobs" -L 'common|orion|apps|interop|tokenizer|deltazip' \
+      ctest --output-on-failure -j "$jobs" -L 'common|orion|apps|interop|tokenizer|model_core|deltazip' \
         -E '^Simulator\.(OrionMeetsItsTargetOnTheReferenceWorkload|OrionsSlowdownLimitTradesTheHpTailForBestEffortWork)$|^SimulatorOutcomes\.OrionTunesTheSmThresholdOfATrainingHpClientOnline$')
 fi
 phase "all tests passed"

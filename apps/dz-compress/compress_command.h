@@ -2,7 +2,7 @@
 // line, or JSON) on stdout, or on stderr when the container goes to stdout.
 #pragma once
 
-#include "deltazip/delta_compressor.h"
+#include "deltazip/torch/delta_compressor.h"
 
 namespace fleet::deltazip {
 

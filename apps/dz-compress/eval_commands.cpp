@@ -11,14 +11,14 @@
 #include "common/file_io.h"
 #include "common/logging.h"
 #include "common/output_check.h"
-#include "model/compute_device.h"
-#include "model/evaluation.h"
-#include "model/llama.h"
 #include "model/synthetic_tasks.h"
-#include "model/tensor_bridge.h"
-#include "model/tokenizer.h"
+#include "model/torch/compute_device.h"
+#include "model/torch/evaluation.h"
+#include "model/torch/llama.h"
+#include "model/torch/tensor_bridge.h"
+#include "text/tokenizer.h"
 
-#include "model/cpu_threads.h"
+#include "model/torch/cpu_threads.h"
 
 namespace fleet::model {
 namespace {
@@ -37,7 +37,7 @@ nlohmann::json measure(const std::filesystem::path& folder, torch::ScalarType dt
                        const std::vector<std::filesystem::path>& text, const std::vector<SyntheticTask>& tasks,
                        std::size_t samples, std::uint64_t seed, std::int64_t window) {
   auto model = LlamaModel::load(folder, dtype, device);
-  auto tokenizer = Tokenizer::load(folder);
+  auto tokenizer = text::Tokenizer::load(folder);
   nlohmann::json out = {{"model", folder.string()}, {"tasks", nlohmann::json::array()}};
   if (!text.empty()) {
     std::vector<std::int64_t> ids;

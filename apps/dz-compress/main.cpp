@@ -3,7 +3,7 @@
 #include "devices/device_info.h"
 #include "fleet/config.h"
 #if FLEET_WITH_TORCH
-#include "deltazip/delta_compressor.h"
+#include "deltazip/torch/delta_compressor.h"
 #include "dz-compress/compress_command.h"
 #include "dz-compress/eval_commands.h"
 #include "dz-compress/inspect_command.h"

@@ -2,7 +2,7 @@
 // JSON) on stdout; exit code 1 when any request failed.
 #pragma once
 
-#include "deltazip/serve/serve_command.h"
+#include "deltazip/serve/bench_client.h"
 
 namespace fleet::deltazip {
 

@@ -1,9 +1,10 @@
 // dz-serve: serve many compressed fine-tunes of one base model at once over an OpenAI-compatible HTTP API,
 // and load-test such a server.
 #include "cli/cli.h"
-#include "deltazip/serve/serve_command.h"
-#include "dz-serve/bench_command.h"
+#include "deltazip/serve/bench_client.h"
+#include "deltazip/serve/torch/serve_command.h"
 #include "devices/device_info.h"
+#include "dz-serve/bench_command.h"
 #include "fleet/config.h"
 
 int main(int argc, char** argv) {

@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
-#include "sailor/runtime/control_store.h"
-#include "sailor/runtime/elastic.h"
+#include "sailor/runtime/torch/control_store.h"
+#include "sailor/runtime/torch/elastic.h"
 
 namespace fleet {
 namespace sailor::runtime {

@@ -11,17 +11,17 @@
 #include "common/file_io.h"
 #include "common/logging.h"
 #include "common/output_check.h"
-#include "model/compute_device.h"
-#include "model/evaluation.h"
-#include "model/llama.h"
 #include "model/synthetic_tasks.h"
-#include "model/tensor_bridge.h"
-#include "model/tokenizer.h"
+#include "model/torch/compute_device.h"
+#include "model/torch/evaluation.h"
+#include "model/torch/llama.h"
+#include "model/torch/tensor_bridge.h"
+#include "text/tokenizer.h"
 
 namespace fleet::model {
 namespace {
 
-std::string tokenizer_config_json(const Tokenizer& tokenizer, const LlamaConfig& config) {
+std::string tokenizer_config_json(const text::Tokenizer& tokenizer, const LlamaConfig& config) {
   nlohmann::ordered_json j = {{"tokenizer_class", "PreTrainedTokenizerFast"},
                               {"model_max_length", config.max_position_embeddings},
                               {"clean_up_tokenization_spaces", false}};
@@ -47,8 +47,9 @@ int run_init(const InitCommand& c) {
   LlamaConfig config = c.preset.empty() ? load_llama_config(c.config) : llama_preset(c.preset);
   const auto dtype = parse_torch_dtype(c.dtype);
   config.torch_dtype = c.dtype;
-  std::string tokenizer_json = c.tokenizer.empty() ? byte_tokenizer_json() : read_file(c.tokenizer);
-  auto tokenizer = Tokenizer::parse(tokenizer_json, c.tokenizer.empty() ? "byte tokenizer" : c.tokenizer.string());
+  std::string tokenizer_json = c.tokenizer.empty() ? text::byte_tokenizer_json() : read_file(c.tokenizer);
+  auto tokenizer =
+      text::Tokenizer::parse(tokenizer_json, c.tokenizer.empty() ? "byte tokenizer" : c.tokenizer.string());
   if (tokenizer.vocab_size() > config.vocab_size)
     throw InputError("the tokenizer has " + std::to_string(tokenizer.vocab_size()) + " tokens but vocab_size is " +
                      std::to_string(config.vocab_size));

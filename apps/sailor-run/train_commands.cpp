@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
-#include "model/cpu_threads.h"
-#include "sailor/runtime/elastic.h"
+#include "model/torch/cpu_threads.h"
+#include "sailor/runtime/torch/elastic.h"
 
 namespace fleet {
 namespace sailor::runtime {

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "cli/cli.h"
-#include "sailor/runtime/trainer.h"
-#include "sailor/runtime/network_profile.h"
-#include "sailor/runtime/profiler.h"
+#include "sailor/runtime/torch/network_profile.h"
+#include "sailor/runtime/torch/profiler.h"
+#include "sailor/runtime/torch/trainer.h"
 
 namespace fleet {
 namespace sailor::runtime {

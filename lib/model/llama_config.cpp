@@ -4,7 +4,7 @@
 
 #include "common/error.h"
 #include "common/file_io.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace fleet::model {
 
@@ -246,10 +246,10 @@ std::string llama_config_json(const LlamaConfig& c) {
 
 LlamaConfig llama_preset(const std::string& name) {
   LlamaConfig c;
-  c.vocab_size = kByteVocabSize;
-  c.bos_token_id = kByteBosId;
-  c.eos_token_id = kByteEosId;
-  c.pad_token_id = kBytePadId;
+  c.vocab_size = text::kByteVocabSize;
+  c.bos_token_id = text::kByteBosId;
+  c.eos_token_id = text::kByteEosId;
+  c.pad_token_id = text::kBytePadId;
   c.rms_norm_eps = 1e-5;
   c.max_position_embeddings = 512;
   if (name == "tiny") {

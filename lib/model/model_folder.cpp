@@ -25,9 +25,11 @@ ModelFolder::ModelFolder(std::filesystem::path dir)
       weights_path_(model_weights_path(dir_)),
       weights_(weights_path_) {}
 
-Tokenizer ModelFolder::load_tokenizer() const { return Tokenizer::load(dir_); }
+text::Tokenizer ModelFolder::load_tokenizer() const { return text::Tokenizer::load(dir_); }
 
-std::optional<ModelChatTemplate> ModelFolder::load_chat_template() const { return model::load_chat_template(dir_); }
+std::optional<text::ModelChatTemplate> ModelFolder::load_chat_template() const {
+  return text::load_chat_template(dir_);
+}
 
 std::vector<std::int64_t> ModelFolder::end_of_sequence_ids() const { return model::end_of_sequence_ids(dir_, config_); }
 

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "common/safetensors.h"
-#include "model/chat_template.h"
 #include "model/llama_config.h"
-#include "model/tokenizer.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 namespace fleet::model {
 
@@ -36,9 +36,9 @@ class ModelFolder {
   const SafetensorsCheckpoint& weights() const { return weights_; }
 
   /// tokenizer.json, parsed (each call reads it: keep what it returns).
-  Tokenizer load_tokenizer() const;
+  text::Tokenizer load_tokenizer() const;
   /// tokenizer_config.json's chat template; nullopt when there is none.
-  std::optional<ModelChatTemplate> load_chat_template() const;
+  std::optional<text::ModelChatTemplate> load_chat_template() const;
   /// config.json's end-of-sequence ids, then generation_config.json's.
   std::vector<std::int64_t> end_of_sequence_ids() const;
 

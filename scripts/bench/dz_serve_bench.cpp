@@ -28,13 +28,13 @@
 
 #include "common/half.h"
 #include "deltazip/container.h"
-#include "deltazip/reconstruct.h"
-#include "deltazip/serve/variant_delta.h"
-#include "model/compute_device.h"
-#include "model/cpu_threads.h"
-#include "model/llama.h"
+#include "deltazip/serve/torch/variant_delta.h"
+#include "deltazip/torch/reconstruct.h"
 #include "model/small_batch_linear.h"
-#include "model/tensor_bridge.h"
+#include "model/torch/compute_device.h"
+#include "model/torch/cpu_threads.h"
+#include "model/torch/llama.h"
+#include "model/torch/tensor_bridge.h"
 
 using namespace fleet;
 using namespace fleet::deltazip;

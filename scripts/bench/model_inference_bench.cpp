@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "model/cpu_threads.h"
-#include "model/llama.h"
+#include "model/torch/cpu_threads.h"
+#include "model/torch/llama.h"
 
 using namespace fleet::model;
 using Clock = std::chrono::steady_clock;

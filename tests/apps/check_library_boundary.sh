@@ -26,14 +26,15 @@ allowed() {
   case $1 in
     common) echo "common fleet" ;;
     devices) echo "devices common fleet" ;;
-    model) echo "model common fleet" ;;
+    text) echo "text common fleet" ;;
+    model) echo "model text common fleet" ;;
     sailor) echo "sailor common fleet" ;;            # the planner
-    sailor/runtime) echo "sailor model common fleet" ;;
+    sailor/runtime) echo "sailor model text common fleet" ;;
     orion) echo "orion common fleet" ;;
-    deltazip) echo "deltazip model common fleet" ;;
+    deltazip) echo "deltazip model text common fleet" ;;
   esac
 }
-for folder in common devices model sailor sailor/runtime orion deltazip; do
+for folder in common devices text model sailor sailor/runtime orion deltazip; do
   files=$(find "lib/$folder" -maxdepth 1 -type f \( -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \))
   # Subfolders other than runtime/ belong to their parent's rules.
   [ "$folder" = sailor ] || files+=$'\n'$(find "lib/$folder" -mindepth 2 -type f \( -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) 2>/dev/null || true)
@@ -48,4 +49,11 @@ for folder in common devices model sailor sailor/runtime orion deltazip; do
     done < <(grep -oE '^#include "[^"]+"' "$f" | sed -E 's/#include "(.*)"/\1/' | grep '/' || true)
   done
 done
+
+# The libtorch boundary is drawn by folders: only files under a torch/
+# folder include libtorch (<torch/...>, <c10/...>, <ATen/...>) or a header
+# of a torch/ folder; everything else builds without it.
+hits=$(find lib -type f \( -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) -not -path '*/torch/*' -print0 \
+  | xargs -0 grep -nE '^#include (<(torch|c10|ATen)/|"[^"]*/torch/)' || true)
+[ -z "$hits" ] || fail "a file outside a torch/ folder includes libtorch or a torch/ header" "$hits"
 exit $status

@@ -12,13 +12,13 @@
 
 #include "common/atomic_file.h"
 #include "deltazip/container.h"
-#include "deltazip/delta_compressor.h"
-#include "deltazip/reconstruct.h"
-#include "deltazip/serve/engine.h"
-#include "deltazip/serve/variant_delta.h"
-#include "model/llama.h"
-#include "model/tokenizer.h"
+#include "deltazip/serve/torch/engine.h"
+#include "deltazip/serve/torch/variant_delta.h"
+#include "deltazip/torch/delta_compressor.h"
+#include "deltazip/torch/reconstruct.h"
+#include "model/torch/llama.h"
 #include "test_util.h"
+#include "text/tokenizer.h"
 
 namespace fleet::deltazip {
 
@@ -41,7 +41,7 @@ class Serving : public ::testing::Test {
       auto m = model::LlamaModel::random(config, seed);
       std::filesystem::create_directories(*dir_ / name);
       m.save(*dir_ / name);
-      write_file_atomically(*dir_ / name / "tokenizer.json", model::byte_tokenizer_json());
+      write_file_atomically(*dir_ / name / "tokenizer.json", text::byte_tokenizer_json());
       return m;
     };
     auto base = make("base", 1);
@@ -54,7 +54,7 @@ class Serving : public ::testing::Test {
       m.load_parameters(values);
       std::filesystem::create_directories(*dir_ / name);
       m.save(*dir_ / name);
-      write_file_atomically(*dir_ / name / "tokenizer.json", model::byte_tokenizer_json());
+      write_file_atomically(*dir_ / name / "tokenizer.json", text::byte_tokenizer_json());
     };
     fine_tune("ft1", 11);
     fine_tune("ft2", 12);

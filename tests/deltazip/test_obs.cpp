@@ -6,7 +6,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
-#include "deltazip/obs_compressor.h"
+#include "deltazip/torch/obs_compressor.h"
 
 namespace fleet::deltazip {
 namespace {

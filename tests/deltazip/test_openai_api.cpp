@@ -214,7 +214,7 @@ std::vector<std::int64_t> bytes_as_tokens(const std::string& text) {
 }
 
 TEST(TextStreams, StopStringEndsTheTextWhereverTheTokensSplitIt) {
-  auto tokenizer = model::Tokenizer::parse(model::byte_tokenizer_json(), "byte tokenizer");
+  auto tokenizer = text::Tokenizer::parse(text::byte_tokenizer_json(), "byte tokenizer");
   const std::string generated =
       "Hello wor"
       "ld. END and more";
@@ -240,7 +240,7 @@ TEST(TextStreams, StopStringEndsTheTextWhereverTheTokensSplitIt) {
 }
 
 TEST(TextStreams, StopStringsAreFoundInTheTextHeldBackAtTheEnd) {
-  auto tokenizer = model::Tokenizer::parse(model::byte_tokenizer_json(), "byte tokenizer");
+  auto tokenizer = text::Tokenizer::parse(text::byte_tokenizer_json(), "byte tokenizer");
   TextStream stream(tokenizer, bytes_as_tokens("prompt: "), {"\xc3\xa9!", "xyz"});
   EXPECT_EQ(stream.push(bytes_as_tokens("a caf")), "a c");  // a stop string's first 2 bytes could follow
   EXPECT_EQ(stream.push(bytes_as_tokens("\xc3")), "");

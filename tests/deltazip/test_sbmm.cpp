@@ -7,7 +7,7 @@
 
 #include "common/half.h"
 #include "deltazip/packing.h"
-#include "deltazip/serve/sbmm.h"
+#include "deltazip/sbmm/sbmm.h"
 
 namespace fleet::deltazip {
 namespace {

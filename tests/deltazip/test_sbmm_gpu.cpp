@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 
 #include "common/half.h"
-#include "deltazip/serve/cuda/sbmm_cuda.h"
-#include "deltazip/serve/sbmm.h"
+#include "deltazip/sbmm/cuda/sbmm_cuda.h"
+#include "deltazip/sbmm/sbmm.h"
 
 namespace fleet::deltazip {
 namespace {

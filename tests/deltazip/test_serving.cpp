@@ -13,15 +13,15 @@
 
 #include "common/atomic_file.h"
 #include "deltazip/container.h"
-#include "deltazip/delta_compressor.h"
-#include "deltazip/reconstruct.h"
-#include "deltazip/serve/engine.h"
-#include "deltazip/serve/variant_delta.h"
-#include "model/generate.h"
-#include "model/llama.h"
-#include "model/tokenizer.h"
+#include "deltazip/serve/torch/engine.h"
+#include "deltazip/serve/torch/variant_delta.h"
+#include "deltazip/torch/delta_compressor.h"
+#include "deltazip/torch/reconstruct.h"
+#include "model/torch/generate.h"
+#include "model/torch/llama.h"
 #include "serving_fixture.h"
 #include "test_util.h"
+#include "text/tokenizer.h"
 
 namespace fleet::deltazip {
 namespace {
@@ -420,7 +420,7 @@ TEST_F(Serving, StopsAtEveryEndOfSequenceId) {
   }
   // The same id as the chat template's eos_token (tokenizer_config.json).
   std::filesystem::remove(folder / "generation_config.json");
-  const auto tokenizer = model::Tokenizer::load(folder);
+  const auto tokenizer = text::Tokenizer::load(folder);
   write_file_atomically(folder / "tokenizer_config.json",
                         nlohmann::json{{"chat_template", "{{ messages[0]['content'] }}"},
                                        {"eos_token", tokenizer.token(static_cast<std::int32_t>(free_run[k]))}}

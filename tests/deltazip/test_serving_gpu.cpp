@@ -8,9 +8,9 @@
 #include <torch/torch.h>
 
 #include "deltazip/container.h"
-#include "deltazip/serve/engine.h"
-#include "deltazip/serve/variant_delta.h"
-#include "model/llama.h"
+#include "deltazip/serve/torch/engine.h"
+#include "deltazip/serve/torch/variant_delta.h"
+#include "model/torch/llama.h"
 #include "serving_fixture.h"
 
 namespace fleet::deltazip {

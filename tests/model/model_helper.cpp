@@ -13,8 +13,8 @@
 #include "common/file_io.h"
 #include "common/json.h"
 #include "common/safetensors.h"
-#include "model/llama.h"
-#include "model/tensor_bridge.h"
+#include "model/torch/llama.h"
+#include "model/torch/tensor_bridge.h"
 
 using namespace fleet::model;
 

@@ -3,7 +3,7 @@
 // (results then differ between CPUs only through their SIMD kernels).
 #include <gtest/gtest.h>
 
-#include "model/cpu_threads.h"
+#include "model/torch/cpu_threads.h"
 
 namespace {
 

@@ -6,8 +6,8 @@
 #include "common/json.h"
 #include "fuzz_util.h"
 #include "model/llama_config.h"
-#include "model/tokenizer.h"
 #include "model/train_options.h"
+#include "text/tokenizer.h"
 
 namespace fleet::model {
 namespace {
@@ -32,10 +32,10 @@ TEST(InputFuzz, TokenizerJson) {
   const std::string bpe = R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "<s>": 3}, "merges": ["a b"]},
       "added_tokens": [{"id": 3, "content": "<s>", "special": true}],
       "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false}, "decoder": {"type": "ByteLevel"}})";
-  const std::vector<std::string> seeds = {byte_tokenizer_json(), bpe};
+  const std::vector<std::string> seeds = {text::byte_tokenizer_json(), bpe};
   const auto counts = fuzz(seeds, fuzz_iterations(1500), 12, [](const std::string& text) {
-    const Tokenizer t = Tokenizer::parse(text, "tokenizer.json");
-    EXPECT_LE(t.vocab_size(), kMaxTokenId + 1);
+    const text::Tokenizer t = text::Tokenizer::parse(text, "tokenizer.json");
+    EXPECT_LE(t.vocab_size(), text::kMaxTokenId + 1);
     (void)t.decode(t.encode("ab ba <s> a", true));
   });
   EXPECT_GT(counts.accepted, 20);

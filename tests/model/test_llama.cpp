@@ -9,11 +9,11 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
-#include "common/safetensors.h"
 #include "common/file_io.h"
-#include "model/llama.h"
+#include "common/safetensors.h"
 #include "model/model_folder.h"
-#include "model/tensor_bridge.h"
+#include "model/torch/llama.h"
+#include "model/torch/tensor_bridge.h"
 #include "test_util.h"
 
 namespace fleet::model {

@@ -5,10 +5,10 @@
 #include <torch/torch.h>
 
 #include "common/atomic_file.h"
-#include "model/llama.h"
 #include "model/synthetic_tasks.h"
-#include "model/tokenizer.h"
+#include "model/torch/llama.h"
 #include "model/train_options.h"
+#include "text/tokenizer.h"
 
 namespace fleet::model {
 namespace {

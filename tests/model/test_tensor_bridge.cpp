@@ -4,7 +4,7 @@
 
 #include "common/error.h"
 #include "common/safetensors.h"
-#include "model/tensor_bridge.h"
+#include "model/torch/tensor_bridge.h"
 #include "test_util.h"
 
 namespace fleet::model {

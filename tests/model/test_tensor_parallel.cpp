@@ -12,9 +12,9 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
-#include "model/llama.h"
-#include "model/tensor_parallel.h"
-#include "model/training_parts.h"
+#include "model/torch/llama.h"
+#include "model/torch/tensor_parallel.h"
+#include "model/torch/training_parts.h"
 
 namespace fleet::model {
 namespace {

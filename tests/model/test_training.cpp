@@ -13,16 +13,16 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/safetensors.h"
-#include "model/compute_device.h"
-#include "model/cpu_threads.h"
-#include "model/generate.h"
-#include "model/llama.h"
 #include "model/sampler.h"
 #include "model/synthetic_tasks.h"
-#include "model/tensor_bridge.h"
-#include "model/tokenizer.h"
+#include "model/torch/compute_device.h"
+#include "model/torch/cpu_threads.h"
+#include "model/torch/generate.h"
+#include "model/torch/llama.h"
+#include "model/torch/tensor_bridge.h"
 #include "model/train_options.h"
 #include "test_util.h"
+#include "text/tokenizer.h"
 
 namespace fleet::model {
 namespace {

@@ -12,10 +12,10 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
-#include "sailor/runtime/control_store.h"
-#include "sailor/runtime/elastic.h"
-#include "sailor/runtime/elastic_worker.h"
 #include "sailor/runtime/launcher.h"
+#include "sailor/runtime/torch/control_store.h"
+#include "sailor/runtime/torch/elastic.h"
+#include "sailor/runtime/torch/elastic_worker.h"
 
 namespace fleet::sailor::runtime {
 namespace {

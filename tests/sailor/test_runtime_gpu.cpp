@@ -5,10 +5,10 @@
 #include <torch/torch.h>
 
 #include "common/atomic_file.h"
-#include "model/llama.h"
 #include "model/synthetic_tasks.h"
-#include "model/tokenizer.h"
-#include "sailor/runtime/trainer.h"
+#include "model/torch/llama.h"
+#include "sailor/runtime/torch/trainer.h"
+#include "text/tokenizer.h"
 
 namespace fleet::sailor::runtime {
 namespace {
@@ -23,7 +23,7 @@ TEST(LlamaGpu, TrainingStepsLowerTheLoss) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir / "init");
   LlamaModel::random(llama_preset("tiny"), 3).save(dir / "init");
-  write_file_atomically(dir / "init" / "tokenizer.json", byte_tokenizer_json());
+  write_file_atomically(dir / "init" / "tokenizer.json", text::byte_tokenizer_json());
   write_file_atomically(dir / "base.txt", make_synthetic_corpus(SyntheticTask::kBase, 400, 1));
   TrainJob job;
   job.model = dir / "init";

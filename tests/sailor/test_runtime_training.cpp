@@ -8,12 +8,12 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/safetensors.h"
-#include "model/llama.h"
 #include "model/synthetic_tasks.h"
-#include "model/tensor_bridge.h"
-#include "model/tokenizer.h"
-#include "sailor/runtime/trainer.h"
+#include "model/torch/llama.h"
+#include "model/torch/tensor_bridge.h"
+#include "sailor/runtime/torch/trainer.h"
 #include "test_util.h"
+#include "text/tokenizer.h"
 
 namespace fleet::sailor::runtime {
 namespace {
@@ -33,7 +33,7 @@ std::filesystem::path make_model_folder(const std::filesystem::path& dir) {
   auto folder = dir / "init";
   std::filesystem::create_directories(folder);
   LlamaModel::random(config, 3).save(folder);
-  write_file_atomically(folder / "tokenizer.json", model::byte_tokenizer_json());
+  write_file_atomically(folder / "tokenizer.json", text::byte_tokenizer_json());
   return folder;
 }
 

@@ -2,6 +2,8 @@
 // process at --rate for --duration seconds whatever the server's speed (a
 // closed loop would hide queueing), each for a variant drawn by popularity,
 // each streamed so that the time to the first token is measured.
+#include "deltazip/serve/bench_client.h"
+
 #include <atomic>
 #include <cmath>
 #include <mutex>
@@ -17,7 +19,6 @@
 #include "common/file_io.h"
 #include "common/logging.h"
 #include "common/stats.h"
-#include "deltazip/serve/serve_command.h"
 
 namespace fleet::deltazip {
 namespace {

@@ -306,7 +306,7 @@ std::string plain_chat_prompt(const std::vector<ChatMessage>& messages) {
   return out + "<|assistant|>\n";
 }
 
-std::string render_chat(const model::ModelChatTemplate& chat, const std::vector<ChatMessage>& messages) {
+std::string render_chat(const text::ModelChatTemplate& chat, const std::vector<ChatMessage>& messages) {
   nlohmann::json list = nlohmann::json::array();
   for (const auto& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
   try {
@@ -319,7 +319,7 @@ std::string render_chat(const model::ModelChatTemplate& chat, const std::vector<
   }
 }
 
-TextStream::TextStream(const model::Tokenizer& tokenizer, std::span<const std::int64_t> prompt,
+TextStream::TextStream(const text::Tokenizer& tokenizer, std::span<const std::int64_t> prompt,
                        std::vector<std::string> stop)
     : decoder_(tokenizer, prompt, /*skip_special_tokens=*/true), stop_(std::move(stop)) {
   for (const auto& s : stop_) longest_stop_ = std::max(longest_stop_, s.size());
@@ -368,7 +368,7 @@ std::string TextStream::release(bool final) {
   return out;
 }
 
-LogprobsWriter::LogprobsWriter(const model::Tokenizer& tokenizer, bool chat) : tokenizer_(tokenizer), chat_(chat) {}
+LogprobsWriter::LogprobsWriter(const text::Tokenizer& tokenizer, bool chat) : tokenizer_(tokenizer), chat_(chat) {}
 
 // Text offsets count characters, as Python does.
 std::int64_t LogprobsWriter::characters(const std::string& s) {

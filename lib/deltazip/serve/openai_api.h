@@ -14,10 +14,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "deltazip/serve/engine.h"
-#include "model/chat_template.h"
-#include "model/streaming_decoder.h"
-#include "model/tokenizer.h"
+#include "deltazip/serve/request.h"
+#include "text/chat_template.h"
+#include "text/streaming_decoder.h"
+#include "text/tokenizer.h"
 
 namespace fleet::deltazip {
 
@@ -72,15 +72,15 @@ std::string plain_chat_prompt(const std::vector<ChatMessage>& messages);
 /// The model's own chat template applied as transformers' apply_chat_template
 /// does (add_generation_prompt, bos_token, eos_token); ServeError 400 when
 /// the template refuses the conversation (raise_exception).
-std::string render_chat(const model::ModelChatTemplate& chat, const std::vector<ChatMessage>& messages);
+std::string render_chat(const text::ModelChatTemplate& chat, const std::vector<ChatMessage>& messages);
 
 /// Turns generated tokens into text as they arrive: each token decoded after
-/// the prompt (model::StreamingDecoder), holding back what could still become
+/// the prompt (text::StreamingDecoder), holding back what could still become
 /// a stop string or an incomplete UTF-8 character, and stopping at the first
 /// stop string (which is not returned).
 class TextStream {
  public:
-  TextStream(const model::Tokenizer& tokenizer, std::span<const std::int64_t> prompt, std::vector<std::string> stop);
+  TextStream(const text::Tokenizer& tokenizer, std::span<const std::int64_t> prompt, std::vector<std::string> stop);
   /// Text that became final with `tokens`.
   std::string push(const std::vector<std::int64_t>& tokens);
   /// What was held back, at the end of generation.
@@ -92,7 +92,7 @@ class TextStream {
  private:
   std::string release(bool final);
 
-  model::StreamingDecoder decoder_;
+  text::StreamingDecoder decoder_;
   std::vector<std::string> stop_;
   std::size_t longest_stop_ = 0;
   std::int64_t tokens_ = 0;
@@ -107,7 +107,7 @@ class TextStream {
 /// bytes, top_logprobs}]}. A token's string is the token decoded alone.
 class LogprobsWriter {
  public:
-  LogprobsWriter(const model::Tokenizer& tokenizer, bool chat);
+  LogprobsWriter(const text::Tokenizer& tokenizer, bool chat);
   /// The object for these tokens; text offsets continue from the last call.
   nlohmann::json write(std::span<const std::int64_t> tokens, std::span<const model::TokenLogprobs> logprobs);
   /// Completions with echo: the prompt's tokens first (the first without a
@@ -122,7 +122,7 @@ class LogprobsWriter {
   std::string text(std::int64_t id) const;
   static std::int64_t characters(const std::string& s);
 
-  const model::Tokenizer& tokenizer_;
+  const text::Tokenizer& tokenizer_;
   bool chat_;
   std::int64_t offset_ = 0;
 };

@@ -23,7 +23,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "sailor/plan.h"
-#include "sailor/runtime/elastic.h"
+#include "sailor/runtime/elastic_plan.h"
 
 namespace fleet::sailor::runtime {
 namespace {

@@ -1,0 +1,140 @@
+#include "deltazip/sbmm/cuda/sbmm_cuda.h"
+
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+
+namespace fleet::deltazip {
+namespace {
+
+constexpr int kRowsPerPass = 8;
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw std::runtime_error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(status));
+}
+
+template <typename T>
+T* upload(const T* host, std::size_t count) {
+  if (count == 0) return nullptr;
+  T* device = nullptr;
+  check(cudaMalloc(&device, count * sizeof(T)), "cudaMalloc");
+  check(cudaMemcpy(device, host, count * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy to the device");
+  return device;
+}
+
+// `count` (<= 8) bits at bit `bit` of an LSB-first stream (padded by 8 bytes).
+__device__ __forceinline__ unsigned read_bits(const std::uint8_t* data, std::uint64_t bit, int count) {
+  const std::uint8_t* p = data + bit / 8;
+  const unsigned window = static_cast<unsigned>(p[0]) | (static_cast<unsigned>(p[1]) << 8);
+  return (window >> (bit % 8)) & ((1u << count) - 1u);
+}
+
+__device__ __forceinline__ float weight(const SbmmLayout& l, std::int64_t o, std::int64_t c, unsigned q) {
+  const std::int64_t g = o * l.groups + c / l.group_size;
+  if (l.levels) return l.levels[(g << l.bits) + q];
+  return l.scales[g] * (static_cast<float>(q) - l.zeros[g]);
+}
+
+// One warp per output row o: lanes take kept weights 32 apart, then the warp
+// sums each input row's partial products.
+__global__ void sbmm_kernel(SbmmLayout l, const float* x, int n, float* y) {
+  const std::int64_t o = static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (o >= l.rows) return;
+  float acc[kRowsPerPass];
+  for (int r = 0; r < kRowsPerPass; ++r) acc[r] = 0.0f;
+  auto add = [&](std::int64_t c, float w) {
+    for (int r = 0; r < kRowsPerPass; ++r)
+      if (r < n) acc[r] += w * x[r * l.cols + c];
+  };
+  if (l.kind == SbmmLayout::kUnstructured) {
+    // Codes of the kept weights follow the mask: each 32-column chunk finds
+    // its lanes' code indices with a ballot.
+    std::uint64_t code = l.row_code_bit[o] / static_cast<std::uint64_t>(l.bits);
+    const std::uint64_t row_bit = static_cast<std::uint64_t>(o * l.cols);
+    for (std::int64_t base = 0; base < l.cols; base += 32) {
+      const std::int64_t c = base + lane;
+      const bool kept = c < l.cols && read_bits(l.indices, row_bit + static_cast<std::uint64_t>(c), 1);
+      const unsigned ballot = __ballot_sync(0xffffffffu, kept);
+      if (kept) {
+        const std::uint64_t k = code + __popc(ballot & ((1u << lane) - 1u));
+        add(c, weight(l, o, c, read_bits(l.codes, k * static_cast<std::uint64_t>(l.bits), l.bits)));
+      }
+      code += __popc(ballot);
+    }
+  } else {
+    const std::int64_t keep = l.kind == SbmmLayout::kNOfM ? l.m - l.n : 1, m = l.kind == SbmmLayout::kNOfM ? l.m : 1;
+    const std::int64_t kept = l.cols / m * keep, first = o * kept;
+    for (std::int64_t k = lane; k < kept; k += 32) {
+      std::int64_t c = k;
+      if (l.kind == SbmmLayout::kNOfM) {
+        const unsigned pos = read_bits(l.indices, static_cast<std::uint64_t>(first + k) * l.index_bits, l.index_bits);
+        c = (k / keep) * m + (pos < m ? pos : m - 1);
+      }
+      add(c, weight(l, o, c, read_bits(l.codes, static_cast<std::uint64_t>(first + k) * l.bits, l.bits)));
+    }
+  }
+  for (int r = 0; r < kRowsPerPass; ++r) {
+    if (r >= n) break;
+    float v = acc[r];
+    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
+    if (lane == 0) y[r * l.rows + o] += v;
+  }
+}
+
+}  // namespace
+
+bool sbmm_cuda_available(std::string* why) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess || count == 0) {
+    if (why) *why = status != cudaSuccess ? cudaGetErrorString(status) : "no CUDA device";
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+SbmmCudaMatrix::SbmmCudaMatrix(const SbmmLayout& host) : layout_(host) {
+  const std::size_t scale_count = static_cast<std::size_t>(host.rows * host.groups);
+  layout_.codes = upload(host.codes, host.code_bytes);
+  layout_.indices = upload(host.indices, host.index_bytes);
+  layout_.scales = upload(host.scales, host.scales ? scale_count : 0);
+  layout_.zeros = upload(host.zeros, host.zeros ? scale_count : 0);
+  layout_.levels = upload(host.levels, host.levels ? scale_count << host.bits : 0);
+  if (host.row_code_bit) layout_.row_code_bit = upload(host.row_code_bit, static_cast<std::size_t>(host.rows) + 1);
+}
+
+SbmmCudaMatrix::~SbmmCudaMatrix() {
+  cudaFree(const_cast<std::uint8_t*>(layout_.codes));
+  cudaFree(const_cast<std::uint8_t*>(layout_.indices));
+  cudaFree(const_cast<float*>(layout_.scales));
+  cudaFree(const_cast<float*>(layout_.zeros));
+  cudaFree(const_cast<float*>(layout_.levels));
+  cudaFree(const_cast<std::uint64_t*>(layout_.row_code_bit));
+}
+
+void SbmmCudaMatrix::multiply_add(const float* x, std::int64_t n, float* y, void* stream) const {
+  constexpr int kWarps = 4;
+  const unsigned blocks = static_cast<unsigned>((layout_.rows + kWarps - 1) / kWarps);
+  for (std::int64_t r0 = 0; r0 < n; r0 += kRowsPerPass) {
+    const int rows = static_cast<int>(n - r0 < kRowsPerPass ? n - r0 : kRowsPerPass);
+    sbmm_kernel<<<blocks, kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(layout_, x + r0 * layout_.cols, rows,
+                                                                               y + r0 * layout_.rows);
+    check(cudaGetLastError(), "SBMM kernel launch");
+  }
+}
+
+void SbmmCudaMatrix::multiply_add_host(const float* x, std::int64_t n, float* y) const {
+  const std::size_t x_count = static_cast<std::size_t>(n * layout_.cols),
+                    y_count = static_cast<std::size_t>(n * layout_.rows);
+  float* dx = upload(x, x_count);
+  float* dy = upload(y, y_count);
+  multiply_add(dx, n, dy);
+  check(cudaDeviceSynchronize(), "SBMM kernel");
+  check(cudaMemcpy(y, dy, y_count * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy to the host");
+  cudaFree(dx);
+  cudaFree(dy);
+}
+
+}  // namespace fleet::deltazip

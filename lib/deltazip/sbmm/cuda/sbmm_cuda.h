@@ -1,0 +1,41 @@
+// The SBMM kernel on a GPU: one warp per output row reads the packed delta
+// (any bit width, n:m or unstructured sparsity, per-row or per-group scales)
+// and multiplies it with up to 8 input rows per pass, adding into y. Checked
+// against the CPU kernel by the gpu-labelled tests. C++17 (nvcc), no libtorch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "deltazip/sbmm/sbmm_layout.h"
+
+namespace fleet::deltazip {
+
+/// True when a CUDA device can be used; otherwise `why` says what is missing.
+bool sbmm_cuda_available(std::string* why = nullptr);
+
+/// A packed delta copied to the current GPU. Throws std::runtime_error with
+/// CUDA's message when the copy fails.
+class SbmmCudaMatrix {
+ public:
+  explicit SbmmCudaMatrix(const SbmmLayout& host);
+  ~SbmmCudaMatrix();
+  SbmmCudaMatrix(const SbmmCudaMatrix&) = delete;
+  SbmmCudaMatrix& operator=(const SbmmCudaMatrix&) = delete;
+
+  std::int64_t rows() const { return layout_.rows; }
+  std::int64_t cols() const { return layout_.cols; }
+
+  /// y[r, o] += Σ_c x[r, c] Δ[o, c] for r < n, with x [n, cols] and y
+  /// [n, rows] row-major in device memory, on `stream` (a cudaStream_t;
+  /// nullptr: the default stream).
+  void multiply_add(const float* x, std::int64_t n, float* y, void* stream = nullptr) const;
+
+  /// The same with host arrays (copies in and out, waits): for tests and checks.
+  void multiply_add_host(const float* x, std::int64_t n, float* y) const;
+
+ private:
+  SbmmLayout layout_;  ///< pointers into device memory
+};
+
+}  // namespace fleet::deltazip
