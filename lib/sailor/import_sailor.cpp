@@ -93,17 +93,13 @@ std::string region_of_zone(const std::string& zone) {
   return dash == std::string::npos ? zone : zone.substr(0, dash);
 }
 
-ImportedInputs import_sailor(const ImportOptions& opt) {
-  ImportedInputs out;
-  out.model = import_model(opt.source / "llm_info.json", opt.model);
-  out.profiles = import_profiles(opt.source, opt.model);
-  for (const std::string& note : complete_profiles(out.profiles, out.model)) spdlog::warn("{}", note);
+namespace {
 
-  // GPU types: memory and node size from the cluster config, prices from the paper or --price.
+// GPU types: memory and node size from the cluster config, prices from the paper or --price.
+void import_gpu_types(const ImportOptions& opt, ClusterSpec& cluster) {
   std::map<std::string, double> prices = kPaperPrices;
   for (const auto& [gpu, p] : opt.prices) prices[gpu] = p;
-  const fs::path basic = opt.source / "configs" / "basic_cluster_config.json";
-  const JsonDocument basic_doc = load_json_file(basic);
+  const JsonDocument basic_doc = load_json_file(opt.source / "configs" / "basic_cluster_config.json");
   for (const auto& [gpu, spec] : basic_doc.root().members()) {
     if (!spec.is_object()) continue;  // "zone": "..."
     if (prices.count(gpu) == 0) {
@@ -111,89 +107,107 @@ ImportedInputs import_sailor(const ImportOptions& opt) {
       continue;
     }
     if (prices[gpu] < 0) throw UsageError("price of " + gpu + " cannot be negative");
-    out.cluster.gpu_types[gpu] = {spec.get<int>("gpus_per_node"), spec.get<double>("mem_per_gpu"), prices[gpu],
-                                  default_gpu_power(gpu).value_or(GpuPower{})};
+    cluster.gpu_types[gpu] = {spec.get<int>("gpus_per_node"), spec.get<double>("mem_per_gpu"), prices[gpu],
+                              default_gpu_power(gpu).value_or(GpuPower{})};
   }
+}
 
-  // Quotas per zone, plus any given on the command line.
+// Quotas per zone, plus any given on the command line.
+void import_quotas(const ImportOptions& opt, ClusterSpec& cluster) {
   const JsonDocument quotas = load_json_file(opt.source / "configs" / "quotas.json");
   auto add_quota = [&](const std::string& gpu, const std::string& zone, int n) {
-    if (out.cluster.gpu_types.count(gpu) == 0) return;
+    if (cluster.gpu_types.count(gpu) == 0) return;
     if (n <= 0) return;
-    out.cluster.quotas[gpu][zone] = n;
-    out.cluster.zone_region[zone] = region_of_zone(zone);
+    cluster.quotas[gpu][zone] = n;
+    cluster.zone_region[zone] = region_of_zone(zone);
   };
   for (const auto& [gpu, zones] : quotas.root().members()) {
     for (const auto& [zone, n] : zones.members()) add_quota(gpu, zone, n.as<int>());
   }
   for (const auto& [gpu, zones] : opt.extra_quotas) {
-    if (out.cluster.gpu_types.count(gpu) == 0)
-      throw UsageError("--quota names unknown or unpriced GPU type '" + gpu + "'");
+    if (cluster.gpu_types.count(gpu) == 0) throw UsageError("--quota names unknown or unpriced GPU type '" + gpu + "'");
     for (const auto& [zone, n] : zones) {
       if (n <= 0) throw UsageError("--quota for " + gpu + " in " + zone + " must be positive");
       add_quota(gpu, zone, n);
     }
   }
-  if (out.cluster.quotas.empty()) throw InputError("no priced GPU type has a quota in any zone");
+  if (cluster.quotas.empty()) throw InputError("no priced GPU type has a quota in any zone");
+}
 
-  // Network: a representative fit per link class and GPU pair (one GPU per
-  // node on each side), taken from the first zone that has it.
+LinkClass link_between(const std::string& a, const std::string& b) {
+  if (a == b) return LinkClass::kSameZone;
+  return region_of_zone(a) == region_of_zone(b) ? LinkClass::kCrossZone : LinkClass::kCrossRegion;
+}
+
+// Network: a representative fit per link class and GPU pair (one GPU per
+// node on each side), taken from the first zone that has it.
+void import_network(const ImportOptions& opt, ClusterSpec& cluster) {
   const JsonDocument intra = load_json_file(opt.source / "providers" / "intra_node_bandwidths.json");
-  for (const auto& [gpu, t] : out.cluster.gpu_types) {
+  for (const auto& [gpu, t] : cluster.gpu_types) {
     if (!intra.root().has(gpu)) continue;
     const JsonValue per_count = intra.root().at(gpu);
     const std::string key = per_count.has(std::to_string(t.gpus_per_node)) ? std::to_string(t.gpus_per_node)
                                                                            : per_count.members().back().first;
-    out.cluster.intra_node[gpu] = fit_from_sailor(per_count.at(key));
+    cluster.intra_node[gpu] = fit_from_sailor(per_count.at(key));
   }
   const JsonDocument mz = load_json_file(opt.source / "providers" / "multizone_bandwidths_het.json");
   for (const auto& [src_zone, by_gpu] : mz.root().members()) {
     for (const auto& [src_gpu, by_count] : by_gpu.members()) {
-      if (out.cluster.gpu_types.count(src_gpu) == 0 || !by_count.has("1")) continue;
+      if (cluster.gpu_types.count(src_gpu) == 0 || !by_count.has("1")) continue;
       for (const auto& [dst_zone, dst_by_gpu] : by_count.at("1").members()) {
-        const LinkClass link = src_zone == dst_zone                                   ? LinkClass::kSameZone
-                               : region_of_zone(src_zone) == region_of_zone(dst_zone) ? LinkClass::kCrossZone
-                                                                                      : LinkClass::kCrossRegion;
+        const LinkClass link = link_between(src_zone, dst_zone);
         for (const auto& [dst_gpu, dst_by_count] : dst_by_gpu.members()) {
-          if (out.cluster.gpu_types.count(dst_gpu) == 0 || !dst_by_count.has("1")) continue;
-          out.cluster.inter_node.emplace(std::make_tuple(link, src_gpu, dst_gpu),
-                                         fit_from_sailor(dst_by_count.at("1")));
+          if (cluster.gpu_types.count(dst_gpu) == 0 || !dst_by_count.has("1")) continue;
+          cluster.inter_node.emplace(std::make_tuple(link, src_gpu, dst_gpu), fit_from_sailor(dst_by_count.at("1")));
         }
       }
     }
   }
-
   // Egress $/GB by link class, from the zone-to-zone price matrix.
   const JsonDocument cost = load_json_file(opt.source / "providers" / "communication_cost.json");
   for (const auto& [a, row] : cost.root().members()) {
     for (const auto& [b, price] : row.members()) {
       const double p = price.as<double>();
       if (p < 0) price.fail("price cannot be negative");
-      const LinkClass link = a == b                                   ? LinkClass::kSameZone
-                             : region_of_zone(a) == region_of_zone(b) ? LinkClass::kCrossZone
-                                                                      : LinkClass::kCrossRegion;
-      double& slot = out.cluster.egress_per_gb[link];
+      double& slot = cluster.egress_per_gb[link_between(a, b)];
       slot = std::max(slot, p);
     }
   }
+}
 
-  // Job: the model's training config when there is one.
-  out.job.model = opt.model;
-  out.job.global_batch = opt.global_batch;
-  out.job.sequence_length = opt.sequence_length;
+// Job: the model's training config when there is one.
+JobSpec import_job(const ImportOptions& opt) {
+  JobSpec job;
+  job.model = opt.model;
+  job.global_batch = opt.global_batch;
+  job.sequence_length = opt.sequence_length;
   // SAILOR's runtime, where its profiles and runs were measured, is DeepSpeed's pipeline engine.
-  out.job.runtime = TrainingRuntime::kDeepSpeed;
+  job.runtime = TrainingRuntime::kDeepSpeed;
   for (const auto& entry : fs::directory_iterator(opt.source / "configs")) {
     const std::string name = entry.path().filename().string();
     if (!name.starts_with("training_config_") || entry.path().extension() != ".json") continue;
     const JsonDocument cfg = load_json_file(entry.path());
     if (cfg.root().get_or<std::string>("model", "") != opt.model) continue;
-    if (out.job.global_batch == 0) out.job.global_batch = cfg.root().get<int>("global_batch_size");
-    if (out.job.sequence_length == 0) out.job.sequence_length = cfg.root().get<int>("sequence_length");
+    if (job.global_batch == 0) job.global_batch = cfg.root().get<int>("global_batch_size");
+    if (job.sequence_length == 0) job.sequence_length = cfg.root().get<int>("sequence_length");
   }
-  if (out.job.global_batch <= 0 || out.job.sequence_length <= 0) {
+  if (job.global_batch <= 0 || job.sequence_length <= 0) {
     throw UsageError("no training config for " + opt.model + ": give --global-batch and --seq-len");
   }
+  return job;
+}
+
+}  // namespace
+
+ImportedInputs import_sailor(const ImportOptions& opt) {
+  ImportedInputs out;
+  out.model = import_model(opt.source / "llm_info.json", opt.model);
+  out.profiles = import_profiles(opt.source, opt.model);
+  for (const std::string& note : complete_profiles(out.profiles, out.model)) spdlog::warn("{}", note);
+  import_gpu_types(opt, out.cluster);
+  import_quotas(opt, out.cluster);
+  import_network(opt, out.cluster);
+  out.job = import_job(opt);
   return out;
 }
 
