@@ -219,19 +219,94 @@ RunOutcome run_commands(const RunSetup& setup, LiveConfig config, std::vector<Ch
   return out;
 }
 
+// --log: the log file is written under a temporary name and renamed when
+// the run ends, so a failed start leaves an existing log as it was.
+class ExecLog {
+ public:
+  explicit ExecLog(const ExecOptions& o) {
+    if (!o.log) return;
+    if (*o.log == "-") throw InputError("--log: give a file (the commands own standard output)");
+    OutputCheck check;
+    for (const auto& p : o.profiles) check.input(p, "--profiles");
+    check.file(*o.log, "--log").check(Existing::kReplace);
+    path_ = *o.log;
+  }
+  ExecLog(const ExecLog&) = delete;
+  ExecLog& operator=(const ExecLog&) = delete;
+  ~ExecLog() {
+    if (file_ != nullptr) std::fclose(file_);
+  }
+  void open() {
+    if (!path_) return;
+    tmp_ = path_->string() + ".tmp-" + std::to_string(getpid());
+    file_ = std::fopen(tmp_.c_str(), "w");
+    if (file_ == nullptr) throw RuntimeFailure("cannot write " + tmp_ + ": " + std::strerror(errno));
+  }
+  std::FILE* file() const { return file_; }
+  void finish() {
+    if (file_ == nullptr) return;
+    std::fclose(file_);
+    file_ = nullptr;
+    std::filesystem::rename(tmp_, *path_);
+  }
+
+ private:
+  std::optional<std::filesystem::path> path_;
+  std::string tmp_;
+  std::FILE* file_ = nullptr;
+};
+
+// SIGINT and SIGTERM are forwarded to the commands; processes a command's
+// shell leaves behind (a program that outlives a SIGTERMed shell) are
+// re-parented to us, so we wait for every one of them before the report: a
+// command is done when all its processes are.
+void take_signals_and_orphans() {
+  struct sigaction sa {};
+  sa.sa_handler = remember_exec_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+}
+
+// --alone: each command by itself (no gating: policy mps with one client),
+// a best-effort one for as long as it ran beside the others when they
+// stopped it, so both runs see the same start-up and about the same work.
+// Returns each command's statistics (none when a signal ended a run) and
+// updates `code` with the first failure.
+std::vector<LiveClientStats> run_each_alone(const RunSetup& setup, const LiveConfig& config,
+                                            const std::vector<Child>& children, const RunOutcome& together, int& code) {
+  const ExecOptions& o = setup.options;
+  std::vector<LiveClientStats> alone;
+  for (std::size_t i = 0; i < children.size(); ++i) {
+    LiveConfig single = config;
+    single.clients = {config.clients[i]};
+    single.policy = "mps";
+    const bool limited = !children[i].high_priority && o.hp && !o.wait_be;
+    std::fprintf(stderr, "orion-run exec: %s alone%s\n", config.clients[i].name.c_str(),
+                 limited ? fmt::format(" for {:.1f} s", together.ran_s[i]).c_str() : "");
+    const RunOutcome a = run_commands(setup, single, {Child{children[i].command, children[i].high_priority}},
+                                      {limited ? together.ran_s[i] : -1.0}, nullptr);
+    alone.push_back(a.stats.at(0));
+    if (a.forwarded_signal != 0) {
+      code = a.code;
+      return {};
+    }
+    if (a.code != 0) {
+      std::fprintf(stderr, "orion-run exec: %s exited with %d when run alone\n", config.clients[i].name.c_str(),
+                   a.code);
+      if (code == 0) code = a.code;
+    }
+  }
+  return alone;
+}
+
 }  // namespace
 
 ExecOutcome exec_commands(const ExecOptions& o) {
   // Everything that can be wrong with the input is found before anything starts.
   LiveConfig config = build_config(o);
-  std::optional<std::filesystem::path> log_path;
-  if (o.log) {
-    if (*o.log == "-") throw InputError("--log: give a file (the commands own standard output)");
-    OutputCheck check;
-    for (const auto& p : o.profiles) check.input(p, "--profiles");
-    check.file(*o.log, "--log").check(Existing::kReplace);
-    log_path = *o.log;
-  }
+  ExecLog log(o);
   {
     // The policy against the clients, before anything starts.
     Segment probe = Segment::create(segment_path());
@@ -244,68 +319,24 @@ ExecOutcome exec_commands(const ExecOptions& o) {
     ~StopMpsAtExit() { stop_mps(mps); }
   } stop_mps_at_exit{mps};
   if (!mps.running && !mps.notice.empty()) std::fprintf(stderr, "orion-run exec: %s\n", mps.notice.c_str());
-  std::FILE* log = nullptr;
-  std::string log_tmp;
-  if (log_path) {
-    log_tmp = log_path->string() + ".tmp-" + std::to_string(getpid());
-    log = std::fopen(log_tmp.c_str(), "w");
-    if (log == nullptr) throw RuntimeFailure("cannot write " + log_tmp + ": " + std::strerror(errno));
-  }
+  log.open();
 
   std::vector<Child> children;
   if (o.hp) children.push_back(Child{*o.hp, true});
   for (const std::string& b : o.be) children.push_back(Child{b, false});
-
-  struct sigaction sa {};
-  sa.sa_handler = remember_exec_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  // Processes a command's shell leaves behind (a program that outlives a
-  // SIGTERMed shell) are re-parented to us, so we wait for every one of them
-  // before the report: a command is done when all its processes are.
-  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  take_signals_and_orphans();
 
   const RunSetup setup{o, library, mps};
-  const std::string policy_name = config.policy;
-  const RunOutcome together = run_commands(setup, config, children, std::vector<double>(children.size(), -1), log);
-  if (log != nullptr) {
-    std::fclose(log);
-    std::filesystem::rename(log_tmp, *log_path);
-  }
+  const RunOutcome together =
+      run_commands(setup, config, children, std::vector<double>(children.size(), -1), log.file());
+  log.finish();
   int code = together.code;
-
-  // --alone: each command by itself (no gating: policy mps with one client),
-  // a best-effort one for as long as it ran beside the others when they
-  // stopped it, so both runs see the same start-up and about the same work.
   std::vector<LiveClientStats> alone;
   if (o.alone && together.code != 0 && together.forwarded_signal == 0) {
     std::fprintf(stderr, "orion-run exec: the shared run failed (exit %d); the commands are not run alone\n",
                  together.code);
   }
-  if (o.alone && together.code == 0) {
-    for (std::size_t i = 0; i < children.size(); ++i) {
-      LiveConfig single = config;
-      single.clients = {config.clients[i]};
-      single.policy = "mps";
-      const bool limited = !children[i].high_priority && o.hp && !o.wait_be;
-      std::fprintf(stderr, "orion-run exec: %s alone%s\n", config.clients[i].name.c_str(),
-                   limited ? fmt::format(" for {:.1f} s", together.ran_s[i]).c_str() : "");
-      const RunOutcome a = run_commands(setup, single, {Child{children[i].command, children[i].high_priority}},
-                                        {limited ? together.ran_s[i] : -1.0}, nullptr);
-      alone.push_back(a.stats.at(0));
-      if (a.forwarded_signal != 0) {
-        code = a.code;
-        alone.clear();
-        break;
-      }
-      if (a.code != 0) {
-        std::fprintf(stderr, "orion-run exec: %s exited with %d when run alone\n", config.clients[i].name.c_str(),
-                     a.code);
-        if (code == 0) code = a.code;
-      }
-    }
-  }
+  if (o.alone && together.code == 0) alone = run_each_alone(setup, config, children, together, code);
 
   ExecOutcome outcome;
   outcome.code = code;
@@ -313,7 +344,7 @@ ExecOutcome exec_commands(const ExecOptions& o) {
     if (const std::string notice = early_window_end_notice(together.stats); !notice.empty()) {
       std::fprintf(stderr, "orion-run exec: %s\n", notice.c_str());
     }
-    outcome.report = report_json(together.stats, policy_name, alone);
+    outcome.report = report_json(together.stats, config.policy, alone);
   }
   return outcome;
 }
