@@ -245,6 +245,87 @@ void add_value(KernelAccumulator& k, Field f, double v) {
   }
 }
 
+// The kernels of an export in the order they first appear, by ncu's ID.
+class KernelTable {
+ public:
+  KernelTable(const CsvTable& t, const std::string& name)
+      : t_(t), id_(t.require_column("ID")), grid_(t.column("Grid Size")), block_(t.column("Block Size")) {
+    kernel_column_ = t.column("Kernel Name") ? t.column("Kernel Name") : t.column("Function Name");
+    if (!kernel_column_) throw InputError("missing column 'Kernel Name'", {name, "header", std::nullopt});
+  }
+  std::size_t id_column() const { return id_; }
+  /// "Grid Size" and "Block Size": identification, not metrics.
+  bool identifies(std::size_t column) const { return column == grid_ || column == block_; }
+  KernelAccumulator& of_row(std::size_t row) {
+    auto [it, inserted] = by_id_.emplace(t_.at(row, id_), kernels_.size());
+    if (inserted) {
+      KernelAccumulator k;
+      k.name = t_.at(row, *kernel_column_);
+      if (grid_) k.grid_text = t_.at(row, *grid_);
+      if (block_) k.block_text = t_.at(row, *block_);
+      k.line = t_.line_of(row);
+      kernels_.push_back(std::move(k));
+    }
+    return kernels_[it->second];
+  }
+  const std::vector<KernelAccumulator>& kernels() const { return kernels_; }
+
+ private:
+  const CsvTable& t_;
+  std::size_t id_;
+  std::optional<std::size_t> grid_, block_, kernel_column_;
+  std::vector<KernelAccumulator> kernels_;
+  std::map<std::string, std::size_t> by_id_;
+};
+
+// Details page: one metric per row.
+void read_details_page(const CsvTable& t, std::size_t metric_name, KernelTable& kernels) {
+  const std::size_t unit = t.require_column("Metric Unit");
+  const std::size_t value = t.require_column("Metric Value");
+  for (std::size_t r = 0; r < t.rows(); ++r) {
+    KernelAccumulator& k = kernels.of_row(r);
+    const auto field = field_of(t.at(r, metric_name));
+    if (!field) continue;
+    const auto scale = unit_scale(*field, t.at(r, unit));
+    if (!scale) {
+      if (*field == Field::kMemPct) continue;  // "Memory Throughput" in bytes/s
+      t.fail(r, unit,
+             t.at(r, unit).empty() ? "no unit for " + t.at(r, metric_name)
+                                   : "unknown unit '" + t.at(r, unit) + "' for " + t.at(r, metric_name));
+    }
+    add_value(k, *field, metric_value(t, r, value) * *scale);
+  }
+}
+
+// Raw page: metrics as columns; the first data row may hold units.
+void read_raw_page(const CsvTable& t, const std::string& name, KernelTable& kernels) {
+  const bool units_row = t.rows() > 0 && t.at(0, kernels.id_column()).empty();
+  std::vector<std::pair<std::size_t, Field>> columns;
+  for (std::size_t c = 0; c < t.header().size(); ++c) {
+    // "Block Size"/"Grid Size" are the dim3 identification columns here, read as tuples.
+    if (kernels.identifies(c)) continue;
+    if (auto f = field_of(t.header()[c])) columns.emplace_back(c, *f);
+  }
+  for (std::size_t r = units_row ? 1 : 0; r < t.rows(); ++r) {
+    KernelAccumulator& k = kernels.of_row(r);
+    for (const auto& [c, field] : columns) {
+      if (t.at(r, c).empty()) continue;
+      const std::string unit = units_row ? t.at(0, c) : "";
+      const auto scale = unit_scale(field, unit);
+      if (!scale) {
+        if (field == Field::kMemPct) continue;
+        // Without ncu's units row a duration could be in ns, us or ms: refuse to guess.
+        if (!units_row)
+          throw InputError("no units row under the header, so '" + t.header()[c] +
+                               "' has no unit; export with ncu's --csv --page raw, which writes one",
+                           {name, "line 2", std::nullopt});
+        t.fail(0, c, "unknown unit '" + unit + "'");
+      }
+      add_value(k, field, metric_value(t, r, c) * *scale);
+    }
+  }
+}
+
 }  // namespace
 
 KernelProfile import_ncu_csv(std::string_view text, const std::string& name, const DeviceSpec& device) {
@@ -255,84 +336,20 @@ KernelProfile import_ncu_csv(std::string_view text, const std::string& name, con
     body = nl == std::string_view::npos ? std::string_view() : body.substr(nl + 1);
   }
   const CsvTable t = CsvTable::parse(body, name);
-  const std::size_t id = t.require_column("ID");
-  const auto kernel_column = t.column("Kernel Name") ? t.column("Kernel Name") : t.column("Function Name");
-  if (!kernel_column) throw InputError("missing column 'Kernel Name'", {name, "header", std::nullopt});
-  const auto grid_col = t.column("Grid Size"), block_col = t.column("Block Size");
-
-  std::vector<KernelAccumulator> kernels;
-  std::map<std::string, std::size_t> by_id;
-  auto kernel_for = [&](std::size_t row) -> KernelAccumulator& {
-    const std::string& key = t.at(row, id);
-    auto [it, inserted] = by_id.emplace(key, kernels.size());
-    if (inserted) {
-      KernelAccumulator k;
-      k.name = t.at(row, *kernel_column);
-      if (grid_col) k.grid_text = t.at(row, *grid_col);
-      if (block_col) k.block_text = t.at(row, *block_col);
-      k.line = t.line_of(row);
-      kernels.push_back(std::move(k));
-    }
-    return kernels[it->second];
-  };
-
-  const auto metric_name = t.column("Metric Name");
-  if (metric_name) {
-    // Details page: one metric per row.
-    const std::size_t unit = t.require_column("Metric Unit");
-    const std::size_t value = t.require_column("Metric Value");
-    for (std::size_t r = 0; r < t.rows(); ++r) {
-      KernelAccumulator& k = kernel_for(r);
-      const auto field = field_of(t.at(r, *metric_name));
-      if (!field) continue;
-      const auto scale = unit_scale(*field, t.at(r, unit));
-      if (!scale) {
-        if (*field == Field::kMemPct) continue;  // "Memory Throughput" in bytes/s
-        t.fail(r, unit,
-               t.at(r, unit).empty() ? "no unit for " + t.at(r, *metric_name)
-                                     : "unknown unit '" + t.at(r, unit) + "' for " + t.at(r, *metric_name));
-      }
-      add_value(k, *field, metric_value(t, r, value) * *scale);
-    }
-  } else {
-    // Raw page: metrics as columns; the first data row may hold units.
-    std::size_t first = 0;
-    const bool units_row = t.rows() > 0 && t.at(0, id).empty();
-    if (units_row) first = 1;
-    std::vector<std::pair<std::size_t, Field>> columns;
-    for (std::size_t c = 0; c < t.header().size(); ++c) {
-      // "Block Size"/"Grid Size" are the dim3 identification columns here, read as tuples.
-      if (c == grid_col || c == block_col) continue;
-      if (auto f = field_of(t.header()[c])) columns.emplace_back(c, *f);
-    }
-    for (std::size_t r = first; r < t.rows(); ++r) {
-      KernelAccumulator& k = kernel_for(r);
-      for (const auto& [c, field] : columns) {
-        if (t.at(r, c).empty()) continue;
-        const std::string unit = units_row ? t.at(0, c) : "";
-        const auto scale = unit_scale(field, unit);
-        if (!scale) {
-          if (field == Field::kMemPct) continue;
-          // Without ncu's units row a duration could be in ns, us or ms: refuse to guess.
-          if (!units_row)
-            throw InputError("no units row under the header, so '" + t.header()[c] +
-                                 "' has no unit; export with ncu's --csv --page raw, which writes one",
-                             {name, "line 2", std::nullopt});
-          t.fail(0, c, "unknown unit '" + unit + "'");
-        }
-        add_value(k, field, metric_value(t, r, c) * *scale);
-      }
-    }
-  }
-  if (kernels.empty()) throw InputError("no kernels in the export", {name, "", std::nullopt});
+  KernelTable kernels(t, name);
+  if (const auto metric_name = t.column("Metric Name"))
+    read_details_page(t, *metric_name, kernels);
+  else
+    read_raw_page(t, name, kernels);
+  if (kernels.kernels().empty()) throw InputError("no kernels in the export", {name, "", std::nullopt});
 
   KernelProfile out;
   out.source = name;
   out.device = device.name;
-  if (kernels.size() > kMaxProfileKernels)
+  if (kernels.kernels().size() > kMaxProfileKernels)
     throw InputError("more than " + std::to_string(kMaxProfileKernels) + " kernels; a profile holds at most that many",
                      {name, "", std::nullopt});
-  for (const KernelAccumulator& k : kernels) {
+  for (const KernelAccumulator& k : kernels.kernels()) {
     out.kernels.push_back(finish(k, device, name));
     // What the profile reader refuses is not written: an import reads back.
     if (const auto problem = kernel_record_problem(out.kernels.back()))
