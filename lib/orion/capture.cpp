@@ -142,11 +142,15 @@ std::optional<double> launch_bound_overhead_us(const KernelProfile& profile, con
   return (wall - profile.kernels.back().duration_ns) / static_cast<double>(profile.kernels.size()) / 1e3;
 }
 
-KernelProfile profile_from_capture(const CaptureRecords& records, const CaptureOptions& options, std::string* summary) {
-  const DeviceSpec& device = capture_device(records, options.device);
-  // Marked iterations: kernels that start between a begin and the next end.
-  std::vector<std::vector<const CapturedKernel*>> iterations;
-  std::vector<std::uint64_t> walls_ns;  // each iteration's time between its markers
+namespace {
+
+using KernelSequence = std::vector<const CapturedKernel*>;
+
+// Marked iterations: kernels that start between a begin and the next end,
+// with each iteration's time between its markers.
+std::pair<std::vector<KernelSequence>, std::vector<std::uint64_t>> marked_iterations(const CaptureRecords& records) {
+  std::vector<KernelSequence> iterations;
+  std::vector<std::uint64_t> walls_ns;
   bool open = false;
   std::uint64_t opened_at = 0;
   std::size_t next = 0;
@@ -157,7 +161,7 @@ KernelProfile profile_from_capture(const CaptureRecords& records, const CaptureO
       continue;
     }
     if (!open) continue;
-    std::vector<const CapturedKernel*> it;
+    KernelSequence it;
     while (next < records.kernels.size() && records.kernels[next].start_ns < opened_at) ++next;
     for (std::size_t i = next; i < records.kernels.size() && records.kernels[i].start_ns <= t; ++i) {
       it.push_back(&records.kernels[i]);
@@ -168,10 +172,19 @@ KernelProfile profile_from_capture(const CaptureRecords& records, const CaptureO
     }
     open = false;
   }
-  std::vector<std::vector<const CapturedKernel*>> used;
-  std::vector<double> used_walls_ns;
+  return {std::move(iterations), std::move(walls_ns)};
+}
+
+// The iterations the profile is the median of: after --skip, those with the
+// last one's kernel sequence (every kernel once when nothing is marked);
+// their walls in `used_walls_ns`.
+std::vector<KernelSequence> iterations_to_use(const CaptureRecords& records, const CaptureOptions& options,
+                                              const std::vector<KernelSequence>& iterations,
+                                              const std::vector<std::uint64_t>& walls_ns,
+                                              std::vector<double>& used_walls_ns) {
+  std::vector<KernelSequence> used;
   if (iterations.empty()) {
-    std::vector<const CapturedKernel*> all;
+    KernelSequence all;
     for (const CapturedKernel& k : records.kernels) all.push_back(&k);
     if (!all.empty()) used.push_back(std::move(all));
   } else {
@@ -181,7 +194,7 @@ KernelProfile profile_from_capture(const CaptureRecords& records, const CaptureO
       throw InputError("--skip " + std::to_string(skip) + " leaves none of the capture's " +
                        std::to_string(iterations.size()) + " marked iteration(s); skip fewer, or capture more");
     const auto& last = iterations.back();
-    auto same_sequence = [&](const std::vector<const CapturedKernel*>& it) {
+    auto same_sequence = [&](const KernelSequence& it) {
       if (it.size() != last.size()) return false;
       for (std::size_t i = 0; i < it.size(); ++i) {
         if (it[i]->name != last[i]->name) return false;
@@ -197,35 +210,54 @@ KernelProfile profile_from_capture(const CaptureRecords& records, const CaptureO
   if (used.empty())
     throw InputError("the capture has no kernels" +
                      std::string(records.markers.empty() ? "" : " inside its marked iterations"));
+  return used;
+}
 
+// Kernel classes (compute- or memory-bound) by name from an ncu export.
+std::map<std::string, KernelClass> classes_from_ncu(const std::optional<std::filesystem::path>& ncu_file,
+                                                    const DeviceSpec& device) {
   std::map<std::string, KernelClass> classes;
-  if (options.ncu) {
-    const KernelProfile ncu = import_ncu_csv(read_file(*options.ncu), options.ncu->string(), device);
-    for (const KernelRecord& k : ncu.kernels) {
-      if (k.profile != KernelClass::kUnknown) classes[kernel_name_key(k.name)] = k.profile;
-    }
+  if (!ncu_file) return classes;
+  const KernelProfile ncu = import_ncu_csv(read_file(*ncu_file), ncu_file->string(), device);
+  for (const KernelRecord& k : ncu.kernels) {
+    if (k.profile != KernelClass::kUnknown) classes[kernel_name_key(k.name)] = k.profile;
   }
+  return classes;
+}
+
+// Kernel `i` of the iterations: its median duration, launch shape and SM need.
+KernelRecord median_kernel(const std::vector<KernelSequence>& used, std::size_t i, const DeviceSpec& device) {
+  const CapturedKernel& k = *used.back()[i];
+  std::vector<double> durations;
+  for (const auto& it : used) durations.push_back(static_cast<double>(it[i]->end_ns - it[i]->start_ns));
+  KernelRecord r;
+  r.name = k.name;
+  r.duration_ns = median(durations);
+  r.grid_blocks = k.grid_blocks;
+  r.threads_per_block = k.threads_per_block;
+  r.registers_per_thread = k.registers_per_thread;
+  r.static_shared_bytes = k.static_shared_bytes;
+  r.dynamic_shared_bytes = k.dynamic_shared_bytes;
+  LaunchConfig launch{k.grid_blocks, k.threads_per_block, k.registers_per_thread, k.static_shared_bytes,
+                      k.dynamic_shared_bytes};
+  r.sm_usage = compute_occupancy(launch, device).sms_needed;
+  return r;
+}
+
+}  // namespace
+
+KernelProfile profile_from_capture(const CaptureRecords& records, const CaptureOptions& options, std::string* summary) {
+  const DeviceSpec& device = capture_device(records, options.device);
+  const auto [iterations, walls_ns] = marked_iterations(records);
+  std::vector<double> used_walls_ns;
+  const auto used = iterations_to_use(records, options, iterations, walls_ns, used_walls_ns);
+  const auto classes = classes_from_ncu(options.ncu, device);
   KernelProfile profile;
   profile.device = device.name;
   std::size_t classified = 0;
-  const auto& reference = used.back();
-  for (std::size_t i = 0; i < reference.size(); ++i) {
-    const CapturedKernel& k = *reference[i];
-    std::vector<double> durations;
-    for (const auto& it : used) durations.push_back(static_cast<double>(it[i]->end_ns - it[i]->start_ns));
-    KernelRecord r;
-    r.name = k.name;
-    r.duration_ns = median(durations);
-    r.grid_blocks = k.grid_blocks;
-    r.threads_per_block = k.threads_per_block;
-    r.registers_per_thread = k.registers_per_thread;
-    r.static_shared_bytes = k.static_shared_bytes;
-    r.dynamic_shared_bytes = k.dynamic_shared_bytes;
-    LaunchConfig launch{k.grid_blocks, k.threads_per_block, k.registers_per_thread, k.static_shared_bytes,
-                        k.dynamic_shared_bytes};
-    r.sm_usage = compute_occupancy(launch, device).sms_needed;
-    auto c = classes.find(kernel_name_key(k.name));
-    if (c != classes.end()) {
+  for (std::size_t i = 0; i < used.back().size(); ++i) {
+    KernelRecord r = median_kernel(used, i, device);
+    if (auto c = classes.find(kernel_name_key(r.name)); c != classes.end()) {
       r.profile = c->second;
       ++classified;
     }
