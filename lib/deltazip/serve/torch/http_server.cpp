@@ -718,11 +718,83 @@ std::filesystem::path resolve_runtime_delta(const std::string& path, const std::
                    "path");
 }
 
-int serve_http(Engine& engine, const HttpOptions& options) {
+namespace {
+
+void check_http_options(const HttpOptions& options) {
   if (options.port < 0 || options.port > 65535) throw UsageError("--port must be 0 to 65535");
   if (options.threads < 1) throw UsageError("--http-threads must be positive");
   if (options.max_connections_per_client < 0) throw UsageError("--max-connections-per-client must be 0 or positive");
   if (!(options.request_timeout_s >= 0)) throw UsageError("--request-timeout must be 0 or positive");
+}
+
+// Binds --host:--port (any free port for 0) and writes --port-file; the port bound.
+int bind_server(httplib::Server& server, const HttpOptions& options) {
+  int port = options.port;
+  if (port == 0) {
+    port = server.bind_to_any_port(options.host);
+    if (port < 0) throw IoError("cannot listen on " + options.host);
+  } else if (!server.bind_to_port(options.host, port)) {
+    throw IoError("cannot listen on " + options.host + ":" + std::to_string(port) +
+                  " (in use, or not an address of this machine)");
+  }
+  if (!options.port_file.empty()) write_file_atomically(options.port_file, std::to_string(port) + "\n");
+  return port;
+}
+
+// The graceful stop, on the watcher thread once SIGTERM or SIGINT came: no
+// new requests, those in flight finish (or are ended at
+// --shutdown-timeout), then the server stops; a second signal exits at once.
+void drain_and_stop(Engine& engine, httplib::Server& server, const HttpOptions& options,
+                    const std::atomic<bool>& listening_done) {
+  using namespace std::chrono;
+  const auto tick = milliseconds(20);
+  while (!listening_done && g_signal == 0) std::this_thread::sleep_for(tick);
+  if (listening_done) return;
+  const int sig = g_signal.load();
+  spdlog::info("signal {}: no new requests; finishing those in flight (at most {:g} s; a second signal exits now)", sig,
+               options.shutdown_timeout_s);
+  engine.begin_shutdown();
+  const auto deadline = steady_clock::now() + duration_cast<steady_clock::duration>(
+                                                  duration<double>(std::max(0.0, options.shutdown_timeout_s)));
+  auto exit_on_second_signal = [&] {
+    if (g_signals.load() < 2) return;
+    spdlog::warn("second signal: exiting without finishing the requests in flight");
+    spdlog::default_logger()->flush();
+    std::_Exit(128 + sig);
+  };
+  while (!engine.idle() && steady_clock::now() < deadline) {
+    exit_on_second_signal();
+    std::this_thread::sleep_for(tick);
+  }
+  if (!engine.idle()) {
+    spdlog::warn("--shutdown-timeout reached: ending the requests still in flight");
+    engine.abort_all("the server is shutting down: the request was ended at its --shutdown-timeout");
+    // The scheduler ends them after the step under way.
+    while (!engine.idle()) {
+      exit_on_second_signal();
+      std::this_thread::sleep_for(tick);
+    }
+  }
+  // Stops accepting; listen_after_bind() joins the worker threads, so the
+  // responses of finished requests are still written, to clients that read
+  // them within a second.
+  server.stop();
+  const auto stopped = steady_clock::now();
+  while (!listening_done && steady_clock::now() - stopped < seconds(1)) {
+    exit_on_second_signal();
+    std::this_thread::sleep_for(tick);
+  }
+  if (!listening_done) {
+    spdlog::warn("connections still open a second after stopping (clients not reading): exiting");
+    spdlog::default_logger()->flush();
+    std::_Exit(0);
+  }
+}
+
+}  // namespace
+
+int serve_http(Engine& engine, const HttpOptions& options) {
+  check_http_options(options);
   ConnectionGuard guard(options.max_connections_per_client, options.request_timeout_s);
   GuardedServer server(guard);
   const int threads = options.threads;
@@ -738,16 +810,7 @@ int serve_http(Engine& engine, const HttpOptions& options) {
   Frontend frontend(engine, options);
   frontend.on_arrival = [&guard](const httplib::Request& req) { guard.request_arrived(connection_key(req)); };
   frontend.install(server);
-
-  int port = options.port;
-  if (port == 0) {
-    port = server.bind_to_any_port(options.host);
-    if (port < 0) throw IoError("cannot listen on " + options.host);
-  } else if (!server.bind_to_port(options.host, port)) {
-    throw IoError("cannot listen on " + options.host + ":" + std::to_string(port) +
-                  " (in use, or not an address of this machine)");
-  }
-  if (!options.port_file.empty()) write_file_atomically(options.port_file, std::to_string(port) + "\n");
+  const int port = bind_server(server, options);
   spdlog::info("listening on http://{}:{}", options.host, port);
 
   g_signal = 0;
@@ -756,51 +819,7 @@ int serve_http(Engine& engine, const HttpOptions& options) {
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGPIPE, SIG_IGN);
   std::atomic<bool> listening_done{false};
-  std::thread watcher([&] {
-    using namespace std::chrono;
-    const auto tick = milliseconds(20);
-    while (!listening_done && g_signal == 0) std::this_thread::sleep_for(tick);
-    if (listening_done) return;
-    const int sig = g_signal.load();
-    spdlog::info("signal {}: no new requests; finishing those in flight (at most {:g} s; a second signal exits now)",
-                 sig, options.shutdown_timeout_s);
-    engine.begin_shutdown();
-    const auto deadline = steady_clock::now() + duration_cast<steady_clock::duration>(
-                                                    duration<double>(std::max(0.0, options.shutdown_timeout_s)));
-    auto exit_on_second_signal = [&] {
-      if (g_signals.load() < 2) return;
-      spdlog::warn("second signal: exiting without finishing the requests in flight");
-      spdlog::default_logger()->flush();
-      std::_Exit(128 + sig);
-    };
-    while (!engine.idle() && steady_clock::now() < deadline) {
-      exit_on_second_signal();
-      std::this_thread::sleep_for(tick);
-    }
-    if (!engine.idle()) {
-      spdlog::warn("--shutdown-timeout reached: ending the requests still in flight");
-      engine.abort_all("the server is shutting down: the request was ended at its --shutdown-timeout");
-      // The scheduler ends them after the step under way.
-      while (!engine.idle()) {
-        exit_on_second_signal();
-        std::this_thread::sleep_for(tick);
-      }
-    }
-    // Stops accepting; listen_after_bind() joins the worker threads, so the
-    // responses of finished requests are still written, to clients that read
-    // them within a second.
-    server.stop();
-    const auto stopped = steady_clock::now();
-    while (!listening_done && steady_clock::now() - stopped < seconds(1)) {
-      exit_on_second_signal();
-      std::this_thread::sleep_for(tick);
-    }
-    if (!listening_done) {
-      spdlog::warn("connections still open a second after stopping (clients not reading): exiting");
-      spdlog::default_logger()->flush();
-      std::_Exit(0);
-    }
-  });
+  std::thread watcher([&] { drain_and_stop(engine, server, options, listening_done); });
   const bool ok = server.listen_after_bind();
   listening_done = true;
   watcher.join();
