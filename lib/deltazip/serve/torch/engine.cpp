@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <thread>
 
 #include <torch/torch.h>
@@ -205,7 +206,25 @@ struct Engine::State {
   void finish(const std::shared_ptr<Sequence>& seq, const std::string& reason, const std::string& error = "",
               const ServeError* as = nullptr);
   void fail(const std::shared_ptr<Sequence>& seq, const ServeError& e) { finish(seq, "error", e.what(), &e); }
+  // Under the lock: ends every request with abort_message.
+  void abort_everything();
+  // Under the lock: frees the slots of cancelled requests.
+  void drop_cancelled();
+  // Under the lock: this step's rows, one token for every decoding sequence,
+  // then prompt chunks within what is left of the token budget.
+  void plan_step(StepRows& decode, StepRows& prefill, std::int64_t& prefill_width);
+  // Under the lock: ends the requests the step finished (all of them when it failed).
+  void end_finished(const std::string& error);
   void run_rows(StepRows& rows, std::int64_t width, bool decode);
+  // Rows of one variant side by side: one segment (one SBMM) per variant.
+  StepRows grouped_by_weights(StepRows& rows) const;
+  // A prefill's prompt log-probabilities from every position's logits; the
+  // logits of each row's last position.
+  torch::Tensor emit_prompt_logprobs(const StepRows& rows, const torch::Tensor& logits,
+                                     const std::vector<std::int64_t>& counts);
+  // Samples a row's next token from its logits, emits it and ends the
+  // sequence at an end-of-sequence token or max_tokens.
+  void take_next_token(Sequence& seq, std::span<const float> scores);
   torch::Tensor forward(const StepRows& rows, const torch::Tensor& tokens, const std::vector<std::int64_t>& slots,
                         const std::vector<std::int64_t>& counts, bool all_positions);
 };
@@ -714,10 +733,7 @@ torch::Tensor Engine::State::forward(const StepRows& rows, const torch::Tensor& 
   return torch::cat(parts, 0);
 }
 
-void Engine::State::run_rows(StepRows& rows, std::int64_t width, bool decode) {
-  const auto B = static_cast<std::int64_t>(rows.seqs.size());
-  if (B == 0) return;
-  // Rows of one variant side by side: one segment (one SBMM) per variant.
+StepRows Engine::State::grouped_by_weights(StepRows& rows) const {
   std::vector<std::size_t> order(rows.seqs.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   auto key = [&](std::size_t i) {
@@ -732,6 +748,61 @@ void Engine::State::run_rows(StepRows& rows, std::int64_t width, bool decode) {
     sorted.seqs.push_back(rows.seqs[i]);
     sorted.tokens.push_back(std::move(rows.tokens[i]));
   }
+  return sorted;
+}
+
+torch::Tensor Engine::State::emit_prompt_logprobs(const StepRows& rows, const torch::Tensor& logits,
+                                                  const std::vector<std::int64_t>& counts) {
+  std::vector<torch::Tensor> last;
+  for (std::size_t b = 0; b < rows.seqs.size(); ++b) {
+    auto* seq = rows.seqs[b];
+    const auto n = counts[b];
+    const auto row_logits = logits[static_cast<std::int64_t>(b)];
+    last.push_back(row_logits[n - 1]);
+    if (!seq->request.prompt_logprobs) continue;
+    // Position p predicts prompt token prefilled + p + 1 (the prompt's last predicts the first generated).
+    std::vector<model::TokenLogprobs> entries;
+    const auto& prompt = seq->request.prompt;
+    for (std::int64_t p = 0; p < n && seq->prefilled + p + 1 < static_cast<std::int64_t>(prompt.size()); ++p) {
+      auto row = row_logits[p];
+      entries.push_back(model::token_logprobs({row.data_ptr<float>(), static_cast<std::size_t>(row.size(0))},
+                                              prompt[static_cast<std::size_t>(seq->prefilled + p + 1)],
+                                              static_cast<std::size_t>(seq->request.logprobs)));
+    }
+    seq->emit_prompt(std::move(entries));
+  }
+  return torch::stack(last).contiguous();
+}
+
+void Engine::State::take_next_token(Sequence& seq, std::span<const float> scores) {
+  const auto token = seq.sampler.next(scores);
+  if (seq.generated == 0) {
+    metrics.observe("dz_time_to_first_token_seconds", seconds_since(seq.arrived));
+    metrics.observe("vllm:time_to_first_token_seconds", seconds_since(seq.arrived), vllm_labels());
+  }
+  seq.generated++;
+  if (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
+    seq.done = true;
+    seq.done_reason = "stop";
+    return;
+  }
+  metrics.add("dz_generated_tokens", 1, {{"model", seq.request.model}});
+  metrics.add("vllm:generation_tokens", 1, vllm_labels());
+  std::optional<model::TokenLogprobs> logprobs;
+  if (seq.request.logprobs >= 0)
+    logprobs = model::token_logprobs(scores, token, static_cast<std::size_t>(seq.request.logprobs));
+  seq.emit(token, std::move(logprobs));
+  seq.last_token = token;
+  if (seq.generated >= seq.request.max_tokens) {
+    seq.done = true;
+    seq.done_reason = "length";
+  }
+}
+
+void Engine::State::run_rows(StepRows& rows, std::int64_t width, bool decode) {
+  const auto B = static_cast<std::int64_t>(rows.seqs.size());
+  if (B == 0) return;
+  StepRows sorted = grouped_by_weights(rows);
   auto tokens = torch::zeros({B, width}, torch::kInt64);
   auto* data = tokens.data_ptr<std::int64_t>();
   std::vector<std::int64_t> slots, counts;
@@ -747,55 +818,67 @@ void Engine::State::run_rows(StepRows& rows, std::int64_t width, bool decode) {
                                                     [](const Sequence* s) { return s->request.prompt_logprobs; });
   // Sampling runs on the CPU: the logits come back (on a GPU, this waits for the step).
   auto logits = forward(sorted, tokens.to(base->device()), slots, counts, all_positions).to(torch::kCPU).contiguous();
-  if (all_positions) {
-    std::vector<torch::Tensor> last;
-    for (std::int64_t b = 0; b < B; ++b) {
-      auto* seq = sorted.seqs[static_cast<std::size_t>(b)];
-      const auto n = counts[static_cast<std::size_t>(b)];
-      last.push_back(logits[b][n - 1]);
-      if (!seq->request.prompt_logprobs) continue;
-      // Position p predicts prompt token prefilled + p + 1 (the prompt's last predicts the first generated).
-      std::vector<model::TokenLogprobs> entries;
-      const auto& prompt = seq->request.prompt;
-      for (std::int64_t p = 0; p < n && seq->prefilled + p + 1 < static_cast<std::int64_t>(prompt.size()); ++p) {
-        auto row = logits[b][p];
-        entries.push_back(model::token_logprobs({row.data_ptr<float>(), static_cast<std::size_t>(row.size(0))},
-                                                prompt[static_cast<std::size_t>(seq->prefilled + p + 1)],
-                                                static_cast<std::size_t>(seq->request.logprobs)));
-      }
-      seq->emit_prompt(std::move(entries));
-    }
-    logits = torch::stack(last).contiguous();
-  }
+  if (all_positions) logits = emit_prompt_logprobs(sorted, logits, counts);
   for (std::int64_t b = 0; b < B; ++b) {
     auto* seq = sorted.seqs[static_cast<std::size_t>(b)];
     if (!decode) {
       seq->prefilled += counts[static_cast<std::size_t>(b)];
       if (seq->prefilled < static_cast<std::int64_t>(seq->request.prompt.size())) continue;
     }
-    const float* scores = logits[b].data_ptr<float>();
-    const auto token = seq->sampler.next({scores, static_cast<std::size_t>(logits.size(1))});
-    if (seq->generated == 0) {
-      metrics.observe("dz_time_to_first_token_seconds", seconds_since(seq->arrived));
-      metrics.observe("vllm:time_to_first_token_seconds", seconds_since(seq->arrived), vllm_labels());
+    take_next_token(*seq, {logits[b].data_ptr<float>(), static_cast<std::size_t>(logits.size(1))});
+  }
+}
+
+void Engine::State::abort_everything() {
+  const ServeError ended(503, "service_unavailable", abort_message);
+  for (auto& seq : running) fail(seq, ended);
+  for (auto& seq : waiting) fail(seq, ended);
+  running.clear();
+  waiting.clear();
+  update_gauges();
+}
+
+void Engine::State::drop_cancelled() {
+  for (auto it = running.begin(); it != running.end();) {
+    if ((*it)->cancelled) {
+      finish(*it, "cancelled");
+      it = running.erase(it);
+    } else {
+      ++it;
     }
-    seq->generated++;
-    if (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
-      seq->done = true;
-      seq->done_reason = "stop";
-      continue;
+  }
+}
+
+void Engine::State::plan_step(StepRows& decode, StepRows& prefill, std::int64_t& prefill_width) {
+  for (auto& seq : running)
+    if (seq->prefilled == static_cast<std::int64_t>(seq->request.prompt.size())) {
+      decode.seqs.push_back(seq.get());
+      decode.tokens.push_back({seq->last_token});
     }
-    metrics.add("dz_generated_tokens", 1, {{"model", seq->request.model}});
-    metrics.add("vllm:generation_tokens", 1, vllm_labels());
-    std::optional<model::TokenLogprobs> logprobs;
-    if (seq->request.logprobs >= 0)
-      logprobs = model::token_logprobs({scores, static_cast<std::size_t>(logits.size(1))}, token,
-                                       static_cast<std::size_t>(seq->request.logprobs));
-    seq->emit(token, std::move(logprobs));
-    seq->last_token = token;
-    if (seq->generated >= seq->request.max_tokens) {
-      seq->done = true;
-      seq->done_reason = "length";
+  // At least one token of prompt, so prompts always progress.
+  std::int64_t budget =
+      std::max<std::int64_t>(options.max_tokens_per_step - static_cast<std::int64_t>(decode.seqs.size()), 1);
+  for (auto& seq : running) {
+    const auto remaining = static_cast<std::int64_t>(seq->request.prompt.size()) - seq->prefilled;
+    if (remaining == 0 || budget == 0) continue;
+    const auto chunk = std::min(remaining, budget);
+    budget -= chunk;
+    prefill.seqs.push_back(seq.get());
+    prefill.tokens.emplace_back(seq->request.prompt.begin() + seq->prefilled,
+                                seq->request.prompt.begin() + seq->prefilled + chunk);
+    prefill_width = std::max(prefill_width, chunk);
+  }
+}
+
+void Engine::State::end_finished(const std::string& error) {
+  for (auto it = running.begin(); it != running.end();) {
+    auto& seq = *it;
+    if (!error.empty() || seq->done) {
+      finish(seq, error.empty() ? seq->done_reason : "error", error);
+      it = running.erase(it);
+      dirty = true;  // a slot is free (and in swap mode, perhaps the model)
+    } else {
+      ++it;
     }
   }
 }
@@ -808,48 +891,17 @@ void Engine::State::scheduler_loop() {
     if (stopping) break;
     dirty = false;
     if (!abort_message.empty()) {
-      const ServeError ended(503, "service_unavailable", abort_message);
-      for (auto& seq : running) fail(seq, ended);
-      for (auto& seq : waiting) fail(seq, ended);
-      running.clear();
-      waiting.clear();
-      update_gauges();
+      abort_everything();
       continue;
     }
-    for (auto it = running.begin(); it != running.end();) {
-      if ((*it)->cancelled) {
-        finish(*it, "cancelled");
-        it = running.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    drop_cancelled();
     admit(lock);
     evict_to_budget();
     update_gauges();
     if (running.empty()) continue;
-    // This step: one token for every decoding sequence, then prompt chunks
-    // within what is left of the token budget (at least one token, so
-    // prompts always progress).
     StepRows decode, prefill;
     std::int64_t prefill_width = 0;
-    for (auto& seq : running)
-      if (seq->prefilled == static_cast<std::int64_t>(seq->request.prompt.size())) {
-        decode.seqs.push_back(seq.get());
-        decode.tokens.push_back({seq->last_token});
-      }
-    std::int64_t budget =
-        std::max<std::int64_t>(options.max_tokens_per_step - static_cast<std::int64_t>(decode.seqs.size()), 1);
-    for (auto& seq : running) {
-      const auto remaining = static_cast<std::int64_t>(seq->request.prompt.size()) - seq->prefilled;
-      if (remaining == 0 || budget == 0) continue;
-      const auto chunk = std::min(remaining, budget);
-      budget -= chunk;
-      prefill.seqs.push_back(seq.get());
-      prefill.tokens.emplace_back(seq->request.prompt.begin() + seq->prefilled,
-                                  seq->request.prompt.begin() + seq->prefilled + chunk);
-      prefill_width = std::max(prefill_width, chunk);
-    }
+    plan_step(decode, prefill, prefill_width);
     const auto batch = static_cast<double>(decode.seqs.size() + prefill.seqs.size());
     std::set<const Variant*> stepping;
     for (const auto& seq : running)
@@ -868,16 +920,7 @@ void Engine::State::scheduler_loop() {
     metrics.observe("dz_step_seconds", seconds_since(started));
     metrics.observe("dz_batch_size", batch);
     metrics.observe("dz_batch_variants", static_cast<double>(stepping.size()));
-    for (auto it = running.begin(); it != running.end();) {
-      auto& seq = *it;
-      if (!error.empty() || seq->done) {
-        finish(seq, error.empty() ? seq->done_reason : "error", error);
-        it = running.erase(it);
-        dirty = true;  // a slot is free (and in swap mode, perhaps the model)
-      } else {
-        ++it;
-      }
-    }
+    end_finished(error);
   }
   for (auto& seq : running) finish(seq, "error", "the server stopped");
   for (auto& seq : waiting) finish(seq, "error", "the server stopped");
