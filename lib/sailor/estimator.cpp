@@ -310,88 +310,116 @@ class PlanEstimator {
 
 Estimate estimate_plan(const Plan& plan, const PlannerInputs& in) { return PlanEstimator(plan, in).run(); }
 
-void trace_plan(const Plan& plan, const Estimate& est, ChromeTrace& trace) {
-  const int stages = static_cast<int>(plan.stages.size());
-  const int nb = est.microbatches;
-  trace.set_process_name(1, "one training iteration (simulated, 1F1B)");
-  std::vector<std::vector<PipelineOp>> order;
-  for (int i = 0; i < stages; ++i) order.push_back(one_f_one_b(i, stages, nb));
-  const double us = 1e6;
-  std::vector<std::vector<double>> f_end(static_cast<std::size_t>(stages), std::vector<double>(nb, -1));
-  std::vector<std::vector<double>> b_end = f_end;
-  std::vector<std::size_t> next(static_cast<std::size_t>(stages), 0);
-  std::vector<double> free_at(static_cast<std::size_t>(stages), 0);
+namespace {
+
+// The spans of one simulated 1F1B iteration, per stage: each stage takes
+// its next operation as soon as its input exists, as the estimate assumes.
+class IterationTrace {
+ public:
   struct Span {
     int stage;
     std::string name, cat;
-    double start, dur;
+    double start, dur;  ///< microseconds
   };
-  std::vector<Span> spans;
-  bool progress = true;
-  while (progress) {
-    progress = false;
-    for (int i = 0; i < stages; ++i) {
-      const auto si = static_cast<std::size_t>(i);
-      if (next[si] >= order[si].size()) continue;
-      const PipelineOp op = order[si][next[si]];
-      const bool forward = op.kind == PipelineOp::Kind::kForward;
-      const StageEstimate& se = est.stages[si];
-      const std::string micro = std::to_string(op.micro);
-      const bool has_input = forward ? i > 0 : i + 1 < stages;
-      const double dep = has_input ? (forward ? f_end[si - 1] : b_end[si + 1])[static_cast<std::size_t>(op.micro)] : 0;
-      if (dep < 0) continue;  // its input is not computed yet
-      // The runtime's work for this micro-batch (half before its forward, half before its backward).
-      const double overhead = se.overhead_s / 2 * us;
-      double ready = free_at[si];
-      if (overhead > 0) spans.push_back({i, "runtime " + micro, "overhead", ready, overhead});
-      ready += overhead;
-      // With blocking transfers a stage receives its input itself: from when
-      // both it and the sender are ready until the transfer ends.
-      const double in_us = forward ? (i > 0 ? est.stages[si - 1].send_s / 2 * us : 0) : se.send_s / 2 * us;
-      if (has_input) {
-        if (est.blocking_transfers && in_us > 0) {
-          const double start = std::max(ready, dep);
-          spans.push_back({i, (forward ? "recv act " : "recv grad ") + micro, "send", start, in_us});
-          ready = start + in_us;
-        } else {
-          ready = std::max(ready, dep + in_us);
-        }
-      }
-      const double dur = (forward ? se.forward_s : se.backward_s) * us;
-      (forward ? f_end : b_end)[si][static_cast<std::size_t>(op.micro)] = ready + dur;
-      spans.push_back({i, (forward ? "F" : "B") + micro, forward ? "forward" : "backward", ready, dur});
-      double end = ready + dur;
-      const double out_us =
-          forward ? (i + 1 < stages ? se.send_s / 2 * us : 0) : (i > 0 ? est.stages[si - 1].send_s / 2 * us : 0);
-      if (out_us > 0) {
-        spans.push_back({i, (forward ? "send act " : "send grad ") + micro, "send", end, out_us});
-        if (est.blocking_transfers) end += out_us;  // the sender waits for the transfer too
-      }
-      free_at[si] = end;
-      ++next[si];
-      progress = true;
+
+  explicit IterationTrace(const Estimate& est)
+      : est_(est),
+        stages_(static_cast<int>(est.stages.size())),
+        f_end_(static_cast<std::size_t>(stages_), std::vector<double>(static_cast<std::size_t>(est.microbatches), -1)),
+        b_end_(f_end_),
+        next_(static_cast<std::size_t>(stages_), 0),
+        free_at_(static_cast<std::size_t>(stages_), 0) {
+    for (int i = 0; i < stages_; ++i) order_.push_back(one_f_one_b(i, stages_, est.microbatches));
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (int i = 0; i < stages_; ++i) progress = place_next(i) || progress;
     }
+    add_all_reduce_and_update();
   }
-  for (int i = 0; i < stages; ++i) {
+  const std::vector<Span>& spans() const { return spans_; }
+
+ private:
+  static constexpr double kUs = 1e6;
+
+  // Places stage i's next operation if its input is there; false otherwise.
+  bool place_next(int i) {
     const auto si = static_cast<std::size_t>(i);
-    const StageEstimate& se = est.stages[si];
-    const double end = free_at[si];
-    if (se.allreduce_s > 0) {
-      spans.push_back({i, "all-reduce", "allreduce", std::max(0.0, end - se.backward_s * us), se.allreduce_s * us});
+    if (next_[si] >= order_[si].size()) return false;
+    const PipelineOp op = order_[si][next_[si]];
+    const bool forward = op.kind == PipelineOp::Kind::kForward;
+    const StageEstimate& se = est_.stages[si];
+    const std::string micro = std::to_string(op.micro);
+    const bool has_input = forward ? i > 0 : i + 1 < stages_;
+    const double dep = has_input ? (forward ? f_end_[si - 1] : b_end_[si + 1])[static_cast<std::size_t>(op.micro)] : 0;
+    if (dep < 0) return false;  // its input is not computed yet
+    // The runtime's work for this micro-batch (half before its forward, half before its backward).
+    const double overhead = se.overhead_s / 2 * kUs;
+    double ready = free_at_[si];
+    if (overhead > 0) spans_.push_back({i, "runtime " + micro, "overhead", ready, overhead});
+    ready += overhead;
+    // With blocking transfers a stage receives its input itself: from when
+    // both it and the sender are ready until the transfer ends.
+    const double in_us = forward ? (i > 0 ? est_.stages[si - 1].send_s / 2 * kUs : 0) : se.send_s / 2 * kUs;
+    if (has_input) {
+      if (est_.blocking_transfers && in_us > 0) {
+        const double start = std::max(ready, dep);
+        spans_.push_back({i, (forward ? "recv act " : "recv grad ") + micro, "send", start, in_us});
+        ready = start + in_us;
+      } else {
+        ready = std::max(ready, dep + in_us);
+      }
     }
-    spans.push_back({i, "optimizer step", "update", end + se.allreduce_exposed_s * us, se.update_s * us});
+    const double dur = (forward ? se.forward_s : se.backward_s) * kUs;
+    (forward ? f_end_ : b_end_)[si][static_cast<std::size_t>(op.micro)] = ready + dur;
+    spans_.push_back({i, (forward ? "F" : "B") + micro, forward ? "forward" : "backward", ready, dur});
+    double end = ready + dur;
+    const double out_us =
+        forward ? (i + 1 < stages_ ? se.send_s / 2 * kUs : 0) : (i > 0 ? est_.stages[si - 1].send_s / 2 * kUs : 0);
+    if (out_us > 0) {
+      spans_.push_back({i, (forward ? "send act " : "send grad ") + micro, "send", end, out_us});
+      if (est_.blocking_transfers) end += out_us;  // the sender waits for the transfer too
+    }
+    free_at_[si] = end;
+    ++next_[si];
+    return true;
   }
-  for (int i = 0; i < stages; ++i) {
-    const Stage& s = plan.stages[static_cast<std::size_t>(i)];
+
+  void add_all_reduce_and_update() {
+    for (int i = 0; i < stages_; ++i) {
+      const auto si = static_cast<std::size_t>(i);
+      const StageEstimate& se = est_.stages[si];
+      const double end = free_at_[si];
+      if (se.allreduce_s > 0)
+        spans_.push_back(
+            {i, "all-reduce", "allreduce", std::max(0.0, end - se.backward_s * kUs), se.allreduce_s * kUs});
+      spans_.push_back({i, "optimizer step", "update", end + se.allreduce_exposed_s * kUs, se.update_s * kUs});
+    }
+  }
+
+  const Estimate& est_;
+  int stages_;
+  std::vector<std::vector<PipelineOp>> order_;
+  std::vector<std::vector<double>> f_end_, b_end_;  ///< when each micro-batch's forward/backward ends (-1: not yet)
+  std::vector<std::size_t> next_;
+  std::vector<double> free_at_;
+  std::vector<Span> spans_;
+};
+
+}  // namespace
+
+void trace_plan(const Plan& plan, const Estimate& est, ChromeTrace& trace) {
+  trace.set_process_name(1, "one training iteration (simulated, 1F1B)");
+  const IterationTrace iteration(est);
+  for (std::size_t i = 0; i < plan.stages.size(); ++i) {
+    const Stage& s = plan.stages[i];
     for (std::size_t r = 0; r < s.replicas.size(); ++r) {
-      const int tid = i * 1000 + static_cast<int>(r);
+      const int tid = static_cast<int>(i) * 1000 + static_cast<int>(r);
       trace.set_thread_name(1, tid,
                             "stage " + std::to_string(i) + " replica " + std::to_string(r) + " (" + s.replicas[r].gpu +
                                 " x" + std::to_string(s.tp_of(s.replicas[r])) + ", " + s.replicas[r].zone + ")",
                             tid);
-      for (const Span& sp : spans) {
-        if (sp.stage == i) trace.add_complete(1, tid, sp.name, sp.cat, sp.start, sp.dur);
-      }
+      for (const auto& sp : iteration.spans())
+        if (sp.stage == static_cast<int>(i)) trace.add_complete(1, tid, sp.name, sp.cat, sp.start, sp.dur);
     }
   }
 }
