@@ -32,25 +32,24 @@ void add_scoring_options(CLI::App* command, Command& c, std::vector<std::string>
   fleet::add_json_flag(command, &c.json);
 }
 
-}  // namespace
-#endif
+namespace dz = fleet::deltazip;
 
-int main(int argc, char** argv) {
-  fleet::Tool tool("dz-compress",
-                   "Compress a fine-tuned model as a sparse, low-bit delta from its base model, and reconstruct it; "
-                   "measure models (perplexity, task accuracy).");
-  tool.set_version_details(fleet::devices::version_details);
-#if FLEET_WITH_TORCH
-  namespace dz = fleet::deltazip;
+// What the subcommands fill from the command line; lives until the tool runs.
+struct Commands {
   dz::CompressCommand compress;
   bool compress_json = false;
-  CLI::App* cc = tool.add_command("compress", "Compress TARGET as a sparse low-bit delta from BASE into one HDF5 file",
-                                  [&] { return dz::run_compress(compress, compress_json); });
-  cc->add_option("--base", compress.base, "Base model folder")->required();
-  cc->add_option("--target", compress.target, "Fine-tuned model folder (same architecture and shapes)")->required();
-  cc->add_option("-o,--output", compress.output, "Delta container to write (.h5)")
-      ->transform(fleet::output_path())
-      ->required();
+  dz::DecompressCommand decompress;
+  dz::InspectCommand inspect;
+  fleet::model::CompareCommand compare;
+  std::string base_dir, target_dir, reconstructed_dir;
+  std::vector<std::string> compare_text;
+  fleet::model::EvalCommand eval;
+  std::vector<std::string> eval_text;
+};
+
+// The form of each compressed matrix (bits, sparsity, grid, groups), or a
+// size budget that chooses it per layer.
+void add_form_options(CLI::App* cc, dz::CompressCommand& compress) {
   CLI::Option* bits_option = cc->add_option("--bits", compress.bits,
                                             "Bits per kept weight: 1 (sign x scale), 2, 3, 4 or 8 (--grid ternary: 2)")
                                  ->capture_default_str()
@@ -74,7 +73,7 @@ int main(int argc, char** argv) {
   CLI::Option* max_bytes_option =
       cc->add_option("--max-bytes", compress.max_bytes, "Size budget in bytes for the whole file (as --target-ratio)")
           ->check(fleet::in_range(1, 1e18));
-  cc->parse_complete_callback([&, bits_option, ratio_option, max_bytes_option] {
+  cc->parse_complete_callback([cc, &compress, bits_option, ratio_option, max_bytes_option] {
     // Ternary levels are 2-bit codes: no need to say so twice.
     if (compress.grid == "ternary" && bits_option->count() == 0) compress.bits = 2;
     if (ratio_option->count() + max_bytes_option->count() == 0) return;
@@ -84,6 +83,18 @@ int main(int argc, char** argv) {
         throw CLI::ValidationError(std::string(fixed) +
                                    " fixes what a size budget chooses per layer; give one or the other");
   });
+}
+
+void add_compress(fleet::Tool& tool, Commands& c) {
+  dz::CompressCommand& compress = c.compress;
+  CLI::App* cc = tool.add_command("compress", "Compress TARGET as a sparse low-bit delta from BASE into one HDF5 file",
+                                  [&c] { return dz::run_compress(c.compress, c.compress_json); });
+  cc->add_option("--base", compress.base, "Base model folder")->required();
+  cc->add_option("--target", compress.target, "Fine-tuned model folder (same architecture and shapes)")->required();
+  cc->add_option("-o,--output", compress.output, "Delta container to write (.h5)")
+      ->transform(fleet::output_path())
+      ->required();
+  add_form_options(cc, compress);
   cc->add_flag("--act-order", compress.act_order, "Process columns by descending Hessian diagonal");
   cc->add_option("--damp", compress.damp, "Diagonal damping, fraction of the mean diagonal")
       ->capture_default_str()
@@ -116,49 +127,62 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   fleet::add_threads_option(cc, &compress.threads);
   cc->add_flag("--force", compress.force, "Replace an existing output");
-  fleet::add_json_flag(cc, &compress_json);
+  fleet::add_json_flag(cc, &c.compress_json);
+}
 
-  dz::DecompressCommand decompress;
+void add_decompress_and_inspect(fleet::Tool& tool, Commands& c) {
   CLI::App* dc = tool.add_command("decompress", "Rebuild the fine-tuned model folder from BASE and a delta",
-                                  [&] { return dz::run_decompress(decompress); });
-  dc->add_option("delta", decompress.delta, "Delta container")->required();
-  dc->add_option("--base", decompress.base, "Base model folder (must be the one the delta was made from)")->required();
-  dc->add_option("-o,--output", decompress.output, "Model folder to write")
+                                  [&c] { return dz::run_decompress(c.decompress); });
+  dc->add_option("delta", c.decompress.delta, "Delta container")->required();
+  dc->add_option("--base", c.decompress.base, "Base model folder (must be the one the delta was made from)")
+      ->required();
+  dc->add_option("-o,--output", c.decompress.output, "Model folder to write")
       ->transform(fleet::output_path())
       ->required();
-  dc->add_flag("--force", decompress.force, "Replace a non-empty output folder");
+  dc->add_flag("--force", c.decompress.force, "Replace a non-empty output folder");
 
-  dz::InspectCommand inspect;
   CLI::App* ic = tool.add_command("inspect", "Sizes, bits per weight, ratios, settings and base identity of a delta",
-                                  [&] { return dz::run_inspect(inspect); });
-  ic->add_option("delta", inspect.delta, "Delta container")->required();
-  fleet::add_json_flag(ic, &inspect.json);
+                                  [&c] { return dz::run_inspect(c.inspect); });
+  ic->add_option("delta", c.inspect.delta, "Delta container")->required();
+  fleet::add_json_flag(ic, &c.inspect.json);
+}
 
-  fleet::model::CompareCommand compare;
-  std::string base_dir, target_dir, reconstructed_dir;
-  std::vector<std::string> compare_text;
+void add_scoring_commands(fleet::Tool& tool, Commands& c) {
   CLI::App* cmp =
-      tool.add_command("compare", "Perplexity and task accuracy of base, fine-tune and reconstruction", [&] {
-        compare.models = {{"base", base_dir}, {"target", target_dir}, {"reconstructed", reconstructed_dir}};
-        for (const auto& t : compare_text) compare.text.emplace_back(t);
-        return fleet::model::run_compare(compare);
+      tool.add_command("compare", "Perplexity and task accuracy of base, fine-tune and reconstruction", [&c] {
+        c.compare.models = {{"base", c.base_dir}, {"target", c.target_dir}, {"reconstructed", c.reconstructed_dir}};
+        for (const auto& t : c.compare_text) c.compare.text.emplace_back(t);
+        return fleet::model::run_compare(c.compare);
       });
-  cmp->add_option("--base", base_dir, "Base model folder")->required();
-  cmp->add_option("--target", target_dir, "Fine-tuned model folder")->required();
-  cmp->add_option("--reconstructed", reconstructed_dir, "Folder written by decompress")->required();
-  add_scoring_options(cmp, compare, compare_text);
+  cmp->add_option("--base", c.base_dir, "Base model folder")->required();
+  cmp->add_option("--target", c.target_dir, "Fine-tuned model folder")->required();
+  cmp->add_option("--reconstructed", c.reconstructed_dir, "Folder written by decompress")->required();
+  add_scoring_options(cmp, c.compare, c.compare_text);
 
-  fleet::model::EvalCommand eval;
-  std::vector<std::string> text;
-  CLI::App* eval_cmd = tool.add_command("eval", "Perplexity on text and exact-match accuracy on synthetic tasks", [&] {
-    for (const auto& t : text) eval.text.emplace_back(t);
-    return fleet::model::run_eval(eval);
+  CLI::App* eval_cmd = tool.add_command("eval", "Perplexity on text and exact-match accuracy on synthetic tasks", [&c] {
+    for (const auto& t : c.eval_text) c.eval.text.emplace_back(t);
+    return fleet::model::run_eval(c.eval);
   });
-  eval_cmd->add_option("--model", eval.model, "Model folder (Hugging Face layout)")->required();
-  eval_cmd->add_option("--dtype", eval.dtype,
+  eval_cmd->add_option("--model", c.eval.model, "Model folder (Hugging Face layout)")->required();
+  eval_cmd->add_option("--dtype", c.eval.dtype,
                        "Compute dtype: float32 or bfloat16 (default: float32 on the CPU, "
                        "bfloat16 on a GPU)");
-  add_scoring_options(eval_cmd, eval, text);
+  add_scoring_options(eval_cmd, c.eval, c.eval_text);
+}
+
+}  // namespace
+#endif
+
+int main(int argc, char** argv) {
+  fleet::Tool tool("dz-compress",
+                   "Compress a fine-tuned model as a sparse, low-bit delta from its base model, and reconstruct it; "
+                   "measure models (perplexity, task accuracy).");
+  tool.set_version_details(fleet::devices::version_details);
+#if FLEET_WITH_TORCH
+  Commands commands;
+  add_compress(tool, commands);
+  add_decompress_and_inspect(tool, commands);
+  add_scoring_commands(tool, commands);
 #endif
   return tool.run(argc, argv);
 }
