@@ -7,20 +7,21 @@
 #include "dz-serve/bench_command.h"
 #include "fleet/config.h"
 
-int main(int argc, char** argv) {
-  fleet::Tool tool("dz-serve",
-                   "Serve many compressed fine-tunes (deltas written by dz-compress) of one resident base model at "
-                   "once over an OpenAI-compatible HTTP API, and load-test such a server.");
-  tool.set_version_details(fleet::devices::version_details);
-  namespace dz = fleet::deltazip;
+namespace {
+
+namespace dz = fleet::deltazip;
+
 #if FLEET_WITH_TORCH
+// What `serve` fills from the command line; lives until the tool runs.
+struct ServeArgs {
   dz::ServeCommand serve;
   std::string base;
-  CLI::App* sc =
-      tool.add_command("serve", "Start the server (SIGTERM or Ctrl-C: finish requests in flight, then stop)", [&] {
-        serve.engine.base = base;
-        return dz::run_serve(serve);
-      });
+};
+
+// The model, its variants and the HTTP side of the server.
+void add_server_options(CLI::App* sc, ServeArgs& args) {
+  dz::ServeCommand& serve = args.serve;
+  std::string& base = args.base;
   sc->add_option("--base", base, "Base model folder (Hugging Face layout, with tokenizer.json)")->required();
   sc->add_option("--base-name", serve.engine.base_name,
                  "Model name of the base in the API (default: the folder's name)");
@@ -38,6 +39,10 @@ int main(int argc, char** argv) {
       ->check(fleet::in_range(0, 65535));
   sc->add_option("--port-file", serve.http.port_file, "Write the bound port into this file once listening")
       ->transform(fleet::output_path());
+}
+
+// The engine: its mode, batching, memory and device.
+void add_engine_options(CLI::App* sc, dz::ServeCommand& serve) {
   sc->add_option("--mode", serve.mode,
                  "delta (base + packed deltas, mixed batches), swap (one reconstructed fine-tune resident at a "
                  "time) or full (every variant resident as a full model)")
@@ -90,14 +95,31 @@ int main(int argc, char** argv) {
                  "cpu, cuda (a GPU, in a build with CUDA libtorch; delta mode runs the CUDA SBMM kernel) or auto")
       ->capture_default_str();
   fleet::add_threads_option(sc, &serve.threads);
+}
+
+void add_serve(fleet::Tool& tool, ServeArgs& args) {
+  CLI::App* sc =
+      tool.add_command("serve", "Start the server (SIGTERM or Ctrl-C: finish requests in flight, then stop)", [&args] {
+        args.serve.engine.base = args.base;
+        return dz::run_serve(args.serve);
+      });
+  add_server_options(sc, args);
+  add_engine_options(sc, args.serve);
+}
 #endif
 
+// What `bench` fills from the command line; lives until the tool runs.
+struct BenchArgs {
   dz::BenchCommand bench;
-  bool bench_json = false;
+  bool json = false;
+};
+
+void add_bench(fleet::Tool& tool, BenchArgs& args) {
+  dz::BenchCommand& bench = args.bench;
   CLI::App* bc = tool.add_command("bench",
                                   "Open-loop load test of a running server: Poisson arrivals, streamed "
                                   "completions; throughput, TTFT and latency percentiles",
-                                  [&] { return dz::run_bench(bench, bench_json); });
+                                  [&args] { return dz::run_bench(args.bench, args.json); });
   bc->add_option("--url", bench.url, "Server address, http://HOST:PORT")->capture_default_str();
   bc->add_option("--variants", bench.variants, "Model names to request; popularity rank is the order given")
       ->required()
@@ -122,6 +144,21 @@ int main(int argc, char** argv) {
   bc->add_option("--max-in-flight", bench.max_in_flight, "Outstanding requests before arrivals count as errors")
       ->capture_default_str()
       ->check(fleet::in_range(1, 1e5));
-  fleet::add_json_flag(bc, &bench_json);
+  fleet::add_json_flag(bc, &args.json);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  fleet::Tool tool("dz-serve",
+                   "Serve many compressed fine-tunes (deltas written by dz-compress) of one resident base model at "
+                   "once over an OpenAI-compatible HTTP API, and load-test such a server.");
+  tool.set_version_details(fleet::devices::version_details);
+#if FLEET_WITH_TORCH
+  ServeArgs serve;
+  add_serve(tool, serve);
+#endif
+  BenchArgs bench;
+  add_bench(tool, bench);
   return tool.run(argc, argv);
 }
