@@ -62,6 +62,8 @@ int run_status(const JobAddress& c) {
 
 namespace {
 
+using namespace fleet::sailor::runtime;
+
 // What every plan of an elastic job optimises and must meet (the first and
 // each re-plan); a change that leaves no plan within them stops the job.
 void add_plan_bounds(CLI::App* cmd, sailor::runtime::LaunchCommand& c) {
@@ -78,14 +80,11 @@ void add_plan_bounds(CLI::App* cmd, sailor::runtime::LaunchCommand& c) {
       ->check(CLI::Range(0.0, 1e15));
 }
 
-}  // namespace
-
-void add_launch_commands(Tool& tool, LaunchCommands& c) {
-  using namespace fleet::sailor::runtime;
+void add_launch(Tool& tool, LaunchCommands& c) {
   auto& launch = c.launch;
   CLI::App* cmd = tool.add_command(
       "launch", "Start the workers of a job on this machine: sailor-run launch --nprocs N -- train ...",
-      [&] { return launch.elastic_inputs.empty() ? run_launch(launch) : run_elastic_launch(launch); });
+      [&c] { return c.launch.elastic_inputs.empty() ? run_launch(c.launch) : run_elastic_launch(c.launch); });
   cmd->add_option("--nprocs", launch.nprocs, "Workers to start (default: as many as --plan needs)")
       ->check(in_range(1, 1024));
   cmd->add_option("--plan", launch.plan, "Plan to hand to every worker as --plan")->check(CLI::ExistingFile);
@@ -111,7 +110,9 @@ void add_launch_commands(Tool& tool, LaunchCommands& c) {
       ->check(in_range(0.5, 1e6));
   add_plan_bounds(cmd, launch);
   cmd->add_option("worker", launch.arguments, "The workers' sailor-run command, after --")->required();
+}
 
+void add_controller(Tool& tool, LaunchCommands& c) {
   auto& ctl = c.controller;
   ctl.external_workers = true;
   ctl.master_port = 29400;
@@ -119,7 +120,7 @@ void add_launch_commands(Tool& tool, LaunchCommands& c) {
       tool.add_command("controller",
                        "Coordinate an elastic job whose workers start elsewhere (srun steps running `train` with "
                        "SAILOR_CONTROL=HOST:PORT): register them, plan, re-plan when they are lost or join",
-                       [&] { return run_elastic_launch(ctl); });
+                       [&c] { return run_elastic_launch(c.controller); });
   controller->add_option("--elastic", ctl.elastic_inputs, "Planner inputs folder to plan and re-plan with")
       ->required()
       ->check(CLI::ExistingDirectory);
@@ -148,18 +149,28 @@ void add_launch_commands(Tool& tool, LaunchCommands& c) {
       ->add_option("--metrics", ctl.metrics,
                    "The workers' --metrics file (shared file system): reconfiguration records go there too")
       ->transform(output_path());
+}
 
+void add_join_and_status(Tool& tool, LaunchCommands& c) {
   CLI::App* join = tool.add_command("join", "Ask a running elastic job (launch --elastic) for more workers",
-                                    [&] { return run_join(c.job); });
+                                    [&c] { return run_join(c.job); });
   join->add_option("--controller", c.job.address, "HOST:PORT the elastic launcher printed")->required();
   join->add_option("--workers", c.job.join_workers, "Workers to add on the launcher's machine")
       ->capture_default_str()
       ->check(in_range(1, 1024));
 
   CLI::App* status = tool.add_command("status", "Print a running elastic job's generation, plan and members",
-                                      [&] { return run_status(c.job); });
+                                      [&c] { return run_status(c.job); });
   status->add_option("--controller", c.job.address, "HOST:PORT the elastic launcher printed")->required();
   add_json_flag(status, &c.job.json);
+}
+
+}  // namespace
+
+void add_launch_commands(Tool& tool, LaunchCommands& c) {
+  add_launch(tool, c);
+  add_controller(tool, c);
+  add_join_and_status(tool, c);
 }
 
 }  // namespace fleet

@@ -95,8 +95,22 @@ int run_network_profile(const NetworkProfileCommand& c, bool json) {
 
 }  // namespace sailor::runtime
 
-void add_train_commands(Tool& tool, TrainCommands& c) {
-  using namespace fleet::sailor::runtime;
+namespace {
+
+using namespace fleet::sailor::runtime;
+
+// The optimizer and its schedule.
+void add_optimizer_options(CLI::App* train_cmd, fleet::model::TrainOptions& o) {
+  add_number_option(train_cmd, "--lr", o.lr, "Peak learning rate", 1e-12, 10);
+  add_number_option(train_cmd, "--min-lr-ratio", o.min_lr_ratio, "Final learning rate as a fraction of --lr", 0, 1);
+  add_number_option(train_cmd, "--warmup", o.warmup_steps, "Linear warm-up steps", 0, 1e9);
+  add_number_option(train_cmd, "--adam-eps", o.eps, "AdamW epsilon", 1e-30, 1);
+  add_number_option(train_cmd, "--weight-decay", o.weight_decay, "AdamW weight decay (matrices only)", 0, 10);
+  add_number_option(train_cmd, "--clip-norm", o.clip_norm, "Clip the gradient norm to this (0: off)", 0, 1e9);
+  add_number_option(train_cmd, "--seed", o.seed, "Seed of the batch sampling", 0, 9.2e18);
+}
+
+void add_train(Tool& tool, TrainCommands& c) {
   auto& train = c.train;
   auto& job = train.job;
   auto& o = job.options;
@@ -127,13 +141,7 @@ void add_train_commands(Tool& tool, TrainCommands& c) {
   add_number_option(train_cmd, "--seq-len", o.seq_len, "Tokens per sequence", 2, 1e6);
   add_number_option(train_cmd, "--grad-accumulation", o.grad_accumulation,
                     "Micro-batches per step and replica (global batch = ranks x batch size x this)", 1, 1e6);
-  add_number_option(train_cmd, "--lr", o.lr, "Peak learning rate", 1e-12, 10);
-  add_number_option(train_cmd, "--min-lr-ratio", o.min_lr_ratio, "Final learning rate as a fraction of --lr", 0, 1);
-  add_number_option(train_cmd, "--warmup", o.warmup_steps, "Linear warm-up steps", 0, 1e9);
-  add_number_option(train_cmd, "--adam-eps", o.eps, "AdamW epsilon", 1e-30, 1);
-  add_number_option(train_cmd, "--weight-decay", o.weight_decay, "AdamW weight decay (matrices only)", 0, 10);
-  add_number_option(train_cmd, "--clip-norm", o.clip_norm, "Clip the gradient norm to this (0: off)", 0, 1e9);
-  add_number_option(train_cmd, "--seed", o.seed, "Seed of the batch sampling", 0, 9.2e18);
+  add_optimizer_options(train_cmd, o);
   train_cmd
       ->add_option("--data-mode", o.data_mode,
                    "stream: random windows of the concatenated files; lines: one sequence per line")
@@ -148,7 +156,9 @@ void add_train_commands(Tool& tool, TrainCommands& c) {
       ->capture_default_str();
   add_threads_option(train_cmd, &train.threads);
   add_json_flag(train_cmd, &train.json);
+}
 
+void add_profile(Tool& tool, TrainCommands& c) {
   auto& profile = c.profile;
   CLI::App* profile_cmd = tool.add_command(
       "profile", "Measure per-layer forward/backward/update times and activation memory for sailor-plan",
@@ -174,7 +184,9 @@ void add_train_commands(Tool& tool, TrainCommands& c) {
       ->transform(output_path());
   add_threads_option(profile_cmd, &profile.threads);
   add_json_flag(profile_cmd, &c.profile_json);
+}
 
+void add_profile_net(Tool& tool, TrainCommands& c) {
   auto& net = c.net;
   CLI::App* net_cmd =
       tool.add_command("profile-net", "On 2+ ranks: fit the point-to-point bandwidth curve and write a cluster.json",
@@ -193,6 +205,14 @@ void add_train_commands(Tool& tool, TrainCommands& c) {
       ->transform(output_path())
       ->required();
   add_json_flag(net_cmd, &c.net_json);
+}
+
+}  // namespace
+
+void add_train_commands(Tool& tool, TrainCommands& c) {
+  add_train(tool, c);
+  add_profile(tool, c);
+  add_profile_net(tool, c);
 }
 
 }  // namespace fleet
