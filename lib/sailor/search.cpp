@@ -531,88 +531,114 @@ class Searcher {
     }
   }
 
-  void search_config(int mbs, const std::vector<int>& tps, const std::vector<int>& config, int spill) {
+  // How many replicas a configuration may have: [lo, hi].
+  struct ReplicaRange {
+    int lo = 1, hi = 0;
+  };
+
+  // The replica counts worth trying for a configuration, or nothing when a
+  // pool cannot hold its stages (memory, or another spill pool is roomier).
+  std::optional<ReplicaRange> replica_range(int mbs, const std::vector<int>& tps, const std::vector<int>& config,
+                                            int spill) {
     std::map<int, int> stages_on_pool;
-    int gpus_per_replica = 0;  // one replica of every stage
     for (int p : config) {
-      if (!usable(p, mbs, tp_of(tps, p))) return;
+      if (!usable(p, mbs, tp_of(tps, p))) return std::nullopt;
       ++stages_on_pool[p];
-      gpus_per_replica += tp_of(tps, p);
     }
-    if (spill >= 0 && !usable(spill, mbs, tp_of(tps, spill))) return;
-    const int stages = static_cast<int>(config.size());
+    if (spill >= 0 && !usable(spill, mbs, tp_of(tps, spill))) return std::nullopt;
     // More replicas than micro-batches idle.
     const int batch_limit = (in_.job.global_batch + mbs - 1) / mbs;
     int dp_own = std::numeric_limits<int>::max();  // replicas every stage's own pool can host
     for (const auto& [p, n] : stages_on_pool)
       dp_own = std::min(dp_own, groups_in_pool(pools_[static_cast<std::size_t>(p)], tp_of(tps, p)) / n);
-    int dp_min = 1, dp_max = std::min(dp_own, batch_limit);
+    ReplicaRange r{1, std::min(dp_own, batch_limit)};
     if (spill >= 0) {
-      if (!every_plan() && !roomiest_spill_pool(mbs, tps, stages_on_pool, dp_own, spill)) return;
+      if (!every_plan() && !roomiest_spill_pool(mbs, tps, stages_on_pool, dp_own, spill)) return std::nullopt;
       // Spilling only adds plans with more replicas than the own pools host.
-      dp_min = dp_own + 1;
-      dp_max = std::min(spill_capacity(tps, config, spill), batch_limit);
+      r.lo = dp_own + 1;
+      r.hi = std::min(spill_capacity(tps, config, spill), batch_limit);
     }
     if (opt_.max_gpus > 0) {
       // A row's GPUs: each stage at the fewer of its own and the spill pool's TP degrees.
       int fewest = 0;
       for (int p : config) fewest += spill >= 0 ? std::min(tp_of(tps, p), tp_of(tps, spill)) : tp_of(tps, p);
-      dp_max = std::min(dp_max, opt_.max_gpus / fewest);
+      r.hi = std::min(r.hi, opt_.max_gpus / fewest);
     }
-    if (dp_max < dp_min) return;
-    auto placed = [&](int dp, const std::vector<int>& bounds) -> std::optional<Plan> {
-      auto plan = place(mbs, tps, dp, config, bounds, spill);
-      if (plan && opt_.max_gpus > 0 && plan->gpus() > opt_.max_gpus) return std::nullopt;
-      return plan;
-    };
+    if (r.hi < r.lo) return std::nullopt;
+    return r;
+  }
 
-    auto prefix_for = [&](int p) { return &prefix_times(p, mbs, tp_of(tps, p)); };
-    auto busy_w = [&](int p) {
-      const GpuPower& power = in_.cluster.gpu_types.at(pools_[static_cast<std::size_t>(p)].gpu).power;
-      return tp_of(tps, p) * (power.busy_watts - power.idle_watts);
+  // The plan of `dp` replicas and these layer bounds, if it places within --max-gpus.
+  std::optional<Plan> placed(int mbs, const std::vector<int>& tps, int dp, const std::vector<int>& config,
+                             const std::vector<int>& bounds, int spill) {
+    auto plan = place(mbs, tps, dp, config, bounds, spill);
+    if (plan && opt_.max_gpus > 0 && plan->gpus() > opt_.max_gpus) return std::nullopt;
+    return plan;
+  }
+
+  // A stage on pool p (and, spilling, on `spill_pool` too): its layer times and busy power.
+  StageKinds kinds_of(int mbs, const std::vector<int>& tps, int p, int spill_pool) {
+    auto prefix_for = [&](int q) { return &prefix_times(q, mbs, tp_of(tps, q)); };
+    auto busy_w = [&](int q) {
+      const GpuPower& power = in_.cluster.gpu_types.at(pools_[static_cast<std::size_t>(q)].gpu).power;
+      return tp_of(tps, q) * (power.busy_watts - power.idle_watts);
     };
-    auto kinds_of = [&](int p, int spill_pool) {
-      return spill_pool < 0 ? StageKinds{prefix_for(p), nullptr, busy_w(p), 0}
-                            : StageKinds{prefix_for(p), prefix_for(spill_pool), busy_w(p), busy_w(spill_pool)};
-    };
+    return spill_pool < 0 ? StageKinds{prefix_for(p), nullptr, busy_w(p), 0}
+                          : StageKinds{prefix_for(p), prefix_for(spill_pool), busy_w(p), busy_w(spill_pool)};
+  }
+
+  void search_config(int mbs, const std::vector<int>& tps, const std::vector<int>& config, int spill) {
+    const auto range = replica_range(mbs, tps, config, spill);
+    if (!range) return;
     if (mode_ == Mode::kEnumerate) {
-      for_each_split(stages, [&](const std::vector<int>& bounds) {
-        for (int dp = dp_min; dp <= dp_max; ++dp) {
-          if (auto plan = placed(dp, bounds)) consider(*plan);
+      for_each_split(static_cast<int>(config.size()), [&](const std::vector<int>& bounds) {
+        for (int dp = range->lo; dp <= range->hi; ++dp) {
+          if (auto plan = placed(mbs, tps, dp, config, bounds, spill)) consider(*plan);
         }
       });
       return;
     }
     if (mode_ == Mode::kBranchAndBound) {
-      // Bounds that hold at every D: with a spill pool a stage may run on
-      // either pool's GPUs (even on the spill pool's alone), so it is taken
-      // at the quicker and cheaper of the two, and its transfers are left
-      // out (a spilled replica's link may be faster).
-      std::vector<StageKinds> kinds;
-      for (int p : config) kinds.push_back(kinds_of(p, spill));
-      const RateFloor rates = rate_floor(kinds, config, tps, spill);
-      for_each_split(stages, [&](const std::vector<int>& bounds) {
-        if (spill < 0 && !states_fit(tps, config, bounds)) return;
-        int lo = dp_min, hi = dp_max;
-        const PipelineBound b = bound_of_split(kinds, bounds, mbs, config, tps, /*optimistic=*/true);
-        if (!admissible_replicas(mbs, b, rates, lo, hi)) return;
-        for (int dp = lo; dp <= hi; ++dp) {
-          int d_lo = dp, d_hi = dp;  // the incumbents improve as the walk goes: check again
-          if (!admissible_replicas(mbs, b, rates, d_lo, d_hi)) continue;
-          if (auto plan = placed(dp, bounds)) consider(*plan);
-        }
-      });
+      branch_and_bound(mbs, tps, config, spill, *range);
       return;
     }
+    search_balanced(mbs, tps, config, spill, *range);
+  }
 
+  // Every split, with the replica counts the bounds admit at it. Bounds that
+  // hold at every D: with a spill pool a stage may run on either pool's GPUs
+  // (even on the spill pool's alone), so it is taken at the quicker and
+  // cheaper of the two, and its transfers are left out (a spilled replica's
+  // link may be faster).
+  void branch_and_bound(int mbs, const std::vector<int>& tps, const std::vector<int>& config, int spill,
+                        ReplicaRange range) {
+    std::vector<StageKinds> kinds;
+    for (int p : config) kinds.push_back(kinds_of(mbs, tps, p, spill));
+    const RateFloor rates = rate_floor(kinds, config, tps, spill);
+    for_each_split(static_cast<int>(config.size()), [&](const std::vector<int>& bounds) {
+      if (spill < 0 && !states_fit(tps, config, bounds)) return;
+      int lo = range.lo, hi = range.hi;
+      const PipelineBound b = bound_of_split(kinds, bounds, mbs, config, tps, /*optimistic=*/true);
+      if (!admissible_replicas(mbs, b, rates, lo, hi)) return;
+      for (int dp = lo; dp <= hi; ++dp) {
+        int d_lo = dp, d_hi = dp;  // the incumbents improve as the walk goes: check again
+        if (!admissible_replicas(mbs, b, rates, d_lo, d_hi)) continue;
+        if (auto plan = placed(mbs, tps, dp, config, bounds, spill)) consider(*plan);
+      }
+    });
+  }
+
+  // The heuristic: the balanced split, its replica counts walked from the
+  // objective's good end, then single layers moved across boundaries.
+  void search_balanced(int mbs, const std::vector<int>& tps, const std::vector<int>& config, int spill,
+                       ReplicaRange range) {
     // Which stages spill at the largest D (later stages of a pool run short first).
-    const std::vector<bool> spills = spilling_stages(tps, config, spill, dp_max);
+    const std::vector<bool> spills = spilling_stages(tps, config, spill, range.hi);
     std::vector<StageKinds> prefix;
-    for (std::size_t i = 0; i < config.size(); ++i) {
-      prefix.push_back(kinds_of(config[i], spills[i] ? spill : -1));
-    }
+    for (std::size_t i = 0; i < config.size(); ++i)
+      prefix.push_back(kinds_of(mbs, tps, config[i], spills[i] ? spill : -1));
     const RateFloor rates = rate_floor(prefix, config, tps, spill);
-    if (!admissible_replicas(mbs, bound_before_split(prefix), rates, dp_min, dp_max)) {
+    if (!admissible_replicas(mbs, bound_before_split(prefix), rates, range.lo, range.hi)) {
       ++stats_.bound_pruned;
       return;
     }
@@ -621,21 +647,30 @@ class Searcher {
       ++stats_.memory_rejected;
       return;
     }
-    if (!admissible_replicas(mbs, bound_of_split(prefix, bounds, mbs, config, tps, spill >= 0), rates, dp_min,
-                             dp_max)) {
+    if (!admissible_replicas(mbs, bound_of_split(prefix, bounds, mbs, config, tps, spill >= 0), rates, range.lo,
+                             range.hi)) {
       ++stats_.bound_pruned;
       return;
     }
-
-    // Throughput: from many replicas to few; cost: from few to many. Plans
-    // outside the bounds are passed over (a budget cuts the many-replica end,
-    // a speed floor the few-replica end); the walk stops once a plan within
-    // them ranks below the best within them (the objective is unimodal in D).
-    std::optional<Estimate> best;
     int best_dp = 0;
-    for (int step = 0; step <= dp_max - dp_min; ++step) {
-      const int dp = opt_.objective == Objective::kThroughput ? dp_max - step : dp_min + step;  // cost, energy: up
-      auto plan = placed(dp, bounds);
+    const std::optional<Estimate> best = walk_replicas(mbs, tps, config, spill, bounds, range, best_dp);
+    // Configurations that mix GPU types in a stage keep the balanced split:
+    // refining them too costs 3x the search time and found no better plan
+    // on the benchmark's clusters.
+    if (best && config.size() > 1 && spill < 0) refine(mbs, tps, best_dp, config, spill, bounds, *best);
+  }
+
+  // Throughput: from many replicas to few; cost: from few to many. Plans
+  // outside the bounds are passed over (a budget cuts the many-replica end,
+  // a speed floor the few-replica end); the walk stops once a plan within
+  // them ranks below the best within them (the objective is unimodal in D).
+  // The best plan's estimate, its replica count in `best_dp`.
+  std::optional<Estimate> walk_replicas(int mbs, const std::vector<int>& tps, const std::vector<int>& config, int spill,
+                                        const std::vector<int>& bounds, ReplicaRange range, int& best_dp) {
+    std::optional<Estimate> best;
+    for (int step = 0; step <= range.hi - range.lo; ++step) {
+      const int dp = opt_.objective == Objective::kThroughput ? range.hi - step : range.lo + step;  // cost, energy: up
+      auto plan = placed(mbs, tps, dp, config, bounds, spill);
       if (!plan) continue;
       const std::uint64_t unpriced = stats_.unpriced_links;
       auto e = consider(*plan);
@@ -651,25 +686,22 @@ class Searcher {
       if (!within_bounds(*e)) {
         // Past a speed floor going down, or a budget going up, nothing later
         // meets it (throughput falls with D, cost per iteration grows with it).
-        if (opt_.objective == Objective::kThroughput
-                ? opt_.min_throughput > 0 && e->iterations_per_s < opt_.min_throughput
-                : (opt_.max_cost_per_iteration > 0 && e->usd_per_iteration() > opt_.max_cost_per_iteration) ||
-                      (opt_.max_energy_per_iteration > 0 && e->energy_j > opt_.max_energy_per_iteration)) {
-          break;
-        }
+        if (past_the_bounds(*e)) break;
         continue;
       }
-      if (!best || better(*e, *best, opt_.objective)) {
-        best = e;
-        best_dp = dp;
-      } else {
-        break;
-      }
+      if (best && !better(*e, *best, opt_.objective)) break;
+      best = e;
+      best_dp = dp;
     }
-    // Configurations that mix GPU types in a stage keep the balanced split:
-    // refining them too costs 3x the search time and found no better plan
-    // on the benchmark's clusters.
-    if (best && stages > 1 && spill < 0) refine(mbs, tps, best_dp, config, spill, bounds, *best);
+    return best;
+  }
+
+  // True when a plan outside the bounds means every later one of the walk is too.
+  bool past_the_bounds(const Estimate& e) const {
+    if (opt_.objective == Objective::kThroughput)
+      return opt_.min_throughput > 0 && e.iterations_per_s < opt_.min_throughput;
+    return (opt_.max_cost_per_iteration > 0 && e.usd_per_iteration() > opt_.max_cost_per_iteration) ||
+           (opt_.max_energy_per_iteration > 0 && e.energy_j > opt_.max_energy_per_iteration);
   }
 
   // Heuristic: a configuration spills only into the pool with the most TP
