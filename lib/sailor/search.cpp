@@ -389,33 +389,10 @@ class Searcher {
     auto& l = left[static_cast<std::size_t>(p)];
     const int tp = tp_of(tps, p);
     const std::size_t zones = l.size();
-    // The zone index of this pool where the previous stage put each slot's replica (-1: none here).
     std::vector<int>& wanted = wanted_;
-    wanted.assign(static_cast<std::size_t>(want), -1);
-    if (previous != nullptr) {
-      for (int k = 0; k < want; ++k) {
-        const std::string& zone = previous->replicas[static_cast<std::size_t>(first + k)].zone;
-        for (std::size_t z = 0; z < zones; ++z) {
-          if (pool.zones[z].first == zone) wanted[static_cast<std::size_t>(k)] = static_cast<int>(z);
-        }
-      }
-    }
-    // Room per region (region ids are small indices; a pool has few zones).
-    room_.assign(static_cast<std::size_t>(regions_), 0);
-    for (std::size_t z = 0; z < zones; ++z) room_[static_cast<std::size_t>(pool.zone_region[z])] += l[z];
-    int region = -1, best_room = 0;
-    for (int r = 0; r < regions_; ++r) {
-      const int n = room_[static_cast<std::size_t>(r)];
-      if (n >= need && n > best_room) {
-        region = r;
-        best_room = n;
-      }
-    }
+    zones_of_previous(pool, first, want, previous, wanted);
+    const int region = region_to_fill(pool, l, need, wanted);
     if (region < 0) return 0;
-    if (!wanted.empty() && wanted.front() >= 0) {
-      const int r = pool.zone_region[static_cast<std::size_t>(wanted.front())];
-      if (room_[static_cast<std::size_t>(r)] >= need) region = r;
-    }
     const int n = std::min(want, room_[static_cast<std::size_t>(region)]);
     const int per_node = pool.gpus_per_node / tp;
     auto put = [&](int k, std::size_t z) {
@@ -456,16 +433,53 @@ class Searcher {
       }
     }
     // Slots past what the region had stay for the spill pool: they must be the last ones.
-    if (placed < want) {
-      int k = 0;
-      std::vector<Replica>& reps = stage.replicas;
-      // Compact the placed replicas to the front, keeping their order.
-      for (int j = 0; j < want; ++j) {
-        if (wanted[static_cast<std::size_t>(j)] == -2)
-          reps[static_cast<std::size_t>(first + k++)] = reps[static_cast<std::size_t>(first + j)];
+    if (placed < want) compact_placed(stage, first, want, wanted);
+    return placed;
+  }
+
+  // The zone index of `pool` where the previous stage put each of the
+  // slots' replicas (-1: none there, or no previous stage).
+  void zones_of_previous(const Pool& pool, int first, int want, const Stage* previous, std::vector<int>& wanted) const {
+    wanted.assign(static_cast<std::size_t>(want), -1);
+    if (previous == nullptr) return;
+    for (int k = 0; k < want; ++k) {
+      const std::string& zone = previous->replicas[static_cast<std::size_t>(first + k)].zone;
+      for (std::size_t z = 0; z < pool.zones.size(); ++z) {
+        if (pool.zones[z].first == zone) wanted[static_cast<std::size_t>(k)] = static_cast<int>(z);
       }
     }
-    return placed;
+  }
+
+  // The region the slots are filled from: the previous stage's when it has
+  // `need` groups left, else the roomiest with that many (-1: none). Leaves
+  // each region's room in room_.
+  int region_to_fill(const Pool& pool, const std::vector<int>& l, int need, const std::vector<int>& wanted) const {
+    room_.assign(static_cast<std::size_t>(regions_), 0);
+    for (std::size_t z = 0; z < l.size(); ++z) room_[static_cast<std::size_t>(pool.zone_region[z])] += l[z];
+    int region = -1, best_room = 0;
+    for (int r = 0; r < regions_; ++r) {
+      const int n = room_[static_cast<std::size_t>(r)];
+      if (n >= need && n > best_room) {
+        region = r;
+        best_room = n;
+      }
+    }
+    if (region < 0) return -1;
+    if (!wanted.empty() && wanted.front() >= 0) {
+      const int r = pool.zone_region[static_cast<std::size_t>(wanted.front())];
+      if (room_[static_cast<std::size_t>(r)] >= need) region = r;
+    }
+    return region;
+  }
+
+  // Moves the placed replicas of slots [first, first + want) to the front, keeping their order.
+  static void compact_placed(Stage& stage, int first, int want, const std::vector<int>& wanted) {
+    int k = 0;
+    std::vector<Replica>& reps = stage.replicas;
+    for (int j = 0; j < want; ++j) {
+      if (wanted[static_cast<std::size_t>(j)] == -2)
+        reps[static_cast<std::size_t>(first + k++)] = reps[static_cast<std::size_t>(first + j)];
+    }
   }
 
   // Simulates a plan and keeps it if it fits, meets the bounds and ranks in the top K.
