@@ -75,6 +75,13 @@ void BpeModel::tokenize(std::string_view word, std::vector<std::int32_t>& out) c
   }
 }
 
+// Symbols in a doubly linked list; `len` 0 marks one merged away.
+struct BpeModel::Symbol {
+  std::int32_t id;
+  int prev, next;
+  std::size_t len;
+};
+
 void BpeModel::tokenize_uncached(std::string_view word, std::vector<std::int32_t>& out) const {
   if (options_.ignore_merges) {
     if (auto id = id_of(word)) {
@@ -82,13 +89,13 @@ void BpeModel::tokenize_uncached(std::string_view word, std::vector<std::int32_t
       return;
     }
   }
-  // Symbols in a doubly linked list; `len` 0 marks one merged away.
-  struct Symbol {
-    std::int32_t id;
-    int prev, next;
-    std::size_t len;
-  };
   std::vector<Symbol> symbols;
+  initial_symbols(word, symbols);
+  merge(symbols);
+  for (int i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next) out.push_back(symbols[i].id);
+}
+
+void BpeModel::initial_symbols(std::string_view word, std::vector<Symbol>& symbols) const {
   symbols.reserve(word.size());
   bool last_was_unk = false;
   for (std::size_t pos = 0; pos < word.size();) {
@@ -123,7 +130,9 @@ void BpeModel::tokenize_uncached(std::string_view word, std::vector<std::int32_t
     pos += len;
   }
   if (!symbols.empty()) symbols.back().next = -1;
+}
 
+void BpeModel::merge(std::vector<Symbol>& symbols) const {
   // Lowest rank first, then leftmost: the order the reference library merges in.
   struct Candidate {
     std::int32_t rank;
@@ -157,7 +166,6 @@ void BpeModel::tokenize_uncached(std::string_view word, std::vector<std::int32_t
     consider(left.prev);
     consider(c.pos);
   }
-  for (int i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next) out.push_back(symbols[i].id);
 }
 
 }  // namespace fleet::text

@@ -47,6 +47,12 @@ class BpeModel {
     return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
   }
   void tokenize_uncached(std::string_view word, std::vector<std::int32_t>& out) const;
+  // A word's symbols before merging (bpe_model.cpp): one per character, its
+  // bytes when byte fallback covers an unknown one, else the unknown token.
+  struct Symbol;
+  void initial_symbols(std::string_view word, std::vector<Symbol>& symbols) const;
+  // Applies the merges, lowest rank first, then leftmost.
+  void merge(std::vector<Symbol>& symbols) const;
 
   std::unordered_map<std::string, std::int32_t> vocab_;
   std::unordered_map<std::uint64_t, Merge> merges_;
