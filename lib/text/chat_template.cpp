@@ -959,13 +959,8 @@ class Renderer {
     switch (e.kind) {
       case Expr::kLiteral:
         return e.value;
-      case Expr::kName: {
-        if (const json* v = find(e.name)) return *v;
-        // The global functions are defined (templates test `strftime_now is defined`).
-        for (const char* f : {"raise_exception", "namespace", "range", "strftime_now"})
-          if (e.name == f) return "<function " + e.name + ">";
-        return undefined();
-      }
+      case Expr::kName:
+        return eval_name(e);
       case Expr::kList: {
         json out = json::array();
         for (const auto& a : e.args) out.push_back(eval(*a));
@@ -980,59 +975,10 @@ class Renderer {
         return index(eval(*e.args[0]), json(e.name));
       case Expr::kIndex:
         return index(eval(*e.args[0]), eval(*e.args[1]));
-      case Expr::kSlice: {
-        const json v = eval(*e.args[0]);
-        const auto size = static_cast<std::int64_t>(v.is_string() ? v.get_ref<const std::string&>().size() : v.size());
-        auto bound = [&](const ExprPtr& p, std::int64_t fallback) {
-          if (!p) return fallback;
-          auto i = as_int(eval(*p));
-          if (i < 0) i += size;
-          return std::clamp<std::int64_t>(i, 0, size);
-        };
-        const auto from = bound(e.args[1], 0), to = std::max(from, bound(e.args[2], size));
-        if (v.is_string())
-          return v.get<std::string>().substr(static_cast<std::size_t>(from), static_cast<std::size_t>(to - from));
-        if (!v.is_array()) return undefined();
-        return json(std::vector<json>(v.begin() + from, v.begin() + to));
-      }
-      case Expr::kCall: {
-        const auto args = operands(e);
-        const Expr& callee = *e.args[0];
-        if (callee.kind == Expr::kAttr) return method(eval(*callee.args[0]), callee.name, args);
-        if (callee.kind == Expr::kName) {
-          if (callee.name == "raise_exception")
-            throw InputError(source_ + ": the template refused: " + (args.empty() ? "" : to_text(args[0])));
-          if (callee.name == "namespace") {
-            json ns = json::object();
-            for (const auto& [k, v] : e.kwargs) ns[k] = eval(*v);
-            return ns;
-          }
-          if (callee.name == "range") {
-            std::int64_t start = 0, stop = 0, step = 1;
-            if (args.size() == 1) stop = as_int(args[0]);
-            if (args.size() >= 2) start = as_int(args[0]), stop = as_int(args[1]);
-            if (args.size() >= 3) step = as_int(args[2]);
-            if (step == 0 || std::abs((stop - start) / step) > 1000000) fail("range too large");
-            json out = json::array();
-            for (auto i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(i);
-            return out;
-          }
-          if (callee.name == "strftime_now") {
-            // transformers' global: datetime.now().strftime(format) (Llama 3.2
-            // puts "Today Date: 02 Dec 2026" into its system prompt).
-            if (args.size() != 1 || !args[0].is_string()) fail("strftime_now takes one format string");
-            const auto format = args[0].get<std::string>();
-            const std::time_t now = std::time(nullptr);
-            std::tm local{};
-            localtime_r(&now, &local);
-            char buffer[256];
-            const auto n = format.size() < 64 ? std::strftime(buffer, sizeof buffer, format.c_str(), &local) : 0;
-            if (n == 0 && !format.empty()) fail("strftime_now: format '" + format + "' is empty or too long");
-            return std::string(buffer, n);
-          }
-        }
-        fail("unsupported call");
-      }
+      case Expr::kSlice:
+        return eval_slice(e);
+      case Expr::kCall:
+        return eval_call(e);
       case Expr::kFilter: {
         json kwargs = json::object();
         for (const auto& [k, v] : e.kwargs) kwargs[k] = eval(*v);
@@ -1062,6 +1008,74 @@ class Renderer {
         return truthy(eval(*e.args[0])) ? eval(*e.args[1]) : eval(*e.args[2]);
     }
     return undefined();
+  }
+
+  json eval_name(const Expr& e) {
+    if (const json* v = find(e.name)) return *v;
+    // The global functions are defined (templates test `strftime_now is defined`).
+    for (const char* f : {"raise_exception", "namespace", "range", "strftime_now"})
+      if (e.name == f) return "<function " + e.name + ">";
+    return undefined();
+  }
+
+  // value[from:to] of a string or list, Python's negative bounds included.
+  json eval_slice(const Expr& e) {
+    const json v = eval(*e.args[0]);
+    const auto size = static_cast<std::int64_t>(v.is_string() ? v.get_ref<const std::string&>().size() : v.size());
+    auto bound = [&](const ExprPtr& p, std::int64_t fallback) {
+      if (!p) return fallback;
+      auto i = as_int(eval(*p));
+      if (i < 0) i += size;
+      return std::clamp<std::int64_t>(i, 0, size);
+    };
+    const auto from = bound(e.args[1], 0), to = std::max(from, bound(e.args[2], size));
+    if (v.is_string())
+      return v.get<std::string>().substr(static_cast<std::size_t>(from), static_cast<std::size_t>(to - from));
+    if (!v.is_array()) return undefined();
+    return json(std::vector<json>(v.begin() + from, v.begin() + to));
+  }
+
+  // A method of a value, or one of the globals templates call.
+  json eval_call(const Expr& e) {
+    const auto args = operands(e);
+    const Expr& callee = *e.args[0];
+    if (callee.kind == Expr::kAttr) return method(eval(*callee.args[0]), callee.name, args);
+    if (callee.kind != Expr::kName) fail("unsupported call");
+    if (callee.name == "raise_exception")
+      throw InputError(source_ + ": the template refused: " + (args.empty() ? "" : to_text(args[0])));
+    if (callee.name == "namespace") {
+      json ns = json::object();
+      for (const auto& [k, v] : e.kwargs) ns[k] = eval(*v);
+      return ns;
+    }
+    if (callee.name == "range") return range(args);
+    if (callee.name == "strftime_now") return strftime_now(args);
+    fail("unsupported call");
+  }
+
+  json range(const std::vector<json>& args) {
+    std::int64_t start = 0, stop = 0, step = 1;
+    if (args.size() == 1) stop = as_int(args[0]);
+    if (args.size() >= 2) start = as_int(args[0]), stop = as_int(args[1]);
+    if (args.size() >= 3) step = as_int(args[2]);
+    if (step == 0 || std::abs((stop - start) / step) > 1000000) fail("range too large");
+    json out = json::array();
+    for (auto i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(i);
+    return out;
+  }
+
+  // transformers' global: datetime.now().strftime(format) (Llama 3.2 puts
+  // "Today Date: 02 Dec 2026" into its system prompt).
+  json strftime_now(const std::vector<json>& args) {
+    if (args.size() != 1 || !args[0].is_string()) fail("strftime_now takes one format string");
+    const auto format = args[0].get<std::string>();
+    const std::time_t now = std::time(nullptr);
+    std::tm local{};
+    localtime_r(&now, &local);
+    char buffer[256];
+    const auto n = format.size() < 64 ? std::strftime(buffer, sizeof buffer, format.c_str(), &local) : 0;
+    if (n == 0 && !format.empty()) fail("strftime_now: format '" + format + "' is empty or too long");
+    return std::string(buffer, n);
   }
 
   std::vector<json> scopes_;
