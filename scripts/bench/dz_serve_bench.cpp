@@ -175,95 +175,124 @@ int merged(int repeats) {
   return 0;
 }
 
+// One decode step of `batch` rows, each row's variant applied three ways:
+// as deltas on the base (SBMM overlay), as full reconstructed models (one
+// forward per variant's rows), and the base alone (the floor).
+class DecodeRig {
+ public:
+  DecodeRig(const std::string& base_dir, std::int64_t batch, model::ComputeDevice compute,
+            const std::vector<std::string>& files)
+      : batch_(batch),
+        cuda_(compute == model::ComputeDevice::kCuda),
+        base_(model::LlamaModel::load(base_dir, torch::kFloat32, model::torch_device(compute))),
+        cache_(base_.config(), batch, kContext, torch::kFloat32, base_.device()),
+        ones_(static_cast<std::size_t>(batch), 1) {
+    for (const auto& f : files) {
+      DeltaReader reader(f);
+      deltas_.push_back(VariantDelta::load(f, reader, base_));
+      full_.push_back(reconstruct_model(reader, base_, base_.device()));
+    }
+    const auto variants = static_cast<std::int64_t>(files.size());
+    for (std::int64_t b = 0; b < batch; ++b) slots_.push_back(b);
+    // Row b belongs to variant b * variants / batch: contiguous segments.
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const auto* v = deltas_[static_cast<std::size_t>(b * variants / batch)].get();
+      if (segments_.empty() || segments_.back().variant != v) segments_.push_back({b, 0, v});
+      segments_.back().count++;
+    }
+    tokens_ = torch::randint(4, base_.config().vocab_size, {batch, kPrompt}, torch::kInt64).to(base_.device());
+    next_ = torch::randint(4, base_.config().vocab_size, {batch, 1}, torch::kInt64).to(base_.device());
+  }
+
+  // Seconds per step, each after a prompt in every slot.
+  double delta_step() {
+    fill();
+    DeltaOverlay overlay(segments_, batch_);
+    return timed([&] { base_.forward_cached(cache_, slots_, next_, ones_, false, &overlay); });
+  }
+  double full_step() {
+    fill();
+    return timed([&] {
+      for (const auto& seg : segments_) {
+        const auto v = static_cast<std::size_t>(seg.begin * static_cast<std::int64_t>(full_.size()) / batch_);
+        std::vector<std::int64_t> part(slots_.begin() + seg.begin, slots_.begin() + seg.begin + seg.count);
+        full_[v].forward_cached(cache_, part, next_.narrow(0, seg.begin, seg.count),
+                                std::vector<std::int64_t>(static_cast<std::size_t>(seg.count), 1));
+      }
+    });
+  }
+  double base_step() {
+    fill();
+    return timed([&] { base_.forward_cached(cache_, slots_, next_, ones_); });
+  }
+
+  std::uint64_t delta_bytes() const {
+    std::uint64_t n = 0;
+    for (const auto& d : deltas_) n += d->bytes;
+    return n;
+  }
+  std::uint64_t model_bytes() const {
+    std::uint64_t n = 0;
+    for (const auto& [name, t] : base_.named_parameters()) n += static_cast<std::uint64_t>(t.nbytes());
+    return n;
+  }
+
+ private:
+  static constexpr std::int64_t kContext = 160, kPrompt = 128;
+  static constexpr int kSteps = 8;
+
+  // Kernels on a GPU run asynchronously: every timed region ends with a sync.
+  void sync() const {
+    if (cuda_) torch::cuda::synchronize();
+  }
+  void fill() {
+    for (std::int64_t b = 0; b < batch_; ++b) cache_.reset(b);
+    base_.forward_cached(cache_, slots_, tokens_, std::vector<std::int64_t>(static_cast<std::size_t>(batch_), kPrompt));
+    sync();
+  }
+  template <typename Step>
+  double timed(Step step) {
+    const auto t0 = Clock::now();
+    for (int s = 0; s < kSteps; ++s) step();
+    sync();
+    return std::chrono::duration<double>(Clock::now() - t0).count() / kSteps;
+  }
+
+  std::int64_t batch_;
+  bool cuda_;
+  model::LlamaModel base_;
+  model::KvCache cache_;
+  std::vector<std::int64_t> ones_, slots_;
+  std::vector<std::shared_ptr<const VariantDelta>> deltas_;
+  std::vector<model::LlamaModel> full_;
+  std::vector<VariantSegment> segments_;
+  torch::Tensor tokens_, next_;
+};
+
 int decode(const std::string& base_dir, std::int64_t batch, int repeats, const std::string& device_choice,
            const std::vector<std::string>& files) {
   torch::NoGradGuard no_grad;
   const model::ComputeDevice compute = model::resolve_device(device_choice);
-  const bool cuda = compute == model::ComputeDevice::kCuda;
-  const torch::Device device = model::torch_device(compute);
-  // Kernels on a GPU run asynchronously: every timed region ends with a sync.
-  auto sync = [cuda] {
-    if (cuda) torch::cuda::synchronize();
-  };
-  auto base = model::LlamaModel::load(base_dir, torch::kFloat32, device);
-  std::vector<std::shared_ptr<const VariantDelta>> deltas;
-  std::vector<model::LlamaModel> full;
-  for (const auto& f : files) {
-    DeltaReader reader(f);
-    deltas.push_back(VariantDelta::load(f, reader, base));
-    full.push_back(reconstruct_model(reader, base, device));
-  }
-  const auto variants = static_cast<std::int64_t>(files.size());
-  const std::int64_t context = 160, prompt = 128;
-  model::KvCache cache(base.config(), batch, context, torch::kFloat32, device);
-  std::vector<std::int64_t> slots(static_cast<std::size_t>(batch));
-  for (std::int64_t b = 0; b < batch; ++b) slots[static_cast<std::size_t>(b)] = b;
-  // Row b belongs to variant b * variants / batch: contiguous segments.
-  std::vector<VariantSegment> segments;
-  for (std::int64_t b = 0; b < batch; ++b) {
-    const auto* v = deltas[static_cast<std::size_t>(b * variants / batch)].get();
-    if (segments.empty() || segments.back().variant != v) segments.push_back({b, 0, v});
-    segments.back().count++;
-  }
-  auto tokens = torch::randint(4, base.config().vocab_size, {batch, prompt}, torch::kInt64).to(device);
-  auto fill = [&] {  // a prompt in every slot, then decode steps from there
-    for (std::int64_t b = 0; b < batch; ++b) cache.reset(b);
-    base.forward_cached(cache, slots, tokens, std::vector<std::int64_t>(static_cast<std::size_t>(batch), prompt));
-    sync();
-  };
-  auto next = torch::randint(4, base.config().vocab_size, {batch, 1}, torch::kInt64).to(device);
-  const std::vector<std::int64_t> ones(static_cast<std::size_t>(batch), 1);
-  const int steps = 8;
-  auto delta_steps = [&] {
-    fill();
-    DeltaOverlay overlay(segments, batch);
-    auto t0 = Clock::now();
-    for (int s = 0; s < steps; ++s) base.forward_cached(cache, slots, next, ones, false, &overlay);
-    sync();
-    return std::chrono::duration<double>(Clock::now() - t0).count() / steps;
-  };
-  auto full_steps = [&] {
-    fill();
-    auto t0 = Clock::now();
-    for (int s = 0; s < steps; ++s)
-      for (const auto& seg : segments) {
-        const auto v = static_cast<std::size_t>(seg.begin * variants / batch);
-        std::vector<std::int64_t> part(slots.begin() + seg.begin, slots.begin() + seg.begin + seg.count);
-        full[v].forward_cached(cache, part, next.narrow(0, seg.begin, seg.count),
-                               std::vector<std::int64_t>(static_cast<std::size_t>(seg.count), 1));
-      }
-    sync();
-    return std::chrono::duration<double>(Clock::now() - t0).count() / steps;
-  };
-  auto base_steps = [&] {
-    fill();
-    auto t0 = Clock::now();
-    for (int s = 0; s < steps; ++s) base.forward_cached(cache, slots, next, ones);
-    sync();
-    return std::chrono::duration<double>(Clock::now() - t0).count() / steps;
-  };
+  DecodeRig rig(base_dir, batch, compute, files);
   double t_delta = 1e30, t_full = 1e30, t_base = 1e30;
   for (int r = 0; r < repeats + 1; ++r) {  // interleaved, the first round warms up
-    const double d = delta_steps(), f = full_steps(), b = base_steps();
+    const double d = rig.delta_step(), f = rig.full_step(), b = rig.base_step();
     if (r == 0) continue;
     t_delta = std::min(t_delta, d);
     t_full = std::min(t_full, f);
     t_base = std::min(t_base, b);
   }
-  std::uint64_t delta_bytes = 0;
-  for (const auto& d : deltas) delta_bytes += d->bytes;
-  std::uint64_t model_bytes = 0;
-  for (const auto& [n, t] : base.named_parameters()) model_bytes += static_cast<std::uint64_t>(t.nbytes());
+  const std::uint64_t model_bytes = rig.model_bytes();
   std::cout << nlohmann::json{{"bench", "decode"},
                               {"device", model::device_name(compute)},
                               {"batch", batch},
-                              {"variants", variants},
+                              {"variants", files.size()},
                               {"delta_step_ms", t_delta * 1e3},
                               {"full_step_ms", t_full * 1e3},
                               {"base_step_ms", t_base * 1e3},
                               {"delta_over_full", t_delta / t_full},
                               {"delta_over_base", t_delta / t_base},
-                              {"resident_delta_mode_bytes", model_bytes + delta_bytes},
+                              {"resident_delta_mode_bytes", model_bytes + rig.delta_bytes()},
                               {"resident_full_mode_bytes", model_bytes * (1 + files.size())}}
                    .dump()
             << std::endl;
