@@ -171,6 +171,105 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
+// The app's device state: its context, module functions, streams and buffer.
+class App {
+ public:
+  explicit App(const Options& o) : o_(o), d_(load_driver()) {
+    check(d_.init(0), "cuInit");
+    CUdevice dev = 0;
+    CUcontext ctx = nullptr;
+    check(d_.device_get(&dev, 0), "cuDeviceGet");
+    check(d_.primary_retain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+    check(d_.ctx_set(ctx), "cuCtxSetCurrent");
+    CUmodule module = nullptr;
+    check(d_.module_load(&module, "fake module"), "cuModuleLoadData");
+    functions_.resize(static_cast<std::size_t>(o.distinct));
+    for (int k = 0; k < o.distinct; ++k) {
+      check(
+          d_.get_function(&functions_[static_cast<std::size_t>(k)], module, (o.name + "_" + std::to_string(k)).c_str()),
+          "cuModuleGetFunction");
+    }
+    streams_.resize(static_cast<std::size_t>(o.streams));
+    for (CUstream& s : streams_) check(d_.stream_create(&s, 0), "cuStreamCreate");
+    check(d_.mem_alloc(&buffer_, bytes()), "cuMemAlloc");
+    host_.resize(o.elements);
+    for (std::size_t i = 0; i < host_.size(); ++i) host_[i] = i * 2654435761u;
+    check(d_.htod(buffer_, host_.data(), bytes()), "cuMemcpyHtoD");
+    duration_ns_ = o.duration_us * 1000;
+    elements_ = o.elements;
+  }
+
+  // Launch latency: wall time of each launch call, no work on the device.
+  void bench() {
+    duration_ns_ = 0;
+    elements_ = 0;
+    std::vector<double> ns;
+    ns.reserve(static_cast<std::size_t>(o_.bench));
+    for (long i = 0; i < o_.bench; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      launch(0);
+      ns.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
+      if (i % 256 == 255) check(d_.ctx_sync(), "cuCtxSynchronize");
+    }
+    check(d_.ctx_sync(), "cuCtxSynchronize");
+    std::sort(ns.begin(), ns.end());
+    std::printf("launches %ld median_ns %.0f p99_ns %.0f\n", o_.bench, ns[ns.size() / 2], ns[ns.size() * 99 / 100]);
+  }
+
+  // Requests of --kernels launches each (between profiler markers with
+  // --markers) until --requests or SIGTERM; then the buffer's checksum.
+  void serve() {
+    if (!o_.wait_file.empty()) {
+      for (int i = 0; i < 3000 && access(o_.wait_file.c_str(), F_OK) != 0; ++i) usleep(1000);
+    }
+    long done = 0;
+    for (long r = 0; (o_.requests == 0 || r < o_.requests) && !stop_requested; ++r) {
+      if (o_.markers) check(d_.profiler_start(), "cuProfilerStart");
+      for (int k = 0; k < o_.kernels; ++k) {
+        seed_ = static_cast<std::uint64_t>(r) * 1000 + static_cast<std::uint64_t>(k);
+        launch(k);
+        if (r == 0 && k == 0 && !o_.ready_file.empty()) std::ofstream(o_.ready_file) << getpid() << "\n";
+      }
+      check(d_.ctx_sync(), "cuCtxSynchronize");
+      if (o_.markers) check(d_.profiler_stop(), "cuProfilerStop");
+      ++done;
+      if (o_.think_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(o_.think_us));
+    }
+    check(d_.dtoh(host_.data(), buffer_, bytes()), "cuMemcpyDtoH");
+    std::uint64_t sum = 1469598103934665603ull;
+    for (std::uint64_t v : host_) sum = (sum ^ v) * 1099511628211ull;
+    std::printf("requests %ld checksum %016llx\n", done, static_cast<unsigned long long>(sum));
+  }
+
+ private:
+  std::size_t bytes() const { return o_.elements * sizeof(std::uint64_t); }
+
+  void launch(int k) {
+    void* params[] = {&buffer_, &elements_, &seed_, &duration_ns_};
+    CUfunction f = functions_[static_cast<std::size_t>(k % o_.distinct)];
+    CUstream s = streams_[static_cast<std::size_t>(k % o_.streams)];
+    if (o_.launch_ex) {
+      CUlaunchConfig c{};
+      c.gridDimX = o_.grid;
+      c.gridDimY = c.gridDimZ = 1;
+      c.blockDimX = o_.block;
+      c.blockDimY = c.blockDimZ = 1;
+      c.hStream = s;
+      check(d_.launch_ex(&c, f, params, nullptr), "cuLaunchKernelEx");
+    } else {
+      check(d_.launch(f, o_.grid, 1, 1, o_.block, 1, 1, 0, s, params, nullptr), "cuLaunchKernel");
+    }
+  }
+
+  const Options& o_;
+  Driver d_;
+  std::vector<CUfunction> functions_;
+  std::vector<CUstream> streams_;
+  CUdeviceptr buffer_ = 0;
+  std::vector<std::uint64_t> host_;
+  std::uint64_t seed_ = 0, duration_ns_ = 0, elements_ = 0;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -180,84 +279,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (!o.die_on_term) signal(SIGTERM, [](int) { stop_requested = 1; });
-  const Driver d = load_driver();
-  check(d.init(0), "cuInit");
-  CUdevice dev = 0;
-  CUcontext ctx = nullptr;
-  check(d.device_get(&dev, 0), "cuDeviceGet");
-  check(d.primary_retain(&ctx, dev), "cuDevicePrimaryCtxRetain");
-  check(d.ctx_set(ctx), "cuCtxSetCurrent");
-  CUmodule module = nullptr;
-  check(d.module_load(&module, "fake module"), "cuModuleLoadData");
-  std::vector<CUfunction> functions(static_cast<std::size_t>(o.distinct));
-  for (int k = 0; k < o.distinct; ++k) {
-    check(d.get_function(&functions[static_cast<std::size_t>(k)], module, (o.name + "_" + std::to_string(k)).c_str()),
-          "cuModuleGetFunction");
-  }
-  std::vector<CUstream> streams(static_cast<std::size_t>(o.streams));
-  for (CUstream& s : streams) check(d.stream_create(&s, 0), "cuStreamCreate");
-  CUdeviceptr buffer = 0;
-  const std::size_t bytes = o.elements * sizeof(std::uint64_t);
-  check(d.mem_alloc(&buffer, bytes), "cuMemAlloc");
-  std::vector<std::uint64_t> host(o.elements);
-  for (std::size_t i = 0; i < host.size(); ++i) host[i] = i * 2654435761u;
-  check(d.htod(buffer, host.data(), bytes), "cuMemcpyHtoD");
-
-  std::uint64_t seed = 0, duration_ns = o.duration_us * 1000, elements = o.elements;
-  void* params[] = {&buffer, &elements, &seed, &duration_ns};
-  auto launch = [&](int k) {
-    CUfunction f = functions[static_cast<std::size_t>(k % o.distinct)];
-    CUstream s = streams[static_cast<std::size_t>(k % o.streams)];
-    if (o.launch_ex) {
-      CUlaunchConfig c{};
-      c.gridDimX = o.grid;
-      c.gridDimY = c.gridDimZ = 1;
-      c.blockDimX = o.block;
-      c.blockDimY = c.blockDimZ = 1;
-      c.hStream = s;
-      check(d.launch_ex(&c, f, params, nullptr), "cuLaunchKernelEx");
-    } else {
-      check(d.launch(f, o.grid, 1, 1, o.block, 1, 1, 0, s, params, nullptr), "cuLaunchKernel");
-    }
-  };
-
-  if (o.bench > 0) {
-    // Launch latency: wall time of each launch call, no work on the device.
-    duration_ns = 0;
-    elements = 0;
-    std::vector<double> ns;
-    ns.reserve(static_cast<std::size_t>(o.bench));
-    for (long i = 0; i < o.bench; ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      launch(0);
-      ns.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
-      if (i % 256 == 255) check(d.ctx_sync(), "cuCtxSynchronize");
-    }
-    check(d.ctx_sync(), "cuCtxSynchronize");
-    std::sort(ns.begin(), ns.end());
-    std::printf("launches %ld median_ns %.0f p99_ns %.0f\n", o.bench, ns[ns.size() / 2], ns[ns.size() * 99 / 100]);
-    return 0;
-  }
-
-  if (!o.wait_file.empty()) {
-    for (int i = 0; i < 3000 && access(o.wait_file.c_str(), F_OK) != 0; ++i) usleep(1000);
-  }
-  long done = 0;
-  for (long r = 0; (o.requests == 0 || r < o.requests) && !stop_requested; ++r) {
-    if (o.markers) check(d.profiler_start(), "cuProfilerStart");
-    for (int k = 0; k < o.kernels; ++k) {
-      seed = static_cast<std::uint64_t>(r) * 1000 + static_cast<std::uint64_t>(k);
-      launch(k);
-      if (r == 0 && k == 0 && !o.ready_file.empty()) std::ofstream(o.ready_file) << getpid() << "\n";
-    }
-    check(d.ctx_sync(), "cuCtxSynchronize");
-    if (o.markers) check(d.profiler_stop(), "cuProfilerStop");
-    ++done;
-    if (o.think_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(o.think_us));
-  }
-  check(d.dtoh(host.data(), buffer, bytes), "cuMemcpyDtoH");
-  std::uint64_t sum = 1469598103934665603ull;
-  for (std::uint64_t v : host) sum = (sum ^ v) * 1099511628211ull;
-  std::printf("requests %ld checksum %016llx\n", done, static_cast<unsigned long long>(sum));
+  App app(o);
+  if (o.bench > 0)
+    app.bench();
+  else
+    app.serve();
   return 0;
 }
