@@ -662,9 +662,15 @@ TEST(LiveScheduler, TheRingWrapsAroundWithoutLosingLaunches) {
   EXPECT_EQ(f.scheduler->stats()[1].kernels, 3 * static_cast<std::int64_t>(kRingEntries));
 }
 
-TEST(LiveReport, ThroughputAndLatenciesAreCountedInTheWindowEveryClientRanIn) {
-  constexpr std::int64_t kS = 1'000'000'000;
-  LiveClientStats hp, be, idle;
+constexpr std::int64_t kS = 1'000'000'000;
+
+// An HP command and a BE command that outlives it, as two clients' statistics.
+struct WindowClients {
+  LiveClientStats hp, be;
+};
+
+WindowClients window_clients() {
+  LiveClientStats hp, be;
   hp.name = "hp";
   hp.high_priority = true;
   be.name = "be0";
@@ -685,8 +691,13 @@ TEST(LiveReport, ThroughputAndLatenciesAreCountedInTheWindowEveryClientRanIn) {
   }
   hp.requests = 10;
   be.requests = 10;
+  return {hp, be};
+}
+
+TEST(LiveReport, ThroughputAndLatenciesAreCountedInTheWindowEveryClientRanIn) {
+  const auto [hp, be] = window_clients();
   // A command that never used CUDA has no events and no say in the window.
-  const std::vector<LiveClientStats> stats{hp, be, idle};
+  const std::vector<LiveClientStats> stats{hp, be, LiveClientStats{}};
   EXPECT_NEAR(common_window(stats, 0).per_s, 10.0 / 10.0, 1e-9);
   EXPECT_EQ(common_window(stats, 1).completed, 4);  // 3, 5, 7, 9 s end inside [1 s, 10 s]
   EXPECT_NEAR(common_window(stats, 1).per_s, 4.0 / 9.0, 1e-9);
@@ -724,6 +735,10 @@ TEST(LiveReport, ThroughputAndLatenciesAreCountedInTheWindowEveryClientRanIn) {
   late.first_ns = 12 * kS;
   EXPECT_EQ(common_window({hp, late}, 1).per_s, 0);
   EXPECT_TRUE(common_window({hp, late}, 1).latencies_ms.empty());
+}
+
+TEST(LiveReport, RequestsInFlightAtTheWindowEndHoldTheTailUp) {
+  const auto [hp, be] = window_clients();
   // A BE request that began at 8.5 s and ended at 11 s was 1.5 s into its
   // run when the HP command's end closed the window: it is not in the
   // window's latencies, but it holds their tail up (p99 of 400, 400, 400,
@@ -737,7 +752,7 @@ TEST(LiveReport, ThroughputAndLatenciesAreCountedInTheWindowEveryClientRanIn) {
   EXPECT_NEAR(held_row["p99_ms"].get<double>(), 400 + 0.96 * 1100, 1e-6);
   EXPECT_NEAR(held_row["p50_ms"].get<double>(), 400, 1e-9);
   EXPECT_EQ(held_row["in_flight_at_window_end"], 1);
-  EXPECT_EQ(report_json(stats, "orion")["rows"][1]["in_flight_at_window_end"], 0);
+  EXPECT_EQ(report_json({hp, be}, "orion")["rows"][1]["in_flight_at_window_end"], 0);
   // Requests with no end marker, their process gone: one begun at 9 s and
   // stopped at 10.2 s, after the HP command's end closed the window, had
   // run 1 s by then; one begun at 2 s whose process left at 2.5 s was
@@ -749,7 +764,6 @@ TEST(LiveReport, ThroughputAndLatenciesAreCountedInTheWindowEveryClientRanIn) {
 }
 
 TEST(LiveReport, CommandsWithoutOrWithFewRequestsAreNamedNotGivenFigures) {
-  constexpr std::int64_t kS = 1'000'000'000;
   LiveClientStats hp, marked_late, unmarked;
   hp.name = "hp";
   hp.high_priority = true;
@@ -805,7 +819,6 @@ TEST(LiveReport, CommandsWithoutOrWithFewRequestsAreNamedNotGivenFigures) {
 }
 
 TEST(LiveReport, RunsAloneComeFirstAndTheSharedRunIsComparedWithThem) {
-  constexpr std::int64_t kS = 1'000'000'000;
   // Requests ending every `every` seconds from 1 s to 10 s, each `ms` long.
   auto client = [&](const char* name, bool hp, int every, double ms) {
     LiveClientStats s;
