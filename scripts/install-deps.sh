@@ -23,7 +23,7 @@ debian_packages=(
 # dz-serve tests talk to the server with; jinja2 renders chat templates for
 # transformers, the reference for ours.
 python_packages=(h5py==3.16.0 hdf5plugin==7.1.0 safetensors==0.8.0 tokenizers==0.19.1 transformers==4.44.2
-                 openai==1.59.9 httpx==0.28.1 prometheus_client==0.21.1 jinja2==3.1.4)
+                 openai==1.59.9 httpx==0.28.1 prometheus_client==0.21.1 jinja2==3.1.4 lizard==1.24.3)
 
 log() { echo "install-deps: $*" >&2; }
 
@@ -59,7 +59,7 @@ for spec in sys.argv[1:]:
     name, wanted = spec.split("==")
     if version(name) != wanted:
         sys.exit(1)
-import h5py, hdf5plugin, safetensors, tokenizers, transformers, numpy, torch, openai, prometheus_client, jinja2  # noqa: F401
+import h5py, hdf5plugin, safetensors, tokenizers, transformers, numpy, torch, openai, prometheus_client, jinja2, lizard  # noqa: F401
 PY
 then
   log "installing Python packages: ${python_packages[*]}"
