@@ -136,7 +136,7 @@ fi
 if want inference; then
 section "inference: lib/model against transformers on the same GPU (bfloat16)"
 if "$python" -c 'import transformers' 2>/dev/null; then
-  FLEET_PYTHON="$python" DEVICE=cuda THREADS=$jobs scripts/bench/model_inference.sh "$build" || fail "inference benchmark"
+  FLEET_PYTHON="$python" DEVICE=cuda THREADS=$jobs scripts/bench/model/model_inference.sh "$build" || fail "inference benchmark"
 else
   echo "transformers is not importable here: lib/model alone"
   tmp=$(mktemp -d)
@@ -197,17 +197,17 @@ fi
 
 if want orion-pairs; then
 section "orion: kernel pairs measured against the simulator (conv / batch norm, alone, sequential, together)"
-KEEP="$out/orion-data/pairs" ORION_DEVICE="$orion_device" scripts/bench/orion_pairs.sh "$build" "$python" ||
+KEEP="$out/orion-data/pairs" ORION_DEVICE="$orion_device" scripts/bench/orion/orion_pairs.sh "$build" "$python" ||
   fail "orion kernel pairs"
 # The contention constants fitted to Orion's V100 pairs and these, each pair also predicted left out.
-python3 scripts/bench/orion_contention_fit.py "$build/bin/orion-run" "$out/orion-data/pairs:$orion_device" \
+python3 scripts/orion_contention_fit.py "$build/bin/orion-run" "$out/orion-data/pairs:$orion_device" \
   --write "$out/orion-data/contention-fit.json" || fail "orion contention fit"
 fi
 
 if want orion-exec || want orion-overhead; then
   section "orion: what the interposer and the scheduler add to the PyTorch inference client alone"
   # VARIANT_LIBRARIES="NAME=FILE ...": also other interposer builds (see the script).
-  HP_REQUESTS=2000 scripts/bench/orion_hp_overhead.sh "$build" "$python" || fail "orion HP overhead"
+  HP_REQUESTS=2000 scripts/bench/orion/orion_hp_overhead.sh "$build" "$python" || fail "orion HP overhead"
 fi
 if want orion-exec; then
 section "orion: PyTorch inference (HP) beside training (BE), alone / orion / mps, and the simulator on the same"
@@ -217,7 +217,7 @@ section "orion: PyTorch inference (HP) beside training (BE), alone / orion / mps
 for be_batch in 512 64; do
   echo "-- BE batch $be_batch"
   HP_REQUESTS=2000 BE_SECONDS=20 BE_BATCH=$be_batch KEEP="$out/orion-data/exec-be$be_batch" ORION_DEVICE=$orion_device \
-    scripts/bench/orion_gpu.sh "$build" "$python" ||
+    scripts/bench/orion/orion_gpu.sh "$build" "$python" ||
     fail "orion on the GPU (BE batch $be_batch)"
 done
 fi
@@ -231,7 +231,7 @@ if want serving; then
   tmp=$(mktemp -d)
   # Swap mode saturates below 1 request/s: its 80 requests take about 100 s to drain.
   BIN="$build/bin" DEVICE=cuda VARIANTS=8 PARALLEL=4 MODES="delta swap" RATES8="8" DURATION=10 SKIP_KERNELS=1 \
-    THREADS="$jobs" FLEET_PYTHON="$python" timeout 480 scripts/bench/dz_serve.sh "$tmp" || fail "dz-serve on the GPU"
+    THREADS="$jobs" FLEET_PYTHON="$python" timeout 480 scripts/bench/deltazip/dz_serve.sh "$tmp" || fail "dz-serve on the GPU"
   # The raw results (JSON lines, memory figures, server logs) beside the report; the models stay behind.
   mkdir -p "$out/serving" && cp "$tmp"/results/*.jsonl "$tmp"/results/*.txt "$tmp"/results/*.log "$out/serving/" 2>/dev/null
   rm -rf "$tmp"

@@ -1,7 +1,7 @@
 // The simulator's contention constants, and the JSON file that sets them
 // (docs/formats.md, "Orion contention model JSON"): the defaults reproduce
 // Orion's V100 kernel pairs; a file calibrated on another GPU's pairs
-// (scripts/bench/orion_contention_fit.py) replaces them.
+// (scripts/orion_contention_fit.py) replaces them.
 #pragma once
 
 #include <filesystem>

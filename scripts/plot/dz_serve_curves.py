@@ -1,4 +1,4 @@
-"""Summarises scripts/bench/dz_serve.sh results and draws the curves.
+"""Summarises scripts/bench/deltazip/dz_serve.sh results and draws the curves.
 
 Usage: dz_serve_curves.py RESULTS_DIR   (reads serve.jsonl, sbmm.jsonl,
 merged.jsonl, decode.jsonl, memory.txt; writes curves.png there and prints Markdown tables)

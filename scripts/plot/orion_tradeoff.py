@@ -2,7 +2,7 @@
 """Plot each policy's HP tail against its BE throughput, one point per workload.
 
 Usage:
-  scripts/bench/orion_tradeoff.py build/bin/orion-run --csv tradeoff.csv
+  scripts/bench/orion/orion_tradeoff.py build/bin/orion-run --csv tradeoff.csv
   scripts/plot/orion_tradeoff.py tradeoff.csv -o tradeoff.png
 
 x: BE throughput / dedicated; y: HP p99 / dedicated (log scale). The
@@ -24,7 +24,7 @@ NEEDED = {"workload", "policy", "hp_p99_vs_dedicated", "be_throughput_vs_dedicat
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("table", help="CSV from scripts/bench/orion_tradeoff.py --csv")
+    parser.add_argument("table", help="CSV from scripts/bench/orion/orion_tradeoff.py --csv")
     parser.add_argument("-o", "--output", required=True, help="PNG to write")
     parser.add_argument("--bound", type=float, default=1.2, help="HP p99 bound drawn (default 1.2)")
     args = parser.parse_args()

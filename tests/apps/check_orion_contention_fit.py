@@ -1,4 +1,4 @@
-"""scripts/bench/orion_contention_fit.py end to end, without a GPU.
+"""scripts/orion_contention_fit.py end to end, without a GPU.
 
 Usage: check_orion_contention_fit.py BIN_DIR SOURCE_DIR
 
@@ -19,7 +19,7 @@ import tempfile
 
 BIN, SOURCE = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 ORION_RUN = str(BIN / "orion-run")
-SCRIPT = SOURCE / "scripts" / "bench" / "orion_contention_fit.py"
+SCRIPT = SOURCE / "scripts" / "orion_contention_fit.py"
 sys.path.insert(0, str(SCRIPT.parent))
 import orion_contention_fit as fit  # noqa: E402
 

@@ -78,7 +78,7 @@ if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
   expect_rc 1 "$src/scripts/plot/orion_results.py" --table "$tmp/lat.csv" --latencies "$tmp/lat.csv" -o "$tmp/p2.png"
 fi
 # The trade-off report: one row per policy, orion's verdict line, and its plot.
-expect_rc 0 /usr/bin/python3 "$src/scripts/bench/orion_tradeoff.py" "$bin/orion-run" --requests 300 \
+expect_rc 0 /usr/bin/python3 "$src/scripts/bench/orion/orion_tradeoff.py" "$bin/orion-run" --requests 300 \
   --csv "$tmp/tradeoff.csv" "$ex/fig7_rnet_rnet.json"
 grep -q "^  orion: HP p99 [0-9.]*x (bound 1.2x); MPS HP [0-9.]*x; BE +[0-9.]* over temporal" "$tmp/out" ||
   fail "trade-off report: $(cat "$tmp/out")"

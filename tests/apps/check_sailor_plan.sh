@@ -114,12 +114,12 @@ expect_rc 2 "$bin/sailor-plan" import-hf "$tmp/t5.json" -o "$tmp/t5_model.json"
 grep -q "unsupported model_type 't5'" "$tmp/err" || fail "import-hf family message: $(cat "$tmp/err")"
 [ ! -e "$tmp/t5_model.json" ] || fail "failed import-hf wrote a file"
 
-# Memory against SAILOR's own estimates (scripts/bench/sailor_memory_rules.py):
+# Memory against SAILOR's own estimates (scripts/bench/sailor/sailor_memory_rules.py):
 # our transcription of SAILOR's simulator rule must reproduce the 5.6 % mean
 # error SAILOR reports on the measured runs (an outside figure), ours must
 # stay within 2 %, and SAILOR's 128-A100 GPT-Neo-2.7 plan must not fit by
 # either (its planner accepted it with a looser rule).
-python3 "$src/scripts/bench/sailor_memory_rules.py" "$bin" "$src" >"$tmp/rules" 2>"$tmp/err" || fail "sailor_memory_rules.py: $(cat "$tmp/err")"
+python3 "$src/scripts/bench/sailor/sailor_memory_rules.py" "$bin" "$src" >"$tmp/rules" 2>"$tmp/err" || fail "sailor_memory_rules.py: $(cat "$tmp/err")"
 mae=$(grep '^| mean absolute error' "$tmp/rules" | tr -d '%|' | awk '{print $4, $5, $6}')
 read -r ours sailor_sim sailor_planner <<<"$mae"
 awk -v o="$ours" -v s="$sailor_sim" -v p="$sailor_planner" 'BEGIN { exit !(o <= 2 && s >= 5.5 && s <= 5.7 && p > 10) }' ||

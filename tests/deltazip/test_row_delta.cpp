@@ -43,7 +43,9 @@ TEST(RowDelta, KeepsExactlyTheRowsThatAreNotZeroAtTheTensorsScale) {
     EXPECT_EQ(packed.kept_rows, expected) << bits << " bits";
     // At 4 and 8 bits every moved row is kept (the smallest moved one is 1/7
     // of the largest); at 2 bits (levels -1, 0, 1) the smaller ones round to zero.
-    if (bits >= 4) EXPECT_EQ(packed.kept_rows.size(), 20u) << bits << " bits";
+    if (bits >= 4) {
+      EXPECT_EQ(packed.kept_rows.size(), 20u) << bits << " bits";
+    }
     for (std::int32_t r : packed.kept_rows) EXPECT_GE(r % 4, 2) << "row " << r << " is untouched or barely moved";
     EXPECT_EQ(packed.stored_bytes(), packed.kept_rows.size() * 4 + packed.codes.size() + packed.scales.size() * 2);
   }

@@ -572,7 +572,7 @@ TEST(SimulatorOutcomes, NoPolicyStarvesABestEffortJobBesideAnHpJobThatNeverPause
   Workload w =
       testing::workload({client("hp", hp_iteration, true, true, 60), client("be", be_iteration, false, true, 0)});
   w.clients[0].warmup = 0;
-  for (const std::string& policy : {"temporal", "streams", "mps", "reef", "tick-tock", "orion"}) {
+  for (const char* policy : {"temporal", "streams", "mps", "reef", "tick-tock", "orion"}) {
     const SimResult r = simulate(w, policy);
     EXPECT_FALSE(r.clients[1].starved) << policy;
     EXPECT_GE(r.clients[1].throughput_per_s, 1.0) << policy;

@@ -2,7 +2,7 @@
 # What the live scheduler's hand-offs cost a best-effort job, on the stand-in
 # driver (tests/orion/fake_cuda), against the simulator on the same workload.
 #
-# The pair mirrors the H200 run of scripts/bench/orion_gpu.sh at the stand-in's
+# The pair mirrors the H200 run of scripts/bench/orion/orion_gpu.sh at the stand-in's
 # time resolution: an HP client serving requests of 12 kernels x 50 us with
 # 2 ms of think time, beside a BE job whose iterations are 24 kernels of
 # 1.4 ms, each filling the device. Orion's DUR_THRESHOLD (2.5 % of an HP
@@ -18,7 +18,7 @@
 # `--release-ahead-us AHEAD`, which queues the next BE kernel behind the
 # running one shortly before it is due to finish, hiding the hand-off.
 #
-#   scripts/bench/orion_handoff.sh [BUILD_DIR] [HP_REQUESTS]
+#   scripts/bench/orion/orion_handoff.sh [BUILD_DIR] [HP_REQUESTS]
 #   AHEAD=200 ... the release-ahead lead of the second run, in microseconds
 #   KEEP=1 ...    keep the logs and reports (the folder is printed)
 set -euo pipefail

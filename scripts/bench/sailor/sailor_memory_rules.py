@@ -93,7 +93,7 @@ def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__.strip().splitlines()[-1])
     sailor_plan = os.path.join(sys.argv[1], "sailor-plan")
-    root = sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(__file__), "..", "..")
+    root = sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(__file__), "..", "..", "..")
     examples = os.path.join(root, "examples", "sailor")
     data = os.path.join(examples, "sailor-data")
     with open(os.path.join(data, "llm_info.json")) as f:

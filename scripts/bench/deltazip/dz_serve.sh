@@ -10,7 +10,7 @@
 # under MODELS_DIR (about 15 minutes on 2 cores; 420 MB per delta set, the
 # fine-tuned folders are deleted after compression).
 #
-#   scripts/bench/dz_serve.sh [MODELS_DIR]     default: build/bench-dz-serve
+#   scripts/bench/deltazip/dz_serve.sh [MODELS_DIR]     default: build/bench-dz-serve
 #   RATES8="1 2 4 8" RATES16="8" DURATION=30 MAX_TOKENS=16 THREADS=1 STEPS=2 CAP=0 MAX_BATCH=32
 #   (CAP: --max-variants-per-batch of the delta and full servers, 0 = no limit; MAX_BATCH: --max-batch of every server)
 #   MODES="delta" SKIP_KERNELS=1 SKIP_DECODE=1   rerun some modes only (their earlier results are replaced;
@@ -22,7 +22,7 @@
 # Results (JSON lines) in MODELS_DIR/results; a summary table on stdout and
 # MODELS_DIR/results/curves.png.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
+root=$(cd "$(dirname "$0")/../../.." && pwd)
 models=${1:-$root/build/bench-dz-serve}
 bin=${BIN:-$root/build/bin}
 rates8=${RATES8:-"1 2 4 8"} rates16=${RATES16:-"8"} duration=${DURATION:-30} cap=${CAP:-0} max_batch=${MAX_BATCH:-32}

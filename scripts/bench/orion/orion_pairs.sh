@@ -3,11 +3,11 @@
 # contention constants come from, repeated on this machine's GPU): each
 # kernel is captured with orion-profile capture (launch data, so the
 # simulator places its blocks by occupancy), timed alone, one after the
-# other and together in two streams (scripts/bench/orion_kernel_pairs.py),
+# other and together in two streams (scripts/bench/orion/orion_kernel_pairs.py),
 # and the same pair is simulated (two streams, no priority). Prints measured
 # and simulated times side by side.
 #
-#   scripts/bench/orion_pairs.sh [BUILD_DIR] [PYTHON]
+#   scripts/bench/orion/orion_pairs.sh [BUILD_DIR] [PYTHON]
 #   KEEP=DIR   copy the measurements and the captured profiles there (for
 #              orion_contention_fit.py)
 #   ORION_DEVICE=NAME   the simulator's device (default h200)

@@ -14,7 +14,9 @@ import pathlib
 import sys
 import tempfile
 
-from orion_contention_fit import pairs_folder_points, simulate_pair
+# The contention fit is a tool of its own in scripts/.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+from orion_contention_fit import pairs_folder_points, simulate_pair  # noqa: E402
 
 orion_run, folder = sys.argv[1], pathlib.Path(sys.argv[2])
 device = sys.argv[3] if len(sys.argv) > 3 else "h200"

@@ -4,9 +4,9 @@
 # Reference: the original SAILOR planner reports 1.6 s / 7.7 s / 17.4 s for
 # GPT-Neo-2.7 on 32+96 / 80+240 / 128+384 A100-40+V100-16, about 4900 s for
 # three GPU types of 256 each.
-#   scripts/bench/sailor_search.sh [BUILD_DIR]
+#   scripts/bench/sailor/sailor_search.sh [BUILD_DIR]
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
+root=$(cd "$(dirname "$0")/../../.." && pwd)
 build=${1:-$root/build}
 cmake --build "$build" -j "${FLEET_JOBS:-2}" --target sailor-plan >/dev/null
 tmp=$(mktemp -d)

@@ -1,4 +1,4 @@
-// DeltaZip serving microbenchmarks, printed as JSON lines; scripts/bench/dz_serve.sh runs them.
+// DeltaZip serving microbenchmarks, printed as JSON lines; scripts/bench/deltazip/dz_serve.sh runs them.
 //
 //   bench_dz_serve sbmm THREADS REPEATS
 //     the SBMM kernel on packed 4-bit 2:4 and 2-bit 2:4 deltas of the 100m

@@ -6,7 +6,7 @@ reports how well each point is predicted when it is left out of the fit.
 
 Points: Orion's three V100 pairs (Conv2d and BatchNorm2d, built in; left
 out with --no-reference) and the three pairs of each DIR that
-scripts/bench/orion_pairs.sh kept (KEEP=DIR, or orion-data/pairs of
+scripts/bench/orion/orion_pairs.sh kept (KEEP=DIR, or orion-data/pairs of
 scripts/gpu-check.sh): measured.jsonl and the captured conv.csv and bn.csv,
 simulated on DEVICE (default h200). A point is the ratio of the pair's
 time together (two streams) to its time one after the other; the fit
@@ -34,7 +34,7 @@ import sys
 import tempfile
 
 HERE = pathlib.Path(__file__).resolve().parent
-DEFAULTS = json.loads((HERE.parent.parent / "examples" / "orion" / "contention-v100.json").read_text())
+DEFAULTS = json.loads((HERE.parent / "examples" / "orion" / "contention-v100.json").read_text())
 CLASSES = ("unknown", "memory", "compute")
 SECTIONS = ("compute_use", "memory_use", "unit_share")
 DEFAULT_FREE = ("memory_use.memory", "compute_use.memory", "memory_use.compute", "same_class_penalty")
@@ -255,7 +255,7 @@ def main():
     if args.write:
         names = ", ".join(p.name for p in points)
         devices = " + ".join(sorted({p.device for p in points}))
-        source = f"fitted by scripts/bench/orion_contention_fit.py to: {names}"
+        source = f"fitted by scripts/orion_contention_fit.py to: {names}"
         args.write.write_text(json.dumps(model_json(fitted, source, devices), indent=2) + "\n")
         print(f"wrote {args.write}")
 

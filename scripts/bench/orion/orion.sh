@@ -2,9 +2,9 @@
 # Orion benchmarks: (1) simulator speed against a replay baseline, (2) the
 # policy table on the reference ResNet50 inference (HP) + training (BE)
 # workload, every policy on the same arrivals.
-#   scripts/bench/orion.sh [BUILD_DIR]
+#   scripts/bench/orion/orion.sh [BUILD_DIR]
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
+root=$(cd "$(dirname "$0")/../../.." && pwd)
 build=${1:-$root/build}
 cmake --build "$build" -j "${FLEET_JOBS:-2}" --target bench_orion_simulator orion-run >/dev/null
 

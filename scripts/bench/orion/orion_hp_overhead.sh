@@ -7,7 +7,7 @@
 # launch published to the scheduler, its completion tracked with events).
 # The cases alternate, twice each, so drift of the machine shows as spread.
 #
-#   scripts/bench/orion_hp_overhead.sh [BUILD_DIR] [PYTHON]
+#   scripts/bench/orion/orion_hp_overhead.sh [BUILD_DIR] [PYTHON]
 #   HP_REQUESTS=2000
 #   VARIANT_LIBRARIES="NAME=FILE ..."  also run the exec case with each of
 #                          these interposers (ORION_CLIENT_LIBRARY), e.g. an

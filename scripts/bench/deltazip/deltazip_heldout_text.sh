@@ -7,12 +7,12 @@
 # each fine-tune: the held-out NLL gap against the fine-tune and the share of
 # its gain kept, for uniform forms and for --target-ratio budgets. About an
 # hour on one core (training dominates).
-#   scripts/bench/deltazip_heldout_text.sh WORK_DIR [RATIO...]   default ratios: 8 10 12 16
+#   scripts/bench/deltazip/deltazip_heldout_text.sh WORK_DIR [RATIO...]   default ratios: 8 10 12 16
 # Needs the Debian packages bible-kjv, fortunes-de and fortunes-min
 # (apt-get install bible-kjv fortunes-de fortunes-min).
 set -euo pipefail
 [ $# -ge 1 ] || { sed -n '2,12p' "$0" >&2; exit 2; }
-root=$(cd "$(dirname "$0")/../.." && pwd)
+root=$(cd "$(dirname "$0")/../../.." && pwd)
 bin=$root/build/bin
 work=$1
 shift
@@ -41,5 +41,5 @@ for lang in de en; do
   # The first 60 KB of the held-out text: ~60 k tokens, 20 s per score on one core.
   head -c 60000 "$lang-heldout.txt" >"$lang-heldout-60k.txt"
   echo "=== fine-tune on $lang fortunes; the first 60 KB of the held-out $lang text"
-  "$root/scripts/bench/deltazip_budget.sh" base "ft-$lang" "$lang.txt" "$lang-heldout-60k.txt" "${ratios[@]}"
+  "$root/scripts/bench/deltazip/deltazip_budget.sh" base "ft-$lang" "$lang.txt" "$lang-heldout-60k.txt" "${ratios[@]}"
 done

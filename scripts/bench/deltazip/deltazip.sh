@@ -2,9 +2,9 @@
 # DeltaZip compression: size against fp16, quality against round-to-nearest at
 # equal bits, and time per million parameters, on the tiny base and its copy
 # fine-tune that scripts/demo.sh trains (run the demo first).
-#   scripts/bench/deltazip.sh [MODELS_DIR]    default: build/demo/models
+#   scripts/bench/deltazip/deltazip.sh [MODELS_DIR]    default: build/demo/models
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
+root=$(cd "$(dirname "$0")/../../.." && pwd)
 models=${1:-$root/build/demo/models}
 bin=$root/build/bin
 [ -d "$models/ft-copy" ] || { echo "no $models/ft-copy: run scripts/demo.sh first" >&2; exit 2; }

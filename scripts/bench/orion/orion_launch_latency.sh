@@ -4,7 +4,7 @@
 # the same run. Each case launches LAUNCHES zero-length kernels and reports
 # the median and p99 wall time of one launch call.
 #
-#   scripts/bench/orion_launch_latency.sh [BUILD_DIR] [LAUNCHES]
+#   scripts/bench/orion/orion_launch_latency.sh [BUILD_DIR] [LAUNCHES]
 set -euo pipefail
 build=${1:-build}
 launches=${2:-20000}

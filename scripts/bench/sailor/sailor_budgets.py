@@ -6,7 +6,7 @@ a speed (SAILOR's "iters_dollar" with a minimum throughput). Both answers
 are judged by our simulator (`sailor-plan simulate`), and SAILOR's own
 figures for its plan are printed beside them.
 
-  python3 scripts/bench/sailor_budgets.py SAILOR_CHECKOUT [BUILD_DIR]
+  python3 scripts/bench/sailor/sailor_budgets.py SAILOR_CHECKOUT [BUILD_DIR]
 
 SAILOR_CHECKOUT is a clone of github.com/eth-easl/sailor (commit cf2c8e3)
 with its C++ planner built (`make` in

@@ -2,17 +2,17 @@
 # DeltaZip under a size budget: quality against the whole file's ratio to the
 # fp16 model, with `--target-ratio` (forms chosen per layer) beside one form
 # for every layer (grids: minmax, lloyd codebooks, ternary; 1 bit: sign).
-#   scripts/bench/deltazip_budget.sh BASE TARGET CALIB_TEXT METRIC RATIO...
+#   scripts/bench/deltazip/deltazip_budget.sh BASE TARGET CALIB_TEXT METRIC RATIO...
 # METRIC is `copy` (exact-match accuracy on 200 copy examples: the demo's copy
 # fine-tune) or a held-out text file (the mean NLL gap, nats per token, of
 # the reconstruction against the fine-tune, and the share of the fine-tune's
 # gain over the base kept). Example on the demo's models:
-#   scripts/bench/deltazip_budget.sh build/demo/models/base build/demo/models/ft-copy \
+#   scripts/bench/deltazip/deltazip_budget.sh build/demo/models/base build/demo/models/ft-copy \
 #     build/demo/models/copy.txt copy 4 5 6 7 8 10
 # BUDGETS_ONLY=1 leaves out the rows of one form for every layer.
 set -euo pipefail
 [ $# -ge 5 ] || { sed -n '2,12p' "$0" >&2; exit 2; }
-root=$(cd "$(dirname "$0")/../.." && pwd)
+root=$(cd "$(dirname "$0")/../../.." && pwd)
 bin=$root/build/bin
 base=$1 target=$2 calib=$3 metric=$4
 shift 4

@@ -4,7 +4,7 @@ throughput search on the same cluster: search time as a ratio, and the plan
 each returns. With --compare OTHER_SAILOR_PLAN, the same searches by another
 build (an earlier version) side by side.
 
-  python3 scripts/bench/sailor_bounds.py [BUILD_DIR] [--compare BIN] [--repeat N]
+  python3 scripts/bench/sailor/sailor_bounds.py [BUILD_DIR] [--compare BIN] [--repeat N]
 
 Clusters are built from the shipped inputs by changing the quotas; the
 bounds are set from the unbounded throughput plan (a budget of 80 % of its
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def make_inputs(tmp, name, model, quotas):

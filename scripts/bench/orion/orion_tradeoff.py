@@ -27,7 +27,7 @@ import pathlib
 import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 POLICIES = ["temporal", "streams", "mps", "reef", "orion"]
 HP_BOUND = 1.2
 MPS_RANGE = (1.3, 3.0)

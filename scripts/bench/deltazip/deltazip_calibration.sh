@@ -8,9 +8,9 @@
 # task; the fine-tune's loss was on copy answers only, so NLL on copy text
 # would reward drifting back to the base), and the seconds per million
 # parameters of compress on one thread.
-#   scripts/bench/deltazip_calibration.sh [MODELS_DIR]    default: build/demo/models
+#   scripts/bench/deltazip/deltazip_calibration.sh [MODELS_DIR]    default: build/demo/models
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
+root=$(cd "$(dirname "$0")/../../.." && pwd)
 models=${1:-$root/build/demo/models}
 bin=$root/build/bin
 [ -d "$models/ft-copy" ] || { echo "no $models/ft-copy: run scripts/demo.sh first" >&2; exit 2; }

@@ -4,7 +4,7 @@ iteration time, the per-micro-batch slot of the slowest stage, the
 gradient synchronisation and the optimizer step (docs/sailor-model.md,
 "Where SAILOR's simulator and ours differ").
 
-  python3 scripts/bench/sailor_simulators.py SAILOR_CHECKOUT [BUILD_DIR]
+  python3 scripts/bench/sailor/sailor_simulators.py SAILOR_CHECKOUT [BUILD_DIR]
 
 SAILOR_CHECKOUT is a clone of github.com/eth-easl/sailor (commit cf2c8e3)
 in a folder named `sailor` (its simulator reads PARENT/sailor/sailor/providers).
@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def main():

@@ -7,7 +7,7 @@
 # Then the simulator runs the same workload on the captured profiles and its
 # ratios are printed beside the measured ones (orion_gpu_compare.py).
 #
-#   scripts/bench/orion_gpu.sh [BUILD_DIR] [PYTHON]
+#   scripts/bench/orion/orion_gpu.sh [BUILD_DIR] [PYTHON]
 #   HP_REQUESTS=300 BE_SECONDS=20 ORION_DEVICE=h200 (the GPU model for exec and the simulator) HP_ALONE_RUNS=3
 #   BE_BATCH=512   rows of the BE's batch: 512 makes each of its matrix products
 #                  (1.4 ms on an H200) outlast an HP request; 64 (0.2 ms) does not

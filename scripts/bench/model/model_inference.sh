@@ -2,10 +2,10 @@
 # Prefill and decode tokens/s of lib/model against transformers on the same CPU,
 # model, batch, lengths and thread count, in the same run: the tiny preset and
 # the ~100M-parameter preset (random weights; speed does not depend on them).
-#   scripts/bench/model_inference.sh [BUILD_DIR]     THREADS=1 (default) or 2
-#   DEVICE=cuda scripts/bench/model_inference.sh BUILD_DIR   on the GPU, bfloat16 (a CUDA build)
+#   scripts/bench/model/model_inference.sh [BUILD_DIR]     THREADS=1 (default) or 2
+#   DEVICE=cuda scripts/bench/model/model_inference.sh BUILD_DIR   on the GPU, bfloat16 (a CUDA build)
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
+root=$(cd "$(dirname "$0")/../../.." && pwd)
 build=${1:-$root/build}
 threads=${THREADS:-1}
 device=${DEVICE:-cpu}
@@ -24,7 +24,7 @@ for preset in tiny 100m; do
   for shape in "1 128 32" "8 128 32"; do
     set -- $shape
     ours=$("$build/bin/bench_model_inference" "$tmp/$preset" "$1" "$2" "$3" "$threads" 3 "$device")
-    hf=$("$python" "$root/scripts/bench/model_inference_hf.py" "$tmp/$preset" "$1" "$2" "$3" "$threads" 3 "$device" 2>/dev/null)
+    hf=$("$python" "$root/scripts/bench/model/model_inference_hf.py" "$tmp/$preset" "$1" "$2" "$3" "$threads" 3 "$device" 2>/dev/null)
     /usr/bin/python3 - "$preset" "$1 x $2 + $3" "$ours" "$hf" <<'PY'
 import json, sys
 preset, shape, ours, hf = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])

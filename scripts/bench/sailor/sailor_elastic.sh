@@ -7,7 +7,7 @@
 # elastic agent does) — alternating, so both see the same machine. Reports
 # the ratio of the medians and the step time of the same job.
 #
-#   scripts/bench/sailor_elastic.sh [BUILD_DIR] [RUNS]
+#   scripts/bench/sailor/sailor_elastic.sh [BUILD_DIR] [RUNS]
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 runs=${2:-5}

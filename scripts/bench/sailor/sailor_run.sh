@@ -8,9 +8,9 @@
 #  3. the planner against the runtime: `sailor-run profile` + `profile-net`
 #     measured here, then `sailor-plan simulate` of a DP=2 and a PP=2 plan
 #     against their measured iteration time.
-#   scripts/bench/sailor_run.sh [BUILD_DIR]     PRESET=small STEPS=30 BATCH=8 SEQ=128
+#   scripts/bench/sailor/sailor_run.sh [BUILD_DIR]     PRESET=small STEPS=30 BATCH=8 SEQ=128
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
+root=$(cd "$(dirname "$0")/../../.." && pwd)
 build=${1:-$root/build}
 python=${FLEET_PYTHON:-$root/.venv/bin/python}
 preset=${PRESET:-small} steps=${STEPS:-30} batch=${BATCH:-8} seq=${SEQ:-128} warm=5
@@ -40,7 +40,7 @@ train() {  # train NAME "LAUNCH OPTIONS" TRAIN OPTIONS... -> metrics in $tmp/NAM
 echo "== data parallelism, 2 workers, $preset preset, micro-batch $batch x $seq tokens, 1 thread each"
 train dp "--nprocs 2" --batch-size "$batch"
 read -r ours ours_step < <(median_rate "$tmp/dp.jsonl")
-theirs=$("$python" "$root/scripts/bench/ddp_baseline.py" "$tmp/model" 2 "$batch" "$seq" "$steps" "$warm" 2>/dev/null |
+theirs=$("$python" "$root/scripts/bench/sailor/ddp_baseline.py" "$tmp/model" 2 "$batch" "$seq" "$steps" "$warm" 2>/dev/null |
   /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["tokens_per_s"])')
 /usr/bin/python3 -c "import sys; o, t = map(float, sys.argv[1:]); print(f'sailor-run {o:9.0f} tokens/s   PyTorch DDP {t:9.0f} tokens/s   ratio {o / t:.2f}x')" "$ours" "$theirs"
 

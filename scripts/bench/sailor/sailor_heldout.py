@@ -8,7 +8,7 @@ examples/sailor/opt-350 (`sailor-plan calibrate --hold-out`), then used on
     measured separately; some repeat a fitted plan, which shows how much two
     measurements of one plan differ).
 
-  python3 scripts/bench/sailor_heldout.py SAILOR_CHECKOUT [BUILD_DIR]
+  python3 scripts/bench/sailor/sailor_heldout.py SAILOR_CHECKOUT [BUILD_DIR]
 
 SAILOR_CHECKOUT is a clone of github.com/eth-easl/sailor (commit cf2c8e3);
 its sailor/Planner/simulations/validation/clariden/{GPT-NEO,OPT-350}/N*/
@@ -33,7 +33,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EX = ROOT / "examples/sailor"
 # Model folder here, SAILOR's model name, its validation folder, its training config.
 MODELS = {

@@ -1,6 +1,6 @@
 """PyTorch's own DistributedDataParallel (Gloo) training the same model, batch
 and sequence length as `sailor-run launch --nprocs N -- train`: the baseline of
-scripts/bench/sailor_run.sh. Prints {"tokens_per_s": ...} (median step after
+scripts/bench/sailor/sailor_run.sh. Prints {"tokens_per_s": ...} (median step after
 warm-up, whole job).
 
 Usage: ddp_baseline.py MODEL_DIR NPROCS BATCH SEQ_LEN STEPS WARMUP

@@ -1,5 +1,5 @@
 // Prefill and decode speed of lib/model on one model folder, printed as JSON.
-// scripts/bench/model_inference.sh runs it beside transformers on the same
+// scripts/bench/model/model_inference.sh runs it beside transformers on the same
 // model, batch, lengths and thread count (or GPU).
 //
 //   bench_model_inference MODEL_DIR BATCH PROMPT_LEN NEW_TOKENS THREADS REPEATS [cpu|cuda]
