@@ -41,6 +41,17 @@ find_library(FLEET_HTTPLIB_LIBRARY cpp-httplib REQUIRED)
 add_library(fleet_httplib INTERFACE)
 target_include_directories(fleet_httplib SYSTEM INTERFACE "${FLEET_HTTPLIB_INCLUDE_DIR}")
 target_link_libraries(fleet_httplib INTERFACE "${FLEET_HTTPLIB_LIBRARY}" Threads::Threads)
+# The library was compiled with its features switched on (Debian's: OpenSSL,
+# zlib, Brotli), and the header's classes change layout with them: every
+# translation unit must see the same macros, or a Client built by the
+# library overruns the one the caller allocated. pkg-config says which.
+pkg_check_modules(FLEET_HTTPLIB_PC QUIET cpp-httplib)
+if(FLEET_HTTPLIB_PC_FOUND)
+  target_compile_options(fleet_httplib INTERFACE ${FLEET_HTTPLIB_PC_CFLAGS_OTHER})
+else()
+  message(WARNING "cpp-httplib has no pkg-config file: its build's feature macros are unknown; "
+                  "define them (CPPHTTPLIB_OPENSSL_SUPPORT, ...) as the library was built")
+endif()
 
 add_library(fleet_hdf5 INTERFACE)
 target_include_directories(fleet_hdf5 SYSTEM INTERFACE ${HDF5_C_INCLUDE_DIRS} ${HDF5_INCLUDE_DIRS})
