@@ -1,6 +1,6 @@
 // The options of a training run and its learning-rate schedule (AdamW,
 // linear warm-up then cosine decay, clipping). The training loop itself, for
-// one process or many, is sailor/runtime/trainer.h. No libtorch.
+// one process or many, is sailor/runtime/torch/trainer.h. No libtorch.
 #pragma once
 
 #include <cstdint>
