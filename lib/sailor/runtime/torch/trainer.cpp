@@ -417,8 +417,12 @@ void TrainingSession::read_inputs() {
     throw InputError("the training data changed since the checkpoint in " + job_.output.string() +
                      " (token fingerprint differs); resume needs the same files");
   model_layers_ = config_->num_hidden_layers + 2;
-  // Several ranks compare it (an in-place elastic job learns its ranks from the controller).
-  if (world_.distributed() || elastic_) model_fingerprint_ = fmt::format("{:016x}", model_files_fingerprint(folder));
+  // The ranks of the first generation compare it (an in-place elastic job
+  // learns its ranks from the controller); a worker that joins later takes
+  // its state from the hand-over and need not read every weight file.
+  const bool first_generation = !members_ || members_->generation == 0;
+  if (first_generation && (world_.distributed() || elastic_))
+    model_fingerprint_ = fmt::format("{:016x}", model_files_fingerprint(folder));
 }
 
 void TrainingSession::open_energy_meter() {
