@@ -65,6 +65,23 @@ std::uint64_t estimated_container_bytes(const PackedMatrix& m, int zstd_level, s
   return total;
 }
 
+void weigh_errors_by_loss(std::vector<std::vector<FormCost>>& candidates, const std::vector<double>& loss_added,
+                          std::size_t probe) {
+  if (loss_added.size() != candidates.size())
+    throw InputError("loss measured for " + std::to_string(loss_added.size()) + " layers, forms for " +
+                     std::to_string(candidates.size()));
+  double positive = 0;
+  int count = 0;
+  for (double added : loss_added)
+    if (added > 0) positive += added, ++count;
+  const double floor = count > 0 ? 0.1 * positive / count : 1.0;
+  for (std::size_t l = 0; l < candidates.size(); ++l) {
+    if (probe >= candidates[l].size()) throw InputError("the probe form is not a form of every layer");
+    const double per_error = std::max(loss_added[l], floor) / std::max(candidates[l][probe].error, 1e-30);
+    for (auto& cost : candidates[l]) cost.error *= per_error;
+  }
+}
+
 std::vector<std::size_t> allocate_forms(const std::vector<std::vector<FormCost>>& candidates, std::uint64_t budget) {
   std::vector<std::size_t> smallest(candidates.size(), 0);
   for (std::size_t l = 0; l < candidates.size(); ++l) {

@@ -24,6 +24,17 @@ struct FormCost {
 /// for its HDF5 metadata.
 std::uint64_t estimated_container_bytes(const PackedMatrix& matrix, int zstd_level, std::uint64_t overhead_per_array);
 
+/// Puts every layer's errors in units of calibration loss: a layer's output
+/// error costs the model more or less depending on where the layer sits, so
+/// each layer's errors are multiplied by `loss_added[l]` (the loss its
+/// `probe` form alone added on the calibration text) over that form's error.
+/// A layer whose probe barely moved the loss, or lowered it (noise), is
+/// charged at least a tenth of the mean positive loss a probe added, so its
+/// errors are never free. InputError when the sizes disagree or `probe` is
+/// not a form of every layer.
+void weigh_errors_by_loss(std::vector<std::vector<FormCost>>& candidates, const std::vector<double>& loss_added,
+                          std::size_t probe);
+
 /// The form of each layer (an index into its candidates) whose bytes sum to
 /// at most `budget` with the least total error found: the Lagrangian choice
 /// (each layer minimises error + lambda * bytes, lambda bisected to the

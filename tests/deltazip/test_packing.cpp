@@ -158,6 +158,27 @@ TEST(AllocateForms, SpendsBytesWhereTheyRemoveTheMostError) {
   EXPECT_EQ(allocate_forms(two, 10), (std::vector<std::size_t>{1, 1}));
 }
 
+// Errors in units of calibration loss: a layer whose output error barely
+// moves the loss gives up its bytes to one whose smaller error moves it
+// much; a probe that lowered the loss (noise) is charged the floor, a tenth
+// of the mean positive loss, not nothing.
+TEST(AllocateForms, WeighsEachLayersErrorByTheLossItsProbeAdded) {
+  std::vector<std::vector<FormCost>> costs{{{10, 0}, {5, 100}}, {{10, 0}, {5, 50}}, {{10, 0}, {5, 40}}};
+  // By raw error, the one large form goes to layer 0 (100 removed).
+  EXPECT_EQ(allocate_forms(costs, 20), (std::vector<std::size_t>{0, 1, 1}));
+  weigh_errors_by_loss(costs, {0.001, 1.0, -0.2}, 1);
+  const double floor = 0.1 * (0.001 + 1.0) / 2;
+  EXPECT_DOUBLE_EQ(costs[0][1].error, floor);  // 0.001 is under the floor
+  EXPECT_DOUBLE_EQ(costs[1][1].error, 1.0);
+  EXPECT_DOUBLE_EQ(costs[2][1].error, floor);  // lowered the loss: the floor
+  EXPECT_EQ(costs[0][0].error, 0.0);
+  EXPECT_EQ(costs[1][0].bytes, 10u);  // bytes untouched
+  // By loss, it goes to layer 1, whose raw error was half of layer 0's.
+  EXPECT_EQ(allocate_forms(costs, 20), (std::vector<std::size_t>{1, 0, 1}));
+  EXPECT_THROW(weigh_errors_by_loss(costs, {1.0}, 1), InputError);
+  EXPECT_THROW(weigh_errors_by_loss(costs, {1.0, 1.0, 1.0}, 2), InputError);
+}
+
 // On random instances: the choice fits, beats every uniform choice that
 // fits, and no single layer can move to another form that fits and lowers
 // the total error.

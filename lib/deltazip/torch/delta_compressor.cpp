@@ -422,20 +422,7 @@ Measured measure_forms(const Job& job, const std::vector<CompressionOptions>& fo
     return torch::Tensor();  // later layers see this one as fine-tuned
   };
   for_each_linear(target, base, measure, hidden, job.device, "measure forms");
-  if (!m.loss_added.empty()) {
-    // A layer whose probe barely moved the loss (or lowered it: noise at
-    // this size) still costs something: at least a tenth of the mean
-    // positive loss a probe added, so that its errors are not free.
-    double positive = 0;
-    int count = 0;
-    for (double added : m.loss_added)
-      if (added > 0) positive += added, ++count;
-    const double floor = count > 0 ? 0.1 * positive / count : 1.0;
-    for (std::size_t l = 0; l < m.costs.size(); ++l) {
-      const double per_error = std::max(m.loss_added[l], floor) / std::max(m.costs[l][kSensitivityProbe].error, 1e-30);
-      for (auto& cost : m.costs[l]) cost.error *= per_error;
-    }
-  }
+  if (!m.loss_added.empty()) weigh_errors_by_loss(m.costs, m.loss_added, kSensitivityProbe);
   // The rest, exactly: a container of everything but the linear layers.
   DeltaWriter rest(scratch, job.header, c.zstd_level);
   add_dense_tensors(rest, target, base, job);
