@@ -71,12 +71,16 @@ bool avx512_available() { return cpu_isa() >= CpuIsa::kAvx512; }
 void use_avx512(bool on) { avx512_wanted = on; }
 bool avx512_in_use() { return avx512_wanted && avx512_available(); }
 // Where BLAS's packed GEMM starts to win (bench_dz_serve sbmm and merged,
-// docs/benchmarks.md): with AVX-512 from 64 rows; with AVX2 from 32 rows
-// against BLAS kernels of AVX-512 (a CPU whose kernels here are capped), from
-// about 96 against BLAS kernels of AVX2, as on a CPU without AVX-512.
+// docs/benchmarks.md). Against BLAS kernels of AVX-512: from 64 rows with
+// AVX-512 here, from 32 with AVX2 (a CPU whose kernels here are capped).
+// Against BLAS kernels of AVX2: from about 96 rows with AVX2 here, as on a
+// CPU without AVX-512; with AVX-512 here (an AVX-512 CPU that OpenBLAS runs
+// with AVX2 kernels, as Debian's does on AMD Zen 4) not up to 256 rows, the
+// most measured (0.54-0.85x BLAS's time at 96-256 rows), so up to 256.
 std::int64_t max_rows() {
-  if (avx512_in_use()) return 64;
-  return blas_cpu_isa() >= CpuIsa::kAvx512 ? 32 : 96;
+  const bool blas_avx512 = blas_cpu_isa() >= CpuIsa::kAvx512;
+  if (avx512_in_use()) return blas_avx512 ? 64 : 256;
+  return blas_avx512 ? 32 : 96;
 }
 
 void linear(const float* x, std::int64_t rows, std::int64_t in, std::int64_t x_stride, const float* w,

@@ -27,8 +27,8 @@ void use_avx512(bool on);
 bool avx512_in_use();
 
 /// Rows of x up to which the kernel beats OpenBLAS's GEMM (bench_dz_serve
-/// sbmm and merged, docs/benchmarks.md): 64 with AVX-512; with AVX2, 32
-/// against BLAS kernels of AVX-512 and 96 against those of AVX2
+/// sbmm and merged, docs/benchmarks.md): with AVX-512, 64 against BLAS
+/// kernels of AVX-512 and 256 against those of AVX2; with AVX2, 32 and 96
 /// (common/cpu_isa.h, blas_cpu_isa).
 std::int64_t max_rows();
 

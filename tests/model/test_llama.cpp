@@ -62,11 +62,13 @@ TEST(Llama, CachedDecodeMatchesFullForward) {
 }
 
 // inference_linear: torch::linear's result through the small-batch kernel
-// for a few rows without autograd, torch::linear itself otherwise (so that
-// training keeps its graph), and a whole decode the same either way.
+// for up to max_rows() rows without autograd (32 to 256 by CPU and BLAS:
+// the row counts cover each side of every limit), torch::linear itself
+// otherwise (so that training keeps its graph), and a whole decode the same
+// either way.
 TEST(Llama, InferenceLinearEqualsTorchLinear) {
   auto w = torch::randn({37, 45});
-  for (std::int64_t rows : {1, 5, 32, 33, 64, 80}) {
+  for (std::int64_t rows : {1, 5, 32, 33, 64, 80, 96, 97, 200, 256, 257}) {
     auto x = torch::randn({rows, 1, 45});
     torch::NoGradGuard no_grad;
     expect_close(inference_linear(x, w), torch::linear(x, w));
