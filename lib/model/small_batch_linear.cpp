@@ -74,13 +74,19 @@ bool avx512_in_use() { return avx512_wanted && avx512_available(); }
 // docs/benchmarks.md). Against BLAS kernels of AVX-512: from 64 rows with
 // AVX-512 here, from 32 with AVX2 (a CPU whose kernels here are capped).
 // Against BLAS kernels of AVX2: from about 96 rows with AVX2 here, as on a
-// CPU without AVX-512; with AVX-512 here (an AVX-512 CPU that OpenBLAS runs
-// with AVX2 kernels, as Debian's does on AMD Zen 4) not up to 256 rows, the
-// most measured (0.54-0.85x BLAS's time at 96-256 rows), so up to 256.
-std::int64_t max_rows() {
+// CPU without AVX-512. With AVX-512 here and BLAS kernels of AVX2 (an
+// AVX-512 CPU that OpenBLAS runs with AVX2 kernels, as Debian's does on AMD
+// Zen 4) BLAS did not win at any size measured, up to 256 rows of up to
+// 4096 floats (the kernel took 0.54-0.94x BLAS's time at 96-256 rows); past
+// that the kernel reads x from further away for every block of weight rows,
+// so its limit keeps x within what was measured (4 MiB), and never below 64.
+std::int64_t max_rows(std::int64_t in) {
   const bool blas_avx512 = blas_cpu_isa() >= CpuIsa::kAvx512;
-  if (avx512_in_use()) return blas_avx512 ? 64 : 256;
-  return blas_avx512 ? 32 : 96;
+  if (!avx512_in_use()) return blas_avx512 ? 32 : 96;
+  if (blas_avx512) return 64;
+  constexpr std::int64_t kMeasuredRows = 256, kMeasuredFloats = 256 * 4096;
+  if (in <= 0) return kMeasuredRows;
+  return std::clamp<std::int64_t>(kMeasuredFloats / in, 64, kMeasuredRows);
 }
 
 void linear(const float* x, std::int64_t rows, std::int64_t in, std::int64_t x_stride, const float* w,
@@ -101,7 +107,7 @@ bool available() { return false; }
 bool avx512_available() { return false; }
 void use_avx512(bool) {}
 bool avx512_in_use() { return false; }
-std::int64_t max_rows() { return 0; }
+std::int64_t max_rows(std::int64_t) { return 0; }
 
 void linear(const float*, std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t, float*, std::int64_t,
             bool) {

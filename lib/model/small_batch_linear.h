@@ -26,11 +26,13 @@ bool avx512_available();
 void use_avx512(bool on);
 bool avx512_in_use();
 
-/// Rows of x up to which the kernel beats OpenBLAS's GEMM (bench_dz_serve
-/// sbmm and merged, docs/benchmarks.md): with AVX-512, 64 against BLAS
-/// kernels of AVX-512 and 256 against those of AVX2; with AVX2, 32 and 96
-/// (common/cpu_isa.h, blas_cpu_isa).
-std::int64_t max_rows();
+/// Rows of x, each of `in` floats (0: not known), up to which the kernel
+/// beats OpenBLAS's GEMM (bench_dz_serve sbmm and merged,
+/// docs/benchmarks.md): with AVX-512, 64 against BLAS kernels of AVX-512 and
+/// up to 256 against those of AVX2 (fewer for rows of more than 4096
+/// floats, never under 64); with AVX2, 32 and 96 (common/cpu_isa.h,
+/// blas_cpu_isa).
+std::int64_t max_rows(std::int64_t in = 0);
 
 /// y[r, j] = Σ_k x[r, k] · w[j, k] (or += with `accumulate`) for r < rows and
 /// j < count. w is count x in, dense and row-major; the rows of x (in floats

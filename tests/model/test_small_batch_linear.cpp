@@ -86,5 +86,26 @@ TEST(SmallBatchLinear, AnOutputDoesNotDependOnTheRowsBesideIt) {
   small_batch::use_avx512(true);
 }
 
+// The row limit never reaches past what was measured: rows of more floats
+// get no more rows (x read again for every block of weight rows), and
+// beyond 96 rows x stays within the 4 MiB measured (256 rows of 4096).
+TEST(SmallBatchLinear, RowLimitShrinksWithTheRowWidth) {
+  if (!small_batch::available()) GTEST_SKIP() << "this CPU has no AVX2+FMA";
+  for (bool wide : widths()) {
+    small_batch::use_avx512(wide);
+    std::int64_t previous = small_batch::max_rows();
+    EXPECT_GE(previous, 32);
+    EXPECT_LE(previous, 256);
+    for (std::int64_t in : std::vector<std::int64_t>{45, 768, 2048, 4096, 4097, 11008, 16384, 1 << 20}) {
+      const std::int64_t limit = small_batch::max_rows(in);
+      EXPECT_LE(limit, previous) << "rows of " << in << " floats";
+      EXPECT_GE(limit, 32) << "rows of " << in << " floats";
+      EXPECT_TRUE(limit <= 96 || limit * in <= 256 * 4096) << "rows of " << in << " floats: " << limit;
+      previous = limit;
+    }
+  }
+  small_batch::use_avx512(true);
+}
+
 }  // namespace
 }  // namespace fleet::model

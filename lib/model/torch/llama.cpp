@@ -78,7 +78,7 @@ torch::Tensor inference_linear(const torch::Tensor& x, const torch::Tensor& w) {
                        x.size(-1) == w.size(1) && x.numel() > 0;
   if (!applies) return torch::linear(x, w);
   const std::int64_t in = w.size(1), out = w.size(0), rows = x.numel() / in;
-  if (rows > small_batch::max_rows()) return torch::linear(x, w);
+  if (rows > small_batch::max_rows(in)) return torch::linear(x, w);
   const auto xc = x.contiguous();
   auto sizes = x.sizes().vec();
   sizes.back() = out;

@@ -68,7 +68,9 @@ PackedMatrix random_packed(std::int64_t rows, std::int64_t cols, int bits, std::
 
 int sbmm(int repeats) {
   std::mt19937 rng(1);
-  const std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {{768, 768}, {2048, 768}, {768, 2048}};
+  // The 100m preset's shapes, and a 7B model's input width (4096) on fewer outputs.
+  const std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {
+      {768, 768}, {2048, 768}, {768, 2048}, {1024, 4096}};
   for (int bits : {4, 2})
     for (auto [rows, cols] : shapes) {
       std::vector<SbmmMatrix> deltas;
@@ -145,7 +147,9 @@ int sbmm(int repeats) {
 int merged(int repeats) {
   torch::NoGradGuard no_grad;
   std::mt19937 rng(2);
-  const std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {{768, 768}, {2048, 768}, {768, 2048}};
+  // The 100m preset's shapes, and a 7B model's input width (4096) on fewer outputs.
+  const std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {
+      {768, 768}, {2048, 768}, {768, 2048}, {1024, 4096}};
   for (auto [rows, cols] : shapes) {
     const SbmmMatrix delta(random_packed(rows, cols, 4, rng));
     auto w = torch::randn({rows, cols});
@@ -164,8 +168,8 @@ int merged(int repeats) {
       double t_small = 0;
       if (model::small_batch_linear_in_use())
         t_small = best_of(repeats, [&] {
-          model::small_batch::linear(x.data_ptr<float>(), n, cols, cols, w.data_ptr<float>(), rows,
-                                     y.data_ptr<float>(), rows);
+          model::small_batch::linear(x.data_ptr<float>(), n, cols, cols, w.data_ptr<float>(), rows, y.data_ptr<float>(),
+                                     rows);
         });
       std::cout << nlohmann::json{{"bench", "merged"},
                                   {"rows", rows},

@@ -134,7 +134,7 @@ std::int64_t tile_path_rows(const SbmmMatrix& delta) {
 // bench_dz_serve sbmm for 32-256 rows (docs/benchmarks.md).
 bool small_kernel_for_tile(std::int64_t n, std::int64_t cols) {
   if (!model::small_batch_linear_in_use()) return false;
-  if (n <= model::small_batch::max_rows()) return true;
+  if (n <= model::small_batch::max_rows(cols)) return true;
   return model::small_batch::avx512_in_use() && (5 + 4) * cols * static_cast<std::int64_t>(sizeof(float)) <= 32 * 1024;
 }
 
