@@ -220,8 +220,9 @@ check(r.returncode == 0 and rows and rows[1]["kernels_released_ahead"] > 0
 # Inside marked requests the HP client's launches get no events at all: the
 # end marker reports them complete, and every request window still closes.
 # Without markers each launch needs tracking, but launches made while a
-# stream's event is pending share the next one: 4 kernels of 3 ms launched
-# back to back need 2 events, not 4.
+# stream's event is pending share the next one: 4 kernels launched while
+# the first still runs need 2 events, not 4 (checked below with the device
+# held, so that it holds however slowly the client launches).
 def fake_driver_counts(hp_command, label):
     fake_log, log_path = tmp / f"fake-{label}.log", tmp / f"{label}.log"
     r = run([ORION, "exec", "--policy", "orion", "--hp", hp_command, "--profiles", str(HP_CSV), "--log",
@@ -239,11 +240,35 @@ states = [e["on"] for e in events if e["event"] == "hp_active"]
 check(r.returncode == 0 and kernels == 16 and records == 0 and closed == 4 and states and states[-1] is False,
       f"HP launches inside marked requests: {records} completion events for {kernels} launches, "
       f"{closed} of 4 request windows closed, HP last seen active: {states[-1:]} (rc {r.returncode})")
-r, records, kernels, events = fake_driver_counts(hp_cmd.replace(" --markers", ""), "unmarked")
+# The stand-in device is held (FAKE_CUDA_HOLD: no kernel finishes) until the
+# client has launched its first request's 4 kernels and waits for them (its
+# "ctx-sync" line, written after the fourth launch returned): by then one
+# event is recorded, behind the first launch, and the other three wait for
+# it. Released, one more event covers those three: 2 for that burst, so at
+# most 2 + 3 x 4 in all, whatever the timing of the later bursts.
+fake_log, log_path, hold = tmp / "fake-unmarked.log", tmp / "unmarked.log", tmp / "hold"
+hold.write_text("")
+p = subprocess.Popen([ORION, "exec", "--policy", "orion", "--hp", hp_cmd.replace(" --markers", ""), "--profiles",
+                      str(HP_CSV), "--log", str(log_path), "--report", "--json"], stdout=subprocess.PIPE,
+                     stderr=subprocess.PIPE, text=True,
+                     env=dict(os.environ, FAKE_CUDA_LOG=str(fake_log), FAKE_CUDA_HOLD=str(hold)))
+fake_lines = lambda: fake_log.read_text().splitlines() if fake_log.exists() else []  # noqa: E731
+# Both are states the held device reaches: the first kernel starts (only
+# its end is held) and the client's wait follows its fourth launch.
+synced = wait_for(lambda: "ctx-sync" in fake_lines() and any(l.startswith("hpk") for l in fake_lines()), 120)
+held = fake_lines()
+hold.unlink()
+out, err = p.communicate(timeout=120)
+lines = fake_lines()
+records, kernels = lines.count("event-record"), sum(1 for l in lines if l.startswith("hpk"))
+events = read_log(log_path) if log_path.exists() else []
 states = [e["on"] for e in events if e["event"] == "hp_active"]
-check(r.returncode == 0 and kernels == 16 and 0 < records <= 8 and states and states[-1] is False,
-      f"HP launches without markers: {records} completion events for {kernels} launches in bursts of 4 (at most 8), "
-      f"and the scheduler saw them all finish (rc {r.returncode})")
+check(synced and held.count("event-record") == 1 and sum(1 for l in held if l.startswith("hpk")) == 1,
+      f"HP launches without markers, device held: 1 completion event for the 4 launches of a request so far "
+      f"({held.count('event-record')} events, {sum(1 for l in held if l.startswith('hpk'))} kernel started)")
+check(p.returncode == 0 and kernels == 16 and 2 <= records <= 14 and states and states[-1] is False,
+      f"HP launches without markers: {records} completion events for {kernels} launches in bursts of 4 (at most 14), "
+      f"and the scheduler saw them all finish (rc {p.returncode} {err[-200:]})")
 
 # ---------------------------------------------------------------- a program that outlives its shell
 # "; true" keeps the shell from exec'ing the program: SIGTERM ends the shell

@@ -10,8 +10,11 @@
 //   CUdeviceptr buffer, uint64 elements, uint64 seed, uint64 duration_ns
 // and computes buffer[i] = mix(buffer[i] + seed + i) for i < elements.
 // Environment: FAKE_CUDA_SMS (SM count, default 132), FAKE_CUDA_LOG (a file
-// that gets one line per kernel start: "<name> <grid> <block>", and one
-// "event-record" line per cuEventRecord),
+// that gets one line per kernel start: "<name> <grid> <block>", one
+// "event-record" line per cuEventRecord and one "ctx-sync" line per
+// cuCtxSynchronize call), FAKE_CUDA_HOLD (a path: while a file exists there,
+// no started kernel finishes, so a test can hold the device busy for as long
+// as it needs instead of counting on timing),
 // FAKE_CUDA_SHARED_DEVICE (a file: processes naming the same file share one
 // pool of SMs, as processes under MPS share a GPU; without it each process
 // has a device of its own).
@@ -121,6 +124,7 @@ class Device {
     sm_count_ = sms != nullptr ? std::max(1, std::atoi(sms)) : 132;
     free_sms_ = sm_count_;
     if (const char* log = std::getenv("FAKE_CUDA_LOG")) log_ = std::fopen(log, "a");
+    if (const char* hold = std::getenv("FAKE_CUDA_HOLD")) hold_ = hold;
     if (const char* shared = std::getenv("FAKE_CUDA_SHARED_DEVICE")) {
       const int fd = ::open(shared, O_RDWR | O_CREAT, 0600);
       if (fd >= 0 && ftruncate(fd, sizeof(SharedPool)) == 0) {
@@ -156,6 +160,10 @@ class Device {
   }
   void synchronize_all() {
     std::unique_lock<std::mutex> lock(mutex_);
+    if (log_ != nullptr) {
+      std::fprintf(log_, "ctx-sync\n");
+      std::fflush(log_);
+    }
     done_.wait(lock, [&] {
       return std::all_of(queues_.begin(), queues_.end(), [](const auto& q) { return q.second.empty(); });
     });
@@ -198,8 +206,8 @@ class Device {
                 std::fflush(log_);
               }
             }
-            if (op.end > now) {
-              next = std::min(next, op.end);
+            if (op.end > now || held()) {
+              next = std::min(next, held() ? now + std::chrono::milliseconds(1) : op.end);
               break;
             }
             give_sms(op.sms);
@@ -271,6 +279,8 @@ class Device {
   int sm_count_ = 132;
   int free_sms_ = 132;
   std::FILE* log_ = nullptr;
+  std::string hold_;  ///< FAKE_CUDA_HOLD: kernels finish only while no file is there
+  bool held() const { return !hold_.empty() && ::access(hold_.c_str(), F_OK) == 0; }
 };
 
 Device& device() {
