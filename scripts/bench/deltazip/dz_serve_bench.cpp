@@ -160,8 +160,8 @@ int merged(int repeats) {
       auto x = torch::randn({n, cols});
       auto y = torch::empty({n, rows});
       const double t_merged = best_of(repeats, [&] { merged_product(delta, w, x, y); });
+      // Full mode's product, and one BLAS GEMM of the shape for the kernel below.
       const double t_full = best_of(repeats, [&] { y = torch::linear(x, reconstructed); });
-      const double t_blas = best_of(repeats, [&] { y = torch::linear(x, w); });
       const double t_base = best_of(repeats, [&] { y = model::inference_linear(x, w); });
       // The small-batch kernel on every row, whatever max_rows() says: where
       // it stops beating BLAS on this machine.
@@ -179,7 +179,6 @@ int merged(int repeats) {
                                   {"dense_gemm_us", t_full * 1e6},
                                   {"base_product_us", t_base * 1e6},
                                   {"small_batch_all_rows_us", t_small * 1e6},
-                                  {"blas_gemm_us", t_blas * 1e6},
                                   {"merged_over_dense", t_merged / t_full},
                                   {"small_batch_avx512", model::small_batch::avx512_in_use()},
                                   {"small_batch_kernel", model::small_batch_linear_in_use()}}
