@@ -1,5 +1,6 @@
-// Label gpu: the CUDA SBMM kernel against the CPU kernel on every packed
-// form; skips where no GPU is visible.
+// Label gpu: the CUDA SBMM kernel against the CPU kernel, and its decoding
+// into a dense matrix against the CPU's, on every packed form; skips where
+// no GPU is visible.
 #include <random>
 
 #include <gtest/gtest.h>
@@ -41,19 +42,23 @@ PackedMatrix random_form(std::int64_t rows, std::int64_t cols, int bits, const s
   return pack_matrix(rows, cols, bits, group_size, pattern, codes, kept, std::move(scales), std::move(zeros));
 }
 
+// Every packed form: bit widths, n:m and unstructured sparsity, per-row and
+// per-group scales, codebooks.
+struct Form {
+  int bits;
+  const char* sparsity;
+  std::int64_t group;
+  bool codebook = false;
+};
+const Form kForms[] = {{4, "2:4", -1},       {2, "2:4", -1},        {3, "2:4", -1},      {8, "none", -1},
+                       {4, "4:8", 64},       {3, "0.5", -1},        {2, "none", 128},    {1, "none", -1},
+                       {2, "2:4", -1, true}, {1, "none", 64, true}, {3, "0.5", -1, true}};
+
 TEST(SbmmGpu, EqualsTheCpuKernelOnEveryForm) {
   std::string why;
   if (!sbmm_cuda_available(&why)) GTEST_SKIP() << "no GPU: " << why;
   std::mt19937 rng(3);
-  struct Form {
-    int bits;
-    const char* sparsity;
-    std::int64_t group;
-    bool codebook = false;
-  };
-  for (const Form f : {Form{4, "2:4", -1}, Form{2, "2:4", -1}, Form{3, "2:4", -1}, Form{8, "none", -1},
-                       Form{4, "4:8", 64}, Form{3, "0.5", -1}, Form{2, "none", 128}, Form{1, "none", -1},
-                       Form{2, "2:4", -1, true}, Form{1, "none", 64, true}, Form{3, "0.5", -1, true}})
+  for (const Form& f : kForms)
     for (std::int64_t n : {1, 3, 8, 13}) {
       const SbmmMatrix cpu(random_form(200, 512, f.bits, f.sparsity, f.group, f.codebook, rng));
       const SbmmCudaMatrix gpu(cpu.layout());
@@ -68,6 +73,28 @@ TEST(SbmmGpu, EqualsTheCpuKernelOnEveryForm) {
             << f.bits << "-bit " << f.sparsity << " group " << f.group << (f.codebook ? " codebook" : "") << ", " << n
             << " rows, element " << i;
     }
+}
+
+TEST(SbmmGpu, AddToEqualsBasePlusTheCpuDecodingToTheBit) {
+  std::string why;
+  if (!sbmm_cuda_available(&why)) GTEST_SKIP() << "no GPU: " << why;
+  std::mt19937 rng(5);
+  for (const Form& f : kForms) {
+    const auto packed = random_form(130, 448, f.bits, f.sparsity, f.group, f.codebook, rng);
+    std::vector<float> delta(static_cast<std::size_t>(130 * 448));
+    unpack_matrix(packed, delta);
+    std::normal_distribution<float> normal;
+    std::vector<float> base(delta.size()), want(delta.size());
+    for (auto& v : base) v = normal(rng);
+    for (std::size_t i = 0; i < base.size(); ++i) want[i] = base[i] + delta[i];  // what the CPU rebuild computes
+    const SbmmMatrix cpu(packed);
+    const SbmmCudaMatrix gpu(cpu.layout());
+    auto got = base;
+    gpu.add_to_host(got.data());
+    for (std::size_t i = 0; i < want.size(); ++i)
+      ASSERT_EQ(got[i], want[i]) << f.bits << "-bit " << f.sparsity << " group " << f.group
+                                 << (f.codebook ? " codebook" : "") << ", element " << i;
+  }
 }
 
 }  // namespace

@@ -8,8 +8,10 @@
 #include <torch/torch.h>
 
 #include "deltazip/container.h"
+#include "deltazip/serve/torch/device_reconstruct.h"
 #include "deltazip/serve/torch/engine.h"
 #include "deltazip/serve/torch/variant_delta.h"
+#include "deltazip/torch/reconstruct.h"
 #include "model/torch/llama.h"
 #include "serving_fixture.h"
 
@@ -63,6 +65,31 @@ TEST_F(ServingGpu, MixedBatchLogitsEqualTheCpuOnes) {
   auto step_got = gpu_base.forward_cached(gpu_cache, slots, next.to(gpu), ones, false, &on_gpu).cpu();
   EXPECT_TRUE(torch::allclose(step_got, step_want, 1e-3, 1e-3))
       << "decode step: max difference " << (step_got - step_want).abs().max().item<float>();
+}
+
+TEST_F(ServingGpu, ModelRebuiltOnTheGpuEqualsTheCpuRebuild) {
+  // What swap and full mode keep resident on a GPU: decoded there from the
+  // packed delta, never through the host; the same floats as the CPU's.
+  torch::NoGradGuard no_grad;
+  const torch::Device gpu(torch::kCUDA);
+  auto cpu_base = LlamaModel::load(path("base"));
+  auto gpu_base = LlamaModel::load(path("base"), torch::kFloat32, gpu);
+  for (const char* file : {"ft1.h5", "ft2.h5"}) {
+    DeltaReader reader(path(file));
+    const auto want = reconstruct_model(reader, cpu_base);
+    const auto got = reconstruct_on_base_device(reader, gpu_base);
+    EXPECT_TRUE(got.device().is_cuda()) << file;
+    std::map<std::string, torch::Tensor> wanted;
+    for (const auto& [name, t] : want.named_parameters()) wanted[name] = t;
+    std::size_t compared = 0;
+    for (const auto& [name, t] : got.named_parameters()) {
+      ASSERT_TRUE(wanted.count(name)) << file << ": " << name;
+      EXPECT_TRUE(torch::equal(t.cpu(), wanted.at(name)))
+          << file << ": " << name << ", max difference " << (t.cpu() - wanted.at(name)).abs().max().item<float>();
+      ++compared;
+    }
+    EXPECT_EQ(compared, wanted.size()) << file;
+  }
 }
 
 class ServingGpuModes : public ServingGpu, public ::testing::WithParamInterface<ServeMode> {};

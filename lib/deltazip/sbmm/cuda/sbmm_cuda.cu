@@ -32,21 +32,14 @@ __device__ __forceinline__ unsigned read_bits(const std::uint8_t* data, std::uin
 __device__ __forceinline__ float weight(const SbmmLayout& l, std::int64_t o, std::int64_t c, unsigned q) {
   const std::int64_t g = o * l.groups + c / l.group_size;
   if (l.levels) return l.levels[(g << l.bits) + q];
-  return l.scales[g] * (static_cast<float>(q) - l.zeros[g]);
+  return __fmul_rn(l.scales[g], __fsub_rn(static_cast<float>(q), l.zeros[g]));
 }
 
-// One warp per output row o: lanes take kept weights 32 apart, then the warp
-// sums each input row's partial products.
-__global__ void sbmm_kernel(SbmmLayout l, const float* x, int n, float* y) {
-  const std::int64_t o = static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (o >= l.rows) return;
-  float acc[kRowsPerPass];
-  for (int r = 0; r < kRowsPerPass; ++r) acc[r] = 0.0f;
-  auto add = [&](std::int64_t c, float w) {
-    for (int r = 0; r < kRowsPerPass; ++r)
-      if (r < n) acc[r] += w * x[r * l.cols + c];
-  };
+// Calls use(c, level) for each kept weight of row o that lane `lane` of the
+// row's warp takes (kept weights 32 apart): the decoding both kernels below
+// share.
+template <typename Use>
+__device__ __forceinline__ void for_each_kept(const SbmmLayout& l, std::int64_t o, int lane, Use&& use) {
   if (l.kind == SbmmLayout::kUnstructured) {
     // Codes of the kept weights follow the mask: each 32-column chunk finds
     // its lanes' code indices with a ballot.
@@ -58,28 +51,59 @@ __global__ void sbmm_kernel(SbmmLayout l, const float* x, int n, float* y) {
       const unsigned ballot = __ballot_sync(0xffffffffu, kept);
       if (kept) {
         const std::uint64_t k = code + __popc(ballot & ((1u << lane) - 1u));
-        add(c, weight(l, o, c, read_bits(l.codes, k * static_cast<std::uint64_t>(l.bits), l.bits)));
+        use(c, weight(l, o, c, read_bits(l.codes, k * static_cast<std::uint64_t>(l.bits), l.bits)));
       }
       code += __popc(ballot);
     }
-  } else {
-    const std::int64_t keep = l.kind == SbmmLayout::kNOfM ? l.m - l.n : 1, m = l.kind == SbmmLayout::kNOfM ? l.m : 1;
-    const std::int64_t kept = l.cols / m * keep, first = o * kept;
-    for (std::int64_t k = lane; k < kept; k += 32) {
-      std::int64_t c = k;
-      if (l.kind == SbmmLayout::kNOfM) {
-        const unsigned pos = read_bits(l.indices, static_cast<std::uint64_t>(first + k) * l.index_bits, l.index_bits);
-        c = (k / keep) * m + (pos < m ? pos : m - 1);
-      }
-      add(c, weight(l, o, c, read_bits(l.codes, static_cast<std::uint64_t>(first + k) * l.bits, l.bits)));
-    }
+    return;
   }
+  const std::int64_t keep = l.kind == SbmmLayout::kNOfM ? l.m - l.n : 1, m = l.kind == SbmmLayout::kNOfM ? l.m : 1;
+  const std::int64_t kept = l.cols / m * keep, first = o * kept;
+  for (std::int64_t k = lane; k < kept; k += 32) {
+    std::int64_t c = k;
+    if (l.kind == SbmmLayout::kNOfM) {
+      const unsigned pos = read_bits(l.indices, static_cast<std::uint64_t>(first + k) * l.index_bits, l.index_bits);
+      c = (k / keep) * m + (pos < m ? pos : m - 1);
+    }
+    use(c, weight(l, o, c, read_bits(l.codes, static_cast<std::uint64_t>(first + k) * l.bits, l.bits)));
+  }
+}
+
+// One warp per output row o: lanes take kept weights 32 apart, then the warp
+// sums each input row's partial products.
+__global__ void sbmm_kernel(SbmmLayout l, const float* x, int n, float* y) {
+  const std::int64_t o = static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (o >= l.rows) return;
+  float acc[kRowsPerPass];
+  for (int r = 0; r < kRowsPerPass; ++r) acc[r] = 0.0f;
+  for_each_kept(l, o, lane, [&](std::int64_t c, float w) {
+    for (int r = 0; r < kRowsPerPass; ++r)
+      if (r < n) acc[r] += w * x[r * l.cols + c];
+  });
   for (int r = 0; r < kRowsPerPass; ++r) {
     if (r >= n) break;
     float v = acc[r];
     for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
     if (lane == 0) y[r * l.rows + o] += v;
   }
+}
+
+// dense[o, c] += Δ[o, c], one warp per row. The level is rounded once (no
+// fused multiply-add, see weight()) and added with one rounding, as the
+// CPU's unpack_matrix followed by a float addition gives: base + Δ is the
+// same float on both.
+__global__ void add_to_kernel(SbmmLayout l, float* dense) {
+  const std::int64_t o = static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (o >= l.rows) return;
+  float* row = dense + o * l.cols;
+  for_each_kept(l, o, threadIdx.x % 32, [&](std::int64_t c, float w) { row[c] = __fadd_rn(row[c], w); });
+}
+
+constexpr int kWarpsPerBlock = 4;
+
+unsigned blocks_for_rows(std::int64_t rows) {
+  return static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
 }
 
 }  // namespace
@@ -115,12 +139,11 @@ SbmmCudaMatrix::~SbmmCudaMatrix() {
 }
 
 void SbmmCudaMatrix::multiply_add(const float* x, std::int64_t n, float* y, void* stream) const {
-  constexpr int kWarps = 4;
-  const unsigned blocks = static_cast<unsigned>((layout_.rows + kWarps - 1) / kWarps);
+  const unsigned blocks = blocks_for_rows(layout_.rows);
   for (std::int64_t r0 = 0; r0 < n; r0 += kRowsPerPass) {
     const int rows = static_cast<int>(n - r0 < kRowsPerPass ? n - r0 : kRowsPerPass);
-    sbmm_kernel<<<blocks, kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(layout_, x + r0 * layout_.cols, rows,
-                                                                               y + r0 * layout_.rows);
+    sbmm_kernel<<<blocks, kWarpsPerBlock * 32, 0, static_cast<cudaStream_t>(stream)>>>(layout_, x + r0 * layout_.cols,
+                                                                                       rows, y + r0 * layout_.rows);
     check(cudaGetLastError(), "SBMM kernel launch");
   }
 }
@@ -135,6 +158,22 @@ void SbmmCudaMatrix::multiply_add_host(const float* x, std::int64_t n, float* y)
   check(cudaMemcpy(y, dy, y_count * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy to the host");
   cudaFree(dx);
   cudaFree(dy);
+}
+
+void SbmmCudaMatrix::add_to(float* dense, void* stream) const {
+  if (layout_.rows == 0) return;
+  add_to_kernel<<<blocks_for_rows(layout_.rows), kWarpsPerBlock * 32, 0, static_cast<cudaStream_t>(stream)>>>(layout_,
+                                                                                                              dense);
+  check(cudaGetLastError(), "decoding kernel launch");
+}
+
+void SbmmCudaMatrix::add_to_host(float* dense) const {
+  const std::size_t count = static_cast<std::size_t>(layout_.rows * layout_.cols);
+  float* device = upload(dense, count);
+  add_to(device);
+  check(cudaDeviceSynchronize(), "decoding kernel");
+  check(cudaMemcpy(dense, device, count * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy to the host");
+  cudaFree(device);
 }
 
 }  // namespace fleet::deltazip

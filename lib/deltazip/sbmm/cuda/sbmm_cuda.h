@@ -1,7 +1,9 @@
 // The SBMM kernel on a GPU: one warp per output row reads the packed delta
 // (any bit width, n:m or unstructured sparsity, per-row or per-group scales)
-// and multiplies it with up to 8 input rows per pass, adding into y. Checked
-// against the CPU kernel by the gpu-labelled tests. C++17 (nvcc), no libtorch.
+// and multiplies it with up to 8 input rows per pass, adding into y; and the
+// same decoding added into a dense matrix (a swap rebuilt on the GPU).
+// Checked against the CPU kernels by the gpu-labelled tests. C++17 (nvcc),
+// no libtorch.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +35,14 @@ class SbmmCudaMatrix {
 
   /// The same with host arrays (copies in and out, waits): for tests and checks.
   void multiply_add_host(const float* x, std::int64_t n, float* y) const;
+
+  /// dense[o, c] += Δ[o, c] for every kept weight, `dense` [rows, cols]
+  /// row-major in device memory, on `stream`: a fine-tuned matrix rebuilt
+  /// where the base already is. Each level is rounded once and added with
+  /// one rounding, so the result equals the CPU's base + unpack_matrix().
+  void add_to(float* dense, void* stream = nullptr) const;
+  /// The same with a host array (copies in and out, waits): for tests.
+  void add_to_host(float* dense) const;
 
  private:
   SbmmLayout layout_;  ///< pointers into device memory

@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "deltazip/container.h"
+#include "deltazip/serve/torch/device_reconstruct.h"
 #include "deltazip/serve/torch/variant_delta.h"
 #include "deltazip/torch/reconstruct.h"
 #include "fleet/config.h"
@@ -403,7 +404,7 @@ void Engine::add_variant(const std::string& name, const std::filesystem::path& d
   v->path = delta;
   if (s.options.mode == ServeMode::kFull) {
     torch::NoGradGuard no_grad;
-    v->full = std::make_shared<const LlamaModel>(reconstruct_model(*reader, *s.base, s.base->device()));
+    v->full = std::make_shared<const LlamaModel>(reconstruct_on_base_device(*reader, *s.base));
   }
   std::lock_guard lock(s.mutex);
   if (s.variants.count(name))
@@ -611,7 +612,7 @@ void Engine::State::swap_to(const std::shared_ptr<Variant>& target, std::unique_
   try {
     torch::NoGradGuard no_grad;
     DeltaReader reader(target->path);
-    model = std::make_shared<const LlamaModel>(reconstruct_model(reader, *base, base->device()));
+    model = std::make_shared<const LlamaModel>(reconstruct_on_base_device(reader, *base));
   } catch (const std::exception& e) {
     error = e.what();
   }
