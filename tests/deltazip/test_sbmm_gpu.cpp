@@ -1,7 +1,10 @@
 // Label gpu: the CUDA SBMM kernel against the CPU kernel, and its decoding
 // into a dense matrix against the CPU's, on every packed form; skips where
 // no GPU is visible.
+#include <iterator>
+#include <memory>
 #include <random>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -73,6 +76,36 @@ TEST(SbmmGpu, EqualsTheCpuKernelOnEveryForm) {
             << f.bits << "-bit " << f.sparsity << " group " << f.group << (f.codebook ? " codebook" : "") << ", " << n
             << " rows, element " << i;
     }
+}
+
+TEST(SbmmGpu, GroupedLaunchEqualsOneLaunchPerProductToTheBit) {
+  std::string why;
+  if (!sbmm_cuda_available(&why)) GTEST_SKIP() << "no GPU: " << why;
+  std::mt19937 rng(7);
+  // 20 products (two launches of at most 16) of every form, matrices of
+  // different heights, 0 to 20 input rows (more than one pass of 8).
+  std::vector<std::unique_ptr<SbmmCudaMatrix>> matrices;
+  std::vector<std::vector<float>> xs, grouped, single;
+  std::vector<SbmmCudaProduct> products;
+  const std::int64_t cols = 256, counts[] = {1, 3, 8, 13, 0, 20, 2};
+  for (int i = 0; i < 20; ++i) {
+    const Form& f = kForms[static_cast<std::size_t>(i) % std::size(kForms)];
+    const std::int64_t rows = 40 + 23 * i, n = counts[i % 7];
+    const SbmmMatrix cpu(random_form(rows, cols, f.bits, f.sparsity, f.group, f.codebook, rng));
+    matrices.push_back(std::make_unique<SbmmCudaMatrix>(cpu.layout()));
+    std::normal_distribution<float> normal;
+    xs.emplace_back(static_cast<std::size_t>(n * cols));
+    for (auto& v : xs.back()) v = normal(rng);
+    grouped.emplace_back(static_cast<std::size_t>(n * rows), 0.5f);
+    single.push_back(grouped.back());
+  }
+  for (std::size_t i = 0; i < matrices.size(); ++i) {
+    const auto n = static_cast<std::int64_t>(xs[i].size()) / cols;
+    products.push_back({matrices[i].get(), xs[i].data(), n, grouped[i].data()});
+    if (n > 0) matrices[i]->multiply_add_host(xs[i].data(), n, single[i].data());  // (nothing to add for 0 rows)
+  }
+  sbmm_cuda_grouped_host(products.data(), products.size());
+  for (std::size_t i = 0; i < matrices.size(); ++i) ASSERT_EQ(grouped[i], single[i]) << "product " << i;
 }
 
 TEST(SbmmGpu, AddToEqualsBasePlusTheCpuDecodingToTheBit) {

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <stdexcept>
+#include <vector>
 
 namespace fleet::deltazip {
 namespace {
@@ -69,12 +70,11 @@ __device__ __forceinline__ void for_each_kept(const SbmmLayout& l, std::int64_t 
   }
 }
 
-// One warp per output row o: lanes take kept weights 32 apart, then the warp
-// sums each input row's partial products.
-__global__ void sbmm_kernel(SbmmLayout l, const float* x, int n, float* y) {
-  const std::int64_t o = static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (o >= l.rows) return;
+// Row o of y (up to kRowsPerPass input rows, n of them) += x · row o of Δ,
+// by the warp of row o: lanes take kept weights 32 apart, then the warp sums
+// each input row's partial products.
+__device__ __forceinline__ void multiply_row(const SbmmLayout& l, std::int64_t o, int lane, const float* x, int n,
+                                             float* y) {
   float acc[kRowsPerPass];
   for (int r = 0; r < kRowsPerPass; ++r) acc[r] = 0.0f;
   for_each_kept(l, o, lane, [&](std::int64_t c, float w) {
@@ -87,6 +87,37 @@ __global__ void sbmm_kernel(SbmmLayout l, const float* x, int n, float* y) {
     for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
     if (lane == 0) y[r * l.rows + o] += v;
   }
+}
+
+__global__ void sbmm_kernel(SbmmLayout l, const float* x, int n, float* y) {
+  const std::int64_t o = static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (o >= l.rows) return;
+  multiply_row(l, o, threadIdx.x % 32, x, n, y);
+}
+
+// A grouped launch's products travel as the kernel's parameters (no copy to
+// the GPU before the launch); blockIdx.y picks the product.
+struct GroupedProduct {
+  SbmmLayout layout;
+  const float* x;
+  float* y;
+  int n;
+};
+constexpr int kMaxGrouped = 16;
+struct ProductGroup {
+  GroupedProduct products[kMaxGrouped];
+};
+static_assert(sizeof(ProductGroup) <= 4096, "a grouped launch must fit CUDA's 4 KB of kernel parameters");
+
+// Every product's rows in passes of kRowsPerPass, each pass as sbmm_kernel
+// computes it, so a grouped product equals its own launch to the bit.
+__global__ void grouped_kernel(ProductGroup group) {
+  const GroupedProduct& p = group.products[blockIdx.y];
+  const std::int64_t o = static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (o >= p.layout.rows) return;
+  for (int r0 = 0; r0 < p.n; r0 += kRowsPerPass)
+    multiply_row(p.layout, o, threadIdx.x % 32, p.x + r0 * p.layout.cols,
+                 p.n - r0 < kRowsPerPass ? p.n - r0 : kRowsPerPass, p.y + r0 * p.layout.rows);
 }
 
 // dense[o, c] += Δ[o, c], one warp per row. The level is rounded once (no
@@ -158,6 +189,46 @@ void SbmmCudaMatrix::multiply_add_host(const float* x, std::int64_t n, float* y)
   check(cudaMemcpy(y, dy, y_count * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy to the host");
   cudaFree(dx);
   cudaFree(dy);
+}
+
+void sbmm_cuda_grouped(const SbmmCudaProduct* products, std::size_t count, void* stream) {
+  for (std::size_t first = 0; first < count; first += kMaxGrouped) {
+    ProductGroup group{};
+    unsigned used = 0;
+    std::int64_t rows = 0;
+    for (std::size_t i = first; i < count && i < first + kMaxGrouped; ++i) {
+      const SbmmCudaProduct& p = products[i];
+      if (p.n <= 0) continue;
+      if (p.n > (1 << 30)) throw std::runtime_error("SBMM: too many input rows for one product");
+      group.products[used++] = {p.matrix->layout_, p.x, p.y, static_cast<int>(p.n)};
+      rows = p.matrix->rows() > rows ? p.matrix->rows() : rows;
+    }
+    if (used == 0) continue;
+    grouped_kernel<<<dim3(blocks_for_rows(rows), used), kWarpsPerBlock * 32, 0, static_cast<cudaStream_t>(stream)>>>(
+        group);
+    check(cudaGetLastError(), "grouped SBMM kernel launch");
+  }
+}
+
+void sbmm_cuda_grouped_host(const SbmmCudaProduct* products, std::size_t count) {
+  std::vector<SbmmCudaProduct> on_device(products, products + count);
+  std::vector<float*> xs, ys;
+  for (auto& p : on_device) {
+    xs.push_back(upload(p.x, static_cast<std::size_t>(p.n * p.matrix->cols())));
+    ys.push_back(upload(p.y, static_cast<std::size_t>(p.n * p.matrix->rows())));
+    p.x = xs.back();
+    p.y = ys.back();
+  }
+  sbmm_cuda_grouped(on_device.data(), on_device.size());
+  check(cudaDeviceSynchronize(), "grouped SBMM kernel");
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::size_t y_count = static_cast<std::size_t>(products[i].n * products[i].matrix->rows());
+    if (y_count)
+      check(cudaMemcpy(products[i].y, ys[i], y_count * sizeof(float), cudaMemcpyDeviceToHost),
+            "cudaMemcpy to the host");
+    cudaFree(xs[i]);
+    cudaFree(ys[i]);
+  }
 }
 
 void SbmmCudaMatrix::add_to(float* dense, void* stream) const {

@@ -6,6 +6,7 @@
 // no libtorch.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -15,6 +16,26 @@ namespace fleet::deltazip {
 
 /// True when a CUDA device can be used; otherwise `why` says what is missing.
 bool sbmm_cuda_available(std::string* why = nullptr);
+
+class SbmmCudaMatrix;
+
+/// One product of a grouped launch: y [n, rows] += x [n, cols] · Δᵀ with
+/// `matrix`'s Δ, x and y row-major in device memory.
+struct SbmmCudaProduct {
+  const SbmmCudaMatrix* matrix = nullptr;
+  const float* x = nullptr;
+  std::int64_t n = 0;
+  float* y = nullptr;
+};
+
+/// Every product of `products` (`count` of them, any matrices and row
+/// counts; outputs must not overlap) in one kernel launch per 16 products,
+/// on `stream`: a linear layer's delta products for all variants of a step
+/// at once instead of one launch per variant and 8 rows. Each product's
+/// result equals its own multiply_add() to the bit.
+void sbmm_cuda_grouped(const SbmmCudaProduct* products, std::size_t count, void* stream = nullptr);
+/// The same with host arrays for x and y (copies in and out, waits): for tests.
+void sbmm_cuda_grouped_host(const SbmmCudaProduct* products, std::size_t count);
 
 /// A packed delta copied to the current GPU. Throws std::runtime_error with
 /// CUDA's message when the copy fails.
@@ -45,6 +66,7 @@ class SbmmCudaMatrix {
   void add_to_host(float* dense) const;
 
  private:
+  friend void sbmm_cuda_grouped(const SbmmCudaProduct*, std::size_t, void*);
   SbmmLayout layout_;  ///< pointers into device memory
 };
 

@@ -229,36 +229,61 @@ std::unique_ptr<const model::WeightOverlay> DeltaOverlay::for_positions(const st
 
 namespace {
 
-// rows_x · Δᵀ of linear delta `index` of `v` added into `flat` ([n, out]
-// float32, contiguous, on rows_x's device): the CPU kernels, or the CUDA
-// kernel on PyTorch's current stream, so it runs in order with the base's
-// products around it.
-void add_delta_product(const VariantDelta& v, std::size_t index, const torch::Tensor& rows_x, torch::Tensor& flat) {
-  if (!rows_x.is_cuda()) return sbmm_add(*v.linear.at(index), rows_x, flat);
+// One segment's rows of x (float32, contiguous) and where their product
+// goes: `flat`, a view of the same rows of out where those are float32 and
+// contiguous, otherwise a zeroed temporary that finish() adds into them.
+struct SegmentProduct {
+  torch::Tensor rows_x, flat, rows_out;
+
+  SegmentProduct(const VariantSegment& s, const torch::Tensor& x, torch::Tensor& out)
+      : rows_x(x.narrow(0, s.begin, s.count).reshape({-1, x.size(-1)}).to(torch::kFloat32).contiguous()) {
+    auto rows = out.narrow(0, s.begin, s.count);
+    if (rows.is_contiguous() && rows.scalar_type() == torch::kFloat32) {
+      flat = rows.view({-1, out.size(-1)});
+    } else {
+      flat = torch::zeros({rows_x.size(0), out.size(-1)}, x.options().dtype(torch::kFloat32));
+      rows_out = rows;
+    }
+  }
+  void finish() {
+    if (rows_out.defined()) rows_out.add_(flat.view(rows_out.sizes()).to(rows_out.scalar_type()));
+  }
+};
+
+// The delta product of one segment's rows of x added into the same rows of
+// out, on the CPU.
+void add_segment(const VariantSegment& s, std::size_t index, const torch::Tensor& x, torch::Tensor& out) {
+  if (x.is_cuda()) throw UsageError(kNoCudaKernel);
+  SegmentProduct p(s, x, out);
+  sbmm_add(*s.variant->linear.at(index), p.rows_x, p.flat);
+  p.finish();
+}
+
 #if FLEET_WITH_CUDA
+// Every segment's delta product of one linear layer in one grouped launch of
+// the CUDA kernel on PyTorch's current stream, so it runs in order with the
+// base's products around it (one launch per variant and layer would cost
+// the host microseconds each, several thousand times a step).
+void add_segments_on_gpu(const std::vector<VariantSegment>& segments, std::size_t index, const torch::Tensor& x,
+                         torch::Tensor& out) {
+  std::vector<SegmentProduct> pending;
+  std::vector<SbmmCudaProduct> products;
+  pending.reserve(segments.size());
+  for (const auto& s : segments) {
+    auto& p = pending.emplace_back(s, x, out);
+    products.push_back({s.variant->device_linear.at(index).get(), p.rows_x.data_ptr<float>(), p.rows_x.size(0),
+                        p.flat.data_ptr<float>()});
+  }
   void* stream = nullptr;
 #if FLEET_TORCH_CUDA
   stream = c10::cuda::getCurrentCUDAStream().stream();
 #endif
-  v.device_linear.at(index)->multiply_add(rows_x.data_ptr<float>(), rows_x.size(0), flat.data_ptr<float>(), stream);
-#else
-  throw UsageError(kNoCudaKernel);
+  sbmm_cuda_grouped(products.data(), products.size(), stream);
+  // PyTorch's allocator is stream-ordered: inputs freed on leaving are
+  // reused only by work queued after this launch.
+  for (auto& p : pending) p.finish();
+}
 #endif
-}
-
-// The delta product of one segment's rows of x added into the same rows of out.
-void add_segment(const VariantSegment& s, std::size_t index, const torch::Tensor& x, torch::Tensor& out) {
-  auto rows_x = x.narrow(0, s.begin, s.count).reshape({-1, x.size(-1)}).to(torch::kFloat32).contiguous();
-  auto rows_out = out.narrow(0, s.begin, s.count);
-  if (rows_out.is_contiguous() && rows_out.scalar_type() == torch::kFloat32) {
-    auto flat = rows_out.view({-1, out.size(-1)});
-    add_delta_product(*s.variant, index, rows_x, flat);
-    return;
-  }
-  auto flat = torch::zeros({rows_x.size(0), out.size(-1)}, x.options().dtype(torch::kFloat32));
-  add_delta_product(*s.variant, index, rows_x, flat);
-  rows_out.add_(flat.view(rows_out.sizes()).to(out.scalar_type()));
-}
 
 }  // namespace
 
@@ -311,6 +336,9 @@ torch::Tensor DeltaOverlay::linear(std::size_t layer, model::Projection which, c
 void DeltaOverlay::add_linear(std::size_t layer, model::Projection which, const torch::Tensor& x,
                               torch::Tensor& out) const {
   const auto index = layer * 7 + static_cast<std::size_t>(which);
+#if FLEET_WITH_CUDA
+  if (x.is_cuda()) return add_segments_on_gpu(segments_, index, x, out);
+#endif
   for (const auto& s : segments_) add_segment(s, index, x, out);
 }
 

@@ -19,7 +19,7 @@
 
 namespace fleet::deltazip {
 
-class SbmmCudaMatrix;  // deltazip/serve/cuda/sbmm_cuda.h, in builds with CUDA
+class SbmmCudaMatrix;  // deltazip/sbmm/cuda/sbmm_cuda.h, in builds with CUDA
 
 struct VariantDelta {
   std::string name;
@@ -52,7 +52,8 @@ struct VariantSegment {
 
 /// The WeightOverlay of one batch: base products come from the model, and
 /// every segment with a variant adds its delta products (SBMM on the CPU, or
-/// the CUDA kernel on the current stream for tensors on a GPU). On the CPU,
+/// one grouped launch of the CUDA kernel for all segments on the current
+/// stream for tensors on a GPU). On the CPU,
 /// a variant with enough rows in a prefill takes one product with W + Δ
 /// instead (`linear`; in a decode step only when no base product is left).
 class DeltaOverlay final : public model::WeightOverlay {
