@@ -133,6 +133,41 @@ TEST_F(Serving, DeltaProductsEqualTheDecodedDeltaForEveryRowCount) {
   model::use_small_batch_linear(true);
 }
 
+// Several variants' prefill products of one layer in one pass over W: each
+// equals its own x · (W + Δ)ᵀ, whatever the mix of row counts (which picks
+// the kernel and the tile height).
+TEST_F(Serving, MergedProductsOfSeveralVariantsEqualEachVariantsOwn) {
+  torch::NoGradGuard no_grad;
+  auto base = LlamaModel::load(path("base"));
+  DeltaReader r1(path("ft1.h5")), r2(path("ft2.h5"));
+  auto v1 = VariantDelta::load("ft1", r1, base), v2 = VariantDelta::load("ft2", r2, base);
+  auto w = parameter(base, "model.layers.0.mlp.down_proj.weight").contiguous();
+  const SbmmMatrix* deltas[] = {v1->linear.at(6).get(), v2->linear.at(6).get(), v1->linear.at(6).get()};
+  for (bool small_batch : {true, false}) {
+    model::use_small_batch_linear(small_batch);
+    for (const auto& counts : {std::vector<std::int64_t>{9, 40, 70}, std::vector<std::int64_t>{300, 12, 33}}) {
+      std::vector<MergedProduct> products;
+      std::vector<torch::Tensor> wants;
+      for (std::size_t i = 0; i < 3; ++i) {
+        auto x = torch::randn({counts[i], w.size(1)});
+        auto dense = torch::empty({w.size(0), w.size(1)});
+        deltas[i]->decode_rows(0, w.size(0), dense.data_ptr<float>());
+        wants.push_back(x.to(torch::kFloat64).mm((w + dense).to(torch::kFloat64).t()).to(torch::kFloat32));
+        products.push_back({deltas[i], x, torch::full({counts[i], w.size(0)}, std::nanf(""))});
+      }
+      merged_products(products, w);
+      for (std::size_t i = 0; i < 3; ++i)
+        EXPECT_TRUE(torch::allclose(products[i].out, wants[i], 1e-4, 1e-4))
+            << "variant " << i << " of 3, " << counts[i] << " rows, small-batch kernel " << small_batch
+            << ": max difference " << (products[i].out - wants[i]).abs().max().item<float>();
+    }
+  }
+  model::use_small_batch_linear(true);
+  auto other_shape = parameter(base, "model.layers.0.self_attn.q_proj.weight").contiguous();
+  std::vector<MergedProduct> wrong{{deltas[0], torch::randn({9, w.size(1)}), torch::empty({9, w.size(0)})}};
+  EXPECT_THROW(merged_products(wrong, other_shape), std::invalid_argument);
+}
+
 // A variant with enough rows in the step (a prompt's prefill) takes the merged
 // product (one dense product with W + Δ instead of the base's plus the
 // delta's); variants with a few rows and rows of the base model keep base

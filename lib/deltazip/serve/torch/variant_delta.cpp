@@ -1,6 +1,7 @@
 #include "deltazip/serve/torch/variant_delta.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <stdexcept>
 
@@ -151,21 +152,19 @@ std::int64_t tile_rows(std::int64_t n, const SbmmMatrix& delta) {
   return std::max(kTile, std::min(fit, share) / kTile * kTile);
 }
 
-// Tiles of `rows_per_tile` output rows of Δ decoded from the packed form into
-// a per-thread buffer that stays in cache, split over libtorch's intra-op
-// threads; the whole matrix never exists dequantized. With `plus` (a dense
-// matrix of Δ's shape), each tile holds those rows of Δ + plus.
-// use(begin, count, tile) may change the tile.
+// Tiles of `rows_per_tile` output rows (of `rows`, each `cols` wide) split
+// over libtorch's intra-op threads, each handed a per-thread buffer of one
+// tile that stays in cache: use(begin, count, buffer) decodes rows of Δ into
+// it and uses them, so the whole matrix never exists dequantized.
 template <typename Use>
-void for_each_decoded_tile(const SbmmMatrix& delta, std::int64_t rows_per_tile, const float* plus, Use&& use) {
-  const std::int64_t tiles = (delta.rows() + rows_per_tile - 1) / rows_per_tile;
+void for_each_tile(std::int64_t rows, std::int64_t cols, std::int64_t rows_per_tile, Use&& use) {
+  const std::int64_t tiles = (rows + rows_per_tile - 1) / rows_per_tile;
   at::parallel_for(0, tiles, 1, [&](std::int64_t first, std::int64_t last) {
     thread_local std::vector<float> buffer;
-    buffer.resize(static_cast<std::size_t>(rows_per_tile * delta.cols()));
+    buffer.resize(static_cast<std::size_t>(rows_per_tile * cols));
     for (std::int64_t t = first; t < last; ++t) {
-      const std::int64_t begin = t * rows_per_tile, count = std::min(rows_per_tile, delta.rows() - begin);
-      delta.decode_rows(begin, begin + count, buffer.data(), plus == nullptr ? nullptr : plus + begin * delta.cols());
-      use(begin, count, buffer.data());
+      const std::int64_t begin = t * rows_per_tile;
+      use(begin, std::min(rows_per_tile, rows - begin), buffer.data());
     }
   });
 }
@@ -196,16 +195,36 @@ void sbmm_add(const SbmmMatrix& delta, const torch::Tensor& x, torch::Tensor& ou
     });
     return;
   }
-  for_each_decoded_tile(delta, tile_rows(n, delta), nullptr, [&](std::int64_t begin, std::int64_t count, float* tile) {
-    multiply_tile(x, tile, begin, count, out, /*accumulate=*/true);
+  for_each_tile(delta.rows(), delta.cols(), tile_rows(n, delta),
+                [&](std::int64_t begin, std::int64_t count, float* tile) {
+                  delta.decode_rows(begin, begin + count, tile);
+                  multiply_tile(x, tile, begin, count, out, /*accumulate=*/true);
+                });
+}
+
+void merged_products(const std::vector<MergedProduct>& products, const torch::Tensor& base) {
+  if (products.empty()) return;
+  const std::int64_t rows = base.size(0), cols = base.size(1);
+  std::int64_t rows_per_tile = std::numeric_limits<std::int64_t>::max();
+  for (const auto& p : products) {
+    if (p.delta->rows() != rows || p.delta->cols() != cols)
+      throw std::invalid_argument("merged_products: every delta must have the base matrix's shape");
+    rows_per_tile = std::min(rows_per_tile, tile_rows(p.x.size(0), *p.delta));
+  }
+  const float* w = base.data_ptr<float>();
+  // Tile by tile, every variant in turn: the tile's rows of W come from
+  // memory for the first variant and from cache for the others.
+  for_each_tile(rows, cols, rows_per_tile, [&](std::int64_t begin, std::int64_t count, float* tile) {
+    for (const auto& p : products) {
+      p.delta->decode_rows(begin, begin + count, tile, w + begin * cols);
+      torch::Tensor out = p.out;
+      multiply_tile(p.x, tile, begin, count, out, /*accumulate=*/false);
+    }
   });
 }
 
 void merged_product(const SbmmMatrix& delta, const torch::Tensor& base, const torch::Tensor& x, torch::Tensor& out) {
-  for_each_decoded_tile(delta, tile_rows(x.size(0), delta), base.data_ptr<float>(),
-                        [&](std::int64_t begin, std::int64_t count, float* tile) {
-                          multiply_tile(x, tile, begin, count, out, /*accumulate=*/false);
-                        });
+  merged_products({{&delta, x, out}}, base);
 }
 
 DeltaOverlay::DeltaOverlay(std::vector<VariantSegment> segments, std::int64_t batch) : batch_(batch) {
@@ -317,12 +336,13 @@ torch::Tensor DeltaOverlay::linear(std::size_t layer, model::Projection which, c
   auto sizes = x.sizes().vec();
   sizes.back() = out_features;
   auto out = torch::empty(sizes, x.options());
-  for (const auto& s : segments_) {
-    if (!merged[static_cast<std::size_t>(s.begin)]) continue;
-    auto rows_x = x.narrow(0, s.begin, s.count).reshape({-1, in}).contiguous();
-    auto flat = out.narrow(0, s.begin, s.count).view({-1, out_features});
-    merged_product(*s.variant->linear.at(index), base, rows_x, flat);
-  }
+  std::vector<MergedProduct> products;
+  for (const auto& s : segments_)
+    if (merged[static_cast<std::size_t>(s.begin)])
+      products.push_back({s.variant->linear.at(index).get(),
+                          x.narrow(0, s.begin, s.count).reshape({-1, in}).contiguous(),
+                          out.narrow(0, s.begin, s.count).view({-1, out_features})});
+  merged_products(products, base);
   std::vector<std::int64_t> others;  // batch rows left for the base product
   for (std::int64_t b = 0; b < batch_; ++b)
     if (!merged[static_cast<std::size_t>(b)]) others.push_back(b);

@@ -85,4 +85,16 @@ void sbmm_add(const SbmmMatrix& delta, const torch::Tensor& x, torch::Tensor& ou
 /// a separate base product.
 void merged_product(const SbmmMatrix& delta, const torch::Tensor& base, const torch::Tensor& x, torch::Tensor& out);
 
+/// One variant's part of a step's merged products: out = x · (W + Δ)ᵀ (x
+/// and out float32, contiguous rows).
+struct MergedProduct {
+  const SbmmMatrix* delta = nullptr;
+  torch::Tensor x, out;
+};
+/// merged_product() for several variants of one linear layer (each Δ shaped
+/// like `base`), reading W once: each tile of W's rows serves every
+/// variant's tile of W + Δ while it is in cache. std::invalid_argument for
+/// a delta of another shape.
+void merged_products(const std::vector<MergedProduct>& products, const torch::Tensor& base);
+
 }  // namespace fleet::deltazip
