@@ -152,6 +152,8 @@ int merged(int repeats) {
       {768, 768}, {2048, 768}, {768, 2048}, {1024, 4096}};
   for (auto [rows, cols] : shapes) {
     const SbmmMatrix delta(random_packed(rows, cols, 4, rng));
+    // Two more variants of the layer: three prompts of a step in one pass over W.
+    const SbmmMatrix second(random_packed(rows, cols, 4, rng)), third(random_packed(rows, cols, 2, rng));
     auto w = torch::randn({rows, cols});
     auto decoded = torch::empty({rows, cols});
     delta.decode_rows(0, rows, decoded.data_ptr<float>());
@@ -160,6 +162,14 @@ int merged(int repeats) {
       auto x = torch::randn({n, cols});
       auto y = torch::empty({n, rows});
       const double t_merged = best_of(repeats, [&] { merged_product(delta, w, x, y); });
+      auto y2 = torch::empty({n, rows}), y3 = torch::empty({n, rows});
+      const double t_three_apart = best_of(repeats, [&] {
+        merged_product(delta, w, x, y);
+        merged_product(second, w, x, y2);
+        merged_product(third, w, x, y3);
+      });
+      const std::vector<MergedProduct> three{{&delta, x, y}, {&second, x, y2}, {&third, x, y3}};
+      const double t_three_together = best_of(repeats, [&] { merged_products(three, w); });
       // Full mode's product, and one BLAS GEMM of the shape for the kernel below.
       const double t_full = best_of(repeats, [&] { y = torch::linear(x, reconstructed); });
       const double t_base = best_of(repeats, [&] { y = model::inference_linear(x, w); });
@@ -180,6 +190,9 @@ int merged(int repeats) {
                                   {"base_product_us", t_base * 1e6},
                                   {"small_batch_all_rows_us", t_small * 1e6},
                                   {"merged_over_dense", t_merged / t_full},
+                                  {"three_variants_apart_us", t_three_apart * 1e6},
+                                  {"three_variants_one_pass_us", t_three_together * 1e6},
+                                  {"one_pass_over_apart", t_three_together / t_three_apart},
                                   {"small_batch_avx512", model::small_batch::avx512_in_use()},
                                   {"small_batch_kernel", model::small_batch_linear_in_use()}}
                        .dump()
