@@ -282,7 +282,8 @@ void add_segment(const VariantSegment& s, std::size_t index, const torch::Tensor
 // Every segment's delta product of one linear layer in one grouped launch of
 // the CUDA kernel on PyTorch's current stream, so it runs in order with the
 // base's products around it (one launch per variant and layer would cost
-// the host microseconds each, several thousand times a step).
+// the host microseconds each, 112 times per variant in a step of the 100m
+// preset).
 void add_segments_on_gpu(const std::vector<VariantSegment>& segments, std::size_t index, const torch::Tensor& x,
                          torch::Tensor& out) {
   std::vector<SegmentProduct> pending;
