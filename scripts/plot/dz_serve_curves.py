@@ -1,7 +1,7 @@
 """Summarises scripts/bench/deltazip/dz_serve.sh results and draws the curves.
 
 Usage: dz_serve_curves.py RESULTS_DIR   (reads serve.jsonl, sbmm.jsonl,
-merged.jsonl, decode.jsonl, memory.txt; writes curves.png there and prints Markdown tables)
+merged.jsonl, streamed.jsonl, decode.jsonl, memory.txt; writes curves.png there and prints Markdown tables)
 """
 import json
 import sys
@@ -70,6 +70,12 @@ if merged:
            "base product alone"],
           [[f"{m['rows']}x{m['cols']}", f"{m['batch']}", f"{m['merged_us']:.0f} us", f"{m['dense_gemm_us']:.0f} us",
             f"{m['merged_over_dense']:.2f}", f"{m['base_product_us']:.0f} us"] for m in merged])
+
+streamed = lines(results / "streamed.jsonl")
+if streamed:
+    table(["what", "rows of x", "prefetching off", "on", "speedup"],
+          [[t["what"], f"{t.get('rows', '')}", f"{t['no_prefetch_ms']:.1f} ms", f"{t['prefetch_ms']:.1f} ms",
+            f"{t['speedup']:.2f}"] for t in streamed])
 
 if (results / "memory.txt").exists():
     print("\nresident bytes at the end of each server run (variants, mode, metric):")

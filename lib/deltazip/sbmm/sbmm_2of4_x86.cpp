@@ -54,6 +54,35 @@ const PositionTable& position_table() {
   return table;
 }
 
+// Decoding W + Δ tile by tile streams W's rows from memory: a row `kAhead`
+// rows on has its codes and positions fetched into L2 when decoding of the
+// current row starts, and its row of W line by line over the current row's
+// loop, so they arrive while it computes (a row takes about a memory
+// latency). Tiles of W + Δ from 64 streamed 2048 x 768 matrices: 1.31x
+// faster on a Xeon, AVX-512 and AVX2 alike (bench_dz_serve streamed). The
+// products need none: decoding, not memory, sets their pace (prefetching
+// rows ahead left 300 streamed products of 2 rows as fast as before).
+struct RowAhead {
+  static constexpr std::int64_t kAhead = 2;
+  const char* plus = nullptr;  // the row of W to fetch over this row's loop
+  std::int64_t lines = 0, per_step = 0;
+
+  // Row o of [o, end) with its W row at `add`, in a loop of `steps` iterations.
+  RowAhead(const SbmmLayout& l, int bits, std::int64_t o, std::int64_t end, const float* add, std::int64_t steps) {
+    if (o + kAhead >= end || !simd::prefetch_in_use()) return;
+    const std::int64_t code_bytes = l.cols / 2 * bits / 8, position_bytes = l.cols / 8;
+    const auto* codes = reinterpret_cast<const char*>(l.codes + (o + kAhead) * code_bytes);
+    const auto* positions = reinterpret_cast<const char*>(l.indices + (o + kAhead) * position_bytes);
+    for (std::int64_t b = 0; b < code_bytes; b += 64) simd::prefetch_l2(codes + b);
+    for (std::int64_t b = 0; b < position_bytes; b += 64) simd::prefetch_l2(positions + b);
+    if (add == nullptr) return;
+    plus = reinterpret_cast<const char*>(add + kAhead * l.cols);
+    lines = (l.cols * static_cast<std::int64_t>(sizeof(float)) + 63) / 64;
+    per_step = (lines + steps - 1) / steps;
+  }
+  void step(std::int64_t i) const { simd::prefetch_l2_share(plus, lines, per_step, i); }
+};
+
 // The position table widened to one int32 per lane, so that a chunk's shifts
 // and mask are each one aligned load with no unpacking (24 KiB).
 struct alignas(32) WideTable {
@@ -298,9 +327,12 @@ FLEET_AVX2 void decode_bits(const SbmmLayout& l, std::int64_t begin, std::int64_
       continue;
     }
     const float* add = plus + (o - begin) * l.cols;
-    for (std::int64_t i = 0; i < l.cols / 8; ++i)
+    const RowAhead ahead(l, Bits, o, end, add, l.cols / 8);
+    for (std::int64_t i = 0; i < l.cols / 8; ++i) {
+      ahead.step(i);
       _mm256_storeu_ps(dst + 8 * i,
                        _mm256_add_ps(decode_chunk<Bits>(codes, positions, i, table, d), _mm256_loadu_ps(add + 8 * i)));
+    }
   }
 }
 
@@ -479,7 +511,9 @@ FLEET_AVX512 void decode_bits512(const SbmmLayout& l, std::int64_t begin, std::i
     const __m512 lut = code_table<Bits>(l.scales[o], l.zeros[o]);
     float* dst = out + (o - begin) * l.cols;
     const float* add = plus == nullptr ? nullptr : plus + (o - begin) * l.cols;
+    const RowAhead ahead(l, Bits, o, end, add, (chunks + 1) / 2);
     for (std::int64_t j = 0; 2 * j < chunks; ++j) {
+      ahead.step(j);
       const bool last = 2 * j + 1 == chunks;
       const __mmask16 lanes = last ? 0x00FF : 0xFFFF;
       __m512 v = chunk_pair<Bits>(codes, positions, j, last, table, lut);

@@ -73,6 +73,8 @@ log "SBMM against dense GEMMs"
 "$bin/bench_dz_serve" sbmm "$threads" 5 > "$results/sbmm.jsonl"
 log "a variant's prefill product against one dense GEMM"
 "$bin/bench_dz_serve" merged "$threads" 7 > "$results/merged.jsonl"
+log "weights streamed from memory, the kernels' prefetching on and off"
+"$bin/bench_dz_serve" streamed "$threads" 3 > "$results/streamed.jsonl"
 fi
 if [ "${SKIP_DECODE:-0}" != 1 ]; then
 log "one decode step on $device: delta mode against full mode"

@@ -14,6 +14,11 @@
 //     (decoded tile by tile, W added), against one dense GEMM with the
 //     reconstructed matrix (what full mode runs) and against the base
 //     product alone as the model computes it, for 8-256 prompt rows.
+//   bench_dz_serve streamed THREADS REPEATS
+//     what decoding streams from memory at every step, with the kernels'
+//     prefetching on and off (x86): the base product over a model's worth
+//     of weights (64 matrices of 2048 x 768, 400 MB) for 1-64 rows, and
+//     tiles of W + Δ decoded from 64 packed deltas with W added.
 //   bench_dz_serve decode BASE_DIR BATCH THREADS REPEATS DEVICE DELTA.h5...
 //     one decode step of BATCH sequences spread over the deltas: delta mode
 //     (base + SBMM overlay) against full mode (one reconstructed model per
@@ -27,6 +32,7 @@
 #include <torch/torch.h>
 
 #include "common/half.h"
+#include "common/simd_x86.h"
 #include "deltazip/container.h"
 #include "deltazip/serve/torch/variant_delta.h"
 #include "deltazip/torch/reconstruct.h"
@@ -202,6 +208,68 @@ int merged(int repeats) {
   return 0;
 }
 
+int streamed(int repeats) {
+#if defined(__x86_64__)
+  torch::NoGradGuard no_grad;
+  std::mt19937 rng(3);
+  constexpr std::int64_t kRows = 2048, kCols = 768, kMatrices = 64, kTile = 64;
+  // Far more than any cache: every product reads its weights from memory.
+  auto weights = torch::randn({kMatrices, kRows, kCols});
+  std::vector<SbmmMatrix> deltas;
+  for (std::int64_t m = 0; m < kMatrices; ++m) deltas.emplace_back(random_packed(kRows, kCols, 4, rng));
+  auto w = [&](std::int64_t m) { return weights.data_ptr<float>() + m * kRows * kCols; };
+  auto timed = [&](bool prefetch, auto&& f) {
+    simd::use_prefetch(prefetch);
+    const double t = best_of(repeats, f);
+    simd::use_prefetch(true);
+    return t;
+  };
+  for (std::int64_t n : {1, 2, 4, 8, 16, 32, 64}) {
+    if (!model::small_batch_linear_in_use() || n > model::small_batch::max_rows(kCols)) continue;
+    auto x = torch::randn({n, kCols});
+    auto y = torch::empty({n, kRows});
+    auto run = [&] {
+      for (std::int64_t m = 0; m < kMatrices; ++m)
+        model::small_batch::linear(x.data_ptr<float>(), n, kCols, kCols, w(m), kRows, y.data_ptr<float>(), kRows);
+    };
+    const double off = timed(false, run), on = timed(true, run);
+    std::cout << nlohmann::json{{"bench", "streamed"},
+                                {"what", "base_product"},
+                                {"rows", n},
+                                {"matrices", kMatrices},
+                                {"shape", {kRows, kCols}},
+                                {"no_prefetch_ms", off * 1e3},
+                                {"prefetch_ms", on * 1e3},
+                                {"speedup", off / on},
+                                {"small_batch_avx512", model::small_batch::avx512_in_use()}}
+                     .dump()
+              << std::endl;
+  }
+  std::vector<float> tile(static_cast<std::size_t>(kTile * kCols));
+  auto decode = [&] {
+    for (std::int64_t m = 0; m < kMatrices; ++m)
+      for (std::int64_t b = 0; b < kRows; b += kTile)
+        deltas[static_cast<std::size_t>(m)].decode_rows(b, b + kTile, tile.data(), w(m) + b * kCols);
+  };
+  const double off = timed(false, decode), on = timed(true, decode);
+  std::cout << nlohmann::json{{"bench", "streamed"},
+                              {"what", "tiles_of_w_plus_delta"},
+                              {"bits", 4},
+                              {"matrices", kMatrices},
+                              {"shape", {kRows, kCols}},
+                              {"no_prefetch_ms", off * 1e3},
+                              {"prefetch_ms", on * 1e3},
+                              {"speedup", off / on},
+                              {"sbmm_avx512", SbmmMatrix::avx512_in_use()}}
+                   .dump()
+            << std::endl;
+#else
+  (void)repeats;
+  std::cerr << "bench_dz_serve streamed: the kernels prefetch on x86 only\n";
+#endif
+  return 0;
+}
+
 // One decode step of `batch` rows, each row's variant applied three ways:
 // as deltas on the base (SBMM overlay), as full reconstructed models (one
 // forward per variant's rows), and the base alone (the floor).
@@ -338,12 +406,16 @@ int main(int argc, char** argv) try {
     model::set_cpu_threads(std::stoi(argv[2]));
     return merged(std::stoi(argv[3]));
   }
+  if (what == "streamed" && argc == 4) {
+    model::set_cpu_threads(std::stoi(argv[2]));
+    return streamed(std::stoi(argv[3]));
+  }
   if (what == "decode" && argc >= 8) {
     model::set_cpu_threads(std::stoi(argv[4]));
     return decode(argv[2], std::stoll(argv[3]), std::stoi(argv[5]), argv[6],
                   std::vector<std::string>(argv + 7, argv + argc));
   }
-  std::cerr << "usage: bench_dz_serve sbmm THREADS REPEATS | merged THREADS REPEATS | "
+  std::cerr << "usage: bench_dz_serve sbmm THREADS REPEATS | merged THREADS REPEATS | streamed THREADS REPEATS | "
                "decode BASE_DIR BATCH THREADS REPEATS cpu|cuda DELTA.h5...\n";
   return 2;
 } catch (const std::exception& e) {
