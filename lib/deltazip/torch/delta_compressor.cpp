@@ -572,31 +572,40 @@ void check_same_architecture(const LlamaConfig& base, const LlamaConfig& delta, 
   }
 }
 
-LlamaModel reconstruct_model(const DeltaReader& reader, const LlamaModel& base, torch::Device device) {
+LlamaModel reconstruct_model(const DeltaReader& reader, const LlamaModel& base, torch::Device device,
+                             const PackedAdder& add_packed) {
   auto config = delta_config(reader);
   check_same_architecture(base.config(), config, reader.path().string());
   std::map<std::string, torch::Tensor> base_params;
   for (const auto& [name, t] : base.named_parameters()) base_params[name] = t;
+  auto contains = [](const std::vector<std::string>& sorted, const std::string& name) {
+    return std::binary_search(sorted.begin(), sorted.end(), name);
+  };
   torch::NoGradGuard no_grad;
-  auto model = LlamaModel::uninitialized(config, torch::kFloat32, device);  // every tensor is filled below
-  std::vector<std::pair<std::string, torch::Tensor>> values;
-  for (const auto& [name, t] : model.named_parameters()) {
-    const auto base_value = base_params.at(name).to(torch::kCPU, torch::kFloat32);
-    if (std::binary_search(reader.packed_names().begin(), reader.packed_names().end(), name)) {
-      auto packed = reader.packed(name);
+  // The reader checked every entry's shape against the model's on opening.
+  auto model = LlamaModel::uninitialized(config, torch::kFloat32, device);
+  for (auto& [name, t] : model.named_parameters()) {
+    t.copy_(base_params.at(name));
+    if (contains(reader.packed_names(), name)) {
+      const auto packed = reader.packed(name);
+      if (add_packed) {
+        add_packed(packed, t);
+        continue;
+      }
       auto delta = torch::empty({packed.rows, packed.cols}, torch::kFloat32);
       unpack_matrix(packed, {delta.data_ptr<float>(), static_cast<std::size_t>(delta.numel())});
-      values.emplace_back(name, base_value + delta);
-    } else if (std::binary_search(reader.dense_names().begin(), reader.dense_names().end(), name)) {
-      auto entry = reader.dense(name);
-      auto stored = dense_tensor(entry);
-      values.emplace_back(
-          name, entry.kind == DenseKind::kFull ? stored.to(torch::kFloat32) : base_value + stored.to(torch::kFloat32));
+      t.add_(delta.to(device));
+    } else if (contains(reader.dense_names(), name)) {
+      const auto entry = reader.dense(name);
+      const auto stored = dense_tensor(entry).to(device, torch::kFloat32);
+      if (entry.kind == DenseKind::kFull)
+        t.copy_(stored);
+      else
+        t.add_(stored);
     } else {
       throw InputError(reader.path().string() + ": no entry for tensor '" + name + "'");
     }
   }
-  model.load_parameters(values);
   return model;
 }
 

@@ -10,11 +10,11 @@
 
 namespace fleet::deltazip {
 
-/// Base + delta for every tensor, float32 on `base`'s device, equal to
-/// reconstruct_model() to the last bit. On the CPU, or on a GPU in a build
-/// without the CUDA kernel, it is reconstruct_model(); on a GPU otherwise,
-/// the rebuild described above. The caller has checked the base identity;
-/// InputError for a delta of another architecture or a malformed entry.
+/// Base + delta for every tensor, float32 on `base`'s device: reconstruct_model()
+/// on that device, with the packed entries decoded by the CUDA kernel where
+/// the base is on a GPU and the build has the kernel (the same bits as the
+/// CPU's decoding). The caller has checked the base identity; InputError
+/// for a delta of another architecture or a malformed entry.
 model::LlamaModel reconstruct_on_base_device(const DeltaReader& reader, const model::LlamaModel& base);
 
 }  // namespace fleet::deltazip
