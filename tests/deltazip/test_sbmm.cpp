@@ -142,14 +142,15 @@ INSTANTIATE_TEST_SUITE_P(
 // portable ones on the fused 2:4 form: the same decoded weights bit for bit,
 // the same products up to summation order, for rows of one to twelve
 // 8-column chunks (a lone chunk, whole pairs, pairs and a lone one, for the
-// 16-column vectors) and every block of input rows (1-8, then whole blocks
-// and a remainder).
+// 16-column vectors) and of 33 and 65 (the AVX-512 kernels read the masks of
+// 32 chunks at once, then the rest one by one), and every block of input
+// rows (1-8, then whole blocks and a remainder).
 TEST(Sbmm, VectorKernelsMatchThePortableOnes) {
   const auto sets = kernel_sets();
   if (sets.size() < 2) GTEST_SKIP() << "this CPU has no AVX2 and FMA";
   std::mt19937 rng(3);
   for (int bits : {2, 4})
-    for (std::int64_t cols : {8, 16, 24, 40, 48, 96}) {
+    for (std::int64_t cols : {8, 16, 24, 40, 48, 96, 264, 520}) {
       const std::int64_t rows = 7;
       const SbmmMatrix matrix(random_matrix(rows, cols, Case{bits, "2:4", -1}, rng));
       ASSERT_TRUE(matrix.fused_2of4());
@@ -204,6 +205,59 @@ TEST(Sbmm, DecodedRowsPlusADenseMatrixEqualDecodingThenAdding) {
         EXPECT_EQ(got, want) << set.name() << ", " << form.bits << " bits, " << cols << " columns";
       }
     }
+  restore_default_kernels();
+}
+
+// A 2:4 group may name its kept columns in either order (the packer writes
+// the lower first; a file need not). The AVX-512 kernels hand codes to lanes
+// in column order, so the matrix reorders such groups on loading: every
+// kernel must still decode what the packing library decodes.
+TEST(Sbmm, GroupsNamingTheHigherColumnFirstDecodeAsWritten) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0, 1);
+  for (int bits : {2, 4}) {
+    const std::int64_t rows = 5, cols = 264;
+    PackedMatrix packed = random_matrix(rows, cols, Case{bits, "2:4", -1}, rng);
+    // Swap the two positions and the two codes of every other group.
+    const unsigned code_mask = (1u << bits) - 1u;
+    for (std::size_t i = 0; i < packed.indices.size(); ++i)
+      for (int half = 0; half < 2; ++half) {
+        if ((i + static_cast<std::size_t>(half)) % 2 == 1) continue;
+        const unsigned nibble = (packed.indices[i] >> (4 * half)) & 15u;
+        const unsigned swapped_nibble = (nibble >> 2) | (nibble & 3u) << 2;
+        packed.indices[i] =
+            static_cast<std::uint8_t>((packed.indices[i] & ~(15u << (4 * half))) | swapped_nibble << (4 * half));
+        const std::size_t bit = (2 * i + static_cast<std::size_t>(half)) * 2 * static_cast<std::size_t>(bits);
+        std::uint8_t& byte = packed.codes[bit / 8];
+        const unsigned shift = bit % 8, a = (byte >> shift) & code_mask, b = (byte >> (shift + bits)) & code_mask;
+        byte =
+            static_cast<std::uint8_t>((byte & ~((code_mask | code_mask << bits) << shift)) | (b | a << bits) << shift);
+      }
+    std::vector<float> want(static_cast<std::size_t>(rows * cols));
+    unpack_matrix(packed, {want.data(), want.size()});
+    const SbmmMatrix matrix(packed);
+    std::vector<float> x(static_cast<std::size_t>(3 * cols));
+    for (auto& v : x) v = normal(rng);
+    for (const auto& set : kernel_sets()) {
+      set.select();
+      std::vector<float> got(want.size(), -1.0f), y(static_cast<std::size_t>(3 * rows), 0.0f);
+      matrix.decode_rows(0, rows, got.data());
+      EXPECT_EQ(got, want) << set.name() << ", " << bits << " bits";
+      matrix.multiply_add(x.data(), 3, cols, y.data(), rows, 0, rows);
+      for (std::int64_t r = 0; r < 3; ++r)
+        for (std::int64_t o = 0; o < rows; ++o) {
+          double expected = 0, magnitude = 0;
+          for (std::int64_t c = 0; c < cols; ++c) {
+            const double term = static_cast<double>(x[static_cast<std::size_t>(r * cols + c)]) *
+                                want[static_cast<std::size_t>(o * cols + c)];
+            expected += term;
+            magnitude += std::abs(term);
+          }
+          EXPECT_NEAR(y[static_cast<std::size_t>(r * rows + o)], expected, 1e-5 * (magnitude + 1))
+              << set.name() << ", " << bits << " bits, row " << r << ", output " << o;
+        }
+    }
+  }
   restore_default_kernels();
 }
 

@@ -59,17 +59,38 @@ SbmmMatrix::SbmmMatrix(const PackedMatrix& p)
           row_code_bit_[static_cast<std::size_t>(o)] + kept * static_cast<std::uint64_t>(bits_);
     }
   }
-  if (fused_2of4()) {
-    // The vector kernels place each kept weight in its own lane; a group that
-    // names one position twice (never written by the packer, but readable
-    // from a file) sums both in the portable kernels only.
-    const std::size_t position_bytes = static_cast<std::size_t>(rows_ * cols_ / 8);
-    for (std::size_t i = 0; i < position_bytes && distinct_positions_; ++i)
-      for (int half = 0; half < 2; ++half) {
-        const unsigned nibble = (indices_[i] >> (4 * half)) & 15u;
-        if ((nibble & 3u) == (nibble >> 2)) distinct_positions_ = false;
-      }
-  }
+  if (fused_2of4()) distinct_positions_ = order_groups_by_column();
+}
+
+// Puts each 2:4 group's two codes in column order and says whether every
+// group names two different columns. The AVX-512 kernels hand a group's two
+// codes to its kept lanes in lane order, so the first must be the lower
+// column's; the packer writes them so, a file may not, and swapping a
+// group's two codes and two positions keeps its meaning for every kernel.
+// A group that names one position twice (never written by the packer, but
+// readable from a file) sums both in the portable kernels only, as the
+// vector kernels place each kept weight in its own lane.
+bool SbmmMatrix::order_groups_by_column() {
+  const std::size_t position_bytes = static_cast<std::size_t>(rows_ * cols_ / 8);
+  const unsigned code_mask = (1u << bits_) - 1u;
+  bool distinct = true;
+  for (std::size_t i = 0; i < position_bytes; ++i)
+    for (int half = 0; half < 2; ++half) {
+      const unsigned nibble = (indices_[i] >> (4 * half)) & 15u, first = nibble & 3u, second = nibble >> 2;
+      if (first == second) distinct = false;
+      if (first <= second) continue;
+      indices_[i] =
+          static_cast<std::uint8_t>((indices_[i] & ~(15u << (4 * half))) | (second | first << 2) << (4 * half));
+      // Group g = 2i + half owns code slots 2g and 2g + 1 of the matrix's
+      // stream (every row's codes start on a byte: cols is a multiple of 8),
+      // which share one byte at 2 or 4 bits each.
+      const std::uint64_t bit = (2 * i + static_cast<std::size_t>(half)) * 2 * static_cast<std::uint64_t>(bits_);
+      std::uint8_t& byte = codes_[bit / 8];
+      const unsigned shift = bit % 8, a = (byte >> shift) & code_mask, b = (byte >> (shift + bits_)) & code_mask;
+      byte =
+          static_cast<std::uint8_t>((byte & ~((code_mask | code_mask << bits_) << shift)) | (b | a << bits_) << shift);
+    }
+  return distinct;
 }
 
 void SbmmMatrix::use_vector_kernels(bool enabled) { vector_kernels_enabled = enabled; }

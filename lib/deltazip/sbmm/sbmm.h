@@ -75,7 +75,9 @@ class SbmmMatrix {
   std::vector<float> levels_;                  ///< codebook [rows, groups, 2^bits]: replaces scales and zeros
   std::vector<std::uint64_t> row_code_bit_;    ///< unstructured: first code bit of each row
   bool distinct_positions_ = true;             ///< 2:4: no group names one position twice
-  bool vectorised() const;                     ///< fused form on the AVX2 kernels
+
+  bool order_groups_by_column();
+  bool vectorised() const;  ///< fused form on the AVX2 kernels
 };
 
 }  // namespace fleet::deltazip

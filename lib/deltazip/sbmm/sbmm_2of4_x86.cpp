@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <vector>
 
 #include "common/cpu_isa.h"
 #include "common/simd_x86.h"
@@ -366,54 +367,54 @@ void decode_rows_2of4_avx2(const SbmmLayout& l, std::int64_t begin, std::int64_t
 
 namespace {
 
-// Per position byte, the shifts that bring each kept code of the lower
-// (columns 0-7) and of the upper eight columns (8-15) of a 16-column vector
-// to the bottom of its lane (the upper chunk's codes start Bits * 4 bits
-// further into the word), and the kept lanes as a bit mask, so that two
-// bytes make the 16-lane mask. 16 KiB per code width; nothing else is read
-// per chunk besides the packed row and x.
-struct alignas(64) PairTable {
-  std::int32_t shift4[2][256][8], shift2[2][256][8];
-  std::uint8_t keep[256];
-
-  PairTable() {
-    const PositionTable& narrow = position_table();
-    for (int p = 0; p < 256; ++p) {
-      keep[p] = 0;
-      for (int lane = 0; lane < 8; ++lane) {
-        for (int half = 0; half < 2; ++half) {
-          shift4[half][p][lane] = narrow.shift4[p][lane] + 16 * half;
-          shift2[half][p][lane] = narrow.shift2[p][lane] + 8 * half;
-        }
-        if (narrow.keep[p][lane]) keep[p] = static_cast<std::uint8_t>(keep[p] | (1u << lane));
-      }
-    }
+// A row's kept lanes, one 16-bit mask per 16 columns (two position bytes):
+// bit c is set where column c is kept. Each nibble of a position byte names
+// the two kept columns of a group of four; a 16-entry table turns it into
+// their 4-bit mask, 32 bytes at a time (AVX2 byte shuffles). `masks` holds
+// (chunks + 1) / 2 entries; with an odd number of chunks the last entry has
+// only its lower byte.
+FLEET_AVX512 void row_masks(const std::uint8_t* positions, std::int64_t chunks, std::uint16_t* masks) {
+  // Per nibble (first position in bits 0-1, second in bits 2-3): the group's kept columns.
+  const __m256i group_mask = _mm256_setr_epi8(1, 3, 5, 9, 3, 2, 6, 10, 5, 6, 4, 12, 9, 10, 12, 8,  //
+                                              1, 3, 5, 9, 3, 2, 6, 10, 5, 6, 4, 12, 9, 10, 12, 8);
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  auto* out = reinterpret_cast<std::uint8_t*>(masks);
+  std::int64_t b = 0;
+  for (; b + 32 <= chunks; b += 32) {
+    const __m256i p = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(positions + b));
+    const __m256i first = _mm256_shuffle_epi8(group_mask, _mm256_and_si256(p, low));
+    const __m256i second = _mm256_shuffle_epi8(group_mask, _mm256_and_si256(_mm256_srli_epi16(p, 4), low));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + b), _mm256_or_si256(first, _mm256_slli_epi16(second, 4)));
   }
-};
-
-const PairTable& pair_table() {
-  static const PairTable table;
-  return table;
+  static constexpr std::uint8_t kGroupMask[16] = {1, 3, 5, 9, 3, 2, 6, 10, 5, 6, 4, 12, 9, 10, 12, 8};
+  for (; b < chunks; ++b)
+    out[b] = static_cast<std::uint8_t>(kGroupMask[positions[b] & 15] | kGroupMask[positions[b] >> 4] << 4);
+  if (chunks % 2 == 1) out[chunks] = 0;
 }
 
-// Columns [16j, 16j + 16) of one row as `lut[code]` where kept, 0 elsewhere:
-// the code word shifted per lane and looked up in a 16-entry table of
-// floats (permutes read the low four bits of each lane, so the bits of the
-// next codes above need no masking; 2-bit tables repeat every four
-// entries). `last` (a row with an odd number of 8-column chunks): only the
-// lower chunk exists.
+// Columns [16j, 16j + 16) of one row as `lut[code]` where kept, 0
+// elsewhere. The pair's eight codes, in column order (the constructor puts
+// each group's two in that order), are shifted to the bottom of lanes 0-7
+// and looked up in a 16-entry table of floats (permutes read the low four
+// bits of each lane, so the bits of the next codes above need no masking;
+// 2-bit tables repeat every four entries); the kept lanes of `mask` then
+// take them in order.
 template <int Bits>
-FLEET_AVX512 inline __m512 chunk_pair(const std::uint8_t* codes, const std::uint8_t* positions, std::int64_t j,
-                                      bool last, const PairTable& table, __m512 lut) {
-  const unsigned p0 = positions[2 * j], p1 = last ? 0 : positions[2 * j + 1];
+FLEET_AVX512 inline __m512 chunk_pair(const std::uint8_t* codes, std::int64_t j, __mmask16 mask, __m512 lut) {
   std::int32_t word;
   std::memcpy(&word, codes + (Bits == 4 ? 4 * j : 2 * j), sizeof word);  // the buffer is padded
-  const auto& shifts = Bits == 4 ? table.shift4 : table.shift2;
-  const __m512i shift =
-      _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(shifts[0][p0]))),
-                         _mm256_load_si256(reinterpret_cast<const __m256i*>(shifts[1][p1])), 1);
-  const __mmask16 kept = _cvtu32_mask16(table.keep[p0] | (last ? 0u : static_cast<unsigned>(table.keep[p1]) << 8));
-  return _mm512_maskz_permutexvar_ps(kept, _mm512_srlv_epi32(_mm512_set1_epi32(word), shift), lut);
+  const __m512i shift = Bits == 4 ? _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0)
+                                  : _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512 values = _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_set1_epi32(word), shift), lut);
+  return _mm512_maskz_expand_ps(mask, values);
+}
+
+// The per-thread buffer of a row's masks (row_masks).
+inline std::uint16_t* mask_buffer(std::int64_t cols) {
+  thread_local std::vector<std::uint16_t> buffer;
+  const auto pairs = static_cast<std::size_t>((cols / 8 + 1) / 2);
+  if (buffer.size() < pairs) buffer.resize(pairs);
+  return buffer.data();
 }
 
 // The 16-entry table of a row: scale · (code - zero) for each code (scale 1
@@ -430,19 +431,18 @@ FLEET_AVX512 inline __m512 code_table(float scale, float zero) {
 // of sixteen: two accumulators per input row, added in a fixed order.
 template <int Bits, int R>
 FLEET_AVX512 void row_block512(const SbmmLayout& l, std::int64_t o, const float* x, std::int64_t x_stride, float* y,
-                               std::int64_t y_stride) {
+                               std::int64_t y_stride, std::uint16_t* masks) {
   const std::int64_t chunks = l.cols / 8, pairs = chunks / 2;
-  const PairTable& table = pair_table();
   const std::uint8_t* codes = l.codes + o * (l.cols / 2 * Bits / 8);
-  const std::uint8_t* positions = l.indices + o * (l.cols / 8);
+  row_masks(l.indices + o * chunks, chunks, masks);
   const __m512 lut = code_table<Bits>(1.0f, l.zeros[o]);
   __m512 even[R], odd[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) even[r] = odd[r] = _mm512_setzero_ps();
   std::int64_t j = 0;
   for (; j + 2 <= pairs; j += 2) {
-    const __m512 a = chunk_pair<Bits>(codes, positions, j, false, table, lut);
-    const __m512 b = chunk_pair<Bits>(codes, positions, j + 1, false, table, lut);
+    const __m512 a = chunk_pair<Bits>(codes, j, _load_mask16(masks + j), lut);
+    const __m512 b = chunk_pair<Bits>(codes, j + 1, _load_mask16(masks + j + 1), lut);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       even[r] = _mm512_fmadd_ps(a, _mm512_loadu_ps(x + r * x_stride + 16 * j), even[r]);
@@ -451,7 +451,7 @@ FLEET_AVX512 void row_block512(const SbmmLayout& l, std::int64_t o, const float*
   }
   for (; 2 * j < chunks; ++j) {  // one whole pair, a lone chunk, or both
     const bool last = 2 * j + 1 == chunks;
-    const __m512 a = chunk_pair<Bits>(codes, positions, j, last, table, lut);
+    const __m512 a = chunk_pair<Bits>(codes, j, _load_mask16(masks + j), lut);
     const __mmask16 lanes = last ? 0x00FF : 0xFFFF;  // x's row may end after eight columns
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
@@ -469,30 +469,31 @@ FLEET_AVX512 void multiply_add_bits512(const SbmmLayout& l, const float* x, std:
     const float* xr = x + r0 * x_stride;
     float* yr = y + r0 * y_stride;
     const auto rows = std::min<std::int64_t>(8, n - r0);
+    std::uint16_t* masks = mask_buffer(l.cols);
     for (std::int64_t o = row_begin; o < row_end; ++o) switch (rows) {
         case 1:
-          row_block512<Bits, 1>(l, o, xr, x_stride, yr, y_stride);
+          row_block512<Bits, 1>(l, o, xr, x_stride, yr, y_stride, masks);
           break;
         case 2:
-          row_block512<Bits, 2>(l, o, xr, x_stride, yr, y_stride);
+          row_block512<Bits, 2>(l, o, xr, x_stride, yr, y_stride, masks);
           break;
         case 3:
-          row_block512<Bits, 3>(l, o, xr, x_stride, yr, y_stride);
+          row_block512<Bits, 3>(l, o, xr, x_stride, yr, y_stride, masks);
           break;
         case 4:
-          row_block512<Bits, 4>(l, o, xr, x_stride, yr, y_stride);
+          row_block512<Bits, 4>(l, o, xr, x_stride, yr, y_stride, masks);
           break;
         case 5:
-          row_block512<Bits, 5>(l, o, xr, x_stride, yr, y_stride);
+          row_block512<Bits, 5>(l, o, xr, x_stride, yr, y_stride, masks);
           break;
         case 6:
-          row_block512<Bits, 6>(l, o, xr, x_stride, yr, y_stride);
+          row_block512<Bits, 6>(l, o, xr, x_stride, yr, y_stride, masks);
           break;
         case 7:
-          row_block512<Bits, 7>(l, o, xr, x_stride, yr, y_stride);
+          row_block512<Bits, 7>(l, o, xr, x_stride, yr, y_stride, masks);
           break;
         default:
-          row_block512<Bits, 8>(l, o, xr, x_stride, yr, y_stride);
+          row_block512<Bits, 8>(l, o, xr, x_stride, yr, y_stride, masks);
           break;
       }
   }
@@ -503,11 +504,11 @@ FLEET_AVX512 void multiply_add_bits512(const SbmmLayout& l, const float* x, std:
 template <int Bits>
 FLEET_AVX512 void decode_bits512(const SbmmLayout& l, std::int64_t begin, std::int64_t end, float* out,
                                  const float* plus) {
-  const PairTable& table = pair_table();
   const std::int64_t chunks = l.cols / 8;
+  std::uint16_t* masks = mask_buffer(l.cols);
   for (std::int64_t o = begin; o < end; ++o) {
     const std::uint8_t* codes = l.codes + o * (l.cols / 2 * Bits / 8);
-    const std::uint8_t* positions = l.indices + o * (l.cols / 8);
+    row_masks(l.indices + o * chunks, chunks, masks);
     const __m512 lut = code_table<Bits>(l.scales[o], l.zeros[o]);
     float* dst = out + (o - begin) * l.cols;
     const float* add = plus == nullptr ? nullptr : plus + (o - begin) * l.cols;
@@ -516,7 +517,7 @@ FLEET_AVX512 void decode_bits512(const SbmmLayout& l, std::int64_t begin, std::i
       ahead.step(j);
       const bool last = 2 * j + 1 == chunks;
       const __mmask16 lanes = last ? 0x00FF : 0xFFFF;
-      __m512 v = chunk_pair<Bits>(codes, positions, j, last, table, lut);
+      __m512 v = chunk_pair<Bits>(codes, j, _load_mask16(masks + j), lut);
       if (add != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(lanes, add + 16 * j));
       _mm512_mask_storeu_ps(dst + 16 * j, lanes, v);
     }
