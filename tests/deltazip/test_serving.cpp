@@ -519,6 +519,51 @@ TEST_F(Serving, ColdVariantLoadsWhileTheBatchKeepsRunning) {
   EXPECT_EQ(state(), "resident");
 }
 
+// With one variant allowed per step, a request for another variant lets
+// later requests for the running one go ahead (the batch stays full) until a
+// batch's worth of them has passed it; then it stops the queue behind it and
+// runs as soon as its variant fits, so it is neither blocking nor starved.
+TEST_F(Serving, VariantCapLetsLaterRequestsAheadForABatchAtMost) {
+  auto o = options(ServeMode::kDelta);
+  o.max_batch = 2;
+  o.max_variants_per_batch = 1;
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  o.before_delta_load = [released](const std::string&) { released.wait(); };
+  Engine engine(o);
+  engine.add_variant("ft1", path("ft1.h5"));
+  engine.add_variant("ft2", path("ft2.h5"));
+  // Everything is queued before ft1's delta arrives, so the order of
+  // admissions follows from the queue alone, not from how fast this thread is.
+  GenerationRequest longer;
+  longer.model = "ft1";
+  longer.prompt = {1, 5, 6, 7};
+  longer.max_tokens = 64;
+  longer.sampling.logit_bias = {{engine.eos_token_id(), -100.0f}};  // runs all 64 tokens
+  auto l = engine.submit(longer);
+  GenerationRequest other = longer;
+  other.model = "ft2";
+  other.max_tokens = 2;
+  auto h = engine.submit(other);
+  GenerationRequest later = other;
+  later.model = "ft1";
+  std::vector<std::shared_ptr<RequestStream>> s;
+  for (int i = 0; i < 4; ++i) s.push_back(engine.submit(later));
+  release.set_value();
+  // The first two later ft1 requests run beside the long one (before it ends,
+  // while ft2's waits)...
+  EXPECT_EQ(collect(l).size(), 64u);
+  EXPECT_TRUE(s[0]->wait(std::chrono::milliseconds(0)).finished) << "the ft2 request blocked the queue behind it";
+  EXPECT_TRUE(s[1]->wait(std::chrono::milliseconds(0)).finished);
+  // ... and no more: the third waits until the ft2 request has run.
+  EXPECT_EQ(collect(s[2]).size(), 2u);
+  const auto ft2 = h->wait(std::chrono::milliseconds(0));
+  EXPECT_TRUE(ft2.finished) << "later requests kept passing the ft2 request";
+  EXPECT_EQ(ft2.tokens.size(), 2u);
+  EXPECT_EQ(collect(s[3]).size(), 2u);
+  EXPECT_TRUE(engine.idle());
+}
+
 TEST_F(Serving, CancelledRequestFreesItsSlot) {
   auto o = options(ServeMode::kDelta);
   o.max_batch = 1;

@@ -112,6 +112,7 @@ class Sequence final : public RequestStream {
   std::shared_ptr<const VariantDelta> delta;  ///< pinned while running (delta mode)
   std::shared_ptr<const LlamaModel> weights;  ///< full and swap modes: the model it runs on
   std::int64_t slot = -1, prefilled = 0, generated = 0, last_token = 0;
+  std::int64_t passed_over = 0;  ///< requests admitted past it while the variant cap held it back
   bool done = false;
   std::string done_reason;
 
@@ -656,13 +657,22 @@ void Engine::State::admit(std::unique_lock<std::mutex>& lock) {
   for (const auto& r : running)
     if (r->variant) present.insert(r->variant.get());
   const auto cap = static_cast<std::size_t>(options.max_variants_per_batch);
+  std::vector<Sequence*> held;  // requests the cap held back in this pass
   for (auto it = waiting.begin(); it != waiting.end() && !free_slots.empty();) {
     auto seq = *it;
     auto& v = seq->variant;
     // A request for one more variant than the cap allows waits for one to
-    // leave the batch, and so does everything behind it (first come, first
-    // served: popular variants cannot starve the others).
-    if (v && cap > 0 && options.mode != ServeMode::kSwap && !present.count(v.get()) && present.size() >= cap) return;
+    // leave the batch, while later requests for variants in the batch go
+    // ahead of it (as vLLM's max_loras does): the batch stays full and the
+    // variants it holds gain rows, not products. Once a batch's worth of
+    // requests has gone ahead of it, it stops everything behind it until its
+    // variant fits, so a rarely asked variant never starves.
+    if (v && cap > 0 && options.mode != ServeMode::kSwap && !present.count(v.get()) && present.size() >= cap) {
+      if (seq->passed_over >= options.max_batch) return;
+      held.push_back(seq.get());
+      ++it;
+      continue;
+    }
     bool ready = true;
     switch (options.mode) {
       case ServeMode::kDelta:
@@ -698,6 +708,7 @@ void Engine::State::admit(std::unique_lock<std::mutex>& lock) {
       v->last_used = Clock::now();
       present.insert(v.get());
     }
+    for (auto* h : held) h->passed_over++;
     seq->slot = free_slots.back();
     free_slots.pop_back();
     running.push_back(seq);
