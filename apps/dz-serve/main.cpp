@@ -71,9 +71,8 @@ void add_engine_options(CLI::App* sc, dz::ServeCommand& serve) {
       ->capture_default_str()
       ->check(fleet::in_range(1, 1e7));
   sc->add_option("--max-variants-per-batch", serve.engine.max_variants_per_batch,
-                 "Distinct variants running at once in delta and full modes (0: no limit; -1: no limit on the CPU, "
-                 "4 on a GPU, where each costs one more kernel launch per layer and step); later requests for "
-                 "running variants go ahead of one over the cap, a batch's worth at most")
+                 "Distinct variants running at once in delta and full modes (0: no limit; -1: the default, 4); "
+                 "later requests for running variants go ahead of one over the cap, a batch's worth at most")
       ->capture_default_str()
       ->check(fleet::in_range(-1, 1e6));
   sc->add_option("--delta-memory", serve.delta_memory,

@@ -825,7 +825,8 @@ def main():
               "vLLM-named samples")
         lora = [x for x in m["vllm:lora_requests_info"].samples]
         check(len(lora) == 1 and set(lora[0].labels) == {"running_lora_adapters", "waiting_lora_adapters", "max_lora"}
-              and lora[0].labels["max_lora"] == "0", f"vllm:lora_requests_info: one series, now: {lora}")
+              and lora[0].labels["max_lora"] == "4",  # the default --max-variants-per-batch
+              f"vllm:lora_requests_info: one series, now: {lora}")
         check(s.sample("dz_batch_size", suffix="_count") > 0, "batch size histogram empty")
         check(s.sample("dz_resident_bytes", {"part": "deltas"}) > 0, "resident delta bytes not reported")
         check(max(s.sample("dz_batch_size", {"le": le}, "_bucket") for le in ("1.0",)) <

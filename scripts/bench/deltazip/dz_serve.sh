@@ -11,9 +11,9 @@
 # fine-tuned folders are deleted after compression).
 #
 #   scripts/bench/deltazip/dz_serve.sh [MODELS_DIR]     default: build/bench-dz-serve
-#   RATES8="1 2 4 8" RATES16="8" DURATION=30 MAX_TOKENS=16 THREADS=1 STEPS=2 CAP=0 MAX_BATCH=32
+#   RATES8="1 2 4 8" RATES16="8" DURATION=30 MAX_TOKENS=16 THREADS=1 STEPS=2 CAP=-1 MAX_BATCH=32
 #   (an empty RATES8 or RATES16 skips those runs: RATES8="" serves 16 variants only)
-#   (CAP: --max-variants-per-batch of the delta and full servers, 0 = no limit; MAX_BATCH: --max-batch of every server)
+#   (CAP: --max-variants-per-batch of the delta and full servers, -1 = the server's default, 0 = no limit; MAX_BATCH: --max-batch of every server)
 #   MODES="delta" SKIP_KERNELS=1 SKIP_DECODE=1   rerun some modes only (their earlier results are replaced;
 #                                                SKIP_KERNELS skips the CPU kernel benchmarks, SKIP_DECODE the decode step)
 #   VARIANTS=8                     make and serve 8 variants only (no 16-variant runs)
@@ -26,7 +26,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 models=${1:-$root/build/bench-dz-serve}
 bin=${BIN:-$root/build/bin}
-rates8=${RATES8-"1 2 4 8"} rates16=${RATES16-"8"} duration=${DURATION:-30} cap=${CAP:-0} max_batch=${MAX_BATCH:-32}
+rates8=${RATES8-"1 2 4 8"} rates16=${RATES16-"8"} duration=${DURATION:-30} cap=${CAP:--1} max_batch=${MAX_BATCH:-32}
 max_tokens=${MAX_TOKENS:-16} threads=${THREADS:-1} steps=${STEPS:-2} device=${DEVICE:-cpu} count=${VARIANTS:-16}
 [ "$count" = 8 ] || [ "$count" = 16 ] || { echo "VARIANTS must be 8 or 16" >&2; exit 2; }
 [ "$count" = 16 ] || rates16=""

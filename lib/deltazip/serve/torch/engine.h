@@ -42,10 +42,10 @@ struct EngineOptions {
   std::uint64_t delta_memory = 0;          ///< bytes of resident deltas (0: no limit)
   std::int64_t max_queue = 1024;           ///< waiting requests before 429
   /// Distinct variants running at once in delta and full modes (0: no
-  /// limit; -1: what the device favours: no limit on the CPU, where a cap
-  /// gained a few per cent at most, 4 on a GPU, where each is one more
-  /// kernel launch per layer). Later requests for running variants go ahead
-  /// of a request over the cap, max_batch of them at most.
+  /// limit; -1: the default, 4 on every device: on a GPU each variant is one
+  /// more kernel launch per layer, on a CPU full mode streams each one's
+  /// weights). Later requests for running variants go ahead of a request
+  /// over the cap, max_batch of them at most.
   std::int64_t max_variants_per_batch = -1;
   std::string device = "cpu";
   /// Called on the loader thread before each delta is read (instrumentation
