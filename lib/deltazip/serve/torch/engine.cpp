@@ -201,6 +201,7 @@ struct Engine::State {
   void scheduler_loop();
   void loader_loop();
   void admit(std::unique_lock<std::mutex>& lock);
+  void drop_unservable_waiting();  // cancelled requests, and those of variants that failed to load
   void swap_to(const std::shared_ptr<Variant>& target, std::unique_lock<std::mutex>& lock);
   void evict_to_budget();
   /// Ends a request; with `as`, its error reaches the client with that
@@ -313,7 +314,7 @@ Engine::Engine(EngineOptions options) {
   if (options.max_tokens_per_step <= 0) throw UsageError("--max-tokens-per-step must be positive");
   if (options.max_queue <= 0) throw UsageError("--max-queue must be positive");
   if (options.max_variants_per_batch < -1)
-    throw UsageError("--max-variants-per-batch must be -1 (the device's default), 0 (no limit) or more");
+    throw UsageError("--max-variants-per-batch must be -1 (the default, 4), 0 (no limit) or more");
   const auto compute = model::resolve_device(options.device);
   // Measured on both kinds of device (docs/serving.md): on a GPU each
   // variant in a step is one more launch per layer; on a CPU full mode
@@ -631,7 +632,7 @@ void Engine::State::swap_to(const std::shared_ptr<Variant>& target, std::unique_
   full_bytes = base_bytes;
 }
 
-void Engine::State::admit(std::unique_lock<std::mutex>& lock) {
+void Engine::State::drop_unservable_waiting() {
   // Failed variants fail their queued requests; cancelled ones leave.
   for (auto it = waiting.begin(); it != waiting.end();) {
     auto& seq = *it;
@@ -645,6 +646,10 @@ void Engine::State::admit(std::unique_lock<std::mutex>& lock) {
       ++it;
     }
   }
+}
+
+void Engine::State::admit(std::unique_lock<std::mutex>& lock) {
+  drop_unservable_waiting();
   if (options.mode == ServeMode::kSwap && running.empty() && !waiting.empty()) {
     auto& head = waiting.front();
     if (head->variant != swap_current) {
