@@ -75,6 +75,25 @@ std::vector<Kernels> kernel_sets() {
 
 void restore_default_kernels() { Kernels{true, true}.select(); }
 
+// y [n rows, y_stride apart] equals `initial` + x [n rows, x_stride apart] ·
+// denseᵀ ([rows, cols]), in double, within 1e-5 of the terms' magnitude.
+void expect_product(const std::vector<float>& y, std::int64_t y_stride, float initial, const std::vector<float>& x,
+                    std::int64_t x_stride, const std::vector<float>& dense, std::int64_t n, std::int64_t rows,
+                    std::int64_t cols, const std::string& what) {
+  for (std::int64_t r = 0; r < n; ++r)
+    for (std::int64_t o = 0; o < rows; ++o) {
+      double expected = initial, magnitude = 0;
+      for (std::int64_t k = 0; k < cols; ++k) {
+        const double term = static_cast<double>(x[static_cast<std::size_t>(r * x_stride + k)]) *
+                            dense[static_cast<std::size_t>(o * cols + k)];
+        expected += term;
+        magnitude += std::abs(term);
+      }
+      EXPECT_NEAR(y[static_cast<std::size_t>(r * y_stride + o)], expected, 1e-5 * (magnitude + 1))
+          << what << ": row " << r << " output " << o;
+    }
+}
+
 class SbmmAgainstDequantized : public ::testing::TestWithParam<Case> {};
 
 TEST_P(SbmmAgainstDequantized, EqualsDequantizeThenMatmul) {
@@ -102,18 +121,7 @@ TEST_P(SbmmAgainstDequantized, EqualsDequantizeThenMatmul) {
       // Two disjoint row ranges, as two threads would take them.
       matrix.multiply_add(x.data(), n, x_stride, y.data(), y_stride, 0, 10);
       matrix.multiply_add(x.data(), n, x_stride, y.data(), y_stride, 10, rows);
-      for (std::int64_t r = 0; r < n; ++r)
-        for (std::int64_t o = 0; o < rows; ++o) {
-          double expected = 0.5, magnitude = 0;
-          for (std::int64_t k = 0; k < cols; ++k) {
-            const double term = static_cast<double>(x[static_cast<std::size_t>(r * x_stride + k)]) *
-                                dense[static_cast<std::size_t>(o * cols + k)];
-            expected += term;
-            magnitude += std::abs(term);
-          }
-          EXPECT_NEAR(y[static_cast<std::size_t>(r * y_stride + o)], expected, 1e-5 * (magnitude + 1))
-              << kernels.name() << ": row " << r << " output " << o;
-        }
+      expect_product(y, y_stride, 0.5f, x, x_stride, dense, n, rows, cols, kernels.name());
       for (std::int64_t r = 0; r < n; ++r)  // padding columns untouched
         for (std::int64_t o = rows; o < y_stride; ++o) EXPECT_EQ(y[static_cast<std::size_t>(r * y_stride + o)], 0.5f);
     }
@@ -244,18 +252,7 @@ TEST(Sbmm, GroupsNamingTheHigherColumnFirstDecodeAsWritten) {
       matrix.decode_rows(0, rows, got.data());
       EXPECT_EQ(got, want) << set.name() << ", " << bits << " bits";
       matrix.multiply_add(x.data(), 3, cols, y.data(), rows, 0, rows);
-      for (std::int64_t r = 0; r < 3; ++r)
-        for (std::int64_t o = 0; o < rows; ++o) {
-          double expected = 0, magnitude = 0;
-          for (std::int64_t c = 0; c < cols; ++c) {
-            const double term = static_cast<double>(x[static_cast<std::size_t>(r * cols + c)]) *
-                                want[static_cast<std::size_t>(o * cols + c)];
-            expected += term;
-            magnitude += std::abs(term);
-          }
-          EXPECT_NEAR(y[static_cast<std::size_t>(r * rows + o)], expected, 1e-5 * (magnitude + 1))
-              << set.name() << ", " << bits << " bits, row " << r << ", output " << o;
-        }
+      expect_product(y, rows, 0.0f, x, cols, want, 3, rows, cols, set.name() + ", " + std::to_string(bits) + " bits");
     }
   }
   restore_default_kernels();
