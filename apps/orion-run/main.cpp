@@ -16,7 +16,7 @@ void add_policy_flags(CLI::App* app, fleet::orion::PolicyOptions& o, bool online
       ->check(fleet::in_range(1e-9, 1));
   app->add_option("--hp-slowdown", o.hp_slowdown_limit,
                   "orion: best-effort kernels run beside an HP request while it can still end within this many times "
-                  "its time alone (0: a fixed slack of --dur-threshold)")
+                  "its latency on a GPU of its own (0: a fixed slack of --dur-threshold)")
       ->capture_default_str()
       ->check(fleet::in_range(0, 1e3));
   app->add_option("--sm-threshold", o.sm_threshold,

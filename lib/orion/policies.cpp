@@ -98,7 +98,10 @@ class OrionPolicy : public Policy {
   }
   std::string_view name() const override { return "orion"; }
   bool admit(const SchedulerView& v, int client, std::size_t, std::size_t, const SimKernel& k) override {
-    if (client == v.hp_client) return true;
+    if (client == v.hp_client) {
+      note_hp_arrival(v.hp_request_arrival_us);
+      return true;
+    }
     // Outstanding BE work stays under DUR_THRESHOLD at all times (as in
     // Orion's scheduler), so an HP request arriving while the GPU runs BE
     // work waits for at most that much; a longer kernel goes alone.
@@ -116,18 +119,46 @@ class OrionPolicy : public Policy {
   }
 
  private:
-  // What the active HP request can still lose within its bound: the limit
-  // times its time alone, less the time gone and what its remaining
-  // kernels take alone. Without a limit, an HP profile or a known start
-  // (a live HP command that marks no requests), a fixed slack.
+  // Each HP request's latency on a GPU of its own: its time alone after it
+  // arrives or after the one before it would have ended there, whichever
+  // is later (an open-loop client queues). The bound is on the latency the
+  // client sees, so a request that arrives behind another may take the
+  // limit times that whole wait.
+  void note_hp_arrival(double arrival_us) {
+    if (arrival_us < 0 || arrival_us == last_hp_arrival_us_ || hp_alone_end_us_.empty()) return;
+    last_hp_arrival_us_ = arrival_us;
+    hp_dedicated_end_us_ = std::max(arrival_us, hp_dedicated_end_us_) + hp_alone_end_us_.back();
+  }
+
+  // What the active HP request can still lose within its bound, and the
+  // request waiting behind it if one is (whatever the active one loses,
+  // that one waits longer): the limit times its latency alone (its time
+  // alone where the arrival is unknown), less the time gone since it
+  // arrived (started), what is left to run alone before it ends, and the
+  // BE work already released (at most its solo time: it may hold SMs the
+  // HP kernels need). Without a limit, an HP profile or a known start (a
+  // live HP command that marks no requests), a fixed slack.
   double spare_us(const SchedulerView& v) const {
-    if (!(options_.hp_slowdown_limit > 0) || hp_alone_end_us_.empty() || v.hp_request_start_us < 0) {
+    const double limit = options_.hp_slowdown_limit;
+    if (!(limit > 0) || hp_alone_end_us_.empty() || v.hp_request_start_us < 0) {
       return options_.dur_threshold_fraction * v.hp_request_solo_us;
     }
     const double alone_us = hp_alone_end_us_.back();
     const std::size_t done = std::min(v.hp_kernels_done, hp_alone_end_us_.size());
     const double remaining_us = alone_us - (done == 0 ? 0.0 : hp_alone_end_us_[done - 1]);
-    return options_.hp_slowdown_limit * alone_us - (v.now_us - v.hp_request_start_us) - remaining_us;
+    const double committed_us = remaining_us + v.be_outstanding_us;
+    if (v.hp_request_arrival_us < 0 || v.hp_request_arrival_us != last_hp_arrival_us_) {
+      return limit * alone_us - (v.now_us - v.hp_request_start_us) - committed_us;
+    }
+    const double arrival_us = v.hp_request_arrival_us;
+    double spare = arrival_us + limit * (hp_dedicated_end_us_ - arrival_us) - (v.now_us + committed_us);
+    if (v.hp_next_arrival_us >= 0) {
+      const double next_us = v.hp_next_arrival_us;
+      const double next_dedicated_end_us = std::max(next_us, hp_dedicated_end_us_) + alone_us;
+      spare = std::min(spare, next_us + limit * (next_dedicated_end_us - next_us) -
+                                  (v.now_us + committed_us + alone_us));
+    }
+    return spare;
   }
 
   // What one wave of BE kernel k costs the active HP request, in waves: the
@@ -171,6 +202,8 @@ class OrionPolicy : public Policy {
   std::vector<HpKernel> hp_kernels_;  // the HP client's kernels: SMs each can use, class
   int sm_threshold_ = 0;
   std::vector<double> hp_alone_end_us_;  // when each HP kernel would end alone, from its request's start
+  double last_hp_arrival_us_ = -1;         // the HP request last seen arriving
+  double hp_dedicated_end_us_ = -std::numeric_limits<double>::infinity();  // when it would end on a GPU of its own
   // Online tuning (a bisection over [low_, high_]).
   bool tuning_ = false;
   int hp_client_ = -1;  // index of the high-priority client in the workload

@@ -25,6 +25,11 @@ struct SchedulerView {
   double hp_request_solo_us = 0;    ///< solo latency of one HP request (sum of its kernels)
   double now_us = 0;                ///< the scheduler's clock
   double hp_request_start_us = -1;  ///< when the active HP request began to be served (-1: unknown)
+  /// When the active HP request arrived (-1: unknown; the live scheduler
+  /// sees requests only when they start), and when the next one arrived if
+  /// it is already waiting behind it (-1: none waiting or unknown).
+  double hp_request_arrival_us = -1;
+  double hp_next_arrival_us = -1;
   std::size_t hp_kernels_done = 0;  ///< kernels of the active HP request completed
 };
 
@@ -40,10 +45,14 @@ struct PolicyOptions {
   /// SMs the HP kernels of that time need, which wait for it, plus what the
   /// HP loses to contention beside it; docs/orion-simulator.md, "Orion's
   /// co-run rule") fits in the request's spare time: hp_slowdown_limit
-  /// times the request's service time alone (kernels back to back, launches
-  /// paced by the launch overhead), less the time it has taken so far and
-  /// the time its remaining kernels take alone. Each request then ends
-  /// within about the limit of its time alone. 0: a fixed slack of
+  /// times the request's latency on a GPU of its own (its service time
+  /// alone, kernels back to back with launches paced by the launch
+  /// overhead, plus its wait there behind earlier HP requests), less the
+  /// time since it arrived, the time its remaining kernels take alone and
+  /// the BE work already released; no more than the next HP request, if it
+  /// already waits, can spare. Each request then ends within about the
+  /// limit of its latency alone. Without arrivals (live) the service time
+  /// alone, from the request's start. 0: a fixed slack of
   /// dur_threshold_fraction of the HP request's solo latency instead.
   double hp_slowdown_limit = 1.15;
   int sm_threshold = -1;  ///< orion: max SM need of a BE kernel during HP requests (-1: auto)

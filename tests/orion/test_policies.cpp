@@ -73,6 +73,42 @@ TEST_F(PolicyFixture, OrionLetsBestEffortWavesUseTheHpRequestsSpareTime) {
   EXPECT_TRUE(fits(5000, 392, KernelClass::kCompute));
 }
 
+TEST_F(PolicyFixture, OrionBoundsTheLatencyFromArrivalAndSparesTheRequestWaitingBehind) {
+  // HP requests of one 500 us kernel, limit 1.15. A arrives at 0; B at 10,
+  // so on a GPU of its own B would wait for A and end at 1000: its bound is
+  // 10 + 1.15 x 990 = 1148.5. A took 100 us longer beside BE work, so B
+  // starts at 600: 1148.5 - 600 - 500 = 48.5 us spare (counted from its
+  // start, as before, it would have 75). A memory wave beside it costs
+  // 1.048x its length (as in the test above).
+  auto orion = make_policy("orion", w);
+  SchedulerView v = hp_running();
+  v.hp_request_arrival_us = v.hp_request_start_us = v.now_us = 0;
+  ASSERT_TRUE(orion->admit(v, 1, 0, 1, hp_conv));  // A
+  v.hp_request_arrival_us = 10;
+  v.hp_request_start_us = v.now_us = 600;
+  ASSERT_TRUE(orion->admit(v, 1, 0, 1, hp_conv));  // B
+  auto fits = [&](double us) { return orion->admit(v, 0, 0, 1, kernel(us, 20, KernelClass::kMemory)); };
+  EXPECT_TRUE(fits(46));   // 48.2 <= 48.5
+  EXPECT_FALSE(fits(47));  // 49.2
+  // C arrived at 590 and waits behind B: alone it would end at 1500, its
+  // bound 590 + 1.15 x 910 = 1636.5; it can end at 600 + 500 + 500 = 1600
+  // at best, so B may lose 36.5 us only.
+  v.hp_next_arrival_us = 590;
+  EXPECT_TRUE(fits(34));   // 35.6
+  EXPECT_FALSE(fits(35));  // 36.7
+  // BE work already released may still hold SMs B needs: 10 us less.
+  v.be_outstanding_kernels = 1;
+  v.be_outstanding_us = 10;
+  EXPECT_TRUE(fits(25));   // 26.2 <= 26.5
+  EXPECT_FALSE(fits(26));  // 27.2
+  // A live scheduler knows no arrivals: the bound counts from the start.
+  v.hp_request_arrival_us = v.hp_next_arrival_us = -1;
+  v.be_outstanding_kernels = 0;
+  v.be_outstanding_us = 0;
+  EXPECT_TRUE(fits(71));  // 74.4 <= 75
+  EXPECT_FALSE(fits(72));
+}
+
 TEST_F(PolicyFixture, OrionChargesOnlyContentionForSmsTheHpKernelsDueLeaveFree) {
   // HP request: a 200 us memory kernel on 30 SMs, then a 300 us compute
   // kernel on all 80; alone 500 us, 575 within the bound: 75 us spare.

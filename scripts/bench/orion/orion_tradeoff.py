@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """What Orion buys on each workload: the HP tail it keeps and the BE work it gains over temporal sharing.
 
-  orion_tradeoff.py ORION_RUN [--requests N] [--seed S] [--csv FILE] [WORKLOAD.json ...]
+  orion_tradeoff.py ORION_RUN [--requests N] [--seed S] [--hp-slowdown X] [--csv FILE] [WORKLOAD.json ...]
 
 Runs every workload (default: the shipped examples/orion configs that have
 an HP client) under temporal, streams, mps, reef and orion on the same
@@ -45,11 +45,13 @@ def default_workloads():
     return out
 
 
-def run(orion_run, workload, requests, seed):
+def run(orion_run, workload, requests, seed, hp_slowdown):
     cmd = [orion_run, "simulate", "-w", str(workload), "-p", ",".join(POLICIES), "--json",
            "--profiles", str(ROOT / "examples" / "orion" / "profiles"), "--seed", str(seed)]
     if requests:
         cmd += ["--requests", str(requests)]
+    if hp_slowdown is not None:
+        cmd += ["--hp-slowdown", str(hp_slowdown)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"orion_tradeoff.py: {workload.name}: orion-run exited {done.returncode}: {done.stderr.strip()[-400:]}")
@@ -62,6 +64,7 @@ def main():
     parser.add_argument("workloads", nargs="*", type=pathlib.Path)
     parser.add_argument("--requests", type=int, default=2000, help="HP requests per run (0: the workload's)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--hp-slowdown", type=float, help="orion's --hp-slowdown (default: orion-run's)")
     parser.add_argument("--csv", type=pathlib.Path, help="write the rows here")
     args = parser.parse_intermixed_args()
     workloads = args.workloads or default_workloads()
@@ -69,7 +72,7 @@ def main():
     met = 0
     print(f"{'workload':26} {'policy':9} {'HP p99':>7} {'BE thru':>8} {'BE p99':>7} {'corun':>6}")
     for w in workloads:
-        result = run(args.orion_run, w, args.requests, args.seed)
+        result = run(args.orion_run, w, args.requests, args.seed, args.hp_slowdown)
         by = {(r["policy"], r["role"]): r for r in result}
         starved = [f"{r['policy']}:{r['client']}" for r in result
                    if r["policy"] != "dedicated" and (r["outcome"] == "starved" or r["throughput_per_s"] < 1.0)]
