@@ -155,8 +155,8 @@ class OrionPolicy : public Policy {
     if (v.hp_next_arrival_us >= 0) {
       const double next_us = v.hp_next_arrival_us;
       const double next_dedicated_end_us = std::max(next_us, hp_dedicated_end_us_) + alone_us;
-      spare = std::min(spare, next_us + limit * (next_dedicated_end_us - next_us) -
-                                  (v.now_us + committed_us + alone_us));
+      spare =
+          std::min(spare, next_us + limit * (next_dedicated_end_us - next_us) - (v.now_us + committed_us + alone_us));
     }
     return spare;
   }
@@ -202,7 +202,7 @@ class OrionPolicy : public Policy {
   std::vector<HpKernel> hp_kernels_;  // the HP client's kernels: SMs each can use, class
   int sm_threshold_ = 0;
   std::vector<double> hp_alone_end_us_;  // when each HP kernel would end alone, from its request's start
-  double last_hp_arrival_us_ = -1;         // the HP request last seen arriving
+  double last_hp_arrival_us_ = -1;       // the HP request last seen arriving
   double hp_dedicated_end_us_ = -std::numeric_limits<double>::infinity();  // when it would end on a GPU of its own
   // Online tuning (a bisection over [low_, high_]).
   bool tuning_ = false;

@@ -421,7 +421,8 @@ class Simulation {
       const ClientRun& hp = clients_[view_.hp_client];
       view_.hp_request_start_us = hp.request_start_us;
       view_.hp_request_arrival_us = hp.active ? hp.request_arrival_us : -1;
-      view_.hp_next_arrival_us = hp.active && hp.next_arrival_us <= now_ ? hp.next_arrival_us : -1;
+      view_.hp_next_arrival_us =
+          hp.active && !hp.limit_reached() && hp.next_arrival_us <= now_ ? hp.next_arrival_us : -1;
       view_.hp_kernels_done = hp.completed;
     }
     int served = -1;
