@@ -142,6 +142,16 @@ void PackedMatrix::validate(const std::string& name) const {
   expect_bytes("codes", codes.size(), kept_count(*this, mask) * static_cast<std::size_t>(bits));
 }
 
+namespace {
+// An affine grid of 2-8 bits whose zero points are all codes: value
+// scale * (code - zero) is exactly 0 at code == zero.
+bool folds_into_codes(const PackedMatrix& p) {
+  if (p.bits < 2 || p.has_codebook() || p.zeros.empty()) return false;
+  const int top = (1 << p.bits) - 1;
+  return std::all_of(p.zeros.begin(), p.zeros.end(), [&](std::uint8_t z) { return z <= top; });
+}
+}  // namespace
+
 PackedMatrix pack_matrix(std::int64_t rows, std::int64_t cols, int bits, std::int64_t group_size,
                          const SparsityPattern& sparsity, std::span<const std::uint8_t> codes,
                          std::span<const std::uint8_t> kept, std::vector<std::uint16_t> scales,
@@ -159,6 +169,21 @@ PackedMatrix pack_matrix(std::int64_t rows, std::int64_t cols, int bits, std::in
   if (codes.size() != total || kept.size() != total) throw InputError("codes and mask must hold rows x cols entries");
   std::vector<std::uint8_t> stored, positions;
   stored.reserve(total);
+  if (sparsity.kind == SparsityPattern::Kind::kUnstructured && folds_into_codes(p)) {
+    // Every group's grid has an exact zero (code == zero point): a pruned
+    // weight is stored as that code, and no mask is needed. The mask would
+    // cost about H(fraction) bits per weight on top of codes that already
+    // hold zeros where rounding put them.
+    const std::int64_t groups = p.groups();
+    for (std::size_t i = 0; i < total; ++i) {
+      const auto row = static_cast<std::int64_t>(i) / cols, col = static_cast<std::int64_t>(i) % cols;
+      stored.push_back(kept[i] ? codes[i] : p.zeros[static_cast<std::size_t>(row * groups + col / p.group_size)]);
+    }
+    p.sparsity = SparsityPattern{};
+    p.codes = pack_bits(stored, bits);
+    p.validate("matrix");
+    return p;
+  }
   switch (sparsity.kind) {
     case SparsityPattern::Kind::kDense:
       stored.assign(codes.begin(), codes.end());

@@ -80,6 +80,34 @@ TEST(PackMatrix, RoundTripsEveryPatternAndWidth) {
       for (std::int64_t group : {-1, 8}) check_round_trip(s, bits, group);
 }
 
+// Unstructured pruning on a grid with an exact zero stores the pruned
+// weights as the zero code, with no mask: smaller, and the same values.
+// Without an exact zero (1 bit: -s or +s; a codebook) the mask stays.
+TEST(PackMatrix, PrunedWeightsFoldIntoTheZeroCodeWhereTheGridHasOne) {
+  const std::int64_t rows = 8, cols = 64;
+  std::mt19937 rng(7);
+  std::vector<std::uint8_t> codes(rows * cols), kept(rows * cols);
+  for (std::size_t i = 0; i < codes.size(); ++i) {
+    codes[i] = static_cast<std::uint8_t>(rng() % 4);
+    kept[i] = rng() % 10 < 3;
+  }
+  const std::vector<std::uint16_t> scales(rows, float_to_f16(0.5f));
+  auto folded = pack_matrix(rows, cols, 2, -1, SparsityPattern::parse("0.7"), codes, kept, scales,
+                            std::vector<std::uint8_t>(rows, 2));
+  EXPECT_EQ(folded.sparsity.kind, SparsityPattern::Kind::kDense);
+  EXPECT_TRUE(folded.indices.empty());
+  EXPECT_EQ(folded.codes.size(), static_cast<std::size_t>(rows * cols * 2 / 8));
+  std::vector<float> out(rows * cols);
+  unpack_matrix(folded, out);
+  for (std::size_t i = 0; i < out.size(); ++i)
+    ASSERT_EQ(out[i], kept[i] ? 0.5f * (static_cast<float>(codes[i]) - 2.0f) : 0.0f) << i;
+  for (auto& c : codes) c &= 1;
+  auto one_bit = pack_matrix(rows, cols, 1, -1, SparsityPattern::parse("0.7"), codes, kept, scales,
+                             std::vector<std::uint8_t>(rows, 0));
+  EXPECT_EQ(one_bit.sparsity.kind, SparsityPattern::Kind::kUnstructured);
+  EXPECT_EQ(one_bit.indices.size(), static_cast<std::size_t>(rows * cols / 8));
+}
+
 TEST(PackMatrix, BitsPerWeightCountsMetadata) {
   // 4 x 8 at 2 bits, 2:4, one scale per row: 16 kept codes x 2 bits (4 bytes),
   // 16 positions x 2 bits (4 bytes), 4 float16 scales (8 bytes), 4 zero points
