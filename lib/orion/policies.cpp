@@ -150,13 +150,15 @@ class OrionPolicy : public Policy {
     if (v.hp_request_arrival_us < 0 || v.hp_request_arrival_us != last_hp_arrival_us_) {
       return limit * alone_us - (v.now_us - v.hp_request_start_us) - committed_us;
     }
-    const double arrival_us = v.hp_request_arrival_us;
-    double spare = arrival_us + limit * (hp_dedicated_end_us_ - arrival_us) - (v.now_us + committed_us);
+    // A request's bound (arrival + limit x its latency alone) less when it
+    // ends if nothing more is lost: after `queued_us` of HP work ahead of it.
+    const auto slack = [&](double arrival_us, double dedicated_end_us, double queued_us) {
+      return arrival_us + limit * (dedicated_end_us - arrival_us) - (v.now_us + committed_us + queued_us);
+    };
+    double spare = slack(v.hp_request_arrival_us, hp_dedicated_end_us_, 0.0);
     if (v.hp_next_arrival_us >= 0) {
       const double next_us = v.hp_next_arrival_us;
-      const double next_dedicated_end_us = std::max(next_us, hp_dedicated_end_us_) + alone_us;
-      spare =
-          std::min(spare, next_us + limit * (next_dedicated_end_us - next_us) - (v.now_us + committed_us + alone_us));
+      spare = std::min(spare, slack(next_us, std::max(next_us, hp_dedicated_end_us_) + alone_us, alone_us));
     }
     return spare;
   }
