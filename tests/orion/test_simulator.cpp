@@ -281,6 +281,29 @@ TEST(Simulator, OrionsSlowdownLimitTradesTheHpTailForBestEffortWork) {
   EXPECT_EQ(temporal.hp_corun_fraction, 0);  // one request at a time: nothing beside the HP
 }
 
+TEST(Simulator, AnArrivalPastTheHpClientsLastRequestSparesNothing) {
+  // Orion gives an HP request no more spare time than the next request,
+  // already waiting, can lose. Past the client's last request the next
+  // arrival of its trace never runs: a last request with such an arrival
+  // right behind it must get the same spare time, so the same run, as one
+  // whose next arrival is far away. Two requests, at 0 and 10 us, of one
+  // 500 us kernel on the whole GPU, beside a BE job of short memory-bound
+  // kernels; the trace's third arrival is 590 us or 10 s.
+  auto run = [](double third_gap_s) {
+    ClientSpec hp = client("hp", {kernel(500, 80, KernelClass::kCompute)}, true, false, 2);
+    hp.arrivals.kind = ArrivalKind::kTrace;
+    hp.arrivals.trace_gaps_s = {0, 10e-6, third_gap_s};
+    ClientSpec be = client("be", std::vector<SimKernel>(8, kernel(12, 20, KernelClass::kMemory)), false, true, 0);
+    return simulate(testing::workload({be, hp}), "orion");
+  };
+  const SimResult near = run(580e-6), far = run(10);
+  ASSERT_EQ(near.clients[1].latencies_ms.size(), 2u);
+  EXPECT_GT(near.hp_corun_fraction, 0);  // BE work ran beside the HP requests
+  EXPECT_EQ(near.clients[1].latencies_ms, far.clients[1].latencies_ms);
+  EXPECT_EQ(near.kernels, far.kernels);
+  EXPECT_EQ(near.hp_corun_fraction, far.hp_corun_fraction);
+}
+
 TEST(Simulator, AHeldBestEffortKernelIsAdmittedAtItsDeadlineAtAnyTime) {
   // BERT training (BE) beside closed-loop ResNet101 training (HP) under
   // reef: BE kernels are held and admitted after max_be_wait_us (100 ms).
