@@ -92,7 +92,7 @@ void add_simulate(fleet::Tool& tool, SimulateArgs& a) {
 struct ExecArgs {
   fleet::orion::live::ExecOptions ex;
   bool exec_json = false;
-  std::string hp, log;
+  std::string hp, log, contention;
   CLI::App* command = nullptr;  ///< to ask whether --hp was given
 };
 
@@ -101,6 +101,7 @@ void add_exec(fleet::Tool& tool, ExecArgs& a) {
       "exec", "Run a high-priority command beside best-effort ones on one GPU, scheduling their kernels", [&a] {
         if (a.command->count("--hp") > 0) a.ex.hp = a.hp;
         if (!a.log.empty()) a.ex.log = a.log;
+        if (!a.contention.empty()) a.ex.contention = a.contention;
         return fleet::orion::live::run_exec(a.ex, a.exec_json);
       });
   a.command = exec;
@@ -117,6 +118,9 @@ void add_exec(fleet::Tool& tool, ExecArgs& a) {
                    "profiled duration), hiding the hand-off between processes; 0: only on completion")
       ->capture_default_str()
       ->check(fleet::in_range(0, 1e6));
+  exec->add_option("--contention", a.contention,
+                   "Contention model JSON that orion charges co-running kernels with (docs/formats.md; default: "
+                   "calibrated on Orion's V100 kernel pairs, as simulate)");
   exec->add_flag("--hp-trains", a.ex.hp_trains, "The HP command trains (Orion's SM threshold for training)");
   exec->add_flag("--wait-be", a.ex.wait_be, "Wait for best-effort commands instead of stopping them when HP ends");
   exec->add_option("--grace", a.ex.grace_s, "Seconds from SIGTERM to SIGKILL for stopped best-effort commands")

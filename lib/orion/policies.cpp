@@ -2,6 +2,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -55,6 +56,10 @@ class OrionPolicy : public Policy {
           end_us = std::max(end_us, launched_us) + k.duration_us;
           hp_alone_end_us_.push_back(end_us);
           hp_kernels_.push_back({k.sm_need, k.cls});
+          const bool known = std::any_of(hp_kinds_.begin(), hp_kinds_.end(), [&](const HpKernel& h) {
+            return h.sm_need == k.sm_need && h.cls == k.cls;
+          });
+          if (!known) hp_kinds_.push_back({k.sm_need, k.cls});
         }
       }
       if (!c.high_priority) {
@@ -115,7 +120,22 @@ class OrionPolicy : public Policy {
     const double waves =
         std::ceil(static_cast<double>(std::max<std::int64_t>(1, k.sm_usage)) / std::max(1, v.device_sms));
     const double wave_us = k.duration_us / waves;
-    return wave_us * hp_loss_per_wave(v, k, wave_us) <= spare_us(v);
+    const double cost_us = wave_us * hp_loss_per_wave(v, k, wave_us);
+    if (v.hp_progress_known) return cost_us <= spare_us(v);
+    // How much of the request is left is not known (live): what the BE
+    // waves admitted beside it cost, by the same estimate, is counted
+    // against what it may lose, from its start; and once it has run longer
+    // than it takes alone, it cannot end before now, so what is left of
+    // its bound after now, less the BE work still on the GPU, is the most
+    // it can still lose.
+    if (v.hp_request_start_us != budget_request_start_us_) {
+      budget_request_start_us_ = v.hp_request_start_us;
+      charged_us_ = v.be_outstanding_us;  // released before it started; may hold SMs its kernels need
+    }
+    const auto [budget_us, past_now_us] = loss_budget_us(v);
+    if (cost_us > std::min(budget_us - charged_us_, past_now_us - v.be_outstanding_us)) return false;
+    charged_us_ += cost_us;
+    return true;
   }
 
  private:
@@ -163,6 +183,23 @@ class OrionPolicy : public Policy {
     return spare;
   }
 
+  // What the active HP request may lose, where its progress is not known:
+  // in all, its bound less when it would end alone from its start; and
+  // from now, its bound less the later of now and that end. Without a
+  // limit, an HP profile or a known start, the fixed slack for both.
+  std::pair<double, double> loss_budget_us(const SchedulerView& v) const {
+    const double limit = options_.hp_slowdown_limit;
+    if (!(limit > 0) || hp_alone_end_us_.empty() || v.hp_request_start_us < 0) {
+      const double slack_us = options_.dur_threshold_fraction * v.hp_request_solo_us;
+      return {slack_us, slack_us};
+    }
+    const double alone_end_us = v.hp_request_start_us + hp_alone_end_us_.back();
+    const bool arrival = v.hp_request_arrival_us >= 0 && v.hp_request_arrival_us == last_hp_arrival_us_;
+    const double bound_us = arrival ? v.hp_request_arrival_us + limit * (hp_dedicated_end_us_ - v.hp_request_arrival_us)
+                                    : v.hp_request_start_us + limit * hp_alone_end_us_.back();
+    return {bound_us - alone_end_us, bound_us - std::max(v.now_us, alone_end_us)};
+  }
+
   // What one wave of BE kernel k costs the active HP request, in waves: the
   // share of its blocks on SMs that the HP kernels due within the wave need
   // (freed SMs go to the HP, so those kernels wait for the wave at most),
@@ -171,18 +208,34 @@ class OrionPolicy : public Policy {
   // limit), without the HP's kernels or its request's start (a live HP
   // command that marks no requests), or once the request has run more
   // kernels than its profile lists (a live request longer than profiled):
-  // the whole wave, twice beside an HP kernel of the same class.
+  // the whole wave, twice beside an HP kernel of the same class. Where the
+  // request's progress is not known, beside whichever of its kernels it
+  // costs most.
   double hp_loss_per_wave(const SchedulerView& v, const SimKernel& k, double wave_us) const {
     const std::size_t first = v.hp_kernels_done;
     if (!(options_.hp_slowdown_limit > 0) || first >= hp_kernels_.size() || v.hp_request_start_us < 0) {
       const bool same = v.hp_current != nullptr && !v.hp_current_done && !complementary(v.hp_current->cls, k.cls);
       return same ? 2.0 : 1.0;
     }
+    if (!v.hp_progress_known) {
+      double worst = 0;
+      for (const HpKernel& hp : hp_kinds_) worst = std::max(worst, loss_beside(v, hp, k));
+      return worst;
+    }
     const double from_us = first == 0 ? 0.0 : hp_alone_end_us_[first - 1];
     HpKernel hp = hp_kernels_[first];  // the largest due within the wave
     for (std::size_t j = first + 1; j < hp_kernels_.size() && hp_alone_end_us_[j - 1] < from_us + wave_us; ++j) {
       if (hp_kernels_[j].sm_need > hp.sm_need) hp = hp_kernels_[j];
     }
+    return loss_beside(v, hp, k);
+  }
+
+  struct HpKernel {
+    int sm_need;
+    KernelClass cls;
+  };
+  // The loss per wave of BE kernel k beside HP kernel hp (above).
+  double loss_beside(const SchedulerView& v, const HpKernel& hp, const SimKernel& k) const {
     const int sms = std::max(1, v.device_sms);
     const int units = std::clamp(k.sm_need, 1, sms);
     const double blocked = static_cast<double>(std::max(0, units + hp.sm_need - sms)) / units;
@@ -195,13 +248,12 @@ class OrionPolicy : public Policy {
     return blocked + (1.0 - 1.0 / load);
   }
 
-  struct HpKernel {
-    int sm_need;
-    KernelClass cls;
-  };
   PolicyOptions options_;
   ContentionModel model_;
   std::vector<HpKernel> hp_kernels_;  // the HP client's kernels: SMs each can use, class
+  std::vector<HpKernel> hp_kinds_;    // the distinct ones among them
+  double budget_request_start_us_ = -1;  // the HP request charged_us_ counts for (progress not known)
+  double charged_us_ = 0;                // what the BE waves admitted beside it cost, by the estimate
   int sm_threshold_ = 0;
   std::vector<double> hp_alone_end_us_;  // when each HP kernel would end alone, from its request's start
   double last_hp_arrival_us_ = -1;       // the HP request last seen arriving

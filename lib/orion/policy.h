@@ -31,6 +31,10 @@ struct SchedulerView {
   double hp_request_arrival_us = -1;
   double hp_next_arrival_us = -1;
   std::size_t hp_kernels_done = 0;  ///< kernels of the active HP request completed
+  /// Whether hp_kernels_done follows the GPU. Live, the HP kernels of a
+  /// marked request report no completions (an event behind each would cost
+  /// the HP client), so how far the request has got is not known there.
+  bool hp_progress_known = true;
 };
 
 /// Tunables of the policies (defaults follow Orion's code and paper).
@@ -52,7 +56,9 @@ struct PolicyOptions {
   /// the BE work already released; no more than the next HP request, if it
   /// already waits, can spare. Each request then ends within about the
   /// limit of its latency alone. Without arrivals (live) the service time
-  /// alone, from the request's start. 0: a fixed slack of
+  /// alone, from the request's start; without its progress (live), the
+  /// estimated cost of the BE waves admitted beside it is counted against
+  /// (limit - 1) x its time alone instead. 0: a fixed slack of
   /// dur_threshold_fraction of the HP request's solo latency instead.
   double hp_slowdown_limit = 1.15;
   int sm_threshold = -1;  ///< orion: max SM need of a BE kernel during HP requests (-1: auto)

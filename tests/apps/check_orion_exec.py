@@ -270,6 +270,38 @@ check(p.returncode == 0 and kernels == 16 and 2 <= records <= 14 and states and 
       f"HP launches without markers: {records} completion events for {kernels} launches in bursts of 4 (at most 14), "
       f"and the scheduler saw them all finish (rc {p.returncode} {err[-200:]})")
 
+# ---------------------------------------------------------------- the stand-in's block dispatch
+# Two processes on one held device (no kernel finishes): the first holds
+# 100 of the 132 SMs; the second's kernel needs all 132. Placed whole (the
+# default) it waits for them; with FAKE_CUDA_DISPATCH=blocks it starts on
+# the 32 that are free, as a GPU's block scheduler would place its blocks
+# (scripts/bench/orion/orion_live_vs_sim.sh relies on that).
+for dispatch in ("whole", "blocks"):
+    fake_log, hold, device = tmp / f"fake-{dispatch}.log", tmp / f"hold-{dispatch}", tmp / f"device-{dispatch}"
+    hold.write_text("")
+    env = dict(os.environ, FAKE_CUDA_LOG=str(fake_log), FAKE_CUDA_HOLD=str(hold), FAKE_CUDA_SHARED_DEVICE=str(device),
+               FAKE_CUDA_DISPATCH=dispatch)
+    starts = lambda name: sum(1 for l in (fake_log.read_text().splitlines() if fake_log.exists() else [])  # noqa: E731
+                              if l.startswith(name))
+    first = subprocess.Popen([APP, "--name", "bek", "--requests", "1", "--kernels", "1", "--grid", "800"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    holding = wait_for(lambda: starts("bek") == 1, 60)
+    second = subprocess.Popen([APP, "--name", "hpk", "--requests", "1", "--kernels", "1", "--grid", "1056"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if dispatch == "blocks":
+        started = wait_for(lambda: starts("hpk") == 1, 60)
+    else:
+        # It cannot start until the hold ends; what is checked is that it did
+        # not by the time the second process launched and synchronised.
+        wait_for(lambda: (fake_log.read_text().count("ctx-sync") if fake_log.exists() else 0) >= 6, 60)
+        started = starts("hpk") == 1
+    hold.unlink()
+    codes = (first.wait(timeout=60), second.wait(timeout=60))
+    expected = dispatch == "blocks"
+    check(holding and started == expected and codes == (0, 0),
+          f"stand-in, {dispatch} dispatch: a 132-SM kernel beside one holding 100 SMs "
+          f"{'starts on the free ones' if expected else 'waits for all of them'} (started: {started}, rc {codes})")
+
 # ---------------------------------------------------------------- a program that outlives its shell
 # "; true" keeps the shell from exec'ing the program: SIGTERM ends the shell
 # at once while the program finishes its request. exec waits for it too.
@@ -404,6 +436,8 @@ for args, expect in [
     (["--hp", f"touch {marker}", "--policy", "fastest"], "unknown policy"),
     (["--hp", f"touch {marker}", "--device", "z80"], "z80"),
     (["--hp", f"touch {marker}", "--release-ahead-us", "-5"], "--release-ahead-us"),
+    (["--hp", f"touch {marker}", "--contention", str(tmp / "no-model.json")], "no-model.json"),
+    (["--hp", f"touch {marker}", "--contention", str(tmp / "bad.csv")], "bad.csv"),
     (["--be", f"touch {marker}", "--policy", "orion"], "high-priority"),
     ([], "nothing to run"),
     (["--hp", f"touch {marker}", "--be", ""], "a command is empty"),

@@ -279,6 +279,31 @@ TEST(LiveScheduler, OrionHoldsBestEffortWorkOnceTheHpRequestHasNoTimeToSpare) {
   g.hp.completed(k);
 }
 
+TEST(LiveScheduler, OrionLetsBestEffortWorkRunBesideAnHpRequestWhoseProgressItCannotSee) {
+  // An HP request of one 20 s kernel, limit 1.01: it may lose 200 ms. Its
+  // kernel reports no completion inside the request, so 250 ms in, the
+  // scheduler cannot tell how far it got. Counted as if none of it had run,
+  // nothing would be spare; but nothing it was charged for has been lost,
+  // and it cannot be late before 20 s: a small BE kernel goes beside it.
+  LiveConfig config = two_clients("orion");
+  config.clients[0].profile->kernels = {record("hp_gemm", 108, 20e6, KernelClass::kCompute)};
+  config.policy_options.hp_slowdown_limit = 1.01;
+  Fixture f("orion", config);
+  const auto begun = std::chrono::steady_clock::now();
+  LaunchEntry* h = f.hp_request_with("hp_gemm");
+  while (std::chrono::steady_clock::now() - begun < std::chrono::milliseconds(250)) f.scheduler->poll();
+  PendingLaunch small(f, "be_small");
+  const bool beside = small.released_within(2000);
+  EXPECT_TRUE(beside);
+  f.hp.completed(h);
+  f.hp.marker(kRequestEnd);
+  if (!beside) {
+    EXPECT_TRUE(small.released_within(2000));  // after the request, so that the test ends
+  }
+  f.be.after_launch(small.entry, true);
+  f.be.completed(small.entry);
+}
+
 TEST(LiveScheduler, OrionReleasesABestEffortLaunchHeldForTheMaximumWait) {
   // An HP request that never ends holds a large BE kernel; after the wait
   // (5 ms here) it goes anyway, counted as forced.

@@ -18,6 +18,11 @@ struct PolicyFixture : ::testing::Test {
   SimKernel be_unknown = kernel(50, 20, KernelClass::kUnknown);
   Workload w = testing::workload({testing::client("be", {be_small_memory}, false, true, 0),
                                   testing::client("hp", {hp_conv}, true, false, 10, 10)});
+  // An HP request of a 200 us memory kernel on 30 SMs, then a 300 us compute kernel on all 80.
+  Workload two = testing::workload(
+      {testing::client("be", {be_small_memory}, false, true, 0),
+       testing::client("hp", {kernel(200, 30, KernelClass::kMemory), kernel(300, 80, KernelClass::kCompute)}, true,
+                       false, 10, 10)});
 
   SchedulerView hp_running() const {
     SchedulerView v;
@@ -109,13 +114,53 @@ TEST_F(PolicyFixture, OrionBoundsTheLatencyFromArrivalAndSparesTheRequestWaiting
   EXPECT_FALSE(fits(72));
 }
 
+TEST_F(PolicyFixture, OrionCountsWhatItAdmitsAgainstTheBoundWhereTheRequestsProgressIsUnknown) {
+  // Live, the HP kernels of a marked request report no completions. The
+  // request: a 200 us memory kernel on 30 SMs, then a 300 us compute kernel
+  // on all 80; alone 500 us, 575 within the bound: it may lose 75 us. Not
+  // knowing which kernel runs, a BE wave is charged as beside the one it
+  // costs most: a 30 us memory wave on 20 SMs beside the compute kernel
+  // holds SMs it needs (1 wave) and slows it (load 1.05): 31.4 us.
+  auto orion = make_policy("orion", two);
+  SchedulerView v = hp_running();
+  v.hp_progress_known = false;
+  v.hp_request_start_us = v.now_us = 0;
+  auto fits = [&](double us, int sms = 20) { return orion->admit(v, 0, 0, 1, kernel(us, sms, KernelClass::kMemory)); };
+  // Known to run its first kernel, a 190 us wave on 50 SMs would cost nothing;
+  // here it may be beside the second.
+  EXPECT_FALSE(fits(190, 50));
+  EXPECT_TRUE(fits(30));   // 31.4 of 75
+  EXPECT_TRUE(fits(30));   // 62.9 of 75
+  EXPECT_FALSE(fits(30));  // 94.3
+  EXPECT_TRUE(fits(10));   // 73.3
+  // The next request starts afresh, less the BE work already on the GPU.
+  v.hp_request_start_us = v.now_us = 1000;
+  v.be_outstanding_kernels = 1;
+  v.be_outstanding_us = 10;
+  EXPECT_TRUE(fits(30));   // 10 + 31.4
+  EXPECT_TRUE(fits(30));   // 72.9
+  EXPECT_FALSE(fits(10));  // 83.3
+  // A request still running 560 us after its start cannot end before now:
+  // 15 us are left of its bound, 5 of them once the BE work on the GPU is
+  // counted, whatever it was charged so far.
+  v.hp_request_start_us = 2000;
+  v.now_us = 2560;
+  v.be_outstanding_us = 0;
+  EXPECT_TRUE(fits(10));  // 10.5 <= 15
+  v.be_outstanding_us = 10;
+  EXPECT_FALSE(fits(10));  // 10.5 > 5
+  EXPECT_TRUE(fits(4));    // 4.2
+  // Known progress: the spare time from what is left to run, as before.
+  v.hp_progress_known = true;
+  v.hp_request_start_us = v.now_us = 3000;
+  v.be_outstanding_kernels = 0;
+  v.be_outstanding_us = 0;
+  EXPECT_TRUE(fits(190, 50));
+}
+
 TEST_F(PolicyFixture, OrionChargesOnlyContentionForSmsTheHpKernelsDueLeaveFree) {
   // HP request: a 200 us memory kernel on 30 SMs, then a 300 us compute
   // kernel on all 80; alone 500 us, 575 within the bound: 75 us spare.
-  Workload two = testing::workload(
-      {testing::client("be", {be_small_memory}, false, true, 0),
-       testing::client("hp", {kernel(200, 30, KernelClass::kMemory), kernel(300, 80, KernelClass::kCompute)}, true,
-                       false, 10, 10)});
   auto orion = make_policy("orion", two);
   SchedulerView v = hp_running();
   v.hp_request_start_us = 0;

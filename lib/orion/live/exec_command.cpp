@@ -21,6 +21,7 @@
 #include "common/error.h"
 #include "common/helper_library.h"
 #include "common/output_check.h"
+#include "orion/contention_model.h"
 #include "orion/device_spec.h"
 #include "orion/kernel_profile.h"
 #include "orion/live/live_report.h"
@@ -111,6 +112,7 @@ LiveConfig build_config(const ExecOptions& o) {
   o.tuning.validate();
   config.policy_options = o.tuning;
   config.release_ahead_us = o.release_ahead_us;
+  if (o.contention) config.contention = load_contention_model(*o.contention);
   config.max_be_wait_us = o.tuning.max_be_wait_ms * 1e3;
   std::size_t i = 0;
   auto add = [&](bool hp) {

@@ -22,6 +22,8 @@ struct ExecOptions {
   std::string device = "h200";                  ///< GPU model for SM counts and occupancy
   PolicyOptions tuning;         ///< the policies' tunables, as simulate takes them (no online tuning here)
   double release_ahead_us = 0;  ///< LiveConfig::release_ahead_us
+  /// Contention model orion charges co-running kernels with (default: the simulator's, Orion's V100 pairs).
+  std::optional<std::filesystem::path> contention;
   bool hp_trains = false;       ///< the HP command trains (Orion's SM threshold rule)
   bool wait_be = false;         ///< wait for BE commands instead of stopping them after HP
   double grace_s = 5;           ///< SIGTERM to SIGKILL for stopped BE commands

@@ -54,7 +54,7 @@ LiveScheduler::LiveScheduler(SegmentHeader* segment, LiveConfig config)
       if (!c.profile) throw InputError("tick-tock needs a profile for every client (it splits iterations in halves)");
     }
   }
-  policy_ = make_policy(config_.policy, workload, config_.policy_options);
+  policy_ = make_policy(config_.policy, workload, config_.policy_options, config_.contention);
   for (std::size_t i = 0; i < config_.clients.size(); ++i) {
     const LiveClient& c = config_.clients[i];
     if (c.high_priority) {
@@ -138,6 +138,8 @@ SchedulerView LiveScheduler::view(std::int64_t now, bool lead) const {
     v.hp_request_start_us = static_cast<double>(t.request_begin_ns) / 1e3;
     const std::size_t pending = t.in_flight.size() + t.held.size();
     v.hp_kernels_done = t.index_in_request > pending ? t.index_in_request - pending : 0;
+    // Its kernels report their completions through the request's end marker only.
+    v.hp_progress_known = false;
     break;
   }
   if (lead && release_ahead_ns_ > 0 && be_outstanding_kernels_ > 0) {

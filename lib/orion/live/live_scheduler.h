@@ -36,6 +36,9 @@ struct LiveConfig {
   std::vector<LiveClient> clients;
   std::string policy = "orion";
   PolicyOptions policy_options;
+  /// What orion charges a best-effort kernel beside the HP request (the
+  /// simulator's model; `orion-run exec --contention`).
+  ContentionModel contention;
   /// Hides the hand-off between processes (a completion travelling from the
   /// client's event thread to the scheduler, the release back to the waiting
   /// launch): a released best-effort kernel counts as finished this long

@@ -24,12 +24,7 @@
 set -euo pipefail
 build=${1:-build}
 requests=${2:-400}
-app="$build/fake-cuda/fake_cuda_app"
-orion="$build/bin/orion-run"
-[ -x "$app" ] || { echo "no $app: build with the CUDA toolkit's headers present" >&2; exit 2; }
-export ORION_QUIET=1
-tmp=$(mktemp -d)
-if [ -n "${KEEP:-}" ]; then echo "keeping $tmp" >&2; else trap 'rm -rf "$tmp"' EXIT; fi
+. "$(dirname "$0")/stand_in.sh"
 export FAKE_CUDA_SHARED_DEVICE="$tmp/device"
 
 hp_kernels=12 hp_us=50 think_us=2000 be_kernels=24 be_us=1400

@@ -17,7 +17,12 @@
 // as it needs instead of counting on timing),
 // FAKE_CUDA_SHARED_DEVICE (a file: processes naming the same file share one
 // pool of SMs, as processes under MPS share a GPU; without it each process
-// has a device of its own).
+// has a device of its own), FAKE_CUDA_DISPATCH (`whole`, the default: a
+// kernel starts once all the SMs it needs are free; `blocks`: as a GPU's
+// block scheduler, a kernel starts on the SMs that are free and takes more
+// as they free up, running at the rate of the SMs it holds, and free SMs go
+// to the waiting kernels in order of stream priority, then of arrival,
+// across the processes that share the device).
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 #include <cudaProfiler.h>
@@ -29,6 +34,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdint>
@@ -71,8 +77,15 @@ struct Op {
   std::uint64_t* buffer = nullptr;
   std::uint64_t elements = 0, seed = 0, duration_ns = 0;
   int sms = 1;
+  int priority = 0;  // of its stream (lower goes first, as in CUDA)
   bool started = false;
   Clock::time_point end{};
+  // block dispatch (FAKE_CUDA_DISPATCH=blocks)
+  bool ready = false;            // at the head of its stream, waiting or running
+  std::int64_t key = 0;          // its place among the waiting kernels (lower goes first)
+  int held = 0;                  // SMs it holds
+  double work_left = 0;          // SM-nanoseconds still to run
+  Clock::time_point last{};      // when work_left was last brought up to date
   // copy
   void* dst = nullptr;
   const void* src = nullptr;
@@ -100,6 +113,7 @@ struct SharedPool {
   struct Holder {
     std::atomic<int> pid;  // 0: free, -1: being reclaimed
     std::atomic<int> sms;  // SMs its running kernels hold
+    std::atomic<std::int64_t> waiting_key;  // its first kernel waiting for SMs (0: none), block dispatch
   };
   std::atomic<std::uint32_t> initialised;
   std::atomic<int> free_sms;
@@ -113,6 +127,7 @@ bool reclaim_if_gone(SharedPool& pool, SharedPool::Holder& h) {
   int pid = h.pid.load();
   if (!process_gone(pid) || !h.pid.compare_exchange_strong(pid, -1)) return false;
   pool.free_sms.fetch_add(h.sms.exchange(0));
+  h.waiting_key.store(0);
   h.pid.store(0);
   return true;
 }
@@ -125,6 +140,7 @@ class Device {
     free_sms_ = sm_count_;
     if (const char* log = std::getenv("FAKE_CUDA_LOG")) log_ = std::fopen(log, "a");
     if (const char* hold = std::getenv("FAKE_CUDA_HOLD")) hold_ = hold;
+    if (const char* dispatch = std::getenv("FAKE_CUDA_DISPATCH")) blocks_ = std::string(dispatch) == "blocks";
     if (const char* shared = std::getenv("FAKE_CUDA_SHARED_DEVICE")) {
       const int fd = ::open(shared, O_RDWR | O_CREAT, 0600);
       if (fd >= 0 && ftruncate(fd, sizeof(SharedPool)) == 0) {
@@ -188,23 +204,20 @@ class Device {
       const Clock::time_point now = Clock::now();
       Clock::time_point next = now + std::chrono::seconds(1);
       bool finished_any = false;
+      if (blocks_) publish_waiting(now);
       for (auto& [stream, queue] : queues_) {
         while (!queue.empty()) {
           Op& op = queue.front();
-          if (op.kind == Op::kKernel) {
+          if (op.kind == Op::kKernel && blocks_) {
+            if (!advance_blocks(op, now, next)) break;
+          } else if (op.kind == Op::kKernel) {
             if (!op.started) {
               if (!take_sms(op.sms)) {  // waits for SMs held by other streams' (or processes') kernels
                 if (pool_ != nullptr) next = std::min(next, now + std::chrono::microseconds(50));
                 break;
               }
-              op.started = true;
               op.end = now + std::chrono::nanoseconds(op.duration_ns);
-              for (std::uint64_t i = 0; i < op.elements; ++i) op.buffer[i] = mix(op.buffer[i] + op.seed + i);
-              if (log_ != nullptr) {
-                std::fprintf(log_, "%s %llu %u\n", op.function->name.c_str(), static_cast<unsigned long long>(op.grid),
-                             op.block);
-                std::fflush(log_);
-              }
+              start_kernel(op);
             }
             if (op.end > now || held()) {
               next = std::min(next, held() ? now + std::chrono::milliseconds(1) : op.end);
@@ -225,6 +238,92 @@ class Device {
         continue;  // freed SMs may let another stream start
       }
       changed_.wait_until(lock, next);
+    }
+  }
+
+  // Block dispatch: brings a kernel at the head of its stream up to `now`;
+  // true when it has finished (its SMs given back).
+  bool advance_blocks(Op& op, Clock::time_point now, Clock::time_point& next) {
+    if (!op.ready) publish_waiting(now);  // it just reached the head of its stream
+    if (op.held > 0) op.work_left -= static_cast<double>(op.held) * static_cast<double>((now - op.last).count());
+    op.last = now;
+    if (op.held > 0 && op.work_left <= 0 && !held()) {
+      give_sms(op.held);
+      op.held = 0;
+      return true;
+    }
+    if (op.held < op.sms && first_in_line(op.key)) {
+      const int got = take_up_to(op.sms - op.held);
+      if (got > 0 && op.held == 0) start_kernel(op);
+      op.held += got;
+      if (op.held == op.sms) publish_waiting(now);  // the next in line may take what is left
+    }
+    if (op.held < op.sms && pool_ != nullptr) next = std::min(next, now + std::chrono::microseconds(50));
+    if (op.held > 0) {
+      const auto left = std::chrono::nanoseconds(
+          static_cast<std::int64_t>(std::ceil(std::max(0.0, op.work_left) / static_cast<double>(op.held))));
+      next = std::min(next, held() ? now + std::chrono::milliseconds(1) : now + left);
+    }
+    return false;
+  }
+  // Marks the kernels that reached the head of their streams as waiting
+  // (their key: stream priority, then arrival) and publishes this process's
+  // first one still wanting SMs, for the other processes to respect.
+  void publish_waiting(Clock::time_point now) {
+    std::int64_t first = 0;
+    for (auto& [stream, queue] : queues_) {
+      if (queue.empty() || queue.front().kind != Op::kKernel) continue;
+      Op& op = queue.front();
+      if (!op.ready) {
+        op.ready = true;
+        op.last = now;
+        op.work_left = static_cast<double>(op.duration_ns) * op.sms;
+        const auto arrival = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+        op.key = (static_cast<std::int64_t>(std::clamp(op.priority + 16, 0, 31)) << 52) |
+                 (arrival & ((std::int64_t{1} << 52) - 1));
+        op.key = std::max<std::int64_t>(op.key, 1);
+      }
+      if (op.held < op.sms && (first == 0 || op.key < first)) first = op.key;
+    }
+    own_first_ = first;
+    if (holder_ != nullptr) holder_->waiting_key.store(first);
+  }
+  // Whether no kernel ahead of `key` (here or in another process) still waits for SMs.
+  bool first_in_line(std::int64_t key) const {
+    if (own_first_ != 0 && own_first_ < key) return false;
+    if (pool_ == nullptr) return true;
+    for (const SharedPool::Holder& h : pool_->holders) {
+      if (&h == holder_) continue;
+      const std::int64_t other = h.waiting_key.load();
+      if (other != 0 && other < key && h.pid.load() > 0) return false;
+    }
+    return true;
+  }
+  // Up to n free SMs (block dispatch); how many it got.
+  int take_up_to(int n) {
+    if (pool_ == nullptr) {
+      const int got = std::min(n, free_sms_);
+      free_sms_ -= got;
+      return got;
+    }
+    int free = pool_->free_sms.load();
+    while (free > 0) {
+      const int got = std::min(n, free);
+      if (pool_->free_sms.compare_exchange_weak(free, free - got)) {
+        if (holder_ != nullptr) holder_->sms.fetch_add(got);
+        return got;
+      }
+    }
+    return 0;
+  }
+  // What a kernel does when its first blocks start: its arithmetic and its log line.
+  void start_kernel(Op& op) {
+    op.started = true;
+    for (std::uint64_t i = 0; i < op.elements; ++i) op.buffer[i] = mix(op.buffer[i] + op.seed + i);
+    if (log_ != nullptr) {
+      std::fprintf(log_, "%s %llu %u\n", op.function->name.c_str(), static_cast<unsigned long long>(op.grid),
+                   op.block);
+      std::fflush(log_);
     }
   }
 
@@ -279,6 +378,8 @@ class Device {
   int sm_count_ = 132;
   int free_sms_ = 132;
   std::FILE* log_ = nullptr;
+  bool blocks_ = false;        ///< FAKE_CUDA_DISPATCH=blocks
+  std::int64_t own_first_ = 0;  ///< key of this process's first kernel waiting for SMs (0: none)
   std::string hold_;  ///< FAKE_CUDA_HOLD: kernels finish only while no file is there
   bool held() const { return !hold_.empty() && ::access(hold_.c_str(), F_OK) == 0; }
 };
@@ -305,6 +406,7 @@ CUresult launch(CUfunction f, std::uint64_t grid, unsigned block, CUstream strea
   op.seed = *static_cast<std::uint64_t*>(params[2]);
   op.duration_ns = *static_cast<std::uint64_t*>(params[3]);
   op.sms = device().kernel_sms(grid, block);
+  if (stream != nullptr && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD) op.priority = stream->priority;
   device().enqueue(stream, op);
   return CUDA_SUCCESS;
 }
