@@ -117,25 +117,21 @@ class OrionPolicy : public Policy {
     // Resident blocks are never taken back, and freed SMs go to the HP
     // stream first: beside an HP request a BE kernel keeps SMs from the HP
     // kernels for one wave of its blocks at most.
-    const double waves =
-        std::ceil(static_cast<double>(std::max<std::int64_t>(1, k.sm_usage)) / std::max(1, v.device_sms));
-    const double wave_us = k.duration_us / waves;
-    const double cost_us = wave_us * hp_loss_per_wave(v, k, wave_us);
+    const double cost_us = wave_cost_us(v, k);
     if (v.hp_progress_known) return cost_us <= spare_us(v);
     // How much of the request is left is not known (live): what the BE
-    // waves admitted beside it cost, by the same estimate, is counted
-    // against what it may lose, from its start; and once it has run longer
-    // than it takes alone, it cannot end before now, so what is left of
-    // its bound after now, less the BE work still on the GPU, is the most
-    // it can still lose.
-    if (v.hp_request_start_us != budget_request_start_us_) {
-      budget_request_start_us_ = v.hp_request_start_us;
-      charged_us_ = v.be_outstanding_us;  // released before it started; may hold SMs its kernels need
-    }
+    // waves released beside it cost, by the same estimate, is counted
+    // against what it may lose, from its start (on_release); and once it
+    // has run longer than it takes alone, it cannot end before now, so what
+    // is left of its bound after now, less the BE work still on the GPU,
+    // is the most it can still lose.
     const auto [budget_us, past_now_us] = loss_budget_us(v);
-    if (cost_us > std::min(budget_us - charged_us_, past_now_us - v.be_outstanding_us)) return false;
-    charged_us_ += cost_us;
-    return true;
+    return cost_us <= std::min(budget_us - charged_for(v), past_now_us - v.be_outstanding_us);
+  }
+  void on_release(const SchedulerView& v, int client, const SimKernel& k) override {
+    if (client == v.hp_client || !v.hp_request_active || v.hp_progress_known) return;
+    const double charged_us = charged_for(v);
+    charged_us_ = charged_us + wave_cost_us(v, k);
   }
 
  private:
@@ -181,6 +177,25 @@ class OrionPolicy : public Policy {
       spare = std::min(spare, slack(next_us, std::max(next_us, hp_dedicated_end_us_) + alone_us, alone_us));
     }
     return spare;
+  }
+
+  // What one wave of BE kernel k costs the active HP request (below).
+  double wave_cost_us(const SchedulerView& v, const SimKernel& k) const {
+    const double waves =
+        std::ceil(static_cast<double>(std::max<std::int64_t>(1, k.sm_usage)) / std::max(1, v.device_sms));
+    const double wave_us = k.duration_us / waves;
+    return wave_us * hp_loss_per_wave(v, k, wave_us);
+  }
+
+  // What the BE waves released beside the active HP request were charged,
+  // where its progress is not known; a new request starts from the BE work
+  // released before it (it may hold SMs the request's kernels need).
+  double charged_for(const SchedulerView& v) {
+    if (v.hp_request_start_us != budget_request_start_us_) {
+      budget_request_start_us_ = v.hp_request_start_us;
+      charged_us_ = v.be_outstanding_us;
+    }
+    return charged_us_;
   }
 
   // What the active HP request may lose, where its progress is not known:
@@ -253,7 +268,7 @@ class OrionPolicy : public Policy {
   std::vector<HpKernel> hp_kernels_;  // the HP client's kernels: SMs each can use, class
   std::vector<HpKernel> hp_kinds_;    // the distinct ones among them
   double budget_request_start_us_ = -1;  // the HP request charged_us_ counts for (progress not known)
-  double charged_us_ = 0;                // what the BE waves admitted beside it cost, by the estimate
+  double charged_us_ = 0;                // what the BE waves released beside it cost, by the estimate
   int sm_threshold_ = 0;
   std::vector<double> hp_alone_end_us_;  // when each HP kernel would end alone, from its request's start
   double last_hp_arrival_us_ = -1;       // the HP request last seen arriving

@@ -57,7 +57,7 @@ struct PolicyOptions {
   /// already waits, can spare. Each request then ends within about the
   /// limit of its latency alone. Without arrivals (live) the service time
   /// alone, from the request's start; without its progress (live), the
-  /// estimated cost of the BE waves admitted beside it is counted against
+  /// estimated cost of the BE waves released beside it is counted against
   /// (limit - 1) x its time alone instead. 0: a fixed slack of
   /// dur_threshold_fraction of the HP request's solo latency instead.
   double hp_slowdown_limit = 1.15;
@@ -90,6 +90,10 @@ class Policy {
   /// May `client`'s kernel number `index` (of `count` in its request) go to the GPU now?
   virtual bool admit(const SchedulerView& view, int client, std::size_t index, std::size_t count,
                      const SimKernel& kernel) = 0;
+  /// `kernel` of `client` went to the GPU: admitted, or forced after the
+  /// bounded wait. What a decision commits is counted here, not in admit,
+  /// which a scheduler may also call to ask without releasing.
+  virtual void on_release(const SchedulerView& view, int client, const SimKernel& kernel) {}
   /// A released kernel finished.
   virtual void on_complete(int client, std::size_t index, std::size_t count) {}
   /// A request or iteration of `client` finished after `latency_us` (arrival to last kernel).

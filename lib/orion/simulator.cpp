@@ -443,6 +443,7 @@ class Simulation {
           c.aged = true;
         }
         c.head_held_since_us = -1;
+        policy_.on_release(view_, i, k);
         ++c.released;
         if (i == view_.hp_client) {
           view_.hp_current = &k;

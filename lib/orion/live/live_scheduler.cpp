@@ -436,6 +436,7 @@ bool LiveScheduler::decide() {
         const bool ahead = !t.aged && v.be_outstanding_kernels < be_outstanding_kernels_ &&
                            !policy_->admit(view(now, false), t.client, index, count, h.kernel);
         if (policy_->exclusive_requests()) exclusive_owner_ = t.client;
+        policy_->on_release(v, t.client, h.kernel);
         Held taken = h;
         t.held.pop_front();
         release(si, taken, now, ahead);
