@@ -16,6 +16,9 @@ Usage: check_orion_exec.py BIN_DIR FAKE_CUDA_DIR
   also on a device shared with it, the scheduler frees its slot), the scheduler killed (clients finish
   ungated, say so once), a program that never uses CUDA, missing or
   malformed profiles and bad options (one error line, exit 2, nothing run).
+- The stand-in's block dispatch (FAKE_CUDA_DISPATCH=blocks): a kernel starts
+  on the free SMs where whole placement waits, and a kernel waiting behind
+  one of a killed process starts.
 """
 import atexit
 import json
@@ -52,6 +55,15 @@ def checksum_lines(text):
 
 def read_log(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def finish(process, seconds=60):
+    """Its exit code; killed (-9) if it has not ended within `seconds`."""
+    try:
+        return process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait()
 
 
 def wait_for(predicate, seconds=30):
@@ -296,11 +308,40 @@ for dispatch in ("whole", "blocks"):
         wait_for(lambda: (fake_log.read_text().count("ctx-sync") if fake_log.exists() else 0) >= 6, 60)
         started = starts("hpk") == 1
     hold.unlink()
-    codes = (first.wait(timeout=60), second.wait(timeout=60))
+    codes = (finish(first), finish(second))
     expected = dispatch == "blocks"
     check(holding and started == expected and codes == (0, 0),
           f"stand-in, {dispatch} dispatch: a 132-SM kernel beside one holding 100 SMs "
           f"{'starts on the free ones' if expected else 'waits for all of them'} (started: {started}, rc {codes})")
+
+# A process killed while its kernel waited for more SMs holds up nobody:
+# under block dispatch the others respect its place in line only while it
+# lives (then its SMs come back too). The held device keeps the 100-SM
+# kernel running; the 132-SM one runs on the other 32 and waits for the
+# rest; a 20-SM kernel launched after it waits behind it, and must start
+# once that process is killed.
+fake_log, hold, device = tmp / "fake-killed.log", tmp / "hold-killed", tmp / "device-killed"
+hold.write_text("")
+env = dict(os.environ, FAKE_CUDA_LOG=str(fake_log), FAKE_CUDA_HOLD=str(hold), FAKE_CUDA_SHARED_DEVICE=str(device),
+           FAKE_CUDA_DISPATCH="blocks")
+fake_lines = lambda: fake_log.read_text().splitlines() if fake_log.exists() else []  # noqa: E731
+starts = lambda name: sum(1 for l in fake_lines() if l.startswith(name))  # noqa: E731
+procs, ready = {}, True
+for name, grid in (("bek", 800), ("hpk", 1056), ("cck", 160)):
+    launched = tmp / f"launched-{name}"  # written once its launch has returned
+    procs[name] = subprocess.Popen([APP, "--name", name, "--requests", "1", "--kernels", "1", "--grid", str(grid),
+                                    "--ready-file", str(launched)], env=env, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+    ready = ready and wait_for(lambda: launched.exists() and (name == "cck" or starts(name) == 1), 60)
+waiting = starts("hpk") == 1 and starts("cck") == 0
+procs["hpk"].kill()
+procs["hpk"].wait(timeout=60)
+started = wait_for(lambda: starts("cck") == 1, 60)
+hold.unlink()
+codes = (finish(procs["bek"]), finish(procs["cck"]))
+check(ready and waiting and started and codes == (0, 0),
+      f"stand-in, blocks dispatch: a kernel waiting behind one of a process that is killed starts "
+      f"(waiting behind it: {waiting}, started: {started}, rc {codes})")
 
 # ---------------------------------------------------------------- a program that outlives its shell
 # "; true" keeps the shell from exec'ing the program: SIGTERM ends the shell

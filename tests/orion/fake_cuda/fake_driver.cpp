@@ -288,14 +288,16 @@ class Device {
     own_first_ = first;
     if (holder_ != nullptr) holder_->waiting_key.store(first);
   }
-  // Whether no kernel ahead of `key` (here or in another process) still waits for SMs.
-  bool first_in_line(std::int64_t key) const {
+  // Whether no kernel ahead of `key` (here or in another process) still
+  // waits for SMs; a process that is gone waits for nothing (its entry and
+  // SMs are reclaimed), or one killed while waiting would stop the rest.
+  bool first_in_line(std::int64_t key) {
     if (own_first_ != 0 && own_first_ < key) return false;
     if (pool_ == nullptr) return true;
-    for (const SharedPool::Holder& h : pool_->holders) {
+    for (SharedPool::Holder& h : pool_->holders) {
       if (&h == holder_) continue;
       const std::int64_t other = h.waiting_key.load();
-      if (other != 0 && other < key && h.pid.load() > 0) return false;
+      if (other != 0 && other < key && h.pid.load() > 0 && !reclaim_if_gone(*pool_, h)) return false;
     }
     return true;
   }
