@@ -155,28 +155,37 @@ class OrionPolicy : public Policy {
   // HP kernels need). Without a limit, an HP profile or a known start (a
   // live HP command that marks no requests), a fixed slack.
   double spare_us(const SchedulerView& v) const {
-    const double limit = options_.hp_slowdown_limit;
-    if (!(limit > 0) || hp_alone_end_us_.empty() || v.hp_request_start_us < 0) {
-      return options_.dur_threshold_fraction * v.hp_request_solo_us;
-    }
+    if (!bounded(v)) return options_.dur_threshold_fraction * v.hp_request_solo_us;
     const double alone_us = hp_alone_end_us_.back();
     const std::size_t done = std::min(v.hp_kernels_done, hp_alone_end_us_.size());
     const double remaining_us = alone_us - (done == 0 ? 0.0 : hp_alone_end_us_[done - 1]);
     const double committed_us = remaining_us + v.be_outstanding_us;
-    if (v.hp_request_arrival_us < 0 || v.hp_request_arrival_us != last_hp_arrival_us_) {
-      return limit * alone_us - (v.now_us - v.hp_request_start_us) - committed_us;
-    }
-    // A request's bound (arrival + limit x its latency alone) less when it
-    // ends if nothing more is lost: after `queued_us` of HP work ahead of it.
-    const auto slack = [&](double arrival_us, double dedicated_end_us, double queued_us) {
-      return arrival_us + limit * (dedicated_end_us - arrival_us) - (v.now_us + committed_us + queued_us);
-    };
-    double spare = slack(v.hp_request_arrival_us, hp_dedicated_end_us_, 0.0);
-    if (v.hp_next_arrival_us >= 0) {
-      const double next_us = v.hp_next_arrival_us;
-      spare = std::min(spare, slack(next_us, std::max(next_us, hp_dedicated_end_us_) + alone_us, alone_us));
-    }
-    return spare;
+    // Its bound less when it ends if nothing more is lost.
+    const double spare = bound_us(v) - (v.now_us + committed_us);
+    if (!arrival_known(v) || v.hp_next_arrival_us < 0) return spare;
+    // The request waiting behind it ends after this one and its own time alone.
+    const double next_us = v.hp_next_arrival_us, limit = options_.hp_slowdown_limit;
+    const double next_dedicated_end_us = std::max(next_us, hp_dedicated_end_us_) + alone_us;
+    return std::min(spare,
+                    next_us + limit * (next_dedicated_end_us - next_us) - (v.now_us + committed_us + alone_us));
+  }
+
+  // Whether the co-run rule bounds the active request's latency: a limit,
+  // the HP profile and the request's start known; else the fixed slack.
+  bool bounded(const SchedulerView& v) const {
+    return options_.hp_slowdown_limit > 0 && !hp_alone_end_us_.empty() && v.hp_request_start_us >= 0;
+  }
+  // Whether the active request's arrival is the one the policy last noted.
+  bool arrival_known(const SchedulerView& v) const {
+    return v.hp_request_arrival_us >= 0 && v.hp_request_arrival_us == last_hp_arrival_us_;
+  }
+  // The active request's bound: its arrival plus the limit times its
+  // latency on a GPU of its own; where the arrival is not known, its start
+  // plus the limit times its time alone.
+  double bound_us(const SchedulerView& v) const {
+    const double limit = options_.hp_slowdown_limit;
+    return arrival_known(v) ? v.hp_request_arrival_us + limit * (hp_dedicated_end_us_ - v.hp_request_arrival_us)
+                            : v.hp_request_start_us + limit * hp_alone_end_us_.back();
   }
 
   // What one wave of BE kernel k costs the active HP request (below).
@@ -203,16 +212,13 @@ class OrionPolicy : public Policy {
   // from now, its bound less the later of now and that end. Without a
   // limit, an HP profile or a known start, the fixed slack for both.
   std::pair<double, double> loss_budget_us(const SchedulerView& v) const {
-    const double limit = options_.hp_slowdown_limit;
-    if (!(limit > 0) || hp_alone_end_us_.empty() || v.hp_request_start_us < 0) {
+    if (!bounded(v)) {
       const double slack_us = options_.dur_threshold_fraction * v.hp_request_solo_us;
       return {slack_us, slack_us};
     }
     const double alone_end_us = v.hp_request_start_us + hp_alone_end_us_.back();
-    const bool arrival = v.hp_request_arrival_us >= 0 && v.hp_request_arrival_us == last_hp_arrival_us_;
-    const double bound_us = arrival ? v.hp_request_arrival_us + limit * (hp_dedicated_end_us_ - v.hp_request_arrival_us)
-                                    : v.hp_request_start_us + limit * hp_alone_end_us_.back();
-    return {bound_us - alone_end_us, bound_us - std::max(v.now_us, alone_end_us)};
+    const double bound = bound_us(v);
+    return {bound - alone_end_us, bound - std::max(v.now_us, alone_end_us)};
   }
 
   // What one wave of BE kernel k costs the active HP request, in waves: the
@@ -228,7 +234,7 @@ class OrionPolicy : public Policy {
   // costs most.
   double hp_loss_per_wave(const SchedulerView& v, const SimKernel& k, double wave_us) const {
     const std::size_t first = v.hp_kernels_done;
-    if (!(options_.hp_slowdown_limit > 0) || first >= hp_kernels_.size() || v.hp_request_start_us < 0) {
+    if (!bounded(v) || first >= hp_kernels_.size()) {
       const bool same = v.hp_current != nullptr && !v.hp_current_done && !complementary(v.hp_current->cls, k.cls);
       return same ? 2.0 : 1.0;
     }
