@@ -66,6 +66,12 @@ def finish(process, seconds=60):
         return process.wait()
 
 
+def kernel_starts(fake_log, name):
+    """How many kernels whose names begin with `name` the stand-in started (its FAKE_CUDA_LOG)."""
+    lines = fake_log.read_text().splitlines() if fake_log.exists() else []
+    return sum(1 for line in lines if line.startswith(name))
+
+
 def wait_for(predicate, seconds=30):
     deadline = time.time() + seconds
     while time.time() < deadline:
@@ -293,20 +299,20 @@ for dispatch in ("whole", "blocks"):
     hold.write_text("")
     env = dict(os.environ, FAKE_CUDA_LOG=str(fake_log), FAKE_CUDA_HOLD=str(hold), FAKE_CUDA_SHARED_DEVICE=str(device),
                FAKE_CUDA_DISPATCH=dispatch)
-    starts = lambda name: sum(1 for l in (fake_log.read_text().splitlines() if fake_log.exists() else [])  # noqa: E731
-                              if l.startswith(name))
     first = subprocess.Popen([APP, "--name", "bek", "--requests", "1", "--kernels", "1", "--grid", "800"], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    holding = wait_for(lambda: starts("bek") == 1, 60)
-    second = subprocess.Popen([APP, "--name", "hpk", "--requests", "1", "--kernels", "1", "--grid", "1056"], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    holding = wait_for(lambda: kernel_starts(fake_log, "bek") == 1, 60)
+    launched = tmp / f"launched-{dispatch}"  # written once its launch has returned
+    second = subprocess.Popen([APP, "--name", "hpk", "--requests", "1", "--kernels", "1", "--grid", "1056",
+                               "--ready-file", str(launched)], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
     if dispatch == "blocks":
-        started = wait_for(lambda: starts("hpk") == 1, 60)
+        started = wait_for(lambda: kernel_starts(fake_log, "hpk") == 1, 60)
     else:
-        # It cannot start until the hold ends; what is checked is that it did
-        # not by the time the second process launched and synchronised.
-        wait_for(lambda: (fake_log.read_text().count("ctx-sync") if fake_log.exists() else 0) >= 6, 60)
-        started = starts("hpk") == 1
+        # It cannot start until the hold ends; what is checked is that it
+        # did not once its launch had returned.
+        wait_for(launched.exists, 60)
+        started = kernel_starts(fake_log, "hpk") == 1
     hold.unlink()
     codes = (finish(first), finish(second))
     expected = dispatch == "blocks"
@@ -324,19 +330,18 @@ fake_log, hold, device = tmp / "fake-killed.log", tmp / "hold-killed", tmp / "de
 hold.write_text("")
 env = dict(os.environ, FAKE_CUDA_LOG=str(fake_log), FAKE_CUDA_HOLD=str(hold), FAKE_CUDA_SHARED_DEVICE=str(device),
            FAKE_CUDA_DISPATCH="blocks")
-fake_lines = lambda: fake_log.read_text().splitlines() if fake_log.exists() else []  # noqa: E731
-starts = lambda name: sum(1 for l in fake_lines() if l.startswith(name))  # noqa: E731
 procs, ready = {}, True
 for name, grid in (("bek", 800), ("hpk", 1056), ("cck", 160)):
     launched = tmp / f"launched-{name}"  # written once its launch has returned
     procs[name] = subprocess.Popen([APP, "--name", name, "--requests", "1", "--kernels", "1", "--grid", str(grid),
                                     "--ready-file", str(launched)], env=env, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL)
-    ready = ready and wait_for(lambda: launched.exists() and (name == "cck" or starts(name) == 1), 60)
-waiting = starts("hpk") == 1 and starts("cck") == 0
+    ready = ready and wait_for(
+        lambda: launched.exists() and (name == "cck" or kernel_starts(fake_log, name) == 1), 60)
+waiting = kernel_starts(fake_log, "hpk") == 1 and kernel_starts(fake_log, "cck") == 0
 procs["hpk"].kill()
 procs["hpk"].wait(timeout=60)
-started = wait_for(lambda: starts("cck") == 1, 60)
+started = wait_for(lambda: kernel_starts(fake_log, "cck") == 1, 60)
 hold.unlink()
 codes = (finish(procs["bek"]), finish(procs["cck"]))
 check(ready and waiting and started and codes == (0, 0),

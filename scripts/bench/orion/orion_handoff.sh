@@ -52,21 +52,7 @@ report together orion "$hp --requests $requests --ready-file $tmp/ready" "$be --
 report together-ahead orion "$hp --requests $requests --ready-file $tmp/ready-ahead" "$be --requests 0" \
   "$tmp/hp.csv,$tmp/be.csv" --release-ahead-us "$ahead"
 
-cat >"$tmp/workload.json" <<EOF
-{"format": "gpufleet-orion-workload", "version": 1, "device": "h200", "seed": 1, "launch_overhead_us": 5,
- "clients": [
-  {"name": "be", "profile": "$tmp/be_iter.csv", "priority": "best-effort", "kind": "training",
-   "arrivals": {"type": "closed"}, "warmup": 2},
-  {"name": "hp", "profile": "$tmp/hp_req.csv", "priority": "high", "kind": "inference",
-   "arrivals": {"type": "closed"}, "gap_ms": $(echo "$think_us / 1000" | bc -l), "requests": $requests, "warmup": 20}]}
-EOF
-python3 - "$tmp" "$hp_kernels" "$be_kernels" <<'EOF'
-import sys
-tmp, hp_k, be_k = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-for src, dst, k in (("hp.csv", "hp_req.csv", hp_k), ("be.csv", "be_iter.csv", be_k)):
-    head, row = open(f"{tmp}/{src}").read().split("\n")[:2]
-    open(f"{tmp}/{dst}", "w").write(head + "\n" + "\n".join([row] * k) + "\n")
-EOF
+simulated_pair "$hp_kernels" "$be_kernels" "$think_us" "$requests" 20
 "$orion" simulate -w "$tmp/workload.json" -p orion --json >"$tmp/sim.json"
 
 python3 - "$tmp" "$ahead" <<'EOF'

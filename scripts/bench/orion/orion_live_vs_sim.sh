@@ -33,19 +33,7 @@ printf 'Name,Profile,Memory_footprint,SM_usage,Duration\nbek_0,%d,0,%d,%d\n' "$b
 hp="$app --name hpk --distinct 1 --markers --requests $requests --kernels $hp_kernels --duration-us $hp_us --think-us $think_us --grid $((hp_sms * 8))"
 be="$app --name bek --distinct 1 --markers --requests 0 --kernels $be_kernels --duration-us $be_us --grid $((be_sms * 8))"
 
-# The same clients for the simulator: one row per kernel of a request or iteration.
-for spec in "hp.csv hp_req.csv $hp_kernels" "be.csv be_iter.csv $be_kernels"; do
-  set -- $spec
-  { head -1 "$tmp/$1"; for _ in $(seq "$3"); do tail -1 "$tmp/$1"; done; } >"$tmp/$2"
-done
-cat >"$tmp/workload.json" <<EOF
-{"format": "gpufleet-orion-workload", "version": 1, "device": "h200", "seed": 1, "launch_overhead_us": 5,
- "clients": [
-  {"name": "be", "profile": "be_iter.csv", "priority": "best-effort", "kind": "training",
-   "arrivals": {"type": "closed"}, "warmup": 2},
-  {"name": "hp", "profile": "hp_req.csv", "priority": "high", "kind": "inference",
-   "arrivals": {"type": "closed"}, "gap_ms": $((think_us / 1000)), "requests": $requests, "warmup": 0}]}
-EOF
+simulated_pair "$hp_kernels" "$be_kernels" "$think_us" "$requests" 0
 # The stand-in's device: an SM holds one kernel's blocks at a time and
 # co-running kernels do not slow each other, so the simulator runs with
 # that device model too (the comparison is of the schedulers, not of the
