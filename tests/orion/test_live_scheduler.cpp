@@ -304,6 +304,33 @@ TEST(LiveScheduler, OrionLetsBestEffortWorkRunBesideAnHpRequestWhoseProgressItCa
   f.be.completed(small.entry);
 }
 
+TEST(LiveScheduler, OrionChargesWithTheContentionModelItIsGiven) {
+  // An HP request of one 10 s memory kernel on 20 SMs, limit 1 + 1e-7: it
+  // may lose 1 us (and, so long, is never late for a slow machine). A 10 us memory kernel on 4 SMs beside it needs no SM it
+  // needs, and by the default model the two fit in the memory bandwidth
+  // (load 0.93 x 24/108 < 1): it costs nothing and goes. With a model in
+  // which a memory kernel on all SMs would use 10x the bandwidth (load 2.2)
+  // it costs 5.5 us, more than the request may lose: it waits.
+  for (const bool heavy : {false, true}) {
+    LiveConfig config = two_clients("orion");
+    config.clients[0].profile->kernels = {record("hp_copy", 20, 10e6, KernelClass::kMemory)};
+    config.policy_options.hp_slowdown_limit = 1 + 1e-7;
+    if (heavy) config.contention.memory_use[1] = 10;  // index 1: memory-bound kernels
+    Fixture f("orion", config);
+    LaunchEntry* h = f.hp_request_with("hp_copy");
+    PendingLaunch small(f, "be_small");
+    const bool beside = small.released_within(heavy ? 20 : 2000);
+    EXPECT_EQ(beside, !heavy);
+    f.hp.completed(h);
+    f.hp.marker(kRequestEnd);
+    if (!beside) {
+      EXPECT_TRUE(small.released_within(2000));  // after the request
+    }
+    f.be.after_launch(small.entry, true);
+    f.be.completed(small.entry);
+  }
+}
+
 TEST(LiveScheduler, OrionReleasesABestEffortLaunchHeldForTheMaximumWait) {
   // An HP request that never ends holds a large BE kernel; after the wait
   // (5 ms here) it goes anyway, counted as forced.
