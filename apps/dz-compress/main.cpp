@@ -54,8 +54,14 @@ void add_form_options(CLI::App* cc, dz::CompressCommand& compress) {
                                             "Bits per kept weight: 1 (sign x scale), 2, 3, 4 or 8 (--grid ternary: 2)")
                                  ->capture_default_str()
                                  ->check(fleet::in_range(1, 8));
-  cc->add_option("--sparsity", compress.sparsity, "none, N:M (N of every M pruned, e.g. 2:4) or a pruned fraction")
-      ->capture_default_str();
+  CLI::Option* sparsity_option =
+      cc->add_option("--sparsity", compress.sparsity, "none, N:M (N of every M pruned, e.g. 2:4) or a pruned fraction")
+          ->capture_default_str();
+  cc->add_option("--rank", compress.rank,
+                     "Low rank: each linear layer's delta as two factors of this rank, up [out, R] x down [R, in], "
+                     "each dense at --bits (2-8) with one scale per row (no sparsity; 0: full rank)")
+          ->capture_default_str()
+          ->check(fleet::in_range(0, 1e6));
   cc->add_option("--group-size", compress.group_size, "Input columns per scale (-1: one scale per row)")
       ->capture_default_str()
       ->check(fleet::in_range(-1, 1e6));
@@ -73,12 +79,14 @@ void add_form_options(CLI::App* cc, dz::CompressCommand& compress) {
   CLI::Option* max_bytes_option =
       cc->add_option("--max-bytes", compress.max_bytes, "Size budget in bytes for the whole file (as --target-ratio)")
           ->check(fleet::in_range(1, 1e18));
-  cc->parse_complete_callback([cc, &compress, bits_option, ratio_option, max_bytes_option] {
+  cc->parse_complete_callback([cc, &compress, bits_option, sparsity_option, ratio_option, max_bytes_option] {
     // Ternary levels are 2-bit codes: no need to say so twice.
     if (compress.grid == "ternary" && bits_option->count() == 0) compress.bits = 2;
+    // Factors are dense: the default 2:4 does not apply to them.
+    if (compress.rank > 0 && sparsity_option->count() == 0) compress.sparsity = "none";
     if (ratio_option->count() + max_bytes_option->count() == 0) return;
     // Both budgets at once: the library refuses it (checked_options).
-    for (const char* fixed : {"--bits", "--sparsity", "--grid", "--group-size", "--asym"})
+    for (const char* fixed : {"--bits", "--sparsity", "--grid", "--group-size", "--asym", "--rank"})
       if (cc->count(fixed) > 0)
         throw CLI::ValidationError(std::string(fixed) +
                                    " fixes what a size budget chooses per layer; give one or the other");

@@ -21,6 +21,8 @@ namespace {
 constexpr const char* kLinear = "linear/";
 constexpr const char* kDense = "dense/";
 constexpr const char* kRows = "rows/";
+constexpr const char* kLowRank = "lowrank/";
+constexpr const char* kFactors[2] = {"up", "down"};
 
 std::span<const std::byte> bytes_of(const void* data, std::size_t size) {
   return {static_cast<const std::byte*>(data), size};
@@ -92,8 +94,15 @@ DeltaWriter::DeltaWriter(const std::filesystem::path& path, const DeltaHeader& h
   store_.set_attribute("", "config", header.config_json);
 }
 
-void DeltaWriter::add_packed(const std::string& name, const PackedMatrix& m) {
-  const std::string prefix = kLinear + name + "/";
+void DeltaWriter::add_packed(const std::string& name, const PackedMatrix& m) { write_packed(kLinear + name + "/", m); }
+
+void DeltaWriter::add_low_rank(const std::string& name, const LowRankMatrix& m) {
+  m.validate(name);
+  write_packed(kLowRank + name + "/up/", m.up);
+  write_packed(kLowRank + name + "/down/", m.down);
+}
+
+void DeltaWriter::write_packed(const std::string& prefix, const PackedMatrix& m) {
   auto write = [&](const std::string& part, DType dtype, const void* data, std::size_t count) {
     std::vector<std::int64_t> shape{static_cast<std::int64_t>(count)};
     store_.write_tensor(prefix + part, dtype, shape, bytes_of(data, count * dtype_size(dtype)), write_options_);
@@ -161,13 +170,21 @@ void DeltaReader::check_layout(const std::vector<model::ParameterShape>& model_t
   const std::vector<std::string> names = store_.tensor_names();
   std::map<std::string, std::vector<std::int64_t>> expected;
   for (const auto& t : model_tensors) expected.emplace(t.name, t.shape);
-  std::map<std::string, std::set<std::string>> linear_parts, row_parts;
+  std::map<std::string, std::set<std::string>> linear_parts, row_parts, low_rank_parts;
   for (const auto& name : names) {
     std::string tensor, part;
     if (split_parts(name, kLinear, tensor, part)) {
       if (part != "codes" && part != "scales" && part != "zeros" && part != "indices" && part != "codebook")
         fail("unexpected entry '" + name + "'");
       linear_parts[tensor].insert(part);
+    } else if (split_parts(name, kLowRank, tensor, part)) {
+      // lowrank/<tensor>/<up|down>/<part>: each factor a dense packed matrix.
+      const auto slash = tensor.rfind('/');
+      const std::string factor = slash == std::string::npos ? "" : tensor.substr(slash + 1);
+      if ((factor != kFactors[0] && factor != kFactors[1]) ||
+          (part != "codes" && part != "scales" && part != "zeros"))
+        fail("unexpected entry '" + name + "'");
+      low_rank_parts[tensor.substr(0, slash)].insert(factor + "/" + part);
     } else if (split_parts(name, kRows, tensor, part)) {
       if (part != "rows" && part != "codes" && part != "scales") fail("unexpected entry '" + name + "'");
       row_parts[tensor].insert(part);
@@ -186,6 +203,10 @@ void DeltaReader::check_layout(const std::vector<model::ParameterShape>& model_t
         if (!parts.count(part)) fail(tensor + ": the packed matrix has no '" + part + "'");
     packed_.push_back(tensor);
   }
+  for (const auto& [tensor, parts] : low_rank_parts) {
+    if (parts.size() != 6) fail(tensor + ": the low-rank delta needs 'codes', 'scales' and 'zeros' of 'up' and 'down'");
+    low_rank_.push_back(tensor);
+  }
   for (const auto& [tensor, parts] : row_parts) {
     if (parts.size() != 3) fail(tensor + ": the row delta needs 'rows', 'codes' and 'scales'");
     row_deltas_.push_back(tensor);
@@ -194,7 +215,7 @@ void DeltaReader::check_layout(const std::vector<model::ParameterShape>& model_t
   auto known = [&](const std::string& name) -> const std::vector<std::int64_t>& {
     const auto it = expected.find(name);
     if (it == expected.end()) fail("'" + name + "' is not a tensor of the model its config describes");
-    if (!seen.insert(name).second) fail("'" + name + "' is stored twice (packed and dense)");
+    if (!seen.insert(name).second) fail("'" + name + "' is stored twice");
     return it->second;
   };
   // A packed matrix or row delta: its `shape` attribute is the model's, two-dimensional.
@@ -207,6 +228,23 @@ void DeltaReader::check_layout(const std::vector<model::ParameterShape>& model_t
     return shape;
   };
   for (const auto& name : packed_) known_matrix(name, kLinear, "packed");
+  // A low-rank delta: up [rows, rank] and down [rank, cols] chain to the
+  // model's shape, the rank at least 1 and at most the smaller side.
+  auto factor_shape = [&](const std::string& name, const char* factor) {
+    const auto attr = store_.attribute(kLowRank + name + "/" + factor + "/codes", "shape");
+    const auto* stored = std::get_if<std::vector<std::int64_t>>(&attr);
+    if (stored == nullptr || stored->size() != 2) fail(name + ": the " + factor + " factor has no two-dimensional shape");
+    return *stored;
+  };
+  for (const auto& name : low_rank_) {
+    const auto& shape = known(name);
+    const auto up = factor_shape(name, kFactors[0]), down = factor_shape(name, kFactors[1]);
+    if (shape.size() != 2 || up[0] != shape[0] || down[1] != shape[1] || up[1] != down[0] || up[1] < 1 ||
+        up[1] > std::min(shape[0], shape[1]))
+      fail(name + ": factors " + shape_to_string(up) + " x " + shape_to_string(down) + " do not make the model's " +
+           shape_to_string(shape) + " at a rank from 1 to its smaller side");
+    low_rank_shapes_[name] = shape;
+  }
   for (const auto& name : row_deltas_) dense_shapes_[name] = known_matrix(name, kRows, "row delta's");
   for (const auto& name : dense_) {
     const auto& shape = known(name);
@@ -223,7 +261,21 @@ void DeltaReader::check_layout(const std::vector<model::ParameterShape>& model_t
 }
 
 PackedMatrix DeltaReader::packed(const std::string& name) const {
-  const std::string prefix = kLinear + name + "/", object = prefix + "codes";
+  if (!contains_sorted(packed_, name)) throw InputError(path().string() + ": no packed matrix '" + name + "'");
+  return read_packed(kLinear + name + "/", name);
+}
+
+LowRankMatrix DeltaReader::low_rank(const std::string& name) const {
+  if (!contains_sorted(low_rank_, name)) throw InputError(path().string() + ": no low-rank delta '" + name + "'");
+  const std::string group = kLowRank + name + "/";
+  LowRankMatrix m{read_packed(group + kFactors[0] + "/", name + " (up factor)"),
+                  read_packed(group + kFactors[1] + "/", name + " (down factor)")};
+  m.validate(path().string() + ": " + name);
+  return m;
+}
+
+PackedMatrix DeltaReader::read_packed(const std::string& prefix, const std::string& name) const {
+  const std::string object = prefix + "codes";
   PackedMatrix m;
   auto shape_attr = store_.attribute(object, "shape");
   auto* shape = std::get_if<std::vector<std::int64_t>>(&shape_attr);
@@ -303,14 +355,19 @@ std::uint64_t DeltaReader::stored_bytes(const std::string& name) const {
   }
   if (contains_sorted(dense_, name)) return store_.info(kDense + name).stored_bytes;
   std::uint64_t total = 0;
-  for (const char* part : {"codes", "scales", "zeros", "indices", "codebook"}) {
-    auto n = kLinear + name + "/" + part;
-    if (store_.contains(n)) total += store_.info(n).stored_bytes;
-  }
+  const bool low_rank = contains_sorted(low_rank_, name);
+  for (const std::string group :
+       low_rank ? std::vector<std::string>{kLowRank + name + "/up/", kLowRank + name + "/down/"}
+                : std::vector<std::string>{kLinear + name + "/"})
+    for (const char* part : {"codes", "scales", "zeros", "indices", "codebook"}) {
+      auto n = group + part;
+      if (store_.contains(n)) total += store_.info(n).stored_bytes;
+    }
   return total;
 }
 
 std::int64_t DeltaReader::elements(const std::string& name) const {
+  if (const auto it = low_rank_shapes_.find(name); it != low_rank_shapes_.end()) return it->second[0] * it->second[1];
   if (const auto it = dense_shapes_.find(name); it != dense_shapes_.end()) {
     std::int64_t n = 1;
     for (auto d : it->second) n *= d;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/hdf5_store.h"
+#include "deltazip/low_rank.h"
 #include "deltazip/packing.h"
 #include "deltazip/row_delta.h"
 #include "model/llama_config.h"
@@ -50,6 +51,8 @@ class DeltaWriter {
   DeltaWriter(const std::filesystem::path& path, const DeltaHeader& header, int zstd_level);
   /// A compressed linear layer's delta.
   void add_packed(const std::string& name, const PackedMatrix& matrix);
+  /// A compressed linear layer's delta as two factors (low_rank.h).
+  void add_low_rank(const std::string& name, const LowRankMatrix& matrix);
   /// A dense tensor (delta or full fine-tuned values).
   void add_dense(const std::string& name, DenseKind kind, DType dtype, const std::vector<std::int64_t>& shape,
                  std::span<const std::byte> data);
@@ -60,6 +63,8 @@ class DeltaWriter {
   std::uint64_t commit();
 
  private:
+  void write_packed(const std::string& group, const PackedMatrix& matrix);
+
   Hdf5Store store_;
   TensorWriteOptions write_options_;
 };
@@ -76,9 +81,12 @@ class DeltaReader {
   const DeltaHeader& header() const { return header_; }
   /// Names of the compressed linear layers, sorted.
   const std::vector<std::string>& packed_names() const { return packed_; }
+  /// Names of the linear layers stored as two factors, sorted.
+  const std::vector<std::string>& low_rank_names() const { return low_rank_; }
   /// Names of the dense tensors (row deltas included), sorted.
   const std::vector<std::string>& dense_names() const { return dense_; }
   PackedMatrix packed(const std::string& name) const;
+  LowRankMatrix low_rank(const std::string& name) const;
   DenseEntry dense(const std::string& name) const;
   /// Bytes on disk of each tensor (after zstd).
   std::uint64_t stored_bytes(const std::string& name) const;
@@ -91,12 +99,14 @@ class DeltaReader {
  private:
   void check_layout(const std::vector<model::ParameterShape>& model_tensors);
   DenseEntry row_delta_entry(const std::string& name) const;
+  PackedMatrix read_packed(const std::string& group, const std::string& label) const;
 
   Hdf5Store store_;
   DeltaHeader header_;
-  std::vector<std::string> packed_, dense_;
+  std::vector<std::string> packed_, low_rank_, dense_;
   std::vector<std::string> row_deltas_;                            ///< the dense_ entries stored as row deltas, sorted
   std::map<std::string, std::vector<std::int64_t>> dense_shapes_;  ///< the model's shape of each dense entry
+  std::map<std::string, std::vector<std::int64_t>> low_rank_shapes_;  ///< likewise of each low-rank delta
 };
 
 /// Identity of a model folder: FNV-1a over its config.json text, every

@@ -10,8 +10,11 @@ Usage: check_container_files.py BIN_DIR [FLIPS]
    a dense tensor declared far larger than the model, a dataset hard-linked
    under a second name, a missing and an extra entry, a `bits` attribute
    of 2^32 + 4, an embedding row index past the vocabulary (checksum
-   recomputed) and a row delta without scales. inspect and decompress
-   refuse each with the same message.
+   recomputed), a row delta without scales and a low-rank delta whose
+   factors do not chain. inspect and decompress refuse each with the same
+   message.
+3. A low-rank container (--rank) read with h5py and numpy alone: each
+   layer's up · down equals what decompress adds to the base.
 FLIPS (default 40) sets how many flips and cuts; the by-hand check that the
 issue tracker asked for used 700.
 """
@@ -87,6 +90,39 @@ def copy_unsealed(src, dst, edit):
         for key in s:
             s.copy(s[key], d, name=key)
         edit(d)
+
+
+def read_safetensors(path):
+    """name -> float64 array of a float32 safetensors file, parsed here (no toolkit code)."""
+    import json
+    import struct
+    data = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if info["dtype"] != "F32":
+            fail(f"{path}: {name} is {info['dtype']}, not F32")
+        begin, end = info["data_offsets"]
+        out[name] = np.frombuffer(data[8 + n + begin:8 + n + end], dtype="<f4").reshape(info["shape"]).astype(np.float64)
+    return out
+
+
+def decode_packed(group):
+    """A dense packed matrix (docs/formats.md): codes LSB first, scale x (code - zero) per row."""
+    codes = group["codes"]
+    rows, cols = (int(v) for v in codes.attrs["shape"])
+    bits = int(codes.attrs["bits"])
+    sparsity = codes.attrs["sparsity"]
+    if (sparsity.decode() if isinstance(sparsity, bytes) else str(sparsity)) != "none" or int(codes.attrs["group_size"]) != cols:
+        fail(f"{group.name}: a low-rank factor must be dense with one scale per row")
+    stream = np.unpackbits(codes[()], bitorder="little")[: rows * cols * bits].reshape(rows * cols, bits)
+    values = (stream.astype(np.int64) << np.arange(bits)).sum(axis=1).reshape(rows, cols)
+    scales = group["scales"][()].astype(np.float64).reshape(rows, 1)
+    zeros = group["zeros"][()].astype(np.float64).reshape(rows, 1)
+    return scales * (values - zeros)
 
 
 def main():
@@ -174,10 +210,37 @@ def main():
                       lambda f: f.__delitem__("rows/model.embed_tokens.weight/scales"))
         both_refuse(work, "noscales.h5", "a row delta without scales", "needs 'rows', 'codes' and 'scales'")
 
+        # 3. Low rank: decoded here, independently of the toolkit, against decompress.
+        tool("dz-compress", "-q", "compress", "--base", "base", "--target", "tuned", "-o", "lr.h5", "--method", "rtn",
+             "--rank", "5", "--bits", "4", "--threads", "1")
+        tool("dz-compress", "-q", "decompress", "lr.h5", "--base", "base", "-o", "lr-model")
+        base, rebuilt = (read_safetensors(os.path.join(work, d, "model.safetensors")) for d in ("base", "lr-model"))
+        with h5py.File(os.path.join(work, "lr.h5"), "r") as f:
+            names = []
+            f["lowrank"].visit(lambda n: names.append(n[: -len("/up")]) if n.endswith("/up") else None)
+            if len(names) < 7:
+                fail(f"a --rank container holds {len(names)} low-rank layers")
+            for name in names:
+                up, down = (decode_packed(f["lowrank"][name][factor]) for factor in ("up", "down"))
+                if up.shape[1] != 5 or down.shape[0] != 5:
+                    fail(f"{name}: factors {up.shape} x {down.shape}, not of rank 5")
+                want = rebuilt[name].astype(np.float64) - base[name]
+                got = up.astype(np.float64) @ down
+                if not np.allclose(got, want, rtol=1e-4, atol=1e-6):
+                    fail(f"{name}: up · down differs from what decompress added by {np.abs(got - want).max()}")
+
+        def broken_chain(f):
+            name = []
+            f["lowrank"].visit(lambda n: name.append(n) if n.endswith("/up") else None)
+            codes = f["lowrank"][name[0]]["codes"]
+            codes.attrs["shape"] = np.array([codes.attrs["shape"][0], 4], dtype=np.int64)
+        copy_unsealed(os.path.join(work, "lr.h5"), os.path.join(work, "chain.h5"), broken_chain)
+        both_refuse(work, "chain.h5", "factors that do not chain", "do not make the model's")
+
         leftovers = [n for n in os.listdir(work) if n.startswith(".")]
         if leftovers:
             fail(f"left behind: {leftovers}")
-    print(f"container files: {FLIPS} flips and {FLIPS} cuts refused, 7 hand-made files refused alike")
+    print(f"container files: {FLIPS} flips and {FLIPS} cuts refused, 8 hand-made files refused alike, a low-rank container decoded independently")
 
 
 if __name__ == "__main__":

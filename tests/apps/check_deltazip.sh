@@ -168,7 +168,7 @@ uniform_bytes=$(json_number bytes "$tmp/out") uniform_error=$(json_number weight
 run "$bin/dz-compress" -q compress --base "$tmp/base" --target "$tmp/ft" -o "$tmp/budget.h5" \
   --max-bytes "$uniform_bytes" --calib "$tmp/copy.txt" --threads 1 --json
 budget_bytes=$(json_number bytes "$tmp/out") budget_error=$(json_number weighted_error "$tmp/out")
-[ "$(grep -c '"model.layers.[0-9]*\.[a-z_]*\.[a-z_]*_proj.weight": "[1-8]-bit [0-9.:none]*"' "$tmp/out")" = 28 ] ||
+[ "$(grep -c '"model.layers.[0-9]*\.[a-z_]*\.[a-z_]*_proj.weight": "[1-8]-bit [^"]*"' "$tmp/out")" = 28 ] ||
   fail "the allocation names a form for each of the 28 linear layers: $(cat "$tmp/out")"
 [ "$(stat -c %s "$tmp/budget.h5")" = "$budget_bytes" ] && [ "$budget_bytes" -le "$uniform_bytes" ] ||
   fail "budgeted file $budget_bytes bytes against the budget $uniform_bytes"

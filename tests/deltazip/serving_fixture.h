@@ -80,6 +80,19 @@ class Serving : public ::testing::Test {
 
   static std::filesystem::path path(const std::string& name) { return *dir_ / name; }
 
+  // `target` against the base into `output`: a short calibration, one thread.
+  static CompressCommand quick_compression(const std::string& target, const std::string& output) {
+    CompressCommand c;
+    c.base = path("base");
+    c.target = path(target);
+    c.output = path(output);
+    c.calib_samples = 8;
+    c.seq_len = 32;
+    c.threads = 1;
+    c.force = true;
+    return c;
+  }
+
  public:
   // The base with both fine-tunes loaded as deltas over it and as the
   // models `dz-compress decompress` would rebuild.

@@ -63,8 +63,9 @@ namespace fleet::deltazip {
 namespace {
 
 // The stored forms a container holds: 2-bit 2:4 with scales and zero
-// points, 2-bit 2:4 with a codebook per row, 1-bit sign x scale.
-enum class Form { kAffine, kCodebook, kSign };
+// points, 2-bit 2:4 with a codebook per row, 1-bit sign x scale, 2-bit
+// dense (a low-rank factor).
+enum class Form { kAffine, kCodebook, kSign, kDense };
 
 // A matrix of the given form with random codes and plausible scales or levels.
 PackedMatrix random_packed(std::int64_t rows, std::int64_t cols, std::uint32_t seed, Form form = Form::kAffine) {
@@ -86,6 +87,10 @@ PackedMatrix random_packed(std::int64_t rows, std::int64_t cols, std::uint32_t s
     scales[i] = float_to_f16(0.001f * static_cast<float>(1 + rng() % 50));
     zeros[i] = static_cast<std::uint8_t>(rng() % 4);
   }
+  if (form == Form::kDense) {
+    std::fill(kept.begin(), kept.end(), 1);
+    return pack_matrix(rows, cols, 2, -1, SparsityPattern::parse("none"), codes, kept, scales, zeros);
+  }
   if (form == Form::kSign) {
     for (auto& c : codes) c &= 1;
     std::fill(zeros.begin(), zeros.end(), 0);
@@ -105,6 +110,13 @@ std::string read_everything(const std::filesystem::path& path) {
     std::vector<float> values(static_cast<std::size_t>(m.rows * m.cols));
     unpack_matrix(m, values);
     out += "|" + name + ":" + std::to_string(m.rows) + "x" + std::to_string(m.cols);
+    out.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  }
+  for (const auto& name : reader.low_rank_names()) {
+    const LowRankMatrix m = reader.low_rank(name);
+    std::vector<float> values(static_cast<std::size_t>(m.rows() * m.cols()));
+    unpack_low_rank(m, values);
+    out += "|" + name + ":rank " + std::to_string(m.rank());
     out.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
   }
   for (const auto& name : reader.dense_names()) {
@@ -133,6 +145,12 @@ class ContainerFuzz : public ::testing::Test {
     std::uint32_t seed = 1;
     for (const auto& [name, rows, cols] : linear) {
       const std::string which = name;
+      if (which == "self_attn.o_proj") {  // as two rank-3 factors
+        writer.add_low_rank(std::string("model.layers.0.") + name + ".weight",
+                            {random_packed(rows, 3, seed, Form::kDense), random_packed(3, cols, seed + 100, Form::kDense)});
+        ++seed;
+        continue;
+      }
       const Form form = which == "mlp.gate_proj"      ? Form::kCodebook
                         : which == "self_attn.k_proj" ? Form::kSign
                                                       : Form::kAffine;

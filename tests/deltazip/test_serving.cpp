@@ -65,17 +65,10 @@ TEST_F(Serving, MixedBatchLogitsEqualEachReconstructedModelAlone) {
 // codebook per group of 32 columns beside a size-budgeted container whose
 // layers took different forms (1-bit sign and sparse ones among them).
 TEST_F(Serving, CodebookAndBudgetedFormsServeLikeTheirReconstruction) {
-  CompressCommand c;
-  c.base = path("base");
-  c.target = path("ft1");
-  c.output = path("ft1-lloyd.h5");
+  CompressCommand c = quick_compression("ft1", "ft1-lloyd.h5");
   c.bits = 2;
   c.grid = "lloyd";
   c.group_size = 32;
-  c.calib_samples = 8;
-  c.seq_len = 32;
-  c.threads = 1;
-  c.force = true;
   compress_delta(c);
   CompressCommand b = c;
   b.target = path("ft2");
@@ -90,6 +83,25 @@ TEST_F(Serving, CodebookAndBudgetedFormsServeLikeTheirReconstruction) {
   EXPECT_GE(forms.size(), 2u) << "the budget chose one form for every layer";
   EXPECT_LE(budgeted.bytes, budgeted.budget_bytes);
   TwoVariants loaded("ft1-lloyd.h5", "ft2-budget.h5");
+  expect_mixed_batch_equals_models_alone(loaded);
+}
+
+// Low-rank deltas (two packed factors per layer) serve as they reconstruct,
+// beside a variant of full rank: in a prefill, where the full-rank variant
+// takes the merged product, and row by row.
+TEST_F(Serving, LowRankDeltasServeLikeTheirReconstruction) {
+  CompressCommand c = quick_compression("ft1", "ft1-rank.h5");
+  c.bits = 4;
+  c.sparsity = "none";
+  c.rank = 6;
+  compress_delta(c);
+  TwoVariants loaded("ft1-rank.h5", "ft2.h5");
+  ASSERT_EQ(loaded.r1.packed_names().size(), 0u);
+  // Every linear layer, and an untied head.
+  ASSERT_EQ(loaded.r1.low_rank_names().size(),
+            7 * loaded.base.num_layers() + (loaded.base.config().tie_word_embeddings ? 0 : 1));
+  ASSERT_NE(loaded.v1->down(0), nullptr);
+  EXPECT_EQ(loaded.v1->down(0)->rows(), 6);
   expect_mixed_batch_equals_models_alone(loaded);
 }
 

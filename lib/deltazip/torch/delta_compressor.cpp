@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <variant>
 
 #include <fmt/format.h>
 
@@ -22,6 +23,7 @@
 #include "common/temporary_folder.h"
 #include "deltazip/container.h"
 #include "deltazip/size_budget.h"
+#include "deltazip/torch/low_rank_compressor.h"
 #include "deltazip/torch/obs_compressor.h"
 #include "deltazip/torch/reconstruct.h"
 #include "model/model_folder.h"
@@ -123,6 +125,7 @@ nlohmann::json settings_json(const CompressCommand& c, std::uint64_t budget_byte
   settings["group_size"] = c.group_size;
   settings["symmetric"] = c.symmetric;
   settings["grid"] = c.grid;
+  if (c.rank > 0) settings["rank"] = c.rank;
   return settings;
 }
 
@@ -160,6 +163,7 @@ CompressionOptions checked_options(const CompressCommand& c) {
   options.group_size = c.group_size;
   options.symmetric = c.symmetric;
   options.grid = parse_grid_fit(c.grid);
+  options.rank = c.rank;
   options.act_order = c.act_order;
   options.damp = c.damp;
   options.block_size = c.block_size;
@@ -185,8 +189,43 @@ CompressionOptions checked_options(const CompressCommand& c) {
 using LinearStep =
     std::function<torch::Tensor(const std::string& name, const torch::Tensor& delta, const torch::Tensor& hessian)>;
 
-// Compresses each linear layer's delta into the container: by OBS with the
-// Hessian of its inputs, or round-to-nearest without one, in the form
+// One linear layer's delta in one form, as the container stores it and as
+// reconstruction yields it.
+struct CompressedLinear {
+  std::variant<PackedMatrix, LowRankMatrix> stored;
+  torch::Tensor dequantized;
+
+  void write(DeltaWriter& writer, const std::string& name) const {
+    if (const auto* low_rank = std::get_if<LowRankMatrix>(&stored))
+      writer.add_low_rank(name, *low_rank);
+    else
+      writer.add_packed(name, std::get<PackedMatrix>(stored));
+  }
+  // Bytes in a container (size_budget.h's estimate).
+  std::uint64_t estimated_bytes(int zstd_level, std::uint64_t overhead_per_array) const {
+    if (const auto* low_rank = std::get_if<LowRankMatrix>(&stored))
+      return estimated_container_bytes(low_rank->up, zstd_level, overhead_per_array) +
+             estimated_container_bytes(low_rank->down, zstd_level, overhead_per_array);
+    return estimated_container_bytes(std::get<PackedMatrix>(stored), zstd_level, overhead_per_array);
+  }
+};
+
+// `delta` in `form`: by OBS against `hessian`, or round-to-nearest (an
+// identity Hessian, no damping) where it is undefined.
+CompressedLinear compress_linear(const torch::Tensor& delta, const torch::Tensor& hessian,
+                                 const CompressionOptions& form) {
+  if (form.low_rank()) {
+    auto o = form;
+    if (!hessian.defined()) o.damp = 0;
+    const auto h = hessian.defined() ? hessian : torch::eye(delta.size(1), delta.options().dtype(torch::kFloat32));
+    auto compressed = low_rank_compress(delta, h, o);
+    return {compressed.pack(o), compressed.dequantized};
+  }
+  auto compressed = hessian.defined() ? obs_compress(delta, hessian, form) : rtn_compress(delta, form);
+  return {compressed.pack(form), compressed.dequantized};
+}
+
+// Compresses each linear layer's delta into the container in the form
 // `form_of` names for it. Sums the OBS output error (and round-to-nearest's,
 // when compared).
 struct LinearCompressor {
@@ -198,15 +237,13 @@ struct LinearCompressor {
   // The dequantized delta as stored.
   torch::Tensor add(const std::string& name, const torch::Tensor& delta, const torch::Tensor& hessian) {
     const CompressionOptions& options = form_of(name);
-    if (!hessian.defined()) {
-      auto compressed = rtn_compress(delta, options);
-      writer.add_packed(name, compressed.pack(options));
-      return compressed.dequantized;
+    const auto compressed = compress_linear(delta, hessian, options);
+    compressed.write(writer, name);
+    if (hessian.defined()) {
+      obs_error += weighted_error(delta, compressed.dequantized, hessian);
+      if (compare_with_rtn)
+        rtn_error += weighted_error(delta, compress_linear(delta, torch::Tensor(), options).dequantized, hessian);
     }
-    auto compressed = obs_compress(delta, hessian, options);
-    writer.add_packed(name, compressed.pack(options));
-    obs_error += weighted_error(delta, compressed.dequantized, hessian);
-    if (compare_with_rtn) rtn_error += weighted_error(delta, rtn_compress(delta, options).dequantized, hessian);
     return compressed.dequantized;
   }
 };
@@ -344,7 +381,18 @@ constexpr std::uint64_t kArrayOverhead = 440;
 // enough a change that the loss still answers to it about linearly.
 constexpr std::size_t kSensitivityProbe = 5;
 
-std::string form_name(const CompressionOptions& o) { return fmt::format("{}-bit {}", o.bits, o.sparsity.to_string()); }
+// Low-rank forms after those, at 4 bits per factor code, by the bits per
+// weight of the delta their codes take (the rank follows from each layer's
+// shape): below one bit per weight they keep the directions a fine-tune
+// moved along where 1-bit and pruned forms lose them.
+constexpr int kLowRankBits = 4;
+constexpr double kLowRankForms[] = {1.5, 1.0, 0.7, 0.5, 0.35, 0.25};
+
+std::string form_name(const CompressionOptions& o) {
+  if (o.rank > 0) return fmt::format("{}-bit rank {}", o.bits, o.rank);
+  if (o.rank_bits > 0) return fmt::format("{}-bit low rank ({} bits/w)", o.bits, o.rank_bits);
+  return fmt::format("{}-bit {}", o.bits, o.sparsity.to_string());
+}
 
 std::vector<CompressionOptions> budget_forms(const CompressionOptions& settings) {
   std::vector<CompressionOptions> forms;
@@ -355,6 +403,15 @@ std::vector<CompressionOptions> budget_forms(const CompressionOptions& settings)
     o.group_size = -1;
     o.symmetric = true;
     o.grid = GridFit::kMinMax;
+    o.rank = 0;
+    o.validate();
+    forms.push_back(o);
+  }
+  for (const double rank_bits : kLowRankForms) {
+    CompressionOptions o = forms.front();
+    o.bits = kLowRankBits;
+    o.sparsity = SparsityPattern{};
+    o.rank_bits = rank_bits;
     o.validate();
     forms.push_back(o);
   }
@@ -399,11 +456,11 @@ Measured measure_forms(const Job& job, const std::vector<CompressionOptions>& fo
     torch::Tensor probe;
     for (std::size_t f = 0; f < forms.size(); ++f) {
       const auto& form = forms[f];
-      const auto compressed = hessian.defined() ? obs_compress(delta, hessian, form) : rtn_compress(delta, form);
+      const auto compressed = compress_linear(delta, hessian, form);
       // Without calibration the error is the plain squared error (an identity Hessian).
       const double error = hessian.defined() ? weighted_error(delta, compressed.dequantized, hessian)
                                              : (delta - compressed.dequantized).pow(2).sum().item<double>();
-      costs.push_back({estimated_container_bytes(compressed.pack(form), c.zstd_level, kArrayOverhead), error});
+      costs.push_back({compressed.estimated_bytes(c.zstd_level, kArrayOverhead), error});
       if (f == kSensitivityProbe) probe = compressed.dequantized;
     }
     if (hessian.defined()) {
@@ -595,6 +652,16 @@ LlamaModel reconstruct_model(const DeltaReader& reader, const LlamaModel& base, 
       auto delta = torch::empty({packed.rows, packed.cols}, torch::kFloat32);
       unpack_matrix(packed, {delta.data_ptr<float>(), static_cast<std::size_t>(delta.numel())});
       t.add_(delta.to(device));
+    } else if (contains(reader.low_rank_names(), name)) {
+      // The product of the factors, taken where the model is (a GPU for a
+      // swap rebuilt there).
+      const auto low_rank = reader.low_rank(name);
+      auto factor = [&](const PackedMatrix& p) {
+        auto f = torch::empty({p.rows, p.cols}, torch::kFloat32);
+        unpack_matrix(p, {f.data_ptr<float>(), static_cast<std::size_t>(f.numel())});
+        return f.to(device);
+      };
+      t.add_(factor(low_rank.up).matmul(factor(low_rank.down)));
     } else if (contains(reader.dense_names(), name)) {
       const auto entry = reader.dense(name);
       const auto stored = dense_tensor(entry).to(device, torch::kFloat32);

@@ -20,6 +20,7 @@ struct CompressCommand {
   std::int64_t group_size = -1;
   bool symmetric = true;
   std::string grid = "minmax";  ///< minmax, mse or ternary (obs_compressor.h GridFit)
+  std::int64_t rank = 0;        ///< > 0: every linear layer as two factors of this rank (low_rank_compressor.h)
   bool act_order = false;
   double damp = 0.01;
   std::int64_t block_size = 128;

@@ -1,5 +1,6 @@
 #include "deltazip/torch/obs_compressor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -176,6 +177,20 @@ void CompressionOptions::validate() const {
   if (!(damp >= 0)) throw UsageError("--damp must be >= 0");
   if (sparsity.kind == SparsityPattern::Kind::kNOfM && block_size % sparsity.m != 0)
     throw UsageError("--block-size must be a multiple of the n:m group (" + std::to_string(sparsity.m) + ")");
+  if (rank < 0 || !(rank_bits >= 0)) throw UsageError("--rank must be 0 (full rank) or positive");
+  if (low_rank() && (bits < 2 || sparsity.kind != SparsityPattern::Kind::kDense || grid != GridFit::kMinMax ||
+                     group_size != -1))
+    throw UsageError(
+        "--rank stores two dense factors at 2 to 8 bits with one scale per row: it takes no --sparsity, --grid "
+        "or --group-size");
+}
+
+std::int64_t CompressionOptions::rank_for(std::int64_t rows, std::int64_t cols) const {
+  const std::int64_t side = std::min(rows, cols);
+  const double wanted = rank > 0 ? static_cast<double>(rank)
+                                 : rank_bits * static_cast<double>(rows) * static_cast<double>(cols) /
+                                       (bits * static_cast<double>(rows + cols));
+  return std::clamp<std::int64_t>(static_cast<std::int64_t>(wanted), 1, side);
 }
 
 namespace {

@@ -33,6 +33,17 @@ struct CompressionOptions {
   bool act_order = false;  ///< process columns by descending Hessian diagonal
   double damp = 0.01;      ///< added to the diagonal, as a fraction of its mean
   std::int64_t block_size = 128;
+  /// Low rank (low_rank_compressor.h): the delta as up [rows, rank] · down
+  /// [rank, cols], each factor dense at `bits` with one scale per row. A
+  /// fixed `rank`, or `rank_bits` > 0: the rank whose factors' codes take
+  /// about that many bits per weight of the delta (the size budget's forms,
+  /// which fit every shape). Both 0: not low rank.
+  std::int64_t rank = 0;
+  double rank_bits = 0;
+
+  bool low_rank() const { return rank > 0 || rank_bits > 0; }
+  /// The rank for a [rows, cols] delta: at least 1, at most the smaller side.
+  std::int64_t rank_for(std::int64_t rows, std::int64_t cols) const;
 
   /// UsageError for unsupported values (bits, group size, block size vs n:m).
   void validate() const;

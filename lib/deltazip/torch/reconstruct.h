@@ -32,7 +32,8 @@ using PackedAdder = std::function<void(const PackedMatrix& packed, torch::Tensor
 /// model-sized buffer exists. Packed entries are added by `add_packed` where
 /// given (dz-serve's GPU rebuild decodes them on the device), otherwise
 /// decoded on the CPU and added on `device` (one rounding either way: the
-/// same bits). The caller has checked the base identity; InputError for a
+/// same bits). A low-rank delta's factors are decoded on the CPU and
+/// multiplied on `device`. The caller has checked the base identity; InputError for a
 /// delta of another architecture or without an entry for some tensor.
 model::LlamaModel reconstruct_model(const DeltaReader& reader, const model::LlamaModel& base,
                                     torch::Device device = torch::kCPU, const PackedAdder& add_packed = {});

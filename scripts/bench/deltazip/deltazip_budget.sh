@@ -63,4 +63,4 @@ for ratio in "${ratios[@]}"; do
     --calib "$calib" --threads 1 --json >"$tmp/b.json" || { echo "--target-ratio $ratio: refused (above)"; continue; }
   row "--target-ratio $ratio" "$tmp/b.h5"
 done
-echo "(one thread; each --target-ratio row measures eight forms per layer, then compresses in the chosen ones)"
+echo "(one thread; each --target-ratio row measures fourteen forms per layer, then compresses in the chosen ones)"

@@ -77,21 +77,31 @@ std::shared_ptr<const VariantDelta> VariantDelta::load(const std::string& name, 
   for (std::size_t l = 0; l < layers; ++l) {
     for (const char* projection : kProjectionNames) {
       const auto tensor = layer_tensor(l, projection);
-      if (!contains(reader.packed_names(), tensor))
+      const auto& base_w = base_params.at(tensor);
+      std::unique_ptr<SbmmMatrix> matrix, down;
+      if (contains(reader.low_rank_names(), tensor)) {
+        const auto low_rank = reader.low_rank(tensor);
+        matrix = std::make_unique<SbmmMatrix>(low_rank.up);
+        down = std::make_unique<SbmmMatrix>(low_rank.down);
+      } else if (contains(reader.packed_names(), tensor)) {
+        matrix = std::make_unique<SbmmMatrix>(reader.packed(tensor));
+      } else {
         throw InputError(reader.path().string() + ": no packed delta for '" + tensor +
                          "' (dz-serve's delta mode needs every linear layer compressed)");
-      auto matrix = std::make_unique<SbmmMatrix>(reader.packed(tensor));
-      const auto& base_w = base_params.at(tensor);
-      if (matrix->rows() != base_w.size(0) || matrix->cols() != base_w.size(1))
+      }
+      const auto cols = down ? down->cols() : matrix->cols();
+      if (matrix->rows() != base_w.size(0) || cols != base_w.size(1))
         throw InputError(reader.path().string() + ": '" + tensor + "' has another shape than the base's");
-      v->bytes += matrix->bytes();
+      v->bytes += matrix->bytes() + (down ? down->bytes() : 0);
 #if FLEET_WITH_CUDA
       if (device.is_cuda()) {  // the packed arrays are copied to the GPU; the host copy goes
         v->device_linear.push_back(std::make_shared<const SbmmCudaMatrix>(matrix->layout()));
+        v->device_linear_down.push_back(down ? std::make_shared<const SbmmCudaMatrix>(down->layout()) : nullptr);
         continue;
       }
 #endif
       v->linear.push_back(std::move(matrix));
+      v->linear_down.push_back(std::move(down));
     }
     v->input_norm.push_back(norm(layer_tensor(l, "input_layernorm")));
     v->post_attention_norm.push_back(norm(layer_tensor(l, "post_attention_layernorm")));
@@ -100,13 +110,17 @@ std::shared_ptr<const VariantDelta> VariantDelta::load(const std::string& name, 
   v->embedding_delta = dense_or_zero("model.embed_tokens.weight");
   // An untied head compressed as a linear layer: decoded once, kept dense
   // (one matrix per variant, as a dense head delta was).
-  if (!base.config().tie_word_embeddings && contains(reader.packed_names(), "lm_head.weight")) {
-    const auto packed = reader.packed("lm_head.weight");
+  const bool packed_head = contains(reader.packed_names(), "lm_head.weight"),
+             low_rank_head = contains(reader.low_rank_names(), "lm_head.weight");
+  if (!base.config().tie_word_embeddings && (packed_head || low_rank_head)) {
     const auto& base_head = base_params.at("lm_head.weight");
-    if (packed.rows != base_head.size(0) || packed.cols != base_head.size(1))
-      throw InputError(reader.path().string() + ": 'lm_head.weight' has another shape than the base's");
-    auto head = torch::empty({packed.rows, packed.cols}, torch::kFloat32);
-    unpack_matrix(packed, {head.data_ptr<float>(), static_cast<std::size_t>(head.numel())});
+    // The reader checked the entry's shape against the model's on opening.
+    auto head = torch::empty(base_head.sizes(), torch::kFloat32);
+    const std::span<float> values{head.data_ptr<float>(), static_cast<std::size_t>(head.numel())};
+    if (low_rank_head)
+      unpack_low_rank(reader.low_rank("lm_head.weight"), values);
+    else
+      unpack_matrix(reader.packed("lm_head.weight"), values);
     v->bytes += static_cast<std::uint64_t>(head.nbytes());
     v->head_delta = head.to(device);
   } else {
@@ -274,7 +288,13 @@ struct SegmentProduct {
 void add_segment(const VariantSegment& s, std::size_t index, const torch::Tensor& x, torch::Tensor& out) {
   if (x.is_cuda()) throw UsageError(kNoCudaKernel);
   SegmentProduct p(s, x, out);
-  sbmm_add(*s.variant->linear.at(index), p.rows_x, p.flat);
+  if (const SbmmMatrix* down = s.variant->down(index)) {  // (x · downᵀ) · upᵀ
+    auto inner = torch::zeros({p.rows_x.size(0), down->rows()}, p.rows_x.options());
+    sbmm_add(*down, p.rows_x, inner);
+    sbmm_add(*s.variant->linear.at(index), inner, p.flat);
+  } else {
+    sbmm_add(*s.variant->linear.at(index), p.rows_x, p.flat);
+  }
   p.finish();
 }
 
@@ -287,17 +307,26 @@ void add_segment(const VariantSegment& s, std::size_t index, const torch::Tensor
 void add_segments_on_gpu(const std::vector<VariantSegment>& segments, std::size_t index, const torch::Tensor& x,
                          torch::Tensor& out) {
   std::vector<SegmentProduct> pending;
-  std::vector<SbmmCudaProduct> products;
+  std::vector<torch::Tensor> inner;  // low-rank variants' x · downᵀ
+  std::vector<SbmmCudaProduct> down_products, products;
   pending.reserve(segments.size());
   for (const auto& s : segments) {
     auto& p = pending.emplace_back(s, x, out);
-    products.push_back({s.variant->device_linear.at(index).get(), p.rows_x.data_ptr<float>(), p.rows_x.size(0),
-                        p.flat.data_ptr<float>()});
+    const auto n = p.rows_x.size(0);
+    const float* in = p.rows_x.data_ptr<float>();
+    if (const auto& down = s.variant->device_linear_down.at(index)) {
+      const auto& t = inner.emplace_back(torch::zeros({n, down->rows()}, p.rows_x.options()));
+      down_products.push_back({down.get(), in, n, t.data_ptr<float>()});
+      in = t.data_ptr<float>();
+    }
+    products.push_back({s.variant->device_linear.at(index).get(), in, n, p.flat.data_ptr<float>()});
   }
   void* stream = nullptr;
 #if FLEET_TORCH_CUDA
   stream = c10::cuda::getCurrentCUDAStream().stream();
 #endif
+  // Down factors first, in one launch; then every variant's (up or whole) product in another.
+  if (!down_products.empty()) sbmm_cuda_grouped(down_products.data(), down_products.size(), stream);
   sbmm_cuda_grouped(products.data(), products.size(), stream);
   // PyTorch's allocator is stream-ordered: inputs freed on leaving are
   // reused only by work queued after this launch.
@@ -322,7 +351,8 @@ torch::Tensor DeltaOverlay::linear(std::size_t layer, model::Projection which, c
   std::vector<const VariantSegment*> rest;
   std::int64_t covered = 0;
   for (const auto& s : segments_) {
-    if (s.count * per_row < tile_path_rows(*s.variant->linear.at(index))) {
+    // A low-rank delta's two thin products cost less than a pass over W.
+    if (s.variant->down(index) != nullptr || s.count * per_row < tile_path_rows(*s.variant->linear.at(index))) {
       rest.push_back(&s);
       continue;
     }

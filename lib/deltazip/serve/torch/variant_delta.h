@@ -25,9 +25,12 @@ struct VariantDelta {
   std::string name;
   /// Linear deltas by layer * 7 + projection (model::Projection order): on
   /// the CPU in `linear`, or in GPU memory in `device_linear` (then `linear`
-  /// is empty), as the base model's device.
-  std::vector<std::unique_ptr<SbmmMatrix>> linear;
-  std::vector<std::shared_ptr<const SbmmCudaMatrix>> device_linear;
+  /// is empty), as the base model's device. A low-rank delta is its up
+  /// factor [out, rank] there and its down factor [rank, in] at the same
+  /// index of `linear_down` / `device_linear_down` (null for a delta of full
+  /// rank): x · Δᵀ = (x · downᵀ) · upᵀ, two products of the packed factors.
+  std::vector<std::unique_ptr<SbmmMatrix>> linear, linear_down;
+  std::vector<std::shared_ptr<const SbmmCudaMatrix>> device_linear, device_linear_down;
   /// Norm weights of the variant (base + delta), [hidden], per layer.
   std::vector<torch::Tensor> input_norm, post_attention_norm;
   torch::Tensor final_norm;
@@ -35,6 +38,11 @@ struct VariantDelta {
   torch::Tensor embedding_delta, head_delta;
   /// Bytes held in memory.
   std::uint64_t bytes = 0;
+
+  /// The down factor of linear delta `index`, or null (full rank, or on a GPU).
+  const SbmmMatrix* down(std::size_t index) const {
+    return index < linear_down.size() ? linear_down[index].get() : nullptr;
+  }
 
   /// Reads every tensor of `reader` (already checked against the base's
   /// identity) into serving form on the base's device. InputError for a
