@@ -73,8 +73,9 @@ void add_form_options(CLI::App* cc, dz::CompressCommand& compress) {
       ->capture_default_str();
   CLI::Option* ratio_option =
       cc->add_option("--target-ratio", compress.target_ratio,
-                     "Size budget: the whole file at most the fp16 model's size / R; each linear layer's bits and "
-                     "sparsity are chosen to meet it (instead of --bits, --sparsity, --grid, --group-size)")
+                     "Size budget: the whole file at most the fp16 model's size / R; each linear layer's form (bits "
+                     "and sparsity, or low rank) is chosen to meet it (instead of --bits, --sparsity, --grid, "
+                     "--group-size, --rank)")
           ->check(fleet::in_range(1, 1e6));
   CLI::Option* max_bytes_option =
       cc->add_option("--max-bytes", compress.max_bytes, "Size budget in bytes for the whole file (as --target-ratio)")

@@ -11,6 +11,7 @@
 #include "deltazip/serve/torch/device_reconstruct.h"
 #include "deltazip/serve/torch/engine.h"
 #include "deltazip/serve/torch/variant_delta.h"
+#include "deltazip/torch/delta_compressor.h"
 #include "deltazip/torch/reconstruct.h"
 #include "model/torch/llama.h"
 #include "serving_fixture.h"
@@ -30,12 +31,14 @@ class ServingGpu : public Serving {
   }
 };
 
-TEST_F(ServingGpu, MixedBatchLogitsEqualTheCpuOnes) {
+// A mixed batch of `first` and `second` (containers) on the GPU against the CPU.
+void expect_gpu_batch_equals_cpu(const std::filesystem::path& first, const std::filesystem::path& second,
+                                 const std::filesystem::path& base_folder) {
   torch::NoGradGuard no_grad;
   const torch::Device gpu(torch::kCUDA);
-  auto cpu_base = LlamaModel::load(path("base"));
-  auto gpu_base = LlamaModel::load(path("base"), torch::kFloat32, gpu);
-  DeltaReader r1(path("ft1.h5")), r2(path("ft2.h5"));
+  auto cpu_base = LlamaModel::load(base_folder);
+  auto gpu_base = LlamaModel::load(base_folder, torch::kFloat32, gpu);
+  DeltaReader r1(first), r2(second);
   auto c1 = VariantDelta::load("ft1", r1, cpu_base), c2 = VariantDelta::load("ft2", r2, cpu_base);
   auto g1 = VariantDelta::load("ft1", r1, gpu_base), g2 = VariantDelta::load("ft2", r2, gpu_base);
   ASSERT_TRUE(g1->linear.empty());
@@ -65,6 +68,29 @@ TEST_F(ServingGpu, MixedBatchLogitsEqualTheCpuOnes) {
   auto step_got = gpu_base.forward_cached(gpu_cache, slots, next.to(gpu), ones, false, &on_gpu).cpu();
   EXPECT_TRUE(torch::allclose(step_got, step_want, 1e-3, 1e-3))
       << "decode step: max difference " << (step_got - step_want).abs().max().item<float>();
+}
+
+TEST_F(ServingGpu, MixedBatchLogitsEqualTheCpuOnes) {
+  expect_gpu_batch_equals_cpu(path("ft1.h5"), path("ft2.h5"), path("base"));
+}
+
+// Low-rank deltas: two grouped launches per layer (down factors, then up
+// factors beside the full-rank variant's products).
+TEST_F(ServingGpu, LowRankMixedBatchLogitsEqualTheCpuOnes) {
+  CompressCommand c = quick_compression("ft1", "ft1-rank-gpu.h5");
+  c.sparsity = "none";
+  c.rank = 6;
+  compress_delta(c);
+  expect_gpu_batch_equals_cpu(path("ft1-rank-gpu.h5"), path("ft2.h5"), path("base"));
+  // Rebuilt on the GPU (swap and full mode): the factors' product there.
+  torch::NoGradGuard no_grad;
+  DeltaReader reader(path("ft1-rank-gpu.h5"));
+  const auto want = reconstruct_model(reader, LlamaModel::load(path("base")));
+  const auto got = reconstruct_on_base_device(reader, LlamaModel::load(path("base"), torch::kFloat32, torch::kCUDA));
+  std::map<std::string, torch::Tensor> wanted;
+  for (const auto& [name, t] : want.named_parameters()) wanted[name] = t;
+  for (const auto& [name, t] : got.named_parameters())
+    EXPECT_TRUE(torch::allclose(t.cpu(), wanted.at(name), 1e-5, 1e-6)) << name;
 }
 
 TEST_F(ServingGpu, ModelRebuiltOnTheGpuEqualsTheCpuRebuild) {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <variant>
 
@@ -211,14 +212,21 @@ struct CompressedLinear {
 };
 
 // `delta` in `form`: by OBS against `hessian`, or round-to-nearest (an
-// identity Hessian, no damping) where it is undefined.
+// identity Hessian, no damping) where it is undefined. A low-rank form
+// takes its directions from `basis` where given (computed there on first
+// use, so that every rank tried on one layer shares one SVD).
 CompressedLinear compress_linear(const torch::Tensor& delta, const torch::Tensor& hessian,
-                                 const CompressionOptions& form) {
+                                 const CompressionOptions& form, std::optional<LowRankBasis>* basis = nullptr) {
   if (form.low_rank()) {
     auto o = form;
     if (!hessian.defined()) o.damp = 0;
-    const auto h = hessian.defined() ? hessian : torch::eye(delta.size(1), delta.options().dtype(torch::kFloat32));
-    auto compressed = low_rank_compress(delta, h, o);
+    std::optional<LowRankBasis> own;
+    std::optional<LowRankBasis>& directions = basis ? *basis : own;
+    if (!directions)
+      directions.emplace(delta,
+                         hessian.defined() ? hessian : torch::eye(delta.size(1), delta.options().dtype(torch::kFloat32)),
+                         o.damp);
+    auto compressed = directions->compress(o);
     return {compressed.pack(o), compressed.dequantized};
   }
   auto compressed = hessian.defined() ? obs_compress(delta, hessian, form) : rtn_compress(delta, form);
@@ -454,9 +462,10 @@ Measured measure_forms(const Job& job, const std::vector<CompressionOptions>& fo
   auto measure = [&](const std::string& name, const torch::Tensor& delta, const torch::Tensor& hessian) {
     std::vector<FormCost> costs;
     torch::Tensor probe;
+    std::optional<LowRankBasis> basis;  // one SVD for every low-rank form of this layer
     for (std::size_t f = 0; f < forms.size(); ++f) {
       const auto& form = forms[f];
-      const auto compressed = compress_linear(delta, hessian, form);
+      const auto compressed = compress_linear(delta, hessian, form, &basis);
       // Without calibration the error is the plain squared error (an identity Hessian).
       const double error = hessian.defined() ? weighted_error(delta, compressed.dequantized, hessian)
                                              : (delta - compressed.dequantized).pow(2).sum().item<double>();

@@ -22,44 +22,56 @@ CompressionOptions factor_options(const CompressionOptions& o) {
 
 }  // namespace
 
-LowRankCompressed low_rank_compress(const torch::Tensor& delta, const torch::Tensor& hessian,
-                                    const CompressionOptions& o) {
-  o.validate();
-  if (!o.low_rank()) throw UsageError("low_rank_compress needs a rank");
+LowRankBasis::LowRankBasis(const torch::Tensor& delta, const torch::Tensor& hessian, double damp) {
   torch::NoGradGuard no_grad;
-  const auto rows = delta.size(0), cols = delta.size(1);
-  if (hessian.dim() != 2 || hessian.size(0) != cols || hessian.size(1) != cols)
+  const auto cols = delta.size(1);
+  if (delta.dim() != 2 || hessian.dim() != 2 || hessian.size(0) != cols || hessian.size(1) != cols)
     throw InputError("the Hessian must be [" + std::to_string(cols) + ", " + std::to_string(cols) + "]");
-  const auto rank = o.rank_for(rows, cols);
-  auto D = delta.to(torch::kFloat64);
+  delta_ = delta.to(torch::kFloat64);
+  hessian_ = hessian;
   // Damped as the sweep damps it; inputs that never fire get a unit diagonal.
-  auto H = hessian.to(torch::kFloat64).clone();
-  H.diagonal().masked_fill_(H.diagonal() == 0, 1.0);
-  H.diagonal().add_(std::max(o.damp, 1e-6) * H.diagonal().mean().item<double>());
+  damped_ = hessian.to(torch::kFloat64).clone();
+  damped_.diagonal().masked_fill_(damped_.diagonal() == 0, 1.0);
+  damped_.diagonal().add_(std::max(damp, 1e-6) * damped_.diagonal().mean().item<double>());
   // tr(E H Eᵀ) = ‖E S‖² with H = S Sᵀ: the best rank-r approximation of D S is
   // its truncated SVD U Σ Vᵀ, so Δ ≈ U · (Σ Vᵀ S⁻¹). The singular values go
-  // with down, whose rows each get a scale: up's columns stay orthonormal,
-  // of one magnitude, as its per-row scales want.
-  const auto S = torch::linalg_cholesky(H);
-  auto [U, sigma, Vh] = torch::linalg_svd(D.matmul(S), /*full_matrices=*/false);
-  U = U.narrow(1, 0, rank);
+  // with down, whose rows each get a scale; up is refitted to the quantized
+  // down (compress), so U itself is not kept.
+  cholesky_ = torch::linalg_cholesky(damped_);
+  auto svd = torch::linalg_svd(delta_.matmul(cholesky_), /*full_matrices=*/false);
+  sigma_ = std::get<1>(svd);
+  vh_ = std::get<2>(svd);
+}
+
+LowRankCompressed LowRankBasis::compress(const CompressionOptions& o) const {
+  o.validate();
+  if (!o.low_rank()) throw UsageError("a low-rank compression needs a rank");
+  torch::NoGradGuard no_grad;
+  const auto rank = o.rank_for(delta_.size(0), delta_.size(1));
   // Vᵣᵀ S⁻¹ = (S⁻ᵀ Vᵣ)ᵀ: one triangular solve.
-  auto down = torch::linalg_solve_triangular(S.t(), Vh.narrow(0, 0, rank).t(), /*upper=*/true).t();
-  down = down * sigma.narrow(0, 0, rank).unsqueeze(1);
+  auto down = torch::linalg_solve_triangular(cholesky_.t(), vh_.narrow(0, 0, rank).t(), /*upper=*/true).t();
+  down = down * sigma_.narrow(0, 0, rank).unsqueeze(1);
   const auto fo = factor_options(o);
   LowRankCompressed out;
-  out.down = obs_compress(down.to(torch::kFloat32), hessian, fo);
+  out.down = obs_compress(down.to(torch::kFloat32), hessian_, fo);
   // up = argmin ‖(D − up·B) S‖ for the quantized B: D H Bᵀ (B H Bᵀ)⁻¹, with a
   // little damping in case quantizing zeroed a direction.
   const auto B = out.down.dequantized.to(torch::kFloat64);
-  auto gram = B.matmul(H).matmul(B.t());
+  const auto BH = B.matmul(damped_);
+  auto gram = BH.matmul(B.t());
   gram.diagonal().add_(1e-9 * gram.diagonal().mean().item<double>() + 1e-30);
-  const auto up = torch::linalg_solve(gram, B.matmul(H).matmul(D.t())).t();
+  const auto up = torch::linalg_solve(gram, BH.matmul(delta_.t())).t();
   // The up factor's inputs are down · x: their Hessian is B H Bᵀ.
-  const auto up_hessian = B.matmul(hessian.to(torch::kFloat64)).matmul(B.t()).to(torch::kFloat32);
+  const auto up_hessian = B.matmul(hessian_.to(torch::kFloat64)).matmul(B.t()).to(torch::kFloat32);
   out.up = obs_compress(up.to(torch::kFloat32), up_hessian, fo);
   out.dequantized = out.up.dequantized.matmul(out.down.dequantized);
   return out;
+}
+
+LowRankCompressed low_rank_compress(const torch::Tensor& delta, const torch::Tensor& hessian,
+                                    const CompressionOptions& options) {
+  options.validate();
+  return LowRankBasis(delta, hessian, options.damp).compress(options);
 }
 
 LowRankMatrix LowRankCompressed::pack(const CompressionOptions& options) const {

@@ -19,6 +19,20 @@ struct LowRankCompressed {
   LowRankMatrix pack(const CompressionOptions& options) const;
 };
 
+/// The directions of one delta under one Hessian, found once for every rank
+/// asked of them (the size budget tries several): the damped Hessian H, its
+/// Cholesky factor S and the SVD of delta · S.
+class LowRankBasis {
+ public:
+  /// InputError when `hessian` is not [cols, cols].
+  LowRankBasis(const torch::Tensor& delta, const torch::Tensor& hessian, double damp);
+  /// The delta at `options.rank_for(rows, cols)` (options.damp is the basis's).
+  LowRankCompressed compress(const CompressionOptions& options) const;
+
+ private:
+  torch::Tensor delta_, hessian_, damped_, cholesky_, sigma_, vh_;
+};
+
 /// Compresses `delta` [rows, cols] at `options.rank_for(rows, cols)` given the
 /// Hessian `hessian` [cols, cols] of its inputs (an identity: the plain
 /// squared error). The rank-r approximation with the least output error
