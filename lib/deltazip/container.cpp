@@ -82,6 +82,42 @@ std::int64_t int_attr_in(const Hdf5Store& store, const std::string& object, cons
   return v;
 }
 
+// The container's datasets by kind: the parts of each packed matrix, row
+// delta and low-rank delta, and the dense tensors' names. InputError for a
+// name of no kind or a part a kind does not have.
+struct EntryGroups {
+  std::map<std::string, std::set<std::string>> linear_parts, row_parts, low_rank_parts;
+  std::vector<std::string> dense;
+};
+
+EntryGroups group_entries(const std::vector<std::string>& names, const std::string& file) {
+  EntryGroups g;
+  auto unexpected = [&](const std::string& name) { throw InputError(file + ": unexpected entry '" + name + "'"); };
+  for (const auto& name : names) {
+    std::string tensor, part;
+    if (split_parts(name, kLinear, tensor, part)) {
+      if (part != "codes" && part != "scales" && part != "zeros" && part != "indices" && part != "codebook")
+        unexpected(name);
+      g.linear_parts[tensor].insert(part);
+    } else if (split_parts(name, kLowRank, tensor, part)) {
+      // lowrank/<tensor>/<up|down>/<part>: each factor a dense packed matrix.
+      const auto slash = tensor.rfind('/');
+      const std::string factor = slash == std::string::npos ? "" : tensor.substr(slash + 1);
+      if ((factor != kFactors[0] && factor != kFactors[1]) || (part != "codes" && part != "scales" && part != "zeros"))
+        unexpected(name);
+      g.low_rank_parts[tensor.substr(0, slash)].insert(factor + "/" + part);
+    } else if (split_parts(name, kRows, tensor, part)) {
+      if (part != "rows" && part != "codes" && part != "scales") unexpected(name);
+      g.row_parts[tensor].insert(part);
+    } else if (name.rfind(kDense, 0) == 0) {
+      g.dense.push_back(name.substr(std::strlen(kDense)));
+    } else {
+      unexpected(name);
+    }
+  }
+  return g;
+}
+
 }  // namespace
 
 DeltaWriter::DeltaWriter(const std::filesystem::path& path, const DeltaHeader& header, int zstd_level)
@@ -163,37 +199,16 @@ DeltaReader::DeltaReader(const std::filesystem::path& path) : store_(Hdf5Store::
 void DeltaReader::check_layout(const std::vector<model::ParameterShape>& model_tensors) {
   // One place decides what a container holds, so inspect, decompress and
   // the server refuse the same files: every weight of the model in `config`
-  // exactly once, as a packed matrix or a dense tensor of its shape, and
-  // nothing else. Shapes come from the model, never from the file.
+  // exactly once, as a packed matrix, two low-rank factors, a row delta or a
+  // dense tensor of its shape, and nothing else. Shapes come from the model,
+  // never from the file.
   const std::string file = path().string();
   auto fail = [&](const std::string& why) { throw InputError(file + ": " + why); };
   const std::vector<std::string> names = store_.tensor_names();
   std::map<std::string, std::vector<std::int64_t>> expected;
   for (const auto& t : model_tensors) expected.emplace(t.name, t.shape);
-  std::map<std::string, std::set<std::string>> linear_parts, row_parts, low_rank_parts;
-  for (const auto& name : names) {
-    std::string tensor, part;
-    if (split_parts(name, kLinear, tensor, part)) {
-      if (part != "codes" && part != "scales" && part != "zeros" && part != "indices" && part != "codebook")
-        fail("unexpected entry '" + name + "'");
-      linear_parts[tensor].insert(part);
-    } else if (split_parts(name, kLowRank, tensor, part)) {
-      // lowrank/<tensor>/<up|down>/<part>: each factor a dense packed matrix.
-      const auto slash = tensor.rfind('/');
-      const std::string factor = slash == std::string::npos ? "" : tensor.substr(slash + 1);
-      if ((factor != kFactors[0] && factor != kFactors[1]) ||
-          (part != "codes" && part != "scales" && part != "zeros"))
-        fail("unexpected entry '" + name + "'");
-      low_rank_parts[tensor.substr(0, slash)].insert(factor + "/" + part);
-    } else if (split_parts(name, kRows, tensor, part)) {
-      if (part != "rows" && part != "codes" && part != "scales") fail("unexpected entry '" + name + "'");
-      row_parts[tensor].insert(part);
-    } else if (name.rfind(kDense, 0) == 0) {
-      dense_.push_back(name.substr(std::strlen(kDense)));
-    } else {
-      fail("unexpected entry '" + name + "'");
-    }
-  }
+  auto [linear_parts, row_parts, low_rank_parts, dense] = group_entries(names, file);
+  dense_ = std::move(dense);
   for (const auto& [tensor, parts] : linear_parts) {
     if (!parts.count("codes")) fail(tensor + ": the packed matrix has no 'codes'");
     if (parts.count("codebook") && (parts.count("scales") || parts.count("zeros")))

@@ -180,6 +180,8 @@ CompressionOptions checked_options(const CompressCommand& c) {
   if (!(c.target_ratio >= 0) || (c.target_ratio > 0 && c.target_ratio < 1))
     throw UsageError("--target-ratio must be at least 1 (times smaller than the fp16 model)");
   if (c.target_ratio > 0 && c.max_bytes > 0) throw UsageError("give --target-ratio or --max-bytes, not both");
+  if ((c.target_ratio > 0 || c.max_bytes > 0) && c.rank > 0)
+    throw UsageError("--rank fixes what a size budget chooses per layer; give one or the other");
   return options;
 }
 

@@ -178,11 +178,10 @@ void CompressionOptions::validate() const {
   if (sparsity.kind == SparsityPattern::Kind::kNOfM && block_size % sparsity.m != 0)
     throw UsageError("--block-size must be a multiple of the n:m group (" + std::to_string(sparsity.m) + ")");
   if (rank < 0 || !(rank_bits >= 0)) throw UsageError("--rank must be 0 (full rank) or positive");
-  if (low_rank() && (bits < 2 || sparsity.kind != SparsityPattern::Kind::kDense || grid != GridFit::kMinMax ||
-                     group_size != -1))
+  if (low_rank() && bits < 2) throw UsageError("--rank stores its two factors at 2 to 8 bits: use --bits 2 or more");
+  if (low_rank() && (sparsity.kind != SparsityPattern::Kind::kDense || grid != GridFit::kMinMax || group_size != -1))
     throw UsageError(
-        "--rank stores two dense factors at 2 to 8 bits with one scale per row: it takes no --sparsity, --grid "
-        "or --group-size");
+        "--rank stores two dense factors with one scale per row: it takes no --sparsity, --grid or --group-size");
 }
 
 std::int64_t CompressionOptions::rank_for(std::int64_t rows, std::int64_t cols) const {
