@@ -17,6 +17,8 @@
 #   MODES="delta" SKIP_KERNELS=1 SKIP_DECODE=1   rerun some modes only (their earlier results are replaced;
 #                                                SKIP_KERNELS skips the CPU kernel benchmarks, SKIP_DECODE the decode step)
 #   VARIANTS=8                     make and serve 8 variants only (no 16-variant runs)
+#   FORM=rank:16                   compress every variant to low rank (--rank 16, 4-bit factors) instead of
+#                                  2:4 (use another MODELS_DIR: variants already made are kept as they are)
 #   PARALLEL=2                     variants made at once (one thread each)
 #   DEVICE=cuda BIN=build-gpu/bin  fine-tune, compress, time the decode step and serve on a GPU
 #                                  (scripts/gpu-check.sh)
@@ -30,6 +32,8 @@ rates8=${RATES8-"1 2 4 8"} rates16=${RATES16-"8"} duration=${DURATION:-30} cap=$
 max_tokens=${MAX_TOKENS:-16} threads=${THREADS:-1} steps=${STEPS:-2} device=${DEVICE:-cpu} count=${VARIANTS:-16}
 [ "$count" = 8 ] || [ "$count" = 16 ] || { echo "VARIANTS must be 8 or 16" >&2; exit 2; }
 [ "$count" = 16 ] || rates16=""
+form=${FORM:-2:4}
+[ "$form" = 2:4 ] || [[ "$form" =~ ^rank:[1-9][0-9]*$ ]] || { echo "FORM must be 2:4 or rank:R" >&2; exit 2; }
 python=${FLEET_PYTHON:-/usr/bin/python3}
 results=$models/results
 mkdir -p "$models/deltas" "$results"
@@ -42,15 +46,16 @@ make_variant() {  # make_variant I
   local i=$1 name
   name=$(printf 'ft%02d' "$i")
   [ -f "$models/deltas/$name.h5" ] && return 0
-  local task=${tasks[$((i % 5))]} bits=$(( i % 2 == 1 ? 4 : 2 ))
+  local task=${tasks[$((i % 5))]} bits=$(( i % 2 == 1 ? 4 : 2 )) shape
+  if [ "$form" = 2:4 ]; then shape=(--bits "$bits" --sparsity 2:4); else shape=(--rank "${form#rank:}" --bits 4); fi
   "$bin/sailor-run" -q make-corpus --task "$task" --lines 2000 --seed "$i" -o "$models/$name.txt"
   "$bin/sailor-run" -q train --model "$models/base" --data "$models/$name.txt" -o "$models/$name" --steps "$steps" \
     --batch-size 2 --seq-len 64 --lr 1e-4 --threads 1 --device "$device" --force >/dev/null
   "$bin/dz-compress" -q compress --base "$models/base" --target "$models/$name" -o "$models/deltas/$name.h5" \
-    --bits "$bits" --sparsity 2:4 --calib "$models/$name.txt" --calib-samples 16 --seq-len 64 --threads 1 \
+    "${shape[@]}" --calib "$models/$name.txt" --calib-samples 16 --seq-len 64 --threads 1 \
     --device "$device" >/dev/null
   rm -rf "${models:?}/$name" "$models/$name.txt"
-  log "variant $name: $task corpus, $bits-bit 2:4"
+  log "variant $name: $task corpus, ${shape[*]}"
 }
 parallel=${PARALLEL:-2}
 for first in $(seq 1 "$parallel" "$count"); do  # PARALLEL at a time, one thread each
