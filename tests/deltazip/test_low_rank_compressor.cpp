@@ -63,6 +63,26 @@ TEST(LowRank, TheHessianPicksTheDirectionsThatMatterForTheOutput) {
             output_error(delta, weighted.dequantized, torch::eye(64)));
 }
 
+// Wide and tall deltas take different routes to their directions (the
+// eigenvectors of D H Dᵀ, or of Sᵀ Dᵀ D S and a triangular solve): both reach
+// the least output error any rank-r matrix has, the discarded singular
+// values of D S, here computed by an SVD (8-bit factors add their rounding).
+TEST(LowRank, BothShapesReachTheLeastOutputErrorOfTheirRank) {
+  for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{24, 64}, {64, 24}}) {
+    const auto delta = randn({rows, cols}, 12) * 0.01;
+    const auto h = uneven_hessian(cols, 13);
+    auto o = low_rank(5, 8);
+    const auto c = low_rank_compress(delta, h, o);
+    auto damped = h.to(torch::kFloat64).clone();
+    damped.diagonal().add_(o.damp * damped.diagonal().mean().item<double>());
+    const auto sigma = torch::linalg_svdvals(delta.to(torch::kFloat64).matmul(torch::linalg_cholesky(damped)));
+    const double least = sigma.narrow(0, 5, sigma.size(0) - 5).pow(2).sum().item<double>();
+    const double got = output_error(delta, c.dequantized, damped);
+    EXPECT_LT(got, 1.01 * least) << rows << " x " << cols;
+    EXPECT_GT(got, 0.999 * least) << rows << " x " << cols;  // no rank-5 matrix does better
+  }
+}
+
 TEST(LowRank, StoredFactorsDecodeToWhatReconstructionYields) {
   const auto delta = randn({32, 48}, 6) * 0.02;
   const auto h = uneven_hessian(48, 7);

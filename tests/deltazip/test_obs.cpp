@@ -1,6 +1,8 @@
 // The OBS sweep's checkable identities: loss = Hessian-weighted
 // error / 2, diagonal Hessian = round-to-nearest, n:m zeros, pruned = 0,
 // better than round-to-nearest on correlated Hessians; storage round trip.
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
@@ -129,6 +131,21 @@ TEST(Obs, PackedFormReconstructsExactly) {
         auto restored = torch::from_blob(out.data(), {12, 32}, torch::kFloat32);
         EXPECT_TRUE(torch::equal(restored, c.dequantized)) << sparsity << " " << bits << " act_order " << act_order;
       }
+}
+
+// A row of one sign on the symmetric grid: its largest value is a level
+// (GPTQ's grid, which keeps the minimum at 0 for such a row, clamps the
+// upper half of the range to about half of it).
+TEST(Obs, SymmetricGridCoversARowOfOneSign) {
+  auto w = random_weight(6, 8, 13).abs();  // all positive...
+  w.narrow(0, 3, 3).neg_();                // ...and all negative
+  for (int bits : {2, 4, 8}) {
+    const auto c = rtn_compress(w, options(bits, "none"));
+    const auto step = c.scales;  // [rows, 1]
+    const float worst = ((c.dequantized - w).abs() / step).max().item<float>();
+    // Half a step, and the float16 rounding of the step (2^-11 of it) at the top level.
+    EXPECT_LE(worst, 0.5 + std::ldexp(1.0, bits - 1 - 11) + 1e-4) << bits << " bits: an error of " << worst << " steps";
+  }
 }
 
 CompressionOptions grid_options(int bits, GridFit fit, const char* sparsity, std::int64_t group, bool act_order) {

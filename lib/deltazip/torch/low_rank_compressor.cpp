@@ -33,14 +33,25 @@ LowRankBasis::LowRankBasis(const torch::Tensor& delta, const torch::Tensor& hess
   damped_ = hessian.to(torch::kFloat64).clone();
   damped_.diagonal().masked_fill_(damped_.diagonal() == 0, 1.0);
   damped_.diagonal().add_(std::max(damp, 1e-6) * damped_.diagonal().mean().item<double>());
-  // tr(E H Eᵀ) = ‖E S‖² with H = S Sᵀ: the best rank-r approximation of D S is
-  // its truncated SVD U Σ Vᵀ, so Δ ≈ U · (Σ Vᵀ S⁻¹). The singular values go
-  // with down, whose rows each get a scale; up is refitted to the quantized
-  // down (compress), so U itself is not kept.
-  cholesky_ = torch::linalg_cholesky(damped_);
-  auto svd = torch::linalg_svd(delta_.matmul(cholesky_), /*full_matrices=*/false);
-  sigma_ = std::get<1>(svd);
-  vh_ = std::get<2>(svd);
+  // tr(E H Eᵀ) = ‖E S‖² with H = S Sᵀ: the best rank-r approximation of D S
+  // is its truncated SVD U Σ Vᵀ, so Δ ≈ U · (Σ Vᵀ S⁻¹); the singular values
+  // go with down, whose rows each get a scale, and up is refitted to the
+  // quantized down (compress). The SVD itself is not needed: the eigenvectors
+  // of the smaller Gram matrix give the same directions at a fraction of the
+  // cost (a 4096 x 11008 SVD in float64 takes many minutes on a CPU core).
+  //   rows <= cols: D H Dᵀ = U Σ² Uᵀ, and Σ Vᵀ S⁻¹ = Uᵀ D S S⁻¹ = Uᵀ D;
+  //   rows > cols:  Sᵀ Dᵀ D S = V Σ² Vᵀ, and Σ Vᵀ S⁻¹ by a triangular solve.
+  // eigh lists eigenvalues ascending: flipped, the strongest direction first.
+  if (delta_.size(0) <= cols) {
+    const auto gram = delta_.matmul(damped_).matmul(delta_.t());
+    u_ = std::get<1>(torch::linalg_eigh(gram)).flip({1});
+  } else {
+    cholesky_ = torch::linalg_cholesky(damped_);
+    const auto ds = delta_.matmul(cholesky_);
+    auto [values, vectors] = torch::linalg_eigh(ds.t().matmul(ds));
+    sigma_ = values.flip({0}).clamp_min(0).sqrt();
+    v_ = vectors.flip({1});
+  }
 }
 
 LowRankCompressed LowRankBasis::compress(const CompressionOptions& o) const {
@@ -48,9 +59,13 @@ LowRankCompressed LowRankBasis::compress(const CompressionOptions& o) const {
   if (!o.low_rank()) throw UsageError("a low-rank compression needs a rank");
   torch::NoGradGuard no_grad;
   const auto rank = o.rank_for(delta_.size(0), delta_.size(1));
-  // Vᵣᵀ S⁻¹ = (S⁻ᵀ Vᵣ)ᵀ: one triangular solve.
-  auto down = torch::linalg_solve_triangular(cholesky_.t(), vh_.narrow(0, 0, rank).t(), /*upper=*/true).t();
-  down = down * sigma_.narrow(0, 0, rank).unsqueeze(1);
+  torch::Tensor down;
+  if (u_.defined()) {
+    down = u_.narrow(1, 0, rank).t().matmul(delta_);
+  } else {  // Σᵣ Vᵣᵀ S⁻¹ = Σᵣ (S⁻ᵀ Vᵣ)ᵀ: one triangular solve
+    down = torch::linalg_solve_triangular(cholesky_.t(), v_.narrow(1, 0, rank), /*upper=*/true).t();
+    down = down * sigma_.narrow(0, 0, rank).unsqueeze(1);
+  }
   const auto fo = factor_options(o);
   LowRankCompressed out;
   out.down = obs_compress(down.to(torch::kFloat32), hessian_, fo);

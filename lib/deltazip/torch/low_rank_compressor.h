@@ -20,8 +20,9 @@ struct LowRankCompressed {
 };
 
 /// The directions of one delta under one Hessian, found once for every rank
-/// asked of them (the size budget tries several): the damped Hessian H, its
-/// Cholesky factor S and the SVD of delta · S.
+/// asked of them (the size budget tries several): the damped Hessian H and
+/// the left singular vectors of delta · S (S Sᵀ = H), or its right ones with
+/// S and the singular values, whichever side of the delta is smaller.
 class LowRankBasis {
  public:
   /// InputError when `hessian` is not [cols, cols].
@@ -30,13 +31,16 @@ class LowRankBasis {
   LowRankCompressed compress(const CompressionOptions& options) const;
 
  private:
-  torch::Tensor delta_, hessian_, damped_, cholesky_, sigma_, vh_;
+  torch::Tensor delta_, hessian_, damped_;
+  torch::Tensor u_;                     ///< rows <= cols: D H Dᵀ's eigenvectors, strongest first
+  torch::Tensor cholesky_, sigma_, v_;  ///< rows > cols: S, the singular values and V of D S
 };
 
 /// Compresses `delta` [rows, cols] at `options.rank_for(rows, cols)` given the
 /// Hessian `hessian` [cols, cols] of its inputs (an identity: the plain
 /// squared error). The rank-r approximation with the least output error
-/// tr(E H Eᵀ) is the truncated SVD of delta · S with S Sᵀ = H (damped):
+/// tr(E H Eᵀ) is the truncated SVD of delta · S with S Sᵀ = H (damped),
+/// found from the eigenvectors of the smaller Gram matrix:
 /// down = Σ Vᵀ S⁻¹ is quantized first against H; up is then refitted to the
 /// quantized down by least squares in the same metric and quantized against
 /// the Hessian of its own inputs, down · x.

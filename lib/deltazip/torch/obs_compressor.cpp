@@ -35,8 +35,12 @@ Grid minmax_grid(const torch::Tensor& w, double maxq, bool symmetric, double shr
   auto xmin = torch::minimum(std::get<0>(w.min(1)), zero_t) * shrink;
   auto xmax = torch::maximum(std::get<0>(w.max(1)), zero_t) * shrink;
   if (symmetric) {
+    // Centred on the zero point whatever the row's signs. (GPTQ leaves the
+    // minimum at 0 for a row without negative values, which puts its
+    // largest values past the top code: rare in a row of thousands of
+    // weights, common in a low-rank factor's rows of a few.)
     xmax = torch::maximum(xmin.abs(), xmax);
-    xmin = torch::where(xmin < 0, -xmax, xmin);
+    xmin = -xmax;
   }
   auto flat = (xmin == 0) & (xmax == 0);
   xmin = torch::where(flat, torch::full_like(xmin, -1.0), xmin);
