@@ -24,8 +24,9 @@ CompressionOptions factor_options(const CompressionOptions& o) {
 
 LowRankBasis::LowRankBasis(const torch::Tensor& delta, const torch::Tensor& hessian, double damp) {
   torch::NoGradGuard no_grad;
+  if (delta.dim() != 2) throw InputError("a low-rank delta must be a matrix");
   const auto cols = delta.size(1);
-  if (delta.dim() != 2 || hessian.dim() != 2 || hessian.size(0) != cols || hessian.size(1) != cols)
+  if (hessian.dim() != 2 || hessian.size(0) != cols || hessian.size(1) != cols)
     throw InputError("the Hessian must be [" + std::to_string(cols) + ", " + std::to_string(cols) + "]");
   delta_ = delta.to(torch::kFloat64);
   hessian_ = hessian;
