@@ -216,7 +216,7 @@ struct CompressedLinear {
 // `delta` in `form`: by OBS against `hessian`, or round-to-nearest (an
 // identity Hessian, no damping) where it is undefined. A low-rank form
 // takes its directions from `basis` where given (computed there on first
-// use, so that every rank tried on one layer shares one SVD).
+// use, so that every rank tried on one layer shares one decomposition).
 CompressedLinear compress_linear(const torch::Tensor& delta, const torch::Tensor& hessian,
                                  const CompressionOptions& form, std::optional<LowRankBasis>* basis = nullptr) {
   if (form.low_rank()) {
@@ -464,7 +464,7 @@ Measured measure_forms(const Job& job, const std::vector<CompressionOptions>& fo
   auto measure = [&](const std::string& name, const torch::Tensor& delta, const torch::Tensor& hessian) {
     std::vector<FormCost> costs;
     torch::Tensor probe;
-    std::optional<LowRankBasis> basis;  // one SVD for every low-rank form of this layer
+    std::optional<LowRankBasis> basis;  // one decomposition for every low-rank form of this layer
     for (std::size_t f = 0; f < forms.size(); ++f) {
       const auto& form = forms[f];
       const auto compressed = compress_linear(delta, hessian, form, &basis);
