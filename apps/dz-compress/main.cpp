@@ -58,10 +58,10 @@ void add_form_options(CLI::App* cc, dz::CompressCommand& compress) {
       cc->add_option("--sparsity", compress.sparsity, "none, N:M (N of every M pruned, e.g. 2:4) or a pruned fraction")
           ->capture_default_str();
   cc->add_option("--rank", compress.rank,
-                     "Low rank: each linear layer's delta as two factors of this rank, up [out, R] x down [R, in], "
-                     "each dense at --bits (2-8) with one scale per row (no sparsity; 0: full rank)")
-          ->capture_default_str()
-          ->check(fleet::in_range(0, 1e6));
+                 "Low rank: each linear layer's delta as two factors of this rank, up [out, R] x down [R, in], "
+                 "each dense at --bits (2-8) with one scale per row (no sparsity; 0: full rank)")
+      ->capture_default_str()
+      ->check(fleet::in_range(0, 1e6));
   cc->add_option("--group-size", compress.group_size, "Input columns per scale (-1: one scale per row)")
       ->capture_default_str()
       ->check(fleet::in_range(-1, 1e6));

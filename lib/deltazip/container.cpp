@@ -248,7 +248,8 @@ void DeltaReader::check_layout(const std::vector<model::ParameterShape>& model_t
   auto factor_shape = [&](const std::string& name, const char* factor) {
     const auto attr = store_.attribute(kLowRank + name + "/" + factor + "/codes", "shape");
     const auto* stored = std::get_if<std::vector<std::int64_t>>(&attr);
-    if (stored == nullptr || stored->size() != 2) fail(name + ": the " + factor + " factor has no two-dimensional shape");
+    if (stored == nullptr || stored->size() != 2)
+      fail(name + ": the " + factor + " factor has no two-dimensional shape");
     return *stored;
   };
   for (const auto& name : low_rank_) {
@@ -371,9 +372,9 @@ std::uint64_t DeltaReader::stored_bytes(const std::string& name) const {
   if (contains_sorted(dense_, name)) return store_.info(kDense + name).stored_bytes;
   std::uint64_t total = 0;
   const bool low_rank = contains_sorted(low_rank_, name);
-  for (const std::string group :
-       low_rank ? std::vector<std::string>{kLowRank + name + "/up/", kLowRank + name + "/down/"}
-                : std::vector<std::string>{kLinear + name + "/"})
+  for (const std::string group : low_rank
+                                     ? std::vector<std::string>{kLowRank + name + "/up/", kLowRank + name + "/down/"}
+                                     : std::vector<std::string>{kLinear + name + "/"})
     for (const char* part : {"codes", "scales", "zeros", "indices", "codebook"}) {
       auto n = group + part;
       if (store_.contains(n)) total += store_.info(n).stored_bytes;

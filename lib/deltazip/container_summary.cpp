@@ -42,9 +42,10 @@ ContainerSummary summarize_container(const std::filesystem::path& path) {
   }
   for (const auto& n : reader.low_rank_names()) {
     const LowRankMatrix m = reader.low_rank(n);
-    s.tensors.push_back({n, m.up.bits == m.down.bits ? fmt::format("{}-bit rank {}", m.up.bits, m.rank())
-                                                   : fmt::format("{}/{}-bit rank {}", m.up.bits, m.down.bits, m.rank()), reader.elements(n),
-                         reader.stored_bytes(n)});
+    s.tensors.push_back({n,
+                         m.up.bits == m.down.bits ? fmt::format("{}-bit rank {}", m.up.bits, m.rank())
+                                                  : fmt::format("{}/{}-bit rank {}", m.up.bits, m.down.bits, m.rank()),
+                         reader.elements(n), reader.stored_bytes(n)});
   }
   for (const auto& n : reader.dense_names())
     s.tensors.push_back({n, reader.dense(n).form, reader.elements(n), reader.stored_bytes(n)});

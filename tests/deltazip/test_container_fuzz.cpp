@@ -146,8 +146,9 @@ class ContainerFuzz : public ::testing::Test {
     for (const auto& [name, rows, cols] : linear) {
       const std::string which = name;
       if (which == "self_attn.o_proj") {  // as two rank-3 factors
-        writer.add_low_rank(std::string("model.layers.0.") + name + ".weight",
-                            {random_packed(rows, 3, seed, Form::kDense), random_packed(3, cols, seed + 100, Form::kDense)});
+        writer.add_low_rank(
+            std::string("model.layers.0.") + name + ".weight",
+            {random_packed(rows, 3, seed, Form::kDense), random_packed(3, cols, seed + 100, Form::kDense)});
         ++seed;
         continue;
       }

@@ -23,8 +23,8 @@ torch::Tensor randn(std::vector<std::int64_t> shape, std::uint64_t seed) {
 
 // 2/n XᵀX of inputs whose features differ in scale by up to 30x and correlate.
 torch::Tensor uneven_hessian(std::int64_t cols, std::uint64_t seed) {
-  auto x = randn({512, cols}, seed).matmul(torch::eye(cols) + 0.3 * randn({cols, cols}, seed + 1) /
-                                                                  std::sqrt(static_cast<double>(cols)));
+  auto x = randn({512, cols}, seed)
+               .matmul(torch::eye(cols) + 0.3 * randn({cols, cols}, seed + 1) / std::sqrt(static_cast<double>(cols)));
   x = x * torch::logspace(0, 1.5, cols);
   return 2.0 / 512 * x.t().matmul(x);
 }

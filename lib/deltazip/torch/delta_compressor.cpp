@@ -225,9 +225,9 @@ CompressedLinear compress_linear(const torch::Tensor& delta, const torch::Tensor
     std::optional<LowRankBasis> own;
     std::optional<LowRankBasis>& directions = basis ? *basis : own;
     if (!directions)
-      directions.emplace(delta,
-                         hessian.defined() ? hessian : torch::eye(delta.size(1), delta.options().dtype(torch::kFloat32)),
-                         o.damp);
+      directions.emplace(
+          delta, hessian.defined() ? hessian : torch::eye(delta.size(1), delta.options().dtype(torch::kFloat32)),
+          o.damp);
     auto compressed = directions->compress(o);
     return {compressed.pack(o), compressed.dequantized};
   }
