@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "deltazip/low_rank.h"
+#include "deltazip/torch/delta_compressor.h"
 #include "deltazip/torch/low_rank_compressor.h"
 
 namespace fleet::deltazip {
@@ -142,6 +143,22 @@ TEST(LowRank, OptionsThatDoNotApplyToFactorsAreRefused) {
   o = low_rank(-1, 4);
   EXPECT_THROW(o.validate(), UsageError);
   EXPECT_THROW(low_rank_compress(randn({4, 8}, 1), torch::eye(6), low_rank(2, 4)), InputError);
+}
+
+// A fixed rank beside a size budget: the budget chooses each layer's form,
+// so the pair is refused before any file is read (the paths do not exist).
+TEST(LowRank, ARankBesideASizeBudgetIsRefused) {
+  CompressCommand c;
+  c.base = "no-such-base";
+  c.target = "no-such-target";
+  c.output = "out.h5";
+  c.sparsity = "none";
+  c.rank = 4;
+  c.target_ratio = 8;
+  EXPECT_THROW(compress_delta(c), UsageError);
+  c.target_ratio = 0;
+  c.max_bytes = 100000;
+  EXPECT_THROW(compress_delta(c), UsageError);
 }
 
 }  // namespace

@@ -105,6 +105,35 @@ TEST_F(Serving, LowRankDeltasServeLikeTheirReconstruction) {
   expect_mixed_batch_equals_models_alone(loaded);
 }
 
+// A fine-tune whose linear layers moved along two directions each: under
+// a size budget the low-rank forms win those layers (the other forms keep
+// a 2-bit or 1-bit grid of every weight), and the container serves as it
+// reconstructs.
+TEST_F(Serving, TheBudgetGivesLowRankFormsToADeltaAlongFewDirections) {
+  torch::manual_seed(21);
+  auto m = LlamaModel::load(path("base"));
+  std::vector<std::pair<std::string, torch::Tensor>> values;
+  for (const auto& [n, t] : m.named_parameters()) {
+    auto moved = t;
+    if (n.find("_proj.weight") != std::string::npos)
+      moved = t + 0.05 * torch::randn({t.size(0), 2}).matmul(torch::randn({2, t.size(1)})) / std::sqrt(t.size(1));
+    values.emplace_back(n, moved);
+  }
+  m.load_parameters(values);
+  std::filesystem::create_directories(path("ft-few"));
+  m.save(path("ft-few"));
+  write_file_atomically(path("ft-few") / "tokenizer.json", text::byte_tokenizer_json());
+  CompressCommand c = quick_compression("ft-few", "ft-few-budget.h5");
+  c.target_ratio = 12;
+  const auto budgeted = compress_delta(c);
+  std::size_t low_rank_layers = 0;
+  for (const auto& [layer, form] : budgeted.allocation) low_rank_layers += form.find("low rank") != std::string::npos;
+  EXPECT_GT(low_rank_layers, budgeted.allocation.size() / 2) << "of " << budgeted.allocation.size() << " layers";
+  EXPECT_LE(budgeted.bytes, budgeted.budget_bytes);
+  TwoVariants loaded("ft-few-budget.h5", "ft2.h5");
+  expect_mixed_batch_equals_models_alone(loaded);
+}
+
 torch::Tensor parameter(const LlamaModel& m, const std::string& name) {
   for (const auto& [n, t] : m.named_parameters())
     if (n == name) return t;
